@@ -1,0 +1,119 @@
+"""Program IR: exactly what MSCCL XML carries, plus synth metadata.
+
+Step semantics (MSCCL): ``s`` send ``src``; ``r`` receive into ``dst``; ``rcs`` receive into ``dst``
+and forward; ``rrs`` receive, reduce with the local ``src`` operand, forward (not stored);
+``rrc`` receive, reduce with local ``src``, store into ``dst``; ``rrcs`` = rrc then forward;
+``cpy`` local copy ``src`` -> ``dst``; ``re`` local reduce ``dst = dst + src``; ``nop`` only waits.
+Sends go to the threadblock's ``send`` peer and receives come from its ``recv`` peer on channel
+``chan``; a connection (src rank, dst rank, chan) is FIFO. ``depid``/``deps`` name one step
+(threadblock id, step index) of the same GPU that must finish first; ``hasdep`` marks steps that
+others depend on. Offsets and ``cnt`` count chunks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+STEP_TYPES = ("s", "r", "rcs", "rrs", "rrc", "rrcs", "cpy", "re", "nop")
+SENDS = frozenset({"s", "rcs", "rrs", "rrcs"})
+RECEIVES = frozenset({"r", "rcs", "rrs", "rrc", "rrcs"})
+REDUCES = frozenset({"rrs", "rrc", "rrcs", "re"})
+BUFFERS = ("i", "o", "s")
+
+
+@dataclass(frozen=True)
+class Step:
+    type: str
+    srcbuf: str = "i"
+    srcoff: int = 0
+    dstbuf: str = "i"
+    dstoff: int = 0
+    cnt: int = 1
+    depid: int = -1
+    deps: int = -1
+    hasdep: bool = False
+
+    @property
+    def sends(self) -> bool:
+        return self.type in SENDS
+
+    @property
+    def receives(self) -> bool:
+        return self.type in RECEIVES
+
+
+@dataclass(frozen=True)
+class Threadblock:
+    id: int
+    send: int = -1
+    recv: int = -1
+    chan: int = 0
+    steps: tuple[Step, ...] = ()
+
+
+@dataclass(frozen=True)
+class Gpu:
+    id: int
+    i_chunks: int
+    o_chunks: int
+    s_chunks: int
+    threadblocks: tuple[Threadblock, ...] = ()
+
+    def chunks(self, buffer: str) -> int:
+        return {"i": self.i_chunks, "o": self.o_chunks, "s": self.s_chunks}[buffer]
+
+
+@dataclass(frozen=True)
+class Program:
+    name: str
+    collective: str
+    num_ranks: int
+    gpus: tuple[Gpu, ...]
+    inplace: bool = False
+    proto: str = "Simple"
+    nchannels: int = 1
+    nchunksperloop: int = 1
+    root: int = 0
+    min_bytes: int = 0
+    max_bytes: int = 0
+    # synth metadata (JSON program only; absent for foreign XML)
+    topology: str | None = None
+    chunk_factor: int | None = None
+    size_bytes: float | None = None
+    chunk_bytes: float | None = None
+    predicted_time_us: float | None = None
+    extra: dict = field(default_factory=dict, compare=False)
+
+    def with_(self, **changes) -> Program:
+        return replace(self, **changes)
+
+    def num_steps(self) -> int:
+        return sum(len(tb.steps) for gpu in self.gpus for tb in gpu.threadblocks)
+
+
+def infer_chunk_factor(program: Program) -> int:
+    """The chunks per rank piece (C) implied by the buffer sizes, for programs without metadata."""
+    if program.chunk_factor:
+        return program.chunk_factor
+    n = program.num_ranks
+    big = max((max(g.i_chunks, g.o_chunks) for g in program.gpus), default=0)
+    small_i = max((g.i_chunks for g in program.gpus), default=0)
+    small_o = max((g.o_chunks for g in program.gpus), default=0)
+    coll = program.collective
+    if coll in ("allgather", "gather"):
+        factor = small_o // n if small_o else small_i
+    elif coll in ("reducescatter", "scatter"):
+        factor = small_i // n if small_i else small_o
+    elif coll == "alltoall":
+        factor = big // n
+    else:  # allreduce, broadcast, reduce: one buffer of C chunks
+        factor = max(small_i, small_o)
+    return max(1, factor)
+
+
+def collective_of(program: Program):
+    """The :class:`~synth.collectives.Collective` a program claims to implement."""
+    from synth.collectives import Collective
+
+    return Collective(program.collective, program.num_ranks, infer_chunk_factor(program),
+                      root=program.root, inplace=program.inplace)

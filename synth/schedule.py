@@ -1,0 +1,48 @@
+"""Schedule IR: chunk-level transfers produced by a synthesis method, before lowering.
+
+A :class:`Transfer` moves one schedule chunk (see :mod:`synth.collectives`) from rank ``src`` to
+rank ``dst``. ``reduce=True`` means the receiver combines the sender's current partial value of the
+chunk into its own (reductions only); otherwise the receiver's copy is overwritten. ``route`` lists
+the switches crossed, in order (empty for a direct link). ``start``/``end`` are the times (µs) the
+method predicts; lowering uses them to order steps, the simulator recomputes real times.
+Transfers between the same pair with the same ``group`` are sent as one MSCCL step (``cnt`` > 1)
+when their chunks are contiguous in the buffer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from synth.collectives import Collective
+
+
+@dataclass(frozen=True, order=True)
+class Transfer:
+    start: float
+    end: float
+    chunk: int
+    src: int
+    dst: int
+    reduce: bool = False
+    route: tuple[int, ...] = ()
+    channel: int = 0
+    group: int = -1
+
+
+@dataclass(frozen=True)
+class Schedule:
+    collective: Collective
+    topology: str
+    transfers: tuple[Transfer, ...]
+    method: str = ""
+    # Size the schedule was planned for (bytes); the predicted makespan in µs.
+    size_bytes: float = 0.0
+    predicted_time_us: float = 0.0
+    notes: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def makespan(self) -> float:
+        return max((t.end for t in self.transfers), default=0.0)
+
+    def by_start(self) -> list[Transfer]:
+        return sorted(self.transfers)

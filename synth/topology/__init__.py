@@ -1,0 +1,5 @@
+"""Topology stage: the fabric model, file I/O with validation, and parametric generators."""
+
+from synth.topology.model import Link, Topology
+
+__all__ = ["Link", "Topology"]
