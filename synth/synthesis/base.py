@@ -1,0 +1,35 @@
+"""What every synthesis method shares: its options and its registry entry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from synth.collectives import Collective
+from synth.schedule import Schedule
+from synth.topology.model import Topology
+
+
+@dataclass(frozen=True)
+class SynthOptions:
+    solver: str = "highs"
+    time_limit: float | None = None   # seconds
+    gap: float | None = None          # relative MIP gap at which to stop
+    threads: int | None = None
+    chunks: int | None = None         # chunks per rank piece (C); None lets the method choose
+    seed: int = 0
+    max_trees: int | None = None
+    extra: dict = field(default_factory=dict, compare=False)
+
+
+MethodFn = Callable[[Topology, Collective, float, SynthOptions], Schedule]
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    run: MethodFn
+    collectives: frozenset[str]
+    description: str
+    # "heuristic" methods report status heuristic; exact ones report the solver's status.
+    kind: str = "heuristic"
