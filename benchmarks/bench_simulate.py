@@ -1,0 +1,70 @@
+"""Simulator throughput: a ring allgather built directly as Program IR on a ring topology.
+
+Usage: ``python benchmarks/bench_simulate.py [--ranks 64 256 1024] [--chunks 1] [--repeat 3]``.
+A ring allgather on N ranks with C chunks per rank moves N(N-1)C chunk transfers, so N=1024, C=1
+is ~1.05 M transfers. Prints, per size, the median wall time of ``simulate`` (program and
+topology construction excluded), transfers per second, and the simulated time checked against the
+closed form (N-1)·C·(alpha + SIZE/(N·C)/bw) (one threadblock per rank serialises its sends).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from synth.program.ir import Gpu, Program, Step, Threadblock
+from synth.simulate import simulate
+from synth.topology.model import Link, Topology
+
+BW, ALPHA, SIZE = 50.0, 0.5, 2**30
+
+
+def ring_topology(n: int) -> Topology:
+    links = []
+    for r in range(n):
+        links += [Link(r, (r + 1) % n, BW, ALPHA), Link((r + 1) % n, r, BW, ALPHA)]
+    return Topology(name=f"ring{n}", num_ranks=n, links=tuple(links))
+
+
+def ring_allgather(n: int, chunks: int = 1) -> Program:
+    """Rank r sends its C chunks to r+1, then forwards what it got from r-1 (rcs), N-1 rounds."""
+    gpus = []
+    for r in range(n):
+        steps = []
+        for j in range(n):
+            origin = (r - j) % n
+            typ = "s" if j == 0 else ("r" if j == n - 1 else "rcs")
+            for k in range(chunks):
+                off = origin * chunks + k
+                steps.append(Step(typ, "o", off, "o", off))
+        tb = Threadblock(0, send=(r + 1) % n, recv=(r - 1) % n, chan=0, steps=tuple(steps))
+        gpus.append(Gpu(r, 0, n * chunks, 0, (tb,)))
+    return Program(name=f"ring_allgather_{n}", collective="allgather", num_ranks=n, gpus=tuple(gpus),
+                   inplace=True, nchunksperloop=n * chunks, chunk_factor=chunks)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", type=int, nargs="+", default=[64, 256, 1024])
+    parser.add_argument("--chunks", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    print(f"{'ranks':>6} {'transfers':>10} {'median_s':>9} {'transfers/s':>12} {'sim_us':>12} {'closed_us':>12}")
+    for n in args.ranks:
+        topo, prog = ring_topology(n), ring_allgather(n, args.chunks)
+        walls = []
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            res = simulate(prog, topo, SIZE)
+            walls.append(time.perf_counter() - t0)
+        chunk = SIZE / (n * args.chunks)
+        # One threadblock per rank runs its (N-1)C transfers one after the other on its out-link.
+        closed = (n - 1) * args.chunks * (ALPHA + chunk / (BW * 1e3))
+        med = statistics.median(walls)
+        print(f"{n:>6} {res.transfers:>10} {med:>9.3f} {res.transfers / med:>12.0f} "
+              f"{res.time_us:>12.3f} {closed:>12.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,361 @@
+"""Contention-aware discrete-event simulation of a Program under the SPEC α-β cost model.
+
+Cost model (SPEC "Cost model"):
+
+- a transfer of ``b`` bytes over one link costs ``alpha + b / bw`` (bw in GB/s = 1e3 bytes/µs);
+  a step with ``cnt`` > 1 moves ``cnt`` contiguous chunks as one transfer and pays one α;
+- a link direction carries one transfer at a time; transfers that want it are served first come,
+  first served in order of the time they became ready (ties: the order they became ready in the
+  simulation, which is deterministic);
+- a send between ranks that share no link is routed along the shortest path (fewest hops, then
+  smallest summed α, then smallest node ids). Paths whose intermediate nodes are all switches are
+  preferred; when no such path exists (a foreign program on a sparse topology) the path may cross
+  other ranks, which then only forward. A routed transfer pays every hop's α plus ``b`` / (the
+  smallest bw on the route), and holds every link of the route for its whole duration
+  (circuit-style, as in SPEC), so it starts when all of them are free;
+- local steps (``cpy``, ``re``, ``nop``) take no time: the model prices communication only.
+
+Step semantics (see :mod:`synth.program.ir`): each threadblock runs its steps in order; a step is
+ready when the previous step of its threadblock and its dependency (``depid``/``deps``) have
+finished. A send's transfer starts once the step is ready and its links are free; the send step
+finishes when the data has arrived (so the threadblock's next step waits for it). A receive
+completes at max(its ready time, arrival of the matching message); the k-th send on a connection
+(src rank, dst rank, chan) is matched with the k-th receive on it (FIFO). For ``rcs``/``rrs``/
+``rrcs`` the forward send becomes ready when the receive has completed and the step finishes when
+the forwarded data has arrived. There is no rendezvous: a sender does not wait for its receiver.
+
+Implementation: steps are flattened into integer arrays. Finishing a step eagerly releases the
+steps that wait on it (a counter per step); only transfers go through the event heap, keyed by the
+time they became ready. Heap pops are therefore in non-decreasing ready time, which is exactly the
+FIFO-by-readiness order the links serve in, and each transfer costs one push and one pop.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+from synth.errors import SynthError
+from synth.program.ir import RECEIVES, SENDS, Program, collective_of
+from synth.topology.model import Topology
+from synth.units import DEFAULT_SIZE, algbw_GBps
+
+# One recorded transfer: (rank, threadblock id, step index, start µs, end µs, route as "a->b" names).
+Event = tuple[int, int, int, float, float, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class SimResult:
+    time_us: float
+    algbw_GBps: float
+    busbw_GBps: float
+    transfers: int
+    link_utilization: dict[str, float]
+    events: list[Event] = field(default_factory=list, compare=False, repr=False)
+    size_bytes: float = 0.0
+    chunk_bytes: float = 0.0
+
+    def to_dict(self) -> dict:
+        """The SPEC ``synth simulate --json`` keys (events are left out: they can be huge)."""
+        return {
+            "time_us": self.time_us,
+            "algbw_GBps": self.algbw_GBps,
+            "busbw_GBps": self.busbw_GBps,
+            "transfers": self.transfers,
+            "link_utilization": dict(self.link_utilization),
+            "size_bytes": self.size_bytes,
+            "chunk_bytes": self.chunk_bytes,
+        }
+
+
+# ---- sizes -----------------------------------------------------------------------------------------
+def resolve_sizes(
+    program: Program, size_bytes: float | None, chunk_bytes: float | None
+) -> tuple[float, float]:
+    """(SIZE, chunk bytes) under the SPEC SIZE conventions: chunk = SIZE / collective.size_chunks.
+
+    An explicit ``chunk_bytes`` wins for the chunk; with neither argument, a synth program's own
+    ``chunk_bytes``/``size_bytes`` metadata is used, else the SPEC default of 1 GiB.
+    """
+    size_chunks = collective_of(program).size_chunks
+    for name, value in (("size", size_bytes), ("chunk size", chunk_bytes)):
+        if value is not None and not value > 0:
+            raise SynthError(f"{name} must be positive, got {value}")
+    if chunk_bytes is not None:
+        size = float(size_bytes) if size_bytes is not None else chunk_bytes * size_chunks
+        return size, float(chunk_bytes)
+    if size_bytes is not None:
+        return float(size_bytes), size_bytes / size_chunks
+    if program.chunk_bytes:
+        chunk = float(program.chunk_bytes)
+        return (float(program.size_bytes) if program.size_bytes else chunk * size_chunks), chunk
+    size = float(program.size_bytes) if program.size_bytes else float(DEFAULT_SIZE)
+    return size, size / size_chunks
+
+
+# ---- routing ---------------------------------------------------------------------------------------
+class Router:
+    """Shortest routes between ranks as tuples of link ids (see module docstring for the order).
+
+    One Dijkstra per source rank, computed lazily and cached; a direct link always wins (one hop).
+    """
+
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+        self.link_ids = {(link.src, link.dst): i for i, link in enumerate(topology.links)}
+        self.alpha = [link.alpha for link in topology.links]
+        self.bw = [link.bw for link in topology.links]
+        self._adj: list[list[tuple[int, int]]] = [[] for _ in range(topology.num_nodes)]
+        for i, link in enumerate(topology.links):
+            self._adj[link.src].append((link.dst, i))
+        for out in self._adj:
+            out.sort()
+        self._trees: dict[tuple[int, bool], dict[int, tuple[int, ...]]] = {}
+        self._routes: dict[tuple[int, int], tuple[tuple[int, ...], float, float]] = {}
+
+    def _tree(self, src: int, through_ranks: bool) -> dict[int, tuple[int, ...]]:
+        key = (src, through_ranks)
+        if key not in self._trees:
+            topo = self.topology
+            best: dict[int, tuple[int, float]] = {src: (0, 0.0)}
+            path: dict[int, tuple[int, ...]] = {src: ()}
+            heap: list[tuple[int, float, int]] = [(0, 0.0, src)]
+            done: set[int] = set()
+            while heap:
+                hops, alpha, u = heapq.heappop(heap)
+                if u in done:
+                    continue
+                done.add(u)
+                # Ranks other than the source only forward when no switch-only path exists.
+                if u != src and topo.is_rank(u) and not through_ranks:
+                    continue
+                for v, lid in self._adj[u]:
+                    cand = (hops + 1, alpha + self.alpha[lid])
+                    if v not in best or cand < best[v]:
+                        best[v] = cand
+                        path[v] = path[u] + (lid,)
+                        heapq.heappush(heap, (cand[0], cand[1], v))
+            self._trees[key] = path
+        return self._trees[key]
+
+    def route(self, src: int, dst: int) -> tuple[tuple[int, ...], float, float]:
+        """(link ids, summed α in µs, bottleneck bw in bytes/µs) from rank ``src`` to rank ``dst``."""
+        key = (src, dst)
+        found = self._routes.get(key)
+        if found is None:
+            lid = self.link_ids.get(key)
+            if lid is not None:
+                links: tuple[int, ...] | None = (lid,)
+            else:
+                links = self._tree(src, False).get(dst) or self._tree(src, True).get(dst)
+            if not links:
+                raise SynthError(f"topology {self.topology.name!r} has no path from rank {src} to rank {dst}")
+            found = (links, sum(self.alpha[i] for i in links), min(self.bw[i] for i in links) * 1e3)
+            self._routes[key] = found
+        return found
+
+    def link_name(self, lid: int) -> str:
+        link = self.topology.links[lid]
+        return f"{self.topology.node_name(link.src)}->{self.topology.node_name(link.dst)}"
+
+
+# ---- simulation ------------------------------------------------------------------------------------
+def simulate(
+    program: Program,
+    topology: Topology,
+    size_bytes: float | None = None,
+    chunk_bytes: float | None = None,
+    *,
+    record_events: bool = True,
+) -> SimResult:
+    """Simulate ``program`` on ``topology``; see the module docstring for the model.
+
+    Raises :class:`SynthError` when the program does not fit the topology, when a connection's
+    sends and receives do not pair up, or when the program deadlocks.
+    """
+    if program.num_ranks != topology.num_ranks:
+        raise SynthError(f"program {program.name!r} has {program.num_ranks} ranks but topology "
+                         f"{topology.name!r} has {topology.num_ranks}")
+    coll = collective_of(program)
+    size, chunk = resolve_sizes(program, size_bytes, chunk_bytes)
+    router = Router(topology)
+
+    # Flatten steps. Per step g: owner (rank, tb id, step index), next step of the tb, how many
+    # prerequisites it waits for, whether it sends (and the route / bytes), and its matched receive.
+    owner: list[tuple[int, int, int]] = []
+    nxt: list[int] = []
+    need: list[int] = []
+    send_route: list[int] = []  # index into routes, -1 when the step does not send
+    cnt: list[int] = []
+    dep_of: list[tuple[int, int, int, int]] = []  # (g, rank, dep tb id, dep step), resolved below
+    routes: list[tuple[tuple[int, ...], float, float]] = []
+    route_index: dict[tuple[int, int], int] = {}
+    sends_on: dict[tuple[int, int, int], list[int]] = {}
+    recvs_on: dict[tuple[int, int, int], list[int]] = {}
+    tb_start: dict[tuple[int, int], int] = {}
+    tb_len: dict[tuple[int, int], int] = {}
+
+    g = 0
+    for gpu in program.gpus:
+        rank = gpu.id
+        if not 0 <= rank < program.num_ranks:
+            raise SynthError(f"program {program.name!r}: gpu id {rank} is not a rank")
+        for tb in gpu.threadblocks:
+            if (rank, tb.id) in tb_start:
+                raise SynthError(f"program {program.name!r}: rank {rank} has two threadblocks "
+                                 f"with id {tb.id}")
+            tb_start[(rank, tb.id)] = g
+            tb_len[(rank, tb.id)] = len(tb.steps)
+            ridx = -1
+            if tb.send >= 0:
+                if tb.send == rank or not 0 <= tb.send < program.num_ranks:
+                    raise SynthError(f"program {program.name!r}: rank {rank} tb {tb.id} sends to "
+                                     f"invalid peer {tb.send}")
+                ridx = route_index.get((rank, tb.send), -1)
+                if ridx < 0:
+                    ridx = route_index[(rank, tb.send)] = len(routes)
+                    routes.append(router.route(rank, tb.send))
+            send_key = (rank, tb.send, tb.chan)
+            recv_key = (tb.recv, rank, tb.chan)
+            last = len(tb.steps) - 1
+            for i, step in enumerate(tb.steps):
+                typ = step.type
+                n_pre = 1 if i else 0
+                if typ in SENDS:
+                    if ridx < 0:
+                        raise SynthError(f"program {program.name!r}: rank {rank} tb {tb.id} step {i} "
+                                         f"({typ}) sends but the threadblock has no send peer")
+                    sends_on.setdefault(send_key, []).append(g)
+                    send_route.append(ridx)
+                else:
+                    send_route.append(-1)
+                if typ in RECEIVES:
+                    if tb.recv < 0:
+                        raise SynthError(f"program {program.name!r}: rank {rank} tb {tb.id} step {i} "
+                                         f"({typ}) receives but the threadblock has no recv peer")
+                    recvs_on.setdefault(recv_key, []).append(g)
+                    n_pre += 1
+                if step.depid >= 0:
+                    dep_of.append((g, rank, step.depid, step.deps))
+                    n_pre += 1
+                owner.append((rank, tb.id, i))
+                nxt.append(g + 1 if i < last else -1)
+                need.append(n_pre)
+                cnt.append(step.cnt)
+                g += 1
+    total = g
+
+    revdep: list[list[int] | None] = [None] * total
+    for g, rank, depid, deps in dep_of:
+        base = tb_start.get((rank, depid))
+        if base is None or not 0 <= deps < tb_len[(rank, depid)]:
+            r, t, s = owner[g]
+            raise SynthError(f"program {program.name!r}: rank {r} tb {t} step {s} depends on missing "
+                             f"step (tb {depid}, step {deps})")
+        lst = revdep[base + deps]
+        if lst is None:
+            revdep[base + deps] = [g]
+        else:
+            lst.append(g)
+
+    matched = [-1] * total  # send step -> its receive step
+    for key in sends_on.keys() | recvs_on.keys():
+        s_list, r_list = sends_on.get(key, []), recvs_on.get(key, [])
+        if len(s_list) != len(r_list):
+            src, dst, chan = key
+            raise SynthError(f"program {program.name!r}: connection {src}->{dst} chan {chan} has "
+                             f"{len(s_list)} sends but {len(r_list)} receives")
+        for s, r in zip(s_list, r_list, strict=True):
+            matched[s] = r
+
+    # Event loop. ``stack`` holds (step, time) "one prerequisite done at time" messages.
+    ready = [0.0] * total
+    fin = [-1.0] * total
+    link_free = [0.0] * len(topology.links)
+    link_busy = [0.0] * len(topology.links)
+    route_links = [r[0] for r in routes]
+    route_alpha = [r[1] for r in routes]
+    route_bw = [r[2] for r in routes]
+    starts: list[float] | None = [0.0] * total if record_events else None
+    heap: list[tuple[float, int, int]] = []
+    heappush, heappop = heapq.heappush, heapq.heappop
+    seq = 0
+    stack: list[tuple[int, float]] = []
+    for g in range(total):
+        if need[g] == 0:
+            need[g] = 1
+            stack.append((g, 0.0))
+    order: list[int] = []  # send steps in the order their transfers were placed
+    while True:
+        while stack:
+            g, t = stack.pop()
+            if t > ready[g]:
+                ready[g] = t
+            left = need[g] - 1
+            need[g] = left
+            if left:
+                continue
+            t = ready[g]
+            if send_route[g] >= 0:
+                heappush(heap, (t, seq, g))
+                seq += 1
+                continue
+            fin[g] = t  # local steps and plain receives take no time of their own
+            n = nxt[g]
+            if n >= 0:
+                stack.append((n, t))
+            deps = revdep[g]
+            if deps is not None:
+                for d in deps:
+                    stack.append((d, t))
+        if not heap:
+            break
+        t, _, g = heappop(heap)
+        r = send_route[g]
+        links = route_links[r]
+        start = t
+        for lid in links:
+            if link_free[lid] > start:
+                start = link_free[lid]
+        end = start + route_alpha[r] + cnt[g] * chunk / route_bw[r]
+        dur = end - start
+        for lid in links:
+            link_free[lid] = end
+            link_busy[lid] += dur
+        fin[g] = end
+        if starts is not None:
+            starts[g] = start
+            order.append(g)
+        stack.append((matched[g], end))
+        n = nxt[g]
+        if n >= 0:
+            stack.append((n, end))
+        deps = revdep[g]
+        if deps is not None:
+            for d in deps:
+                stack.append((d, end))
+
+    stuck = [g for g in range(total) if fin[g] < 0]
+    if stuck:
+        examples = ", ".join("rank {} tb {} step {}".format(*owner[g]) for g in stuck[:3])
+        raise SynthError(f"program {program.name!r} deadlocks: {len(stuck)} of {total} steps never run "
+                         f"(first: {examples})")
+
+    makespan = max(fin, default=0.0)
+    utilization = {router.link_name(i): (busy / makespan if makespan > 0 else 0.0)
+                   for i, busy in enumerate(link_busy)}
+    events: list[Event] = []
+    if starts is not None:
+        names = [tuple(router.link_name(i) for i in links) for links in route_links]
+        events = [(*owner[g], starts[g], fin[g], names[send_route[g]]) for g in order]
+    algbw = algbw_GBps(size, makespan)
+    return SimResult(
+        time_us=makespan,
+        algbw_GBps=algbw,
+        busbw_GBps=algbw * coll.busbw_factor,
+        transfers=sum(len(v) for v in sends_on.values()),
+        link_utilization=utilization,
+        events=events,
+        size_bytes=size,
+        chunk_bytes=chunk,
+    )
