@@ -1,0 +1,109 @@
+"""JSON program: the content of the MSCCL XML plus synth metadata (SPEC "Program formats").
+
+Described by ``synth/program/schema.json`` (shipped in the package, read with importlib.resources)
+and validated on load. Steps are compact arrays in the order of ``STEP_FIELDS`` so that programs with
+millions of steps stay small and quick to validate.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+
+from synth.errors import SynthError
+from synth.program.ir import Gpu, Program, Step, Threadblock
+
+FORMAT = "synth-program"
+VERSION = 1
+STEP_FIELDS = ("type", "srcbuf", "srcoff", "dstbuf", "dstoff", "cnt", "depid", "deps", "hasdep")
+
+
+@lru_cache(maxsize=1)
+def program_schema() -> dict:
+    """The JSON Schema of a JSON program."""
+    return json.loads(resources.files("synth.program").joinpath("schema.json").read_text(encoding="utf-8"))
+
+
+@lru_cache(maxsize=1)
+def _validator():
+    import jsonschema
+
+    schema = program_schema()
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def program_to_dict(program: Program) -> dict:
+    def step(st: Step) -> list:
+        return [st.type, st.srcbuf, st.srcoff, st.dstbuf, st.dstoff, st.cnt, st.depid, st.deps, int(st.hasdep)]
+
+    doc = {
+        "format": FORMAT, "version": VERSION, "name": program.name, "collective": program.collective,
+        "num_ranks": program.num_ranks, "root": program.root, "inplace": program.inplace,
+        "proto": program.proto, "nchannels": program.nchannels, "nchunksperloop": program.nchunksperloop,
+        "min_bytes": program.min_bytes, "max_bytes": program.max_bytes, "topology": program.topology,
+        "chunk_factor": program.chunk_factor, "size_bytes": program.size_bytes,
+        "chunk_bytes": program.chunk_bytes, "predicted_time_us": program.predicted_time_us,
+        "extra": program.extra if isinstance(program.extra, dict) else {},
+        "step_fields": list(STEP_FIELDS),
+        "gpus": [{"id": g.id, "i_chunks": g.i_chunks, "o_chunks": g.o_chunks, "s_chunks": g.s_chunks,
+                  "threadblocks": [{"id": tb.id, "send": tb.send, "recv": tb.recv, "chan": tb.chan,
+                                    "steps": [step(st) for st in tb.steps]} for tb in g.threadblocks]}
+                 for g in program.gpus],
+    }
+    return doc
+
+
+def program_to_json(program: Program) -> str:
+    """JSON text (steps one per line would bloat big programs; gpus are indented one level)."""
+    doc = program_to_dict(program)
+    try:
+        return json.dumps(doc, separators=(",", ":"), allow_nan=False) + "\n"
+    except (TypeError, ValueError) as exc:
+        raise SynthError(f"program {program.name!r} cannot be written as JSON: {exc}") from None
+
+
+def _where(path) -> str:
+    return "/".join(str(p) for p in path) or "(top level)"
+
+
+def program_from_dict(doc, source: str = "<json>") -> Program:
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise SynthError(f"{source}: not a synth JSON program (missing \"format\": \"{FORMAT}\")")
+    if doc.get("version") != VERSION:
+        raise SynthError(f"{source}: JSON program version {doc.get('version')!r} is not supported "
+                         f"(this synth reads version {VERSION})")
+    error = next(iter(sorted(_validator().iter_errors(doc), key=lambda e: list(e.absolute_path))), None)
+    if error is not None:
+        raise SynthError(f"{source}: invalid JSON program at {_where(error.absolute_path)}: {error.message}")
+    gpus = []
+    for g in doc["gpus"]:
+        tbs = tuple(Threadblock(id=tb["id"], send=tb["send"], recv=tb["recv"], chan=tb["chan"],
+                                steps=tuple(Step(s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], bool(s[8]))
+                                            for s in tb["steps"]))
+                    for tb in g["threadblocks"])
+        gpus.append(Gpu(id=g["id"], i_chunks=g["i_chunks"], o_chunks=g["o_chunks"], s_chunks=g["s_chunks"],
+                        threadblocks=tbs))
+    ids = [g.id for g in gpus]
+    if ids != list(range(doc["num_ranks"])):
+        raise SynthError(f"{source}: num_ranks={doc['num_ranks']} but gpu ids are {ids} "
+                         f"(expected 0..{doc['num_ranks'] - 1} in order)")
+    return Program(
+        name=doc["name"], collective=doc["collective"], num_ranks=doc["num_ranks"], gpus=tuple(gpus),
+        inplace=doc.get("inplace", False), proto=doc.get("proto", "Simple"), nchannels=doc.get("nchannels", 1),
+        nchunksperloop=doc.get("nchunksperloop", 1), root=doc.get("root", 0), min_bytes=doc.get("min_bytes", 0),
+        max_bytes=doc.get("max_bytes", 0), topology=doc.get("topology"), chunk_factor=doc.get("chunk_factor"),
+        size_bytes=doc.get("size_bytes"), chunk_bytes=doc.get("chunk_bytes"),
+        predicted_time_us=doc.get("predicted_time_us"), extra=doc.get("extra", {}),
+    )
+
+
+def program_from_json(text: str, source: str = "<json>") -> Program:
+    """Parse and validate a JSON program. Raises SynthError naming ``source`` and the bad field."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SynthError(f"{source}: not valid JSON ({exc})") from None
+    return program_from_dict(doc, source)

@@ -1,0 +1,54 @@
+"""Read and write program files: MSCCL XML (``.xml``) or JSON program (``.json``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from synth.errors import SynthError
+from synth.fileio import atomic_write_text
+from synth.program.ir import Program
+
+
+def load_program(path: str | os.PathLike) -> Program:
+    """Load a program; the format comes from the extension, else from the first character (< or {)."""
+    from synth.program.json_io import program_from_json
+    from synth.program.msccl_xml import program_from_xml
+
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SynthError(f"{p}: cannot read program file ({exc.__class__.__name__}: {exc})") from None
+    ext = p.suffix.lower()
+    if ext == ".xml":
+        return program_from_xml(text, str(p))
+    if ext == ".json":
+        return program_from_json(text, str(p))
+    head = text.lstrip()[:1]
+    if head == "<":
+        return program_from_xml(text, str(p))
+    if head == "{":
+        return program_from_json(text, str(p))
+    raise SynthError(f"{p}: not a program file (expected MSCCL XML or a synth JSON program)")
+
+
+def save_program(program: Program, path: str | os.PathLike, coll_spelling: str = "reduce_scatter",
+                 check_limits: bool = True) -> Path:
+    """Write ``program`` atomically; ``.xml`` is MSCCL XML (runtime limits checked first), else JSON."""
+    from synth.program.json_io import program_to_json
+    from synth.program.msccl_xml import check_runtime_limits, program_to_xml
+
+    p = Path(path)
+    if p.suffix.lower() == ".xml":
+        if check_limits:
+            check_runtime_limits(program)
+        text = program_to_xml(program, coll_spelling=coll_spelling)
+    elif p.suffix.lower() == ".json":
+        text = program_to_json(program)
+    else:
+        raise SynthError(f"{p}: program files end in .xml (MSCCL XML) or .json (JSON program)")
+    try:
+        return atomic_write_text(p, text)
+    except OSError as exc:
+        raise SynthError(f"{p}: cannot write program file ({exc})") from None

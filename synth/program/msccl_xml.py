@@ -1,0 +1,240 @@
+"""MSCCL XML export and import, and the structural limits the MSCCL runtimes enforce.
+
+Format (microsoft/msccl-tools ``msccl/language/ir.py`` ``ir_to_xml``, old format; parsed by
+Azure/msccl-executor-nccl ``src/misc/msccl/msccl_parser.cc``)::
+
+    <algo name proto nchannels nchunksperloop ngpus coll inplace outofplace minBytes maxBytes>
+      <gpu id i_chunks o_chunks s_chunks>
+        <tb id send recv chan>
+          <step s type srcbuf srcoff dstbuf dstoff cnt depid deps hasdep/>
+
+Both runtimes' attributes are written: the executor fork reads ``outofplace minBytes maxBytes``
+and spells reduce-scatter ``reducescatter``; the original runtime spells it ``reduce_scatter``.
+The executor's hand-written parser only accepts double-quoted values separated by single spaces
+and no ``<?xml?>`` prolog, so the writer emits exactly that.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from xml.sax.saxutils import quoteattr
+
+from synth.collectives import COLL_ALIASES, COLLECTIVES, ROOTED
+from synth.errors import SynthError
+from synth.program.ir import BUFFERS, RECEIVES, SENDS, STEP_TYPES, Gpu, Program, Step, Threadblock
+
+# Runtime limits (msccl-executor-nccl msccl_struct.h / msccl_parser.cc; NOTES.md).
+MAX_STEPS_PER_TB = 64          # MSCCL_MAX_NUM_STEPS
+MAX_COUNT = 72                 # MSCCL_MAX_COUNT: cnt must be < 72
+MAX_CHANNELS = 32              # MAXCHANNELS
+MAX_THREADBLOCKS = 1024        # MSCCL_MAX_NUM_THREAD_BLOCKS = 32 per channel x 32 channels
+MAX_DEPENDED_TB = 127          # dependentBid is stored in an int8
+MAX_XML_NODES = 4096           # parser node pool: algo + gpus + this rank's tbs and steps
+
+COLL_SPELLINGS = ("reduce_scatter", "reducescatter")
+_ALGO_KNOWN = ("name", "proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace", "outofplace",
+               "minBytes", "maxBytes", "root")
+
+
+def _coll_attr(collective: str, coll_spelling: str) -> str:
+    if coll_spelling not in COLL_SPELLINGS:
+        raise SynthError(f"coll spelling must be one of {', '.join(COLL_SPELLINGS)}, not {coll_spelling!r}")
+    return coll_spelling if collective == "reducescatter" else collective
+
+
+def program_to_xml(program: Program, coll_spelling: str = "reduce_scatter") -> str:
+    """MSCCL XML text of ``program`` (one element per line, double-quoted attributes)."""
+    coll = _coll_attr(program.collective, coll_spelling)
+    xml_extra = dict(program.extra.get("xml_attrs", {})) if isinstance(program.extra, dict) else {}
+    outofplace = xml_extra.pop("outofplace", "0" if program.inplace else "1")
+    attrs = [("name", program.name), ("proto", program.proto), ("nchannels", program.nchannels),
+             ("nchunksperloop", program.nchunksperloop), ("ngpus", program.num_ranks), ("coll", coll),
+             ("inplace", int(program.inplace)), ("outofplace", outofplace),
+             ("minBytes", program.min_bytes), ("maxBytes", program.max_bytes)]
+    if program.collective in ROOTED:
+        attrs.append(("root", program.root))
+    attrs.extend((k, v) for k, v in xml_extra.items() if k not in _ALGO_KNOWN)
+    lines = ["<algo " + " ".join(f"{k}={quoteattr(str(v))}" for k, v in attrs) + ">"]
+    for gpu in program.gpus:
+        lines.append(f'  <gpu id="{gpu.id}" i_chunks="{gpu.i_chunks}" o_chunks="{gpu.o_chunks}" '
+                     f's_chunks="{gpu.s_chunks}">')
+        for tb in gpu.threadblocks:
+            lines.append(f'    <tb id="{tb.id}" send="{tb.send}" recv="{tb.recv}" chan="{tb.chan}">')
+            for index, st in enumerate(tb.steps):
+                lines.append(
+                    f'      <step s="{index}" type="{st.type}" srcbuf="{st.srcbuf}" srcoff="{st.srcoff}" '
+                    f'dstbuf="{st.dstbuf}" dstoff="{st.dstoff}" cnt="{st.cnt}" depid="{st.depid}" '
+                    f'deps="{st.deps}" hasdep="{int(st.hasdep)}"/>')
+            lines.append("    </tb>")
+        lines.append("  </gpu>")
+    lines.append("</algo>")
+    return "\n".join(lines) + "\n"
+
+
+# ---- import ---------------------------------------------------------------------------------------
+def _int(elem: ET.Element, key: str, where: str, default: int | None = None) -> int:
+    raw = elem.get(key)
+    if raw is None:
+        if default is None:
+            raise SynthError(f"{where}: missing required attribute {key!r}")
+        return default
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise SynthError(f"{where}: attribute {key}={raw!r} is not an integer") from None
+
+
+def _canonical_coll(raw: str) -> str:
+    key = raw.strip().lower()
+    key = COLL_ALIASES.get(key, key)
+    return key if key in COLLECTIVES else raw.strip()  # keep unknown names (e.g. custom) as given
+
+
+def _parse_step(elem: ET.Element, where: str) -> tuple[int, Step]:
+    stype = elem.get("type")
+    if stype is None:
+        raise SynthError(f"{where}: missing required attribute 'type'")
+    stype = stype.strip()
+    if stype not in STEP_TYPES:
+        raise SynthError(f"{where}: unknown step type {stype!r} (expected one of {' '.join(STEP_TYPES)})")
+    bufs = {}
+    for key, default in (("srcbuf", "i"), ("dstbuf", "o")):
+        value = (elem.get(key) or default).strip()
+        if value not in BUFFERS:
+            raise SynthError(f"{where}: {key}={value!r} is not a buffer (i, o, s)")
+        bufs[key] = value
+    hasdep = _int(elem, "hasdep", where, 0)
+    if hasdep not in (0, 1):
+        raise SynthError(f"{where}: hasdep must be 0 or 1, not {hasdep}")
+    step = Step(type=stype, srcbuf=bufs["srcbuf"], srcoff=_int(elem, "srcoff", where, 0),
+                dstbuf=bufs["dstbuf"], dstoff=_int(elem, "dstoff", where, 0), cnt=_int(elem, "cnt", where, 1),
+                depid=_int(elem, "depid", where, -1), deps=_int(elem, "deps", where, -1), hasdep=bool(hasdep))
+    return _int(elem, "s", where, -1), step
+
+
+def _parse_tb(elem: ET.Element, where_gpu: str, position: int) -> Threadblock:
+    tb_id = _int(elem, "id", f"{where_gpu} <tb> #{position}")
+    where = f"{where_gpu} <tb id={tb_id}>"
+    indexed = []
+    for k, child in enumerate(elem):
+        if child.tag != "step":
+            continue  # foreign elements are ignored, as the runtimes do
+        s, step = _parse_step(child, f"{where} <step> #{k}")
+        indexed.append((s if s >= 0 else len(indexed), step))
+    order = sorted(range(len(indexed)), key=lambda k: indexed[k][0])
+    numbers = [indexed[k][0] for k in order]
+    if numbers != list(range(len(indexed))):
+        raise SynthError(f"{where}: step numbers s must be 0..{len(indexed) - 1} without gaps, got {numbers}")
+    return Threadblock(id=tb_id, send=_int(elem, "send", where, -1), recv=_int(elem, "recv", where, -1),
+                       chan=_int(elem, "chan", where, 0), steps=tuple(indexed[k][1] for k in order))
+
+
+def _usage(threadblocks: tuple[Threadblock, ...], buffer: str) -> int:
+    """Chunks of ``buffer`` a gpu's steps touch (for files that omit i_chunks/o_chunks/s_chunks)."""
+    top = 0
+    for tb in threadblocks:
+        for st in tb.steps:
+            if st.type == "nop":
+                continue
+            if st.srcbuf == buffer and st.type in ("s", "rrs", "rrc", "rrcs", "cpy", "re"):
+                top = max(top, st.srcoff + st.cnt)
+            if st.dstbuf == buffer and st.type in ("r", "rcs", "rrc", "rrcs", "cpy", "re"):
+                top = max(top, st.dstoff + st.cnt)
+    return top
+
+
+def program_from_xml(text: str, source: str = "<xml>") -> Program:
+    """Parse MSCCL XML (ours or foreign). Raises SynthError naming ``source`` and the element."""
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as exc:
+        raise SynthError(f"{source}: not well-formed XML ({exc})") from None
+    if root.tag != "algo":
+        raise SynthError(f"{source}: root element is <{root.tag}>, expected <algo>")
+    where = f"{source}: <algo>"
+    coll_raw = root.get("coll")
+    if coll_raw is None:
+        raise SynthError(f"{where}: missing required attribute 'coll'")
+    gpus = []
+    for k, elem in enumerate(root):
+        if elem.tag != "gpu":
+            continue
+        gid = _int(elem, "id", f"{source}: <gpu> #{k}")
+        wg = f"{source}: <gpu id={gid}>"
+        tbs = tuple(_parse_tb(child, wg, j) for j, child in enumerate(elem) if child.tag == "tb")
+        gpus.append(Gpu(id=gid, i_chunks=_int(elem, "i_chunks", wg, _usage(tbs, "i")),
+                        o_chunks=_int(elem, "o_chunks", wg, _usage(tbs, "o")),
+                        s_chunks=_int(elem, "s_chunks", wg, _usage(tbs, "s")), threadblocks=tbs))
+    gpus.sort(key=lambda g: g.id)
+    ngpus = _int(root, "ngpus", where, len(gpus))
+    ids = [g.id for g in gpus]
+    if ids != list(range(ngpus)):
+        raise SynthError(f"{where}: ngpus={ngpus} but <gpu> ids are {ids} (expected 0..{ngpus - 1} once each)")
+    inplace = _int(root, "inplace", where, 0)
+    chans = [tb.chan for g in gpus for tb in g.threadblocks]
+    extra_attrs = {k: v for k, v in root.attrib.items() if k not in _ALGO_KNOWN}
+    if "outofplace" in root.attrib and _int(root, "outofplace", where) != (0 if inplace else 1):
+        extra_attrs["outofplace"] = root.get("outofplace")
+    stem = source.rsplit("/", 1)[-1].rsplit(".", 1)[0] or "msccl"
+    return Program(
+        name=root.get("name", stem), collective=_canonical_coll(coll_raw), num_ranks=ngpus, gpus=tuple(gpus),
+        inplace=bool(inplace), proto=root.get("proto", "Simple"),
+        nchannels=_int(root, "nchannels", where, max(chans, default=-1) + 1 or 1),
+        nchunksperloop=_int(root, "nchunksperloop", where,
+                            max((max(g.i_chunks, g.o_chunks) for g in gpus), default=1) or 1),
+        root=_int(root, "root", where, 0), min_bytes=_int(root, "minBytes", where, 0),
+        max_bytes=_int(root, "maxBytes", where, 0),
+        extra={"xml_attrs": extra_attrs} if extra_attrs else {},
+    )
+
+
+# ---- runtime limits -------------------------------------------------------------------------------
+def check_runtime_limits(program: Program) -> None:
+    """Raise SynthError on the first structural limit an MSCCL runtime would reject.
+
+    Checks (msccl-executor-nccl parser and NOTES.md): dense tb ids from 0 per gpu, peer != self and in
+    range, a send/receive needs a peer, depended-on tb ids <= 127, <= 64 steps per tb, 1 <= cnt < 72,
+    channels < nchannels <= 32, <= 1024 threadblocks per gpu, <= 4096 XML nodes per rank.
+    """
+    n = program.num_ranks
+    if program.nchannels > MAX_CHANNELS:
+        raise SynthError(f"runtime limit: nchannels={program.nchannels} exceeds {MAX_CHANNELS} channels; "
+                         "use fewer channels (--max-trees)")
+    for gpu in program.gpus:
+        r = gpu.id
+        tbs = gpu.threadblocks
+        if len(tbs) > MAX_THREADBLOCKS:
+            raise SynthError(f"runtime limit: rank {r} has {len(tbs)} threadblocks, more than "
+                             f"{MAX_THREADBLOCKS}; use fewer trees or channels (--max-trees)")
+        ids = sorted(tb.id for tb in tbs)
+        if ids != list(range(len(tbs))):
+            raise SynthError(f"runtime limit: rank {r} threadblock ids {ids} are not dense from 0")
+        nodes = 1 + n + len(tbs) + sum(len(tb.steps) for tb in tbs)
+        if nodes > MAX_XML_NODES:
+            raise SynthError(f"runtime limit: rank {r} needs {nodes} XML nodes, more than {MAX_XML_NODES}; "
+                             "use fewer chunks (--chunks) or trees (--max-trees)")
+        for tb in tbs:
+            where = f"rank {r} tb {tb.id}"
+            for peer, role in ((tb.send, "send"), (tb.recv, "recv")):
+                if peer == r:
+                    raise SynthError(f"runtime limit: {where} has {role} peer equal to itself")
+                if peer < -1 or peer >= n:
+                    raise SynthError(f"runtime limit: {where} has {role} peer {peer}, not a rank (0..{n - 1})")
+            if not 0 <= tb.chan < max(program.nchannels, 1) or tb.chan >= MAX_CHANNELS:
+                raise SynthError(f"runtime limit: {where} uses channel {tb.chan}, outside 0..{program.nchannels - 1}"
+                                 f" (at most {MAX_CHANNELS} channels; --max-trees)")
+            if len(tb.steps) > MAX_STEPS_PER_TB:
+                raise SynthError(f"runtime limit: {where} has {len(tb.steps)} steps, more than "
+                                 f"{MAX_STEPS_PER_TB}; use fewer chunks (--chunks)")
+            for s, st in enumerate(tb.steps):
+                wst = f"{where} step {s} ({st.type})"
+                if st.type != "nop" and not 1 <= st.cnt < MAX_COUNT:
+                    raise SynthError(f"runtime limit: {wst} has cnt={st.cnt}, must be 1..{MAX_COUNT - 1}; "
+                                     "use fewer chunks (--chunks)")
+                if st.type in SENDS and tb.send < 0:
+                    raise SynthError(f"runtime limit: {wst} sends but the threadblock has no send peer")
+                if st.type in RECEIVES and tb.recv < 0:
+                    raise SynthError(f"runtime limit: {wst} receives but the threadblock has no recv peer")
+                if st.depid > MAX_DEPENDED_TB:
+                    raise SynthError(f"runtime limit: {wst} depends on tb {st.depid}; depended-on tb ids "
+                                     f"must be <= {MAX_DEPENDED_TB}; use fewer trees (--max-trees)")
