@@ -1,0 +1,310 @@
+"""Parametric topology families (pure functions returning canonical, validated Topology objects).
+
+Every link is bidirectional unless stated (one link in each direction, ``bw`` GB/s each way).
+Defaults: 50 GB/s and 0.5 µs per link (DESIGN.md "Reference topologies").
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+from synth.errors import SynthError
+from synth.topology.io import check_topology, merge_links
+from synth.topology.model import Topology
+
+DEFAULT_BW = 50.0
+DEFAULT_ALPHA = 0.5
+
+Node = int | str
+
+
+class _Builder:
+    """Collects (src, dst, bw, alpha, directed) entries by node name, then merges them canonically."""
+
+    def __init__(self, num_ranks: int, switches: Sequence[str] = ()) -> None:
+        self.num_ranks = num_ranks
+        self.switches = tuple(switches)
+        self._ids = {name: num_ranks + k for k, name in enumerate(self.switches)}
+        self._entries: list[tuple[int, int, float, float, bool]] = []
+
+    def add_switch(self, name: str) -> str:
+        if name not in self._ids:
+            self._ids[name] = self.num_ranks + len(self.switches)
+            self.switches = (*self.switches, name)
+        return name
+
+    def _id(self, node: Node) -> int:
+        return node if isinstance(node, int) else self._ids[node]
+
+    def link(self, a: Node, b: Node, bw: float, alpha: float, directed: bool = False) -> None:
+        self._entries.append((self._id(a), self._id(b), float(bw), float(alpha), directed))
+
+    def build(self, name: str, description: str = "", machines: Sequence[Sequence[int]] = ()) -> Topology:
+        def fail(index: int, problem: str) -> SynthError:
+            return SynthError(f"{name}: generated link {index}: {problem}")
+
+        topology = Topology(
+            name=name,
+            num_ranks=self.num_ranks,
+            links=merge_links(self._entries, fail),
+            switches=self.switches,
+            machines=tuple(tuple(int(r) for r in m) for m in machines),
+            description=description,
+        )
+        return check_topology(topology, name)
+
+
+def _check(bw: float, alpha: float, what: str = "") -> None:
+    if not (bw > 0 and bw != float("inf")):
+        raise SynthError(f"{what}bw must be a positive finite number (GB/s), got {bw}")
+    if not (alpha >= 0 and alpha != float("inf")):
+        raise SynthError(f"{what}alpha must be a finite number >= 0 (µs), got {alpha}")
+
+
+def _check_count(value: int, what: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or int(value) != value or value < minimum:
+        raise SynthError(f"{what} must be an integer >= {minimum}, got {value}")
+    return int(value)
+
+
+def _fmt(x: float) -> str:
+    return f"{x:g}"
+
+
+def ring(n: int, bw: float = DEFAULT_BW, alpha: float = DEFAULT_ALPHA, *, bidirectional: bool = True,
+         name: str | None = None) -> Topology:
+    """Ranks 0..n-1 in a ring: i <-> i+1 mod n (one-way i -> i+1 if not ``bidirectional``)."""
+    n = _check_count(n, "ring size")
+    _check(bw, alpha)
+    b = _Builder(n)
+    pairs = {(i, (i + 1) % n) for i in range(n) if n > 1}
+    if bidirectional:  # n == 2: the two "ring" links are the same pair, add it once
+        pairs = {(min(p), max(p)) for p in pairs}
+    for i, j in sorted(pairs):
+        b.link(i, j, bw, alpha, directed=not bidirectional)
+    kind = "bidirectional" if bidirectional else "unidirectional"
+    return b.build(name or f"ring-{n}", f"{kind} ring of {n} ranks, {_fmt(bw)} GB/s, {_fmt(alpha)} us per link")
+
+
+def line(n: int, bw: float = DEFAULT_BW, alpha: float = DEFAULT_ALPHA, *, name: str | None = None) -> Topology:
+    """Ranks 0..n-1 on a path: i <-> i+1."""
+    n = _check_count(n, "line size")
+    _check(bw, alpha)
+    b = _Builder(n)
+    for i in range(n - 1):
+        b.link(i, i + 1, bw, alpha)
+    return b.build(name or f"line-{n}", f"line of {n} ranks, {_fmt(bw)} GB/s, {_fmt(alpha)} us per link")
+
+
+def fully_connected(n: int, bw: float = DEFAULT_BW, alpha: float = DEFAULT_ALPHA, *,
+                    name: str | None = None) -> Topology:
+    """Every pair of ranks has its own link."""
+    n = _check_count(n, "rank count")
+    _check(bw, alpha)
+    b = _Builder(n)
+    for i, j in itertools.combinations(range(n), 2):
+        b.link(i, j, bw, alpha)
+    return b.build(name or f"fully-connected-{n}",
+                   f"fully connected {n} ranks, {_fmt(bw)} GB/s, {_fmt(alpha)} us per pair")
+
+
+def _grid(dims: Sequence[int], wrap: bool, bw: float, alpha: float, name: str | None) -> Topology:
+    dims = tuple(_check_count(d, "each dimension") for d in dims)
+    if not dims:
+        raise SynthError("a mesh or torus needs at least one dimension")
+    _check(bw, alpha)
+    n = 1
+    for d in dims:
+        n *= d
+    if n > 1_000_000:
+        raise SynthError(f"{'x'.join(map(str, dims))} has {n} ranks; the limit is 1000000")
+    strides = [1] * len(dims)  # rank = sum(coord[k] * strides[k]), last dimension fastest
+    for k in range(len(dims) - 2, -1, -1):
+        strides[k] = strides[k + 1] * dims[k + 1]
+    b = _Builder(n)
+    pairs: set[tuple[int, int]] = set()
+    for coord in itertools.product(*(range(d) for d in dims)):
+        rank = sum(c * s for c, s in zip(coord, strides, strict=True))
+        for k, d in enumerate(dims):
+            if coord[k] + 1 < d:
+                pairs.add((rank, rank + strides[k]))
+            elif wrap and d > 2:  # wrap-around; for d == 2 it is the same pair as the mesh link
+                pairs.add((rank - coord[k] * strides[k], rank))
+    for i, j in sorted(pairs):
+        b.link(i, j, bw, alpha)
+    kind = "torus" if wrap else "mesh"
+    shape = "x".join(map(str, dims))
+    return b.build(
+        name or f"{kind}-{shape}",
+        f"{len(dims)}-D {kind} {shape} (rank = row-major coordinates), {_fmt(bw)} GB/s, {_fmt(alpha)} us per link",
+    )
+
+
+def mesh(dims: Sequence[int], bw: float = DEFAULT_BW, alpha: float = DEFAULT_ALPHA, *,
+         name: str | None = None) -> Topology:
+    """N-dimensional mesh: neighbours differ by one in one coordinate (row-major rank numbering)."""
+    return _grid(dims, False, bw, alpha, name)
+
+
+def torus(dims: Sequence[int], bw: float = DEFAULT_BW, alpha: float = DEFAULT_ALPHA, *,
+          name: str | None = None) -> Topology:
+    """N-dimensional torus: a mesh plus wrap-around links (a size-2 dimension has one link per pair)."""
+    return _grid(dims, True, bw, alpha, name)
+
+
+def hypercube(dim: int, bw: float = DEFAULT_BW, alpha: float = DEFAULT_ALPHA, *,
+              name: str | None = None) -> Topology:
+    """2**dim ranks; i <-> i XOR 2**k for every bit k."""
+    dim = _check_count(dim, "hypercube dimension", minimum=0)
+    if dim > 20:
+        raise SynthError(f"hypercube dimension {dim} is too large (limit 20)")
+    _check(bw, alpha)
+    n = 1 << dim
+    b = _Builder(n)
+    for i in range(n):
+        for k in range(dim):
+            j = i ^ (1 << k)
+            if i < j:
+                b.link(i, j, bw, alpha)
+    return b.build(name or f"hypercube-{n}",
+                   f"{dim}-D hypercube of {n} ranks, {_fmt(bw)} GB/s, {_fmt(alpha)} us per link")
+
+
+def star(n: int, bw: float = DEFAULT_BW, alpha: float = DEFAULT_ALPHA, *, switch: str = "switch",
+         name: str | None = None, machines: Sequence[Sequence[int]] | None = None,
+         description: str | None = None) -> Topology:
+    """n ranks, each with one link to a single switch (an NVSwitch box, a crossbar)."""
+    n = _check_count(n, "rank count")
+    _check(bw, alpha)
+    b = _Builder(n, [switch])
+    for i in range(n):
+        b.link(i, switch, bw, alpha)
+    text = description or f"{n} ranks on one switch {switch!r}, {_fmt(bw)} GB/s, {_fmt(alpha)} us per link"
+    return b.build(name or f"star-{n}", text, machines or ())
+
+
+def leaf_spine(leaves: int, per_leaf: int, spines: int = 1, bw: float = DEFAULT_BW, alpha: float = DEFAULT_ALPHA,
+               *, uplink_bw: float | None = None, uplink_alpha: float | None = None,
+               name: str | None = None) -> Topology:
+    """Two-level fat tree: ``per_leaf`` ranks under each leaf switch, every leaf linked to every spine.
+
+    Rank r sits under ``leaf{r // per_leaf}``. Rank<->leaf links use (bw, alpha); leaf<->spine links
+    use (uplink_bw, uplink_alpha), by default ``bw * per_leaf / spines`` (a non-blocking tree) and alpha.
+    """
+    leaves = _check_count(leaves, "leaves")
+    per_leaf = _check_count(per_leaf, "ranks per leaf")
+    spines = _check_count(spines, "spines", minimum=0 if leaves == 1 else 1)
+    _check(bw, alpha)
+    if uplink_bw is not None:
+        up_bw = uplink_bw
+    else:
+        up_bw = bw * per_leaf / spines if spines else bw
+    up_alpha = alpha if uplink_alpha is None else uplink_alpha
+    _check(up_bw, up_alpha, "uplink ")
+    b = _Builder(leaves * per_leaf)
+    for leaf in range(leaves):
+        b.add_switch(f"leaf{leaf}")
+    for spine in range(spines):
+        b.add_switch(f"spine{spine}")
+    for r in range(leaves * per_leaf):
+        b.link(r, f"leaf{r // per_leaf}", bw, alpha)
+    for leaf in range(leaves):
+        for spine in range(spines):
+            b.link(f"leaf{leaf}", f"spine{spine}", up_bw, up_alpha)
+    return b.build(
+        name or f"leaf-spine-{leaves}x{per_leaf}",
+        f"leaf-spine: {leaves} leaves x {per_leaf} ranks, {spines} spines; rank-leaf {_fmt(bw)} GB/s "
+        f"{_fmt(alpha)} us, leaf-spine {_fmt(up_bw)} GB/s {_fmt(up_alpha)} us",
+    )
+
+
+fat_tree = leaf_spine
+
+
+def boxes_behind_nics(
+    boxes: int,
+    per_box: int = 8,
+    *,
+    intra: str | Sequence[Sequence[float]] = "nvswitch",
+    intra_bw: float = DEFAULT_BW,
+    intra_alpha: float = DEFAULT_ALPHA,
+    nics_per_box: int | None = None,
+    gpu_nic_bw: float | None = None,
+    gpu_nic_alpha: float = 0.0,
+    nic_bw: float = 25.0,
+    ib_switches: int = 1,
+    ib_alpha: float = 2.0,
+    name: str | None = None,
+    description: str | None = None,
+) -> Topology:
+    """Multi-node boxes: ``boxes`` x ``per_box`` ranks; rank ``b*per_box + i`` is GPU i of box b.
+
+    Intra-box fabric: ``"nvswitch"`` (every GPU <-> switch ``b{b}.nvswitch`` at intra_bw),
+    ``"mesh"`` (every GPU pair at intra_bw), or a per_box x per_box symmetric matrix of GB/s per
+    direction (0 = no link), all with intra_alpha.
+    NICs: ``nics_per_box`` NIC nodes (switches ``b{b}.nic{j}``, default one per GPU); GPU i uses NIC
+    ``i * nics_per_box // per_box`` over gpu_nic_bw (default nic_bw) and gpu_nic_alpha; NIC j
+    links to IB switch ``ib{j % ib_switches}`` at nic_bw with ib_alpha. ``nics_per_box=0`` links
+    GPU i straight to ``ib{i % ib_switches}`` at nic_bw with ib_alpha.
+    """
+    boxes = _check_count(boxes, "boxes")
+    per_box = _check_count(per_box, "ranks per box")
+    nics = per_box if nics_per_box is None else _check_count(nics_per_box, "NICs per box", minimum=0)
+    ib_switches = _check_count(ib_switches, "IB switches")
+    _check(intra_bw, intra_alpha, "intra-box ")
+    _check(nic_bw, ib_alpha, "NIC ")
+    g_bw = nic_bw if gpu_nic_bw is None else gpu_nic_bw
+    _check(g_bw, gpu_nic_alpha, "GPU-NIC ")
+    if nics > per_box:
+        raise SynthError(f"NICs per box ({nics}) cannot exceed ranks per box ({per_box})")
+    if ib_switches > (nics or per_box):
+        raise SynthError(f"{ib_switches} IB switches but only {nics or per_box} uplinks per box: "
+                         "some IB switch would be isolated")
+
+    matrix = None
+    if isinstance(intra, str):
+        if intra not in ("nvswitch", "mesh"):
+            raise SynthError(f"intra-box fabric must be 'nvswitch', 'mesh' or a matrix, got {intra!r}")
+    else:
+        matrix = [[float(x) for x in row] for row in intra]
+        if len(matrix) != per_box or any(len(row) != per_box for row in matrix):
+            raise SynthError(f"the intra-box matrix must be {per_box}x{per_box}")
+        for i, j in itertools.product(range(per_box), repeat=2):
+            if matrix[i][j] != matrix[j][i] or matrix[i][j] < 0 or (i == j and matrix[i][j]):
+                raise SynthError(f"the intra-box matrix must be symmetric, >= 0, zero diagonal (entry {i},{j})")
+
+    b = _Builder(boxes * per_box)
+    uplinks: list[tuple[Node, int]] = []  # (NIC or GPU, IB switch index), linked once the IB switches exist
+    for box in range(boxes):
+        base = box * per_box
+        if intra == "nvswitch":
+            sw = b.add_switch(f"b{box}.nvswitch")
+            for i in range(per_box):
+                b.link(base + i, sw, intra_bw, intra_alpha)
+        elif intra == "mesh":
+            for i, j in itertools.combinations(range(per_box), 2):
+                b.link(base + i, base + j, intra_bw, intra_alpha)
+        else:
+            for i, j in itertools.combinations(range(per_box), 2):
+                if matrix[i][j] > 0:
+                    b.link(base + i, base + j, matrix[i][j], intra_alpha)
+        for j in range(nics):
+            uplinks.append((b.add_switch(f"b{box}.nic{j}"), j % ib_switches))
+        for i in range(per_box):
+            if nics:
+                b.link(base + i, f"b{box}.nic{i * nics // per_box}", g_bw, gpu_nic_alpha)
+            else:
+                uplinks.append((base + i, i % ib_switches))
+    for k in range(ib_switches):
+        b.add_switch(f"ib{k}")
+    for node, k in uplinks:
+        b.link(node, f"ib{k}", nic_bw, ib_alpha)
+    fabric = intra if isinstance(intra, str) else "matrix"
+    text = description or (
+        f"{boxes} boxes x {per_box} ranks; intra-box {fabric} {_fmt(intra_bw)} GB/s {_fmt(intra_alpha)} us; "
+        f"{nics} NICs per box (GPU-NIC {_fmt(g_bw)} GB/s {_fmt(gpu_nic_alpha)} us), "
+        f"NIC-IB {_fmt(nic_bw)} GB/s {_fmt(ib_alpha)} us, {ib_switches} IB switches"
+    )
+    machines = [range(box * per_box, (box + 1) * per_box) for box in range(boxes)]
+    return b.build(name or f"boxes-{boxes}x{per_box}", text, machines)

@@ -1,0 +1,524 @@
+"""Topology files (SPEC "Topology file"): load, validate and save YAML or JSON.
+
+Validation has two layers. The JSON Schema shipped as package data (``schema.json``) checks the
+structure: required keys, types, ``bw > 0``, ``alpha >= 0`` and unknown keys. Semantic checks then
+resolve node names and reject unknown nodes, self-loops, disagreeing α on parallel entries, bad
+``machines``, isolated switches and ranks that cannot reach every other rank (directed, through
+switches). Every failure is a :class:`SynthError` with one line: ``FILE: ENTRY: problem``.
+
+Loaded topologies are canonical: directed links merged per (src, dst) (parallel entries add their
+bandwidth) and sorted by (src, dst), so ``parse(topology_to_dict(t)) == t`` for every canonical
+``t`` (the generators produce canonical topologies too).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Callable, Iterable
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from synth.errors import SynthError
+from synth.topology.builtin import builtin_names, builtin_path
+from synth.topology.model import Link, Topology
+
+__all__ = [
+    "load_topology",
+    "parse_topology",
+    "topology_to_dict",
+    "save_topology",
+    "dump_topology",
+    "check_topology",
+    "hop_diameter",
+    "merge_links",
+]
+
+_YAML_SUFFIXES = {".yaml", ".yml"}
+_MAX_REPR = 60
+
+
+# --------------------------------------------------------------------------------------------
+# error formatting
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= _MAX_REPR else text[: _MAX_REPR - 3] + "..."
+
+
+def _one_line(text: str) -> str:
+    return re.sub(r"\s+", " ", str(text)).strip()
+
+
+def _fail(source: str, where: str, problem: str) -> SynthError:
+    where = f"{where}: " if where else ""
+    return SynthError(_one_line(f"{source}: {where}{problem}"))
+
+
+def _path_str(path: Iterable[Any]) -> str:
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+_TYPE_NAMES = {
+    "integer": "an integer",
+    "number": "a number",
+    "string": "a string",
+    "boolean": "true or false",
+    "array": "a list",
+    "object": "a mapping",
+}
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return type(value).__name__
+
+
+def _schema_problem(error: Any) -> str:
+    """Turn a jsonschema ValidationError into a short, human problem statement."""
+    kind, value, expected = error.validator, error.instance, error.validator_value
+    if kind == "required":
+        missing = [k for k in expected if not (isinstance(value, dict) and k in value)]
+        return f"missing required key {missing[0]!r}" if missing else error.message
+    if kind == "additionalProperties":
+        known = set(error.schema.get("properties", {}))
+        extra = [k for k in value if k not in known] if isinstance(value, dict) else []
+        allowed = ", ".join(sorted(known))
+        return f"unknown key {_short(extra[0]) if extra else '?'} (allowed: {allowed})"
+    if kind == "type":
+        names = [expected] if isinstance(expected, str) else list(expected)
+        want = " or ".join(_TYPE_NAMES.get(n, n) for n in names)
+        return f"must be {want}, got {_type_name(value)} {_short(value)}"
+    if kind == "exclusiveMinimum":
+        return f"must be > {expected}, got {_short(value)}"
+    if kind == "minimum":
+        return f"must be >= {expected}, got {_short(value)}"
+    if kind == "maximum":
+        return f"must be <= {expected}, got {_short(value)}"
+    if kind in ("minLength", "minItems"):
+        return "must not be empty"
+    if kind == "uniqueItems":
+        seen: set = set()
+        for item in value:
+            key = json.dumps(item, sort_keys=True, default=str)
+            if key in seen:
+                return f"duplicate entry {_short(item)}"
+            seen.add(key)
+        return "entries must be unique"
+    return error.message
+
+
+@lru_cache(maxsize=1)
+def _validator():
+    from importlib.resources import files
+
+    import jsonschema
+
+    schema = json.loads(files("synth.topology").joinpath("schema.json").read_text(encoding="utf-8"))
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def _schema_check(doc: Any, source: str) -> None:
+    from jsonschema.exceptions import best_match
+
+    error = best_match(_validator().iter_errors(doc))
+    if error is not None:
+        raise _fail(source, _path_str(error.absolute_path), _schema_problem(error))
+
+
+# --------------------------------------------------------------------------------------------
+# link merging (shared with the generators)
+
+
+def merge_links(
+    entries: Iterable[tuple[int, int, float, float, bool]],
+    fail: Callable[[int, str], Exception],
+) -> tuple[Link, ...]:
+    """Merge link entries ``(src, dst, bw, alpha, directed)`` into canonical directed links.
+
+    An undirected entry is one link in each direction. Entries on the same (src, dst) add their
+    bandwidth and must agree on α (SPEC); ``fail(entry_index, problem)`` builds the error.
+    """
+    acc: dict[tuple[int, int], list] = {}
+    for index, (src, dst, bw, alpha, directed) in enumerate(entries):
+        pairs = ((src, dst),) if directed else ((src, dst), (dst, src))
+        for pair in pairs:
+            cur = acc.get(pair)
+            if cur is None:
+                acc[pair] = [float(bw), float(alpha), index]
+            elif cur[1] != float(alpha):
+                raise fail(
+                    index,
+                    f"alpha {alpha:g} on {pair[0]} -> {pair[1]} disagrees with alpha {cur[1]:g} "
+                    f"of links[{cur[2]}] (parallel entries add bandwidth and must share alpha)",
+                )
+            else:
+                cur[0] += float(bw)
+    return tuple(Link(s, d, v[0], v[1]) for (s, d), v in sorted(acc.items()))
+
+
+# --------------------------------------------------------------------------------------------
+# graph checks
+
+
+def _adjacency(topology: Topology):
+    import numpy as np
+    from scipy.sparse import csr_matrix
+
+    src, dst, _, _ = topology.arrays
+    n = topology.num_nodes
+    return csr_matrix((np.ones(len(src), dtype=np.int8), (src, dst)), shape=(n, n))
+
+
+def _unreachable_pair(topology: Topology) -> tuple[int, int] | None:
+    """A (src, dst) rank pair with no directed path, or None when every rank reaches every rank.
+
+    Every rank reaches rank 0 and rank 0 reaches every rank iff all ranks are mutually reachable.
+    """
+    if topology.num_ranks <= 1:
+        return None
+    import numpy as np
+    from scipy.sparse.csgraph import breadth_first_order
+
+    graph = _adjacency(topology)
+    for matrix, forward in ((graph, True), (graph.T.tocsr(), False)):
+        order = breadth_first_order(matrix, 0, directed=True, return_predecessors=False)
+        seen = np.zeros(topology.num_nodes, dtype=bool)
+        seen[order] = True
+        missing = np.flatnonzero(~seen[: topology.num_ranks])
+        if len(missing):
+            other = int(missing[0])
+            return (0, other) if forward else (other, 0)
+    return None
+
+
+def hop_diameter(topology: Topology, block: int = 512) -> int:
+    """Max over ordered rank pairs of the hop count of a shortest directed path (switches allowed).
+
+    Unweighted BFS from every rank (scipy.sparse.csgraph, in blocks of sources to bound memory).
+    Returns -1 if some rank cannot reach another.
+    """
+    import numpy as np
+    from scipy.sparse.csgraph import shortest_path
+
+    n = topology.num_ranks
+    if n <= 1:
+        return 0
+    graph = _adjacency(topology)
+    best = 0.0
+    for start in range(0, n, block):
+        rows = np.arange(start, min(n, start + block))
+        dist = shortest_path(graph, directed=True, unweighted=True, indices=rows)[:, :n]
+        worst = float(dist.max())
+        if not math.isfinite(worst):
+            return -1
+        best = max(best, worst)
+    return int(best)
+
+
+def check_topology(topology: Topology, source: str | None = None) -> Topology:
+    """Graph-level checks: no isolated switch; every rank reaches every other rank."""
+    source = source or topology.source or topology.name
+    touched = set()
+    for link in topology.links:
+        touched.add(link.src)
+        touched.add(link.dst)
+    for k, name in enumerate(topology.switches):
+        if topology.num_ranks + k not in touched:
+            raise _fail(source, f"switches[{k}]", f"switch {name!r} is isolated (no links)")
+    pair = _unreachable_pair(topology)
+    if pair is not None:
+        raise _fail(
+            source,
+            "links",
+            f"rank {pair[0]} cannot reach rank {pair[1]} (every rank must reach every other rank)",
+        )
+    return topology
+
+
+# --------------------------------------------------------------------------------------------
+# dict <-> Topology
+
+
+def _resolve(node: Any, num_ranks: int, switch_ids: dict[str, int], where: str, source: str) -> int:
+    if isinstance(node, bool):
+        raise _fail(source, where, f"must be a rank integer or a switch name, got {node!r}")
+    if isinstance(node, float):
+        if not node.is_integer():
+            raise _fail(source, where, f"unknown node {_short(node)} (ranks are integers)")
+        node = int(node)
+    if isinstance(node, int):
+        if 0 <= node < num_ranks:
+            return node
+        raise _fail(source, where, f"unknown node {node} (ranks are 0..{num_ranks - 1})")
+    if node in switch_ids:
+        return switch_ids[node]
+    hint = ", ".join(_short(s) for s in list(switch_ids)[:8]) or "none declared"
+    if isinstance(node, str) and node.strip().lstrip("-").isdigit():
+        hint += "; ranks must be written as integers, not strings"
+    raise _fail(source, where, f"unknown node {_short(node)} (switches: {hint})")
+
+
+def parse_topology(doc: Any, source: str = "<topology>") -> Topology:
+    """Validate a decoded YAML/JSON document and build a canonical :class:`Topology`."""
+    if not isinstance(doc, dict):
+        raise _fail(source, "", f"the top level must be a mapping with name, ranks and links, got {_type_name(doc)}")
+    _schema_check(doc, source)
+
+    num_ranks = int(doc["ranks"])
+    switches = tuple(doc.get("switches", ()))
+    switch_ids = {name: num_ranks + k for k, name in enumerate(switches)}
+    defaults = doc.get("defaults", {})
+
+    entries: list[tuple[int, int, float, float, bool]] = []
+    for i, raw in enumerate(doc["links"]):
+        where = f"links[{i}]"
+        src = _resolve(raw["src"], num_ranks, switch_ids, f"{where}.src", source)
+        dst = _resolve(raw["dst"], num_ranks, switch_ids, f"{where}.dst", source)
+        if src == dst:
+            raise _fail(source, where, f"self-loop {raw['src']!r} -> {raw['dst']!r}")
+        if "bw" in raw:
+            bw = raw["bw"]
+        elif "bw" in defaults:
+            bw = defaults["bw"]
+        else:
+            raise _fail(source, where, "missing required key 'bw' (and no defaults.bw)")
+        alpha = raw.get("alpha", defaults.get("alpha", 0.0))
+        if not math.isfinite(float(bw)):
+            raise _fail(source, f"{where}.bw", f"must be a finite number, got {bw!r}")
+        if not math.isfinite(float(alpha)):
+            raise _fail(source, f"{where}.alpha", f"must be a finite number, got {alpha!r}")
+        entries.append((src, dst, float(bw), float(alpha), bool(raw.get("directed", defaults.get("directed", False)))))
+
+    links = merge_links(entries, lambda i, problem: _fail(source, f"links[{i}]", problem))
+
+    machines: list[tuple[int, ...]] = []
+    owner: dict[int, int] = {}
+    for m, group in enumerate(doc.get("machines", ())):
+        for rank in group:
+            rank = int(rank)
+            if rank >= num_ranks:
+                raise _fail(source, f"machines[{m}]", f"unknown rank {rank} (ranks are 0..{num_ranks - 1})")
+            if rank in owner:
+                raise _fail(source, f"machines[{m}]", f"rank {rank} is already in machines[{owner[rank]}]")
+            owner[rank] = m
+        machines.append(tuple(int(r) for r in group))
+    if machines and len(owner) != num_ranks:
+        lost = next(r for r in range(num_ranks) if r not in owner)
+        raise _fail(source, "machines", f"rank {lost} is in no machine (machines must cover every rank)")
+
+    topology = Topology(
+        name=doc["name"],
+        num_ranks=num_ranks,
+        links=links,
+        switches=switches,
+        machines=tuple(machines),
+        description=doc.get("description", ""),
+        source=source,
+    )
+    return check_topology(topology, source)
+
+
+def _number(value: float) -> int | float:
+    """Integral floats are written as ints: ``bw: 50`` rather than ``bw: 50.0``."""
+    return int(value) if float(value).is_integer() and abs(value) < 2**53 else float(value)
+
+
+def topology_to_dict(topology: Topology) -> dict[str, Any]:
+    """The file form of a topology: a link pair with equal (bw, α) both ways becomes one
+    undirected entry; a common bw or α moves to ``defaults``."""
+    doc: dict[str, Any] = {"name": topology.name}
+    if topology.description:
+        doc["description"] = topology.description
+    doc["ranks"] = topology.num_ranks
+    if topology.switches:
+        doc["switches"] = list(topology.switches)
+    if topology.machines:
+        doc["machines"] = [list(m) for m in topology.machines]
+
+    links = topology.links
+    defaults: dict[str, Any] = {}
+    if links:
+        bws = {link.bw for link in links}
+        alphas = {link.alpha for link in links}
+        if len(bws) == 1:
+            defaults["bw"] = _number(next(iter(bws)))
+        if len(alphas) == 1:
+            defaults["alpha"] = _number(next(iter(alphas)))
+    if defaults:
+        doc["defaults"] = defaults
+
+    by_pair = {(link.src, link.dst): link for link in links}
+    entries = []
+    for link in sorted(links, key=lambda x: (min(x.src, x.dst), max(x.src, x.dst), x.src)):
+        back = by_pair.get((link.dst, link.src))
+        undirected = back is not None and back.bw == link.bw and back.alpha == link.alpha
+        if undirected and link.src > link.dst:
+            continue  # written once, from the smaller end
+        entry: dict[str, Any] = {"src": topology.node_name(link.src), "dst": topology.node_name(link.dst)}
+        if "bw" not in defaults:
+            entry["bw"] = _number(link.bw)
+        if "alpha" not in defaults:
+            entry["alpha"] = _number(link.alpha)
+        if not undirected:
+            entry["directed"] = True
+        entries.append(entry)
+    doc["links"] = entries
+    return doc
+
+
+# --------------------------------------------------------------------------------------------
+# text <-> document
+
+
+def _yaml_loader():
+    import yaml
+
+    class StrictLoader(yaml.SafeLoader):
+        """Safe YAML that rejects duplicate keys instead of silently keeping the last one."""
+
+    def construct_mapping(loader, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            try:
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r}", key_node.start_mark
+                    )
+                seen.add(key)
+            except TypeError:  # unhashable key: let the base class report it
+                pass
+        return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+    StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
+    return StrictLoader
+
+
+def _yaml_error(exc: Exception) -> str:
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or getattr(exc, "context", None) or str(exc)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"malformed YAML{where}: {problem}"
+
+
+def decode_text(text: str, source: str, fmt: str | None = None) -> Any:
+    """Decode YAML or JSON text; ``fmt`` is ``json``, ``yaml`` or None (guess from the text)."""
+    if fmt is None:
+        fmt = "json" if text.lstrip().startswith("{") else "yaml"
+    if fmt == "json":
+        try:
+            return json.loads(text)
+        except RecursionError:
+            raise _fail(source, "", "malformed JSON: nested too deeply") from None
+        except ValueError as exc:
+            return_msg = f"malformed JSON: {exc}"
+            raise _fail(source, "", return_msg) from None
+    import yaml
+
+    try:
+        return yaml.load(text, Loader=_yaml_loader())  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise _fail(source, "", _yaml_error(exc)) from None
+    except RecursionError:
+        raise _fail(source, "", "malformed YAML: nested too deeply") from None
+    except (ValueError, TypeError, OverflowError) as exc:  # e.g. an impossible date 2021-02-30
+        raise _fail(source, "", f"malformed YAML: {exc}") from None
+
+
+def _format_of(path: Path) -> str | None:
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        return "json"
+    if suffix in _YAML_SUFFIXES:
+        return "yaml"
+    return None
+
+
+def read_topology_file(path: str | os.PathLike) -> Topology:
+    path = Path(path)
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except IsADirectoryError:
+        raise _fail(source, "", "is a directory, not a topology file") from None
+    except UnicodeDecodeError:
+        raise _fail(source, "", "not UTF-8 text (expected a YAML or JSON topology file)") from None
+    except OSError as exc:
+        raise _fail(source, "", f"cannot read: {exc.strerror or exc}") from None
+    if not text.strip():
+        raise _fail(source, "", "empty file (expected a YAML or JSON topology)")
+    return parse_topology(decode_text(text, source, _format_of(path)), source)
+
+
+def load_topology(name_or_path: str | os.PathLike) -> Topology:
+    """Load a topology file, or a built-in (``dgx1`` -> ``topologies/dgx1.yaml``) if no such file exists."""
+    path = Path(name_or_path)
+    if path.exists():
+        return read_topology_file(path)
+    builtin = builtin_path(str(name_or_path))
+    if builtin is not None:
+        return read_topology_file(builtin)
+    names = ", ".join(builtin_names())
+    raise SynthError(f"{name_or_path}: no such file and no built-in topology of that name (built-ins: {names})")
+
+
+def dump_topology(topology: Topology, fmt: str = "yaml") -> str:
+    """The text of a topology file (``yaml`` or ``json``)."""
+    doc = topology_to_dict(topology)
+    if fmt == "json":
+        return json.dumps(doc, indent=2) + "\n"
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    class FlowMap(dict):
+        pass
+
+    class FlowSeq(list):
+        pass
+
+    Dumper.add_representer(
+        FlowMap, lambda d, v: d.represent_mapping("tag:yaml.org,2002:map", v.items(), flow_style=True)
+    )
+    Dumper.add_representer(FlowSeq, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True))
+    if "switches" in doc:
+        doc["switches"] = FlowSeq(doc["switches"])
+    if "machines" in doc:
+        doc["machines"] = [FlowSeq(m) for m in doc["machines"]]
+    if "defaults" in doc:
+        doc["defaults"] = FlowMap(doc["defaults"])
+    doc["links"] = [FlowMap(e) for e in doc["links"]]
+    return yaml.dump(doc, Dumper=Dumper, sort_keys=False, default_flow_style=False, width=100, allow_unicode=True)
+
+
+def save_topology(topology: Topology, path: str | os.PathLike) -> Path:
+    """Write a topology atomically; ``.json`` gives JSON, anything else YAML."""
+    from synth.fileio import atomic_write_text
+
+    fmt = "json" if Path(path).suffix.lower() == ".json" else "yaml"
+    return atomic_write_text(path, dump_topology(topology, fmt))
