@@ -1,0 +1,370 @@
+"""Simulator against closed forms of the SPEC α-β model, contention, routing, fixtures and the CLI."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from synth.errors import SynthError
+from synth.program.ir import Gpu, Program, Step, Threadblock
+from synth.simulate import resolve_sizes, simulate
+from synth.topology.model import Link, Topology
+
+FIXTURES = Path("/work/shared/fixtures/msccl")
+BW, ALPHA = 50.0, 0.5
+SIZE = 2**26
+
+
+def t_us(nbytes: float, bw: float = BW, alpha: float = ALPHA) -> float:
+    return alpha + nbytes / (bw * 1e3)
+
+
+def close(a: float, b: float, rel: float = 0.01) -> bool:
+    return abs(a - b) <= rel * abs(b)
+
+
+# ---- topologies built directly (no dependency on the generators) -----------------------------------
+def both(a: int, b: int, bw: float = BW, alpha: float = ALPHA) -> list[Link]:
+    return [Link(a, b, bw, alpha), Link(b, a, bw, alpha)]
+
+
+def ring_topo(n: int) -> Topology:
+    return Topology(f"ring{n}", n, tuple(x for r in range(n) for x in both(r, (r + 1) % n)))
+
+
+def line_topo(n: int) -> Topology:
+    return Topology(f"line{n}", n, tuple(x for r in range(n - 1) for x in both(r, r + 1)))
+
+
+def full_topo(n: int) -> Topology:
+    return Topology(f"fc{n}", n, tuple(x for a in range(n) for b in range(a + 1, n) for x in both(a, b)))
+
+
+# ---- programs built directly as IR --------------------------------------------------------------
+def tb(tid: int, send: int = -1, recv: int = -1, steps=(), chan: int = 0) -> Threadblock:
+    return Threadblock(tid, send=send, recv=recv, chan=chan, steps=tuple(steps))
+
+
+def prog(coll: str, n: int, gpus: dict[int, list[Threadblock]], c: int = 1, **kw) -> Program:
+    ins = n * c if coll in ("reducescatter", "alltoall", "scatter") else c
+    outs = n * c if coll in ("allgather", "alltoall", "gather") else c
+    return Program(name=f"test_{coll}", collective=coll, num_ranks=n,
+                   gpus=tuple(Gpu(r, ins, outs, 0, tuple(gpus.get(r, []))) for r in range(n)),
+                   chunk_factor=c, **kw)
+
+
+def one_transfer(src: int, dst: int, cnt: int = 1) -> dict[int, list[Threadblock]]:
+    return {src: [tb(0, send=dst, steps=[Step("s", "i", 0, "o", 0, cnt=cnt)])],
+            dst: [tb(0, recv=src, steps=[Step("r", "i", 0, "o", 0, cnt=cnt)])]}
+
+
+def ring_allgather(n: int) -> Program:
+    gpus = {}
+    for r in range(n):
+        steps = [Step("s" if j == 0 else ("r" if j == n - 1 else "rcs"), "o", (r - j) % n, "o", (r - j) % n)
+                 for j in range(n)]
+        gpus[r] = [tb(0, (r + 1) % n, (r - 1) % n, steps)]
+    return prog("allgather", n, gpus)
+
+
+# ---- closed forms ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("n", [3, 4, 8, 16])
+def test_ring_allgather_on_ring_matches_closed_form(n):
+    res = simulate(ring_allgather(n), ring_topo(n), SIZE)
+    expected = (n - 1) * t_us(SIZE / n)
+    assert close(res.time_us, expected)
+    assert res.transfers == n * (n - 1)
+    assert close(res.algbw_GBps, SIZE / (expected * 1e3))
+    assert close(res.busbw_GBps, res.algbw_GBps * (n - 1) / n)
+    # Forward links are busy the whole time, backward links never.
+    assert close(res.link_utilization["0->1"], 1.0)
+    assert res.link_utilization["1->0"] == 0.0
+    assert len(res.events) == res.transfers
+
+
+def test_event_durations_follow_cost_model():
+    res = simulate(ring_allgather(4), ring_topo(4), SIZE)
+    for rank, _tb, _step, start, end, route in res.events:
+        assert route == (f"{rank}->{(rank + 1) % 4}",)
+        assert close(end - start, t_us(SIZE / 4), 1e-9)
+
+
+@pytest.mark.parametrize("n,c", [(4, 1), (5, 4), (8, 16)])
+def test_pipelined_chain_broadcast(n, c):
+    """Chain 0->1->...->n-1 with C chunks, one rcs per chunk: (N-1+C-1)(α + SIZE/C/bw)."""
+    gpus = {0: [tb(0, send=1, steps=[Step("s", "i", k, "o", k) for k in range(c)])]}
+    for r in range(1, n):
+        typ = "r" if r == n - 1 else "rcs"
+        gpus[r] = [tb(0, send=r + 1 if r < n - 1 else -1, recv=r - 1,
+                      steps=[Step(typ, "o", k, "o", k) for k in range(c)])]
+    res = simulate(prog("broadcast", n, gpus, c), line_topo(n), SIZE)
+    assert close(res.time_us, (n - 1 + c - 1) * t_us(SIZE / c))
+    assert close(res.busbw_GBps, res.algbw_GBps)
+
+
+def test_binary_tree_broadcast_uses_dependencies():
+    """Binary tree on 7 ranks: children get the buffer in parallel, two levels = 2(α + SIZE/bw)."""
+    n, gpus = 7, {}
+    for r in range(n):
+        kids = [k for k in (2 * r + 1, 2 * r + 2) if k < n]
+        tbs = []
+        if r:
+            tbs.append(tb(0, recv=(r - 1) // 2, steps=[Step("r", "o", 0, "o", 0, hasdep=bool(kids))]))
+        for kid in kids:
+            dep = (0, 0) if r else (-1, -1)
+            tbs.append(tb(len(tbs), send=kid, steps=[Step("s", "o", 0, "o", 0, depid=dep[0], deps=dep[1])]))
+        gpus[r] = tbs
+    res = simulate(prog("broadcast", n, gpus), full_topo(n), SIZE)
+    assert close(res.time_us, 2 * t_us(SIZE))
+    # Inner ranks forward only after their receive (depid): never before t = α + SIZE/bw.
+    assert min(e[3] for e in res.events if e[0] != 0) == pytest.approx(t_us(SIZE))
+
+
+def test_two_transfers_sharing_a_link_serialise():
+    """Two threadblocks of rank 0 send to rank 1 on two channels: one link, so 2(α + b/bw)."""
+    gpus = {0: [tb(0, send=1, chan=0, steps=[Step("s", "i", 0, "o", 0)]),
+                tb(1, send=1, chan=1, steps=[Step("s", "i", 1, "o", 1)])],
+            1: [tb(0, recv=0, chan=0, steps=[Step("r", "i", 0, "o", 0)]),
+                tb(1, recv=0, chan=1, steps=[Step("r", "i", 1, "o", 1)])]}
+    p = prog("broadcast", 2, gpus, c=2)
+    res = simulate(p, line_topo(2), SIZE)
+    chunk = SIZE / 2
+    assert close(res.time_us, 2 * t_us(chunk))
+    spans = sorted((e[3], e[4]) for e in res.events)
+    assert spans[1][0] == pytest.approx(spans[0][1])  # the second starts when the first ends
+    # The same two sends to different peers use different links and overlap fully.
+    gpus2 = {0: [tb(0, send=1, steps=[Step("s", "i", 0, "o", 0)]), tb(1, send=2, steps=[Step("s", "i", 1, "o", 1)])],
+             1: [tb(0, recv=0, steps=[Step("r", "i", 0, "o", 0)])],
+             2: [tb(0, recv=0, steps=[Step("r", "i", 1, "o", 1)])]}
+    res2 = simulate(prog("broadcast", 3, gpus2, c=2), full_topo(3), SIZE)
+    assert close(res2.time_us, t_us(chunk))
+
+
+def test_switch_route_pays_every_alpha_and_min_bw():
+    # Star: rank i <-> switch "sw" (node 3); the downlink into rank 1 is slower.
+    links = (Link(0, 3, 100.0, 0.3), Link(3, 0, 100.0, 0.3), Link(1, 3, 100.0, 0.3), Link(3, 1, 25.0, 0.7),
+             Link(2, 3, 100.0, 0.3), Link(3, 2, 100.0, 0.3))
+    star = Topology("star3", 3, links, switches=("sw",))
+    gpus = one_transfer(0, 1)
+    res = simulate(prog("broadcast", 3, gpus), star, SIZE)
+    assert close(res.time_us, 0.3 + 0.7 + SIZE / 25e3)
+    assert res.events[0][5] == ("0->sw", "sw->1")
+    # Both links of the route are held for the whole transfer.
+    assert close(res.link_utilization["0->sw"], 1.0) and close(res.link_utilization["sw->1"], 1.0)
+
+    # Ranks 0 and 2 both send to rank 1 through the switch: they share sw->1 and serialise.
+    gpus[2] = [tb(0, send=1, steps=[Step("s", "i", 0, "o", 0)])]
+    gpus[1] = [tb(0, recv=0, steps=[Step("r", "i", 0, "o", 0)]),
+               tb(1, recv=2, steps=[Step("r", "i", 0, "o", 0)])]
+    res = simulate(prog("broadcast", 3, gpus), star, SIZE)
+    assert close(res.time_us, 2 * (0.3 + 0.7 + SIZE / 25e3))
+
+
+def test_cnt_pays_one_alpha():
+    res = simulate(prog("broadcast", 2, one_transfer(0, 1, cnt=3), c=3), line_topo(2), SIZE)
+    assert close(res.time_us, ALPHA + SIZE / (BW * 1e3))  # three chunks of SIZE/3, one α
+    split = {0: [tb(0, send=1, steps=[Step("s", "i", k, "o", k) for k in range(3)])],
+             1: [tb(0, recv=0, steps=[Step("r", "i", k, "o", k) for k in range(3)])]}
+    assert close(simulate(prog("broadcast", 2, split, c=3), line_topo(2), SIZE).time_us,
+                 3 * ALPHA + SIZE / (BW * 1e3))
+
+
+def test_route_through_ranks_when_no_switch_path():
+    res = simulate(prog("broadcast", 3, one_transfer(0, 2)), line_topo(3), SIZE)
+    assert close(res.time_us, 2 * ALPHA + SIZE / (BW * 1e3))
+    assert res.events[0][5] == ("0->1", "1->2")
+
+
+def test_switch_route_preferred_over_rank_route():
+    # Ring of 4 (α 0.1, cheaper) plus a switch attached to every rank (α 1): 0->2 is two hops either
+    # way; the switch path wins although its α is larger, because intermediate ranks only forward
+    # when no switch-only path exists.
+    links = [x for r in range(4) for x in both(r, (r + 1) % 4, BW, 0.1)]
+    links += [x for r in range(4) for x in both(r, 4, BW, 1.0)]
+    topo = Topology("ring+sw", 4, tuple(links), switches=("sw",))
+    res = simulate(prog("broadcast", 4, one_transfer(0, 2)), topo, SIZE)
+    assert res.events[0][5] == ("0->sw", "sw->2")
+    assert close(res.time_us, 2.0 + SIZE / (BW * 1e3))
+
+
+def test_fewest_hops_then_smallest_alpha():
+    # Two switches between ranks 0 and 1; the one with smaller α is chosen.
+    links = both(0, 2, BW, 1.0) + both(2, 1, BW, 1.0) + both(0, 3, BW, 0.2) + both(3, 1, BW, 0.2)
+    topo = Topology("two-sw", 2, tuple(links), switches=("slow", "fast"))
+    res = simulate(prog("broadcast", 2, one_transfer(0, 1)), topo, SIZE)
+    assert res.events[0][5] == ("0->fast", "fast->1")
+
+
+def test_receive_waits_for_late_message_and_local_steps_are_free():
+    # Rank 1 copies (free) then receives; the send is delayed behind a nop that depends on a receive.
+    gpus = {0: [tb(0, send=1, steps=[Step("nop"), Step("s", "i", 0, "o", 0), Step("cpy", "i", 0, "o", 0)])],
+            1: [tb(0, recv=0, steps=[Step("cpy", "i", 0, "o", 0), Step("r", "i", 0, "o", 0),
+                                     Step("re", "i", 0, "o", 0)])]}
+    res = simulate(prog("broadcast", 2, gpus), line_topo(2), SIZE)
+    assert close(res.time_us, t_us(SIZE))
+
+
+def test_deadlock_is_a_synth_error():
+    gpus = {0: [tb(0, send=1, recv=1, steps=[Step("r", "i", 0, "o", 0), Step("s", "i", 0, "o", 0)])],
+            1: [tb(0, send=0, recv=0, steps=[Step("r", "i", 0, "o", 0), Step("s", "i", 0, "o", 0)])]}
+    with pytest.raises(SynthError, match="deadlock"):
+        simulate(prog("allreduce", 2, gpus), line_topo(2), SIZE)
+
+
+def test_dependency_cycle_is_a_deadlock():
+    gpus = {0: [tb(0, steps=[Step("nop", depid=1, deps=0, hasdep=True)]),
+                tb(1, steps=[Step("nop", depid=0, deps=0, hasdep=True)])]}
+    with pytest.raises(SynthError, match="deadlock"):
+        simulate(prog("broadcast", 2, gpus), line_topo(2), SIZE)
+
+
+def test_unmatched_connection_and_bad_inputs():
+    gpus = {0: [tb(0, send=1, steps=[Step("s", "i", 0, "o", 0)] * 2)],
+            1: [tb(0, recv=0, steps=[Step("r", "i", 0, "o", 0)])]}
+    with pytest.raises(SynthError, match="2 sends but 1 receives"):
+        simulate(prog("broadcast", 2, gpus), line_topo(2), SIZE)
+    ok = {0: [tb(0, send=1, steps=[Step("s")])], 1: [tb(0, recv=0, steps=[Step("r")])]}
+    with pytest.raises(SynthError, match="has 2 ranks but topology"):
+        simulate(prog("broadcast", 2, ok), line_topo(3), SIZE)
+    with pytest.raises(SynthError, match="no send peer"):
+        simulate(prog("broadcast", 2, {0: [tb(0, steps=[Step("s")])]}), line_topo(2), SIZE)
+    with pytest.raises(SynthError, match="missing step"):
+        simulate(prog("broadcast", 2, {0: [tb(0, steps=[Step("nop", depid=3, deps=0)])]}), line_topo(2), SIZE)
+    with pytest.raises(SynthError, match="positive"):
+        simulate(prog("broadcast", 2, ok), line_topo(2), 0)
+    disconnected = Topology("split", 2, (Link(0, 1, BW, ALPHA),))
+    back = {1: [tb(0, send=0, steps=[Step("s")])], 0: [tb(0, recv=1, steps=[Step("r")])]}
+    with pytest.raises(SynthError, match="no path"):
+        simulate(prog("broadcast", 2, back), disconnected, SIZE)
+
+
+def test_size_resolution():
+    p = ring_allgather(4)
+    assert resolve_sizes(p, 4000, None) == (4000.0, 1000.0)  # allgather SIZE covers N*C chunks
+    assert resolve_sizes(p, None, 10) == (40.0, 10.0)
+    assert resolve_sizes(p, None, None) == (2.0**30, 2.0**28)
+    assert resolve_sizes(p.with_(chunk_bytes=512.0), None, None) == (2048.0, 512.0)
+    assert resolve_sizes(p.with_(size_bytes=8000.0), None, None) == (8000.0, 2000.0)
+    res = simulate(p.with_(chunk_bytes=1e6), ring_topo(4), None)
+    assert close(res.time_us, 3 * t_us(1e6))
+
+
+def test_no_events_when_not_recorded():
+    res = simulate(ring_allgather(4), ring_topo(4), SIZE, record_events=False)
+    assert res.events == [] and res.transfers == 12
+
+
+# ---- fixtures (real msccl-tools XML) ------------------------------------------------------------
+def parse_fixture(path: Path) -> Program:
+    """Minimal reader for the fixtures, so these tests do not depend on synth.program.msccl_xml."""
+    root = ET.parse(path).getroot()
+    gpus = []
+    for g in root.findall("gpu"):
+        tbs = []
+        for t in g.findall("tb"):
+            steps = tuple(Step(s.get("type"), s.get("srcbuf"), int(s.get("srcoff")), s.get("dstbuf"),
+                               int(s.get("dstoff")), int(s.get("cnt")), int(s.get("depid")), int(s.get("deps")),
+                               s.get("hasdep") == "1") for s in t.findall("step"))
+            tbs.append(Threadblock(int(t.get("id")), int(t.get("send")), int(t.get("recv")), int(t.get("chan")), steps))
+        gpus.append(Gpu(int(g.get("id")), int(g.get("i_chunks")), int(g.get("o_chunks")), int(g.get("s_chunks")),
+                        tuple(tbs)))
+    return Program(name=root.get("name"), collective=root.get("coll"), num_ranks=int(root.get("ngpus")),
+                   gpus=tuple(gpus), inplace=root.get("inplace") == "1",
+                   nchunksperloop=int(root.get("nchunksperloop")))
+
+
+FIXTURE_FILES = sorted(FIXTURES.glob("*.xml"))
+# Closed forms on both ring-4 and fully-connected-4 (the ring programs only use ring links).
+CLOSED = {
+    "allgather_ring_4.xml": 3 * t_us(SIZE / 4),
+    "allreduce_ring_4.xml": 6 * t_us(SIZE / 4),
+}
+
+
+@pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("topo", [ring_topo(4), full_topo(4)], ids=["ring4", "fc4"])
+def test_fixtures_simulate(path, topo):
+    program = parse_fixture(path)
+    res = simulate(program, topo, SIZE)
+    assert res.time_us > 0 and res.transfers == sum(
+        1 for g in program.gpus for t in g.threadblocks for s in t.steps if s.sends)
+    if path.name in CLOSED:
+        assert close(res.time_us, CLOSED[path.name])
+
+
+def test_fixture_alltoall_and_rdh_closed_forms():
+    a2a = parse_fixture(FIXTURES / "alltoall_allpairs_4.xml")
+    # Fully connected: every pair has its own link, all 12 sends overlap: α + SIZE/4/bw
+    # (alltoall SIZE is one rank's buffer of 4 chunks).
+    assert close(simulate(a2a, full_topo(4), SIZE).time_us, t_us(SIZE / 4))
+    # Ring: 0->2 style sends route through a rank and contend; it cannot be faster.
+    assert simulate(a2a, ring_topo(4), SIZE).time_us > t_us(SIZE / 4) * 1.5
+    rdh = parse_fixture(FIXTURES / "allreduce_rdh_4.xml")
+    # Recursive halving then doubling on fc4: distance-2 exchange of 2 chunks, distance-1 of 1 chunk,
+    # then the same back: 2(α + 2c/bw) + 2(α + c/bw) with c = SIZE/4.
+    c = SIZE / 4
+    assert close(simulate(rdh, full_topo(4), SIZE).time_us, 2 * t_us(2 * c) + 2 * t_us(c))
+
+
+def test_fixtures_through_load_program():
+    load = pytest.importorskip("synth.program.load")
+    for path in FIXTURE_FILES:
+        ours = simulate(load.load_program(str(path)), full_topo(4), SIZE)
+        ref = simulate(parse_fixture(path), full_topo(4), SIZE)
+        assert close(ours.time_us, ref.time_us, 1e-9)
+
+
+# ---- CLI ----------------------------------------------------------------------------------------
+@pytest.fixture
+def cli_with_loaders(monkeypatch):
+    """The CLI with the loaders pointed at in-test objects (real loaders are tested elsewhere)."""
+    import synth.cli.cmd_simulate as cmd
+    from synth.cli import cli
+
+    programs = {"ring.json": ring_allgather(4).with_(topology="ring4"), "foreign.xml": ring_allgather(4)}
+
+    def load_program(path):
+        key = Path(path).name
+        if key not in programs:
+            raise SynthError(f"{path}: no such program")
+        return programs[key]
+
+    def load_topology(name):
+        if name != "ring4":
+            raise SynthError(f"unknown topology {name!r}")
+        return ring_topo(4)
+
+    monkeypatch.setattr(cmd, "load_program_arg", load_program)
+    monkeypatch.setattr(cmd, "load_topology_arg", load_topology)
+    return cli
+
+
+def test_cli_json_keys_and_values(cli_with_loaders):
+    out = CliRunner().invoke(cli_with_loaders, ["simulate", "ring.json", "-s", "64MiB", "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert {"time_us", "algbw_GBps", "busbw_GBps", "transfers", "link_utilization"} <= data.keys()
+    assert close(data["time_us"], 3 * t_us(SIZE / 4))
+    assert data["transfers"] == 12 and close(data["link_utilization"]["0->1"], 1.0)
+
+
+def test_cli_foreign_program_needs_topology(cli_with_loaders):
+    out = CliRunner().invoke(cli_with_loaders, ["simulate", "foreign.xml"])
+    assert out.exit_code == 2 and "-t" in out.output and "Traceback" not in out.output
+    out = CliRunner().invoke(cli_with_loaders, ["simulate", "foreign.xml", "-t", "ring4"])
+    assert out.exit_code == 0 and "time_us" in out.output
+    assert close(float(out.output.split("time_us")[1].split()[0]), 3 * t_us(2**30 / 4))  # 1 GiB default
+    out = CliRunner().invoke(cli_with_loaders, ["simulate", "foreign.xml", "-t", "ring4", "-s", "lots"])
+    assert out.exit_code == 2 and "invalid size" in out.output
+
+
+def test_cli_gantt(cli_with_loaders, tmp_path):
+    png = tmp_path / "g.png"
+    out = CliRunner().invoke(cli_with_loaders, ["simulate", "ring.json", "--gantt", str(png), "--json"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["gantt"] == str(png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 2000
