@@ -222,6 +222,23 @@ def leaf_spine(leaves: int, per_leaf: int, spines: int = 1, bw: float = DEFAULT_
 fat_tree = leaf_spine
 
 
+def from_matrix(matrix: Sequence[Sequence[float]], bw_per_link: float = DEFAULT_BW, alpha: float = DEFAULT_ALPHA,
+                *, name: str = "matrix", description: str = "", machines: Sequence[Sequence[int]] | None = None
+                ) -> Topology:
+    """Ranks i <-> j with ``matrix[i][j] * bw_per_link`` GB/s each way (``matrix``: symmetric link counts)."""
+    n = len(matrix)
+    _check(bw_per_link, alpha)
+    if n < 1 or any(len(row) != n for row in matrix):
+        raise SynthError(f"{name}: the link matrix must be square and non-empty")
+    b = _Builder(n)
+    for i, j in itertools.product(range(n), repeat=2):
+        if matrix[i][j] != matrix[j][i] or matrix[i][j] < 0 or (i == j and matrix[i][j]):
+            raise SynthError(f"{name}: the link matrix must be symmetric, >= 0, zero diagonal (entry {i},{j})")
+        if i < j and matrix[i][j]:
+            b.link(i, j, matrix[i][j] * bw_per_link, alpha)
+    return b.build(name, description, machines or ())
+
+
 def boxes_behind_nics(
     boxes: int,
     per_box: int = 8,
