@@ -1,0 +1,45 @@
+"""``synth verify PROG [-c C] [--root R] [--json]``: symbolic check of a program (exit 0 ok, 1 wrong, 2 bad input)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from synth.cli.common import emit_json, guarded, json_option, load_program_arg
+
+SHOWN_ERRORS = 20
+
+
+@click.command("verify")
+@click.argument("prog", type=click.Path(dir_okay=False))
+@click.option("-c", "--collective", default=None,
+              help="Collective to check against (default: the one the program declares).")
+@click.option("--root", type=int, default=None, help="Root rank for rooted collectives (default: the program's).")
+@json_option
+@guarded
+def command(prog: str, collective: str | None, root: int | None, as_json: bool) -> None:
+    """Check that PROG (MSCCL XML or JSON program) computes its collective and cannot deadlock."""
+    from synth.verify import verify
+
+    program = load_program_arg(prog)
+    if root is not None:
+        program = program.with_(root=root)
+    result = verify(program, collective)
+    if as_json:
+        emit_json(result.to_dict())
+    else:
+        if result.ok:
+            click.echo(f"ok: {prog} implements {result.collective} on {result.ranks} ranks "
+                      f"({program.num_steps()} steps) and cannot deadlock")
+        else:
+            err = click.get_text_stream("stderr")
+            click.echo(f"FAILED: {prog} does not implement {result.collective} on {result.ranks} ranks "
+                       f"({len(result.errors)} errors)", err=True)
+            for line in result.errors[:SHOWN_ERRORS]:
+                click.echo(f"  {line}", err=True)
+            if len(result.errors) > SHOWN_ERRORS:
+                click.echo(f"  ... {len(result.errors) - SHOWN_ERRORS} more (use --json for all)", err=True)
+            err.flush()
+    if not result.ok:
+        sys.exit(1)
