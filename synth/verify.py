@@ -104,6 +104,7 @@ class _Verifier:
         """Physical buffers per rank; in-place aliasing maps one buffer onto a window of the other."""
         c = self.c
         self.layout: list[dict] = []
+        self.aliased: set[tuple[int, str]] = set()
         for gpu in self.p.gpus:
             r = gpu.id
             declared = {"i": gpu.i_chunks, "o": gpu.o_chunks, "s": gpu.s_chunks}
@@ -116,6 +117,7 @@ class _Verifier:
                     views[buf] = (buf, 0, declared[buf])
                 else:
                     target, base = alias
+                    self.aliased.add((r, buf))
                     window = c.input_chunks if buf == "i" else c.output_chunks
                     views[buf] = (target, base, window)
                     needed[target] = max(needed[target], base + window)
@@ -170,7 +172,7 @@ class _Verifier:
         self.deps: list[list] = []
         self.operands_ok: list[list[bool]] = []
         depended = {}
-        for g, (r, tb) in enumerate(self.tbs):
+        for r, tb in self.tbs:
             views = self.layout[r]
             dl, okl = [], []
             for s, st in enumerate(tb.steps):
@@ -193,8 +195,9 @@ class _Verifier:
                             err.add(f"{where}: {name} buffer {buf!r} is not i, o or s")
                             ok = False
                         elif off < 0 or off + max(st.cnt, 1) > limit:
+                            note = " after in-place aliasing" if (r, buf) in self.aliased else ""
                             err.add(f"{where}: {name} {buf}[{off}:{off + st.cnt}] is out of range (buffer "
-                                    f"{buf} has {limit} chunks on rank {r}{' after in-place aliasing' if views[buf][0] != buf else ''})")
+                                    f"{buf} has {limit} chunks on rank {r}{note})")
                             ok = False
                 dep = None
                 if st.depid != -1 or st.deps != -1:
