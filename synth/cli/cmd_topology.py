@@ -1,0 +1,228 @@
+"""``synth topology list|show|validate|generate`` (SPEC "CLI")."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import click
+
+from synth.cli.common import console, emit_json, guarded, json_option
+from synth.errors import SynthError
+
+KINDS = ("ring", "line", "fully-connected", "mesh", "torus", "hypercube", "star", "leaf-spine", "fat-tree", "boxes")
+
+
+def _summary(topology) -> dict[str, Any]:
+    """``links`` counts directed links (an undirected file entry is two)."""
+    return {
+        "name": topology.name,
+        "ranks": topology.num_ranks,
+        "switches": len(topology.switches),
+        "links": len(topology.links),
+    }
+
+
+@click.group(name="topology")
+def command() -> None:
+    """List, inspect, validate and generate topologies."""
+
+
+@command.command(name="list")
+@json_option
+@guarded
+def list_cmd(as_json: bool) -> None:
+    """List the built-in topologies (usable as -t NAME)."""
+    from synth.topology.builtin import builtin_names
+    from synth.topology.io import load_topology
+
+    rows = []
+    for name in builtin_names():
+        topology = load_topology(name)
+        rows.append({**_summary(topology), "description": topology.description})
+    if as_json:
+        emit_json({"topologies": rows})
+        return
+    from rich.table import Table
+
+    table = Table(title="built-in topologies")
+    for column in ("name", "ranks", "switches", "links"):
+        table.add_column(column, justify="left" if column == "name" else "right", no_wrap=True)
+    table.add_column("description", no_wrap=True, overflow="ellipsis", max_width=70)
+    for row in rows:
+        table.add_row(row["name"], str(row["ranks"]), str(row["switches"]), str(row["links"]), row["description"])
+    console().print(table)
+
+
+def _details(topology) -> dict[str, Any]:
+    from synth.topology.io import hop_diameter
+
+    return {
+        **_summary(topology),
+        "diameter": hop_diameter(topology),
+        "description": topology.description,
+        "source": topology.source,
+        "switch_names": list(topology.switches),
+        "machines": [list(m) for m in topology.machines],
+        "per_rank": [
+            {"rank": r, "in_bw_GBps": topology.in_bw(r), "out_bw_GBps": topology.out_bw(r)}
+            for r in topology.ranks
+        ],
+    }
+
+
+@command.command(name="show")
+@click.argument("topology")
+@json_option
+@guarded
+def show_cmd(topology: str, as_json: bool) -> None:
+    """Summary of TOPOLOGY (a file or a built-in name): counts, diameter, per-rank bandwidth."""
+    from synth.topology.io import load_topology
+
+    topo = load_topology(topology)
+    info = _details(topo)
+    if as_json:
+        emit_json(info)
+        return
+    from rich.table import Table
+
+    out = console()
+    out.print(f"[bold]{topo.name}[/bold]  {topo.description}")
+    out.print(
+        f"ranks {info['ranks']}, switches {info['switches']}, directed links {info['links']}, "
+        f"diameter {info['diameter']} hops, machines {len(topo.machines) or '-'}"
+    )
+    if topo.switches:
+        out.print("switches: " + ", ".join(topo.switches))
+    table = Table(title="per-rank bandwidth (GB/s)")
+    for column in ("rank", "in", "out", "neighbours"):
+        table.add_column(column, justify="right" if column != "neighbours" else "left")
+    for r in topo.ranks:
+        neighbours = ", ".join(str(topo.node_name(link.dst)) for link in topo.out_links[r])
+        table.add_row(str(r), f"{topo.in_bw(r):g}", f"{topo.out_bw(r):g}", neighbours[:60])
+    out.print(table)
+
+
+@command.command(name="validate")
+@click.argument("file")
+@json_option
+@guarded
+def validate_cmd(file: str, as_json: bool) -> None:
+    """Check a topology file (exit 0 with a summary, exit 2 with the problem)."""
+    from synth.topology.io import hop_diameter, load_topology
+
+    topo = load_topology(file)
+    info = {"ok": True, "file": str(topo.source or file), **_summary(topo), "diameter": hop_diameter(topo)}
+    if as_json:
+        emit_json(info)
+    else:
+        click.echo(
+            f"ok: {info['file']}: {topo.name}, {topo.num_ranks} ranks, {len(topo.switches)} switches, "
+            f"{len(topo.links)} directed links, diameter {info['diameter']}"
+        )
+
+
+def _dims(text: str | None) -> list[int]:
+    if not text:
+        raise SynthError("mesh and torus need --dims, e.g. --dims 4x4 or --dims 3x3x3")
+    if not re.fullmatch(r"\s*\d+(\s*[x,]\s*\d+)*\s*", text):
+        raise SynthError(f"--dims must look like 4x4 or 3x3x3, got {text!r}")
+    return [int(part) for part in re.split(r"[x,]", text.replace(" ", ""))]
+
+
+def _need(value: Any, option: str, kind: str) -> Any:
+    if value is None:
+        raise SynthError(f"{kind} needs {option}")
+    return value
+
+
+@command.command(name="generate")
+@click.argument("kind", type=click.Choice(KINDS))
+@click.option("-n", "--ranks", "n", type=int, help="ring, line, fully-connected, star: number of ranks "
+              "(hypercube: a power of two).")
+@click.option("--dims", help="mesh, torus: sizes such as 4x4 or 3x3x3.")
+@click.option("--dim", type=int, help="hypercube: dimension (2**dim ranks).")
+@click.option("--bw", type=float, default=50.0, show_default=True, help="GB/s per link per direction.")
+@click.option("--alpha", type=float, default=0.5, show_default=True, help="µs per link.")
+@click.option("--unidirectional", is_flag=True, help="ring: one-way links i -> i+1.")
+@click.option("--leaves", type=int, help="leaf-spine: number of leaf switches.")
+@click.option("--per-leaf", type=int, help="leaf-spine: ranks under each leaf.")
+@click.option("--spines", type=int, default=1, show_default=True, help="leaf-spine: number of spine switches.")
+@click.option("--uplink-bw", type=float, help="leaf-spine: leaf<->spine GB/s (default non-blocking).")
+@click.option("--boxes", type=int, help="boxes: number of boxes (machines).")
+@click.option("--per-box", type=int, default=8, show_default=True, help="boxes: ranks per box.")
+@click.option("--intra", type=click.Choice(["nvswitch", "mesh"]), default="nvswitch", show_default=True,
+              help="boxes: intra-box fabric (uses --bw and --alpha).")
+@click.option("--nics-per-box", type=int, help="boxes: NIC nodes per box (default one per rank; 0 = ranks "
+              "straight to the IB switches).")
+@click.option("--nic-bw", type=float, default=25.0, show_default=True, help="boxes: NIC<->IB GB/s.")
+@click.option("--gpu-nic-bw", type=float, help="boxes: rank<->NIC GB/s (default --nic-bw).")
+@click.option("--ib-switches", type=int, default=1, show_default=True, help="boxes: IB switches (NIC j uses j % k).")
+@click.option("--ib-alpha", type=float, default=2.0, show_default=True, help="boxes: α of NIC<->IB links, µs.")
+@click.option("--name", help="Topology name (default from the kind and size).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="File to write (.yaml/.yml or .json); "
+              "default: print YAML on stdout.")
+@json_option
+@guarded
+def generate_cmd(kind: str, n: int | None, dims: str | None, dim: int | None, bw: float, alpha: float,
+                 unidirectional: bool, leaves: int | None, per_leaf: int | None, spines: int,
+                 uplink_bw: float | None, boxes: int | None, per_box: int, intra: str, nics_per_box: int | None,
+                 nic_bw: float, gpu_nic_bw: float | None, ib_switches: int, ib_alpha: float, name: str | None,
+                 output: str | None, as_json: bool) -> None:
+    """Write a parametric topology: ring, line, fully-connected, mesh, torus, hypercube, star,
+    leaf-spine (= fat-tree), boxes (multi-node boxes behind NICs).
+
+    \b
+    Examples:
+      synth topology generate torus --dims 4x4 -o torus.yaml
+      synth topology generate hypercube --dim 4 --bw 25 -o hc.yaml
+      synth topology generate leaf-spine --leaves 4 --per-leaf 8 --spines 2 -o ls.yaml
+      synth topology generate boxes --boxes 2 --per-box 8 --bw 300 --alpha 0.7 --nic-bw 25 -o a100x2.yaml
+    """
+    from synth.topology import generators as gen
+    from synth.topology.io import dump_topology, hop_diameter, save_topology
+
+    if kind in ("ring", "line", "fully-connected", "star"):
+        count = _need(n, "-n/--ranks", kind)
+        if kind == "ring":
+            topo = gen.ring(count, bw, alpha, bidirectional=not unidirectional, name=name)
+        elif kind == "line":
+            topo = gen.line(count, bw, alpha, name=name)
+        elif kind == "fully-connected":
+            topo = gen.fully_connected(count, bw, alpha, name=name)
+        else:
+            topo = gen.star(count, bw, alpha, name=name)
+    elif kind in ("mesh", "torus"):
+        shape = _dims(dims)
+        topo = (gen.mesh if kind == "mesh" else gen.torus)(shape, bw, alpha, name=name)
+    elif kind == "hypercube":
+        if dim is None:
+            count = _need(n, "--dim (or -n, a power of two)", kind)
+            if count < 1 or count & (count - 1):
+                raise SynthError(f"hypercube -n must be a power of two, got {count}")
+            dim = count.bit_length() - 1
+        topo = gen.hypercube(dim, bw, alpha, name=name)
+    elif kind in ("leaf-spine", "fat-tree"):
+        topo = gen.leaf_spine(_need(leaves, "--leaves", kind), _need(per_leaf, "--per-leaf", kind), spines, bw,
+                              alpha, uplink_bw=uplink_bw, name=name)
+    else:
+        topo = gen.boxes_behind_nics(
+            _need(boxes, "--boxes", kind), per_box, intra=intra, intra_bw=bw, intra_alpha=alpha,
+            nics_per_box=nics_per_box, gpu_nic_bw=gpu_nic_bw, nic_bw=nic_bw, ib_switches=ib_switches,
+            ib_alpha=ib_alpha, name=name,
+        )
+
+    if output:
+        save_topology(topo, output)
+    info = {**_summary(topo), "diameter": hop_diameter(topo), "output": output}
+    if as_json:
+        if not output:
+            from synth.topology.io import topology_to_dict
+
+            info["topology"] = topology_to_dict(topo)
+        emit_json(info)
+    elif output:
+        click.echo(f"wrote {output}: {topo.name}, {topo.num_ranks} ranks, {len(topo.switches)} switches, "
+                   f"{len(topo.links)} directed links, diameter {info['diameter']}")
+    else:
+        click.echo(dump_topology(topo), nl=False)
