@@ -48,7 +48,7 @@ def list_cmd(as_json: bool) -> None:
     table = Table(title="built-in topologies")
     for column in ("name", "ranks", "switches", "links"):
         table.add_column(column, justify="left" if column == "name" else "right", no_wrap=True)
-    table.add_column("description", no_wrap=True, overflow="ellipsis", max_width=70)
+    table.add_column("description", no_wrap=True, overflow="ellipsis", max_width=36)
     for row in rows:
         table.add_row(row["name"], str(row["ranks"]), str(row["switches"]), str(row["links"]), row["description"])
     console().print(table)
