@@ -47,8 +47,9 @@ def list_cmd(as_json: bool) -> None:
 
     table = Table(title="built-in topologies")
     for column in ("name", "ranks", "switches", "links"):
-        table.add_column(column, justify="left" if column == "name" else "right", no_wrap=True)
-    table.add_column("description", no_wrap=True, overflow="ellipsis", max_width=36)
+        table.add_column(column, justify="left" if column == "name" else "right", no_wrap=True,
+                         min_width=len(column))
+    table.add_column("description", no_wrap=True, overflow="ellipsis", max_width=32)
     for row in rows:
         table.add_row(row["name"], str(row["ranks"]), str(row["switches"]), str(row["links"]), row["description"])
     console().print(table)
