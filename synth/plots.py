@@ -46,6 +46,12 @@ def plot_gantt(sim: SimResult, topology: Topology, path: str | Path, max_rows: i
         spans = bars[name]
         ax.broken_barh([(s, d) for s, d, _ in spans], (row - 0.4, 0.8),
                        facecolors=[cmap(r % 20) for _, _, r in spans], edgecolors="black", linewidths=0.2)
+    senders = sorted({r for name in busy for _, _, r in bars[name]})
+    if len(senders) <= 16:
+        from matplotlib.patches import Patch
+
+        ax.legend(handles=[Patch(color=cmap(r % 20), label=f"rank {r}") for r in senders], fontsize=6,
+                  loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     ax.set_yticks(range(len(busy)))
     ax.set_yticklabels([f"{name} ({sim.link_utilization.get(name, 0.0):.0%})" for name in busy], fontsize=7)
     ax.invert_yaxis()
@@ -53,7 +59,7 @@ def plot_gantt(sim: SimResult, topology: Topology, path: str | Path, max_rows: i
     ax.set_xlabel("time (µs)")
     shown = f"top {len(busy)} of {len(bars)} links" if len(bars) > len(busy) else f"{len(bars)} links"
     ax.set_title(f"{topology.name}: {sim.transfers} transfers, {sim.time_us:.1f} µs, "
-                 f"algbw {sim.algbw_GBps:.2f} GB/s ({shown}; color = sending rank)", fontsize=9)
+                 f"algbw {sim.algbw_GBps:.2f} GB/s ({shown})", fontsize=9)
     fig.tight_layout()
     out = Path(path)
     import io

@@ -20,7 +20,8 @@ ready when the previous step of its threadblock and its dependency (``depid``/``
 finished. A send's transfer starts once the step is ready and its links are free; the send step
 finishes when the data has arrived (so the threadblock's next step waits for it). A receive
 completes at max(its ready time, arrival of the matching message); the k-th send on a connection
-(src rank, dst rank, chan) is matched with the k-th receive on it (FIFO). For ``rcs``/``rrs``/
+(src rank, dst rank, chan) is matched with the k-th receive on it (FIFO; when several threadblocks
+share a connection, which MSCCL forbids, steps are numbered threadblock by threadblock). For ``rcs``/``rrs``/
 ``rrcs`` the forward send becomes ready when the receive has completed and the step finishes when
 the forwarded data has arrived. There is no rendezvous: a sender does not wait for its receiver.
 
@@ -215,8 +216,9 @@ def simulate(
                 if ridx < 0:
                     ridx = route_index[(rank, tb.send)] = len(routes)
                     routes.append(router.route(rank, tb.send))
-            send_key = (rank, tb.send, tb.chan)
-            recv_key = (tb.recv, rank, tb.chan)
+            # Connection step lists, fetched once per threadblock (dropped below if left empty).
+            send_list = sends_on.setdefault((rank, tb.send, tb.chan), [])
+            recv_list = recvs_on.setdefault((tb.recv, rank, tb.chan), [])
             last = len(tb.steps) - 1
             for i, step in enumerate(tb.steps):
                 typ = step.type
@@ -225,7 +227,7 @@ def simulate(
                     if ridx < 0:
                         raise SynthError(f"program {program.name!r}: rank {rank} tb {tb.id} step {i} "
                                          f"({typ}) sends but the threadblock has no send peer")
-                    sends_on.setdefault(send_key, []).append(g)
+                    send_list.append(g)
                     send_route.append(ridx)
                 else:
                     send_route.append(-1)
@@ -233,7 +235,7 @@ def simulate(
                     if tb.recv < 0:
                         raise SynthError(f"program {program.name!r}: rank {rank} tb {tb.id} step {i} "
                                          f"({typ}) receives but the threadblock has no recv peer")
-                    recvs_on.setdefault(recv_key, []).append(g)
+                    recv_list.append(g)
                     n_pre += 1
                 if step.depid >= 0:
                     dep_of.append((g, rank, step.depid, step.deps))
@@ -347,7 +349,7 @@ def simulate(
     events: list[Event] = []
     if starts is not None:
         names = [tuple(router.link_name(i) for i in links) for links in route_links]
-        events = [(*owner[g], starts[g], fin[g], names[send_route[g]]) for g in order]
+        events = [owner[g] + (starts[g], fin[g], names[send_route[g]]) for g in order]
     algbw = algbw_GBps(size, makespan)
     return SimResult(
         time_us=makespan,

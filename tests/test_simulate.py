@@ -368,3 +368,65 @@ def test_cli_gantt(cli_with_loaders, tmp_path):
     assert out.exit_code == 0, out.output
     assert json.loads(out.output)["gantt"] == str(png)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 2000
+
+
+# ---- end to end with the real loaders and generators ----------------------------------------------
+@pytest.fixture
+def topo_files(tmp_path):
+    from synth.topology.generators import fully_connected, ring
+    from synth.topology.io import save_topology
+
+    return {"ring4": save_topology(ring(4, BW, ALPHA), tmp_path / "ring4.yaml"),
+            "fc4": save_topology(fully_connected(4, BW, ALPHA), tmp_path / "fc4.json")}
+
+
+@pytest.mark.parametrize("name", sorted(CLOSED))
+@pytest.mark.parametrize("topo", ["ring4", "fc4"])
+def test_cli_fixture_end_to_end(topo_files, name, topo):
+    from synth.cli import cli
+
+    out = CliRunner().invoke(cli, ["simulate", str(FIXTURES / name), "-t", str(topo_files[topo]),
+                                   "-s", str(SIZE), "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert close(data["time_us"], CLOSED[name])
+    factor = 2 * 3 / 4 if name.startswith("allreduce") else 3 / 4
+    assert close(data["busbw_GBps"], SIZE / (CLOSED[name] * 1e3) * factor)
+
+
+def test_cli_foreign_xml_without_topology_is_exit_2():
+    from synth.cli import cli
+
+    out = CliRunner().invoke(cli, ["simulate", str(FIXTURES / "allgather_ring_4.xml")])
+    assert out.exit_code == 2 and "pass -t" in out.output
+
+
+def test_cli_json_program_uses_its_topology_and_size(topo_files, tmp_path):
+    from synth.cli import cli
+    from synth.program.load import save_program
+
+    program = ring_allgather(4).with_(topology=str(topo_files["ring4"]), size_bytes=float(SIZE),
+                                      chunk_bytes=SIZE / 4)
+    path = save_program(program, tmp_path / "ring.json")
+    out = CliRunner().invoke(cli, ["simulate", str(path), "--json"])
+    assert out.exit_code == 0, out.output
+    assert close(json.loads(out.output)["time_us"], 3 * t_us(SIZE / 4))
+    out = CliRunner().invoke(cli, ["simulate", str(path), "-s", "1GiB", "--json"])
+    assert close(json.loads(out.output)["time_us"], 3 * t_us(2**30 / 4))
+
+
+def test_ring_allgather_on_generated_torus():
+    """A ring laid on a 4x4 torus in snake order uses only torus links: (N-1)(α + SIZE/N/bw)."""
+    from synth.topology.generators import torus
+
+    topo = torus([4, 4], BW, ALPHA)
+    snake = [r * 4 + (c if r % 2 == 0 else 3 - c) for r in range(4) for c in range(4)]
+    n = 16
+    gpus = {}
+    for i, rank in enumerate(snake):
+        nxt, prv = snake[(i + 1) % n], snake[(i - 1) % n]
+        steps = [Step("s" if j == 0 else ("r" if j == n - 1 else "rcs"), "o", snake[(i - j) % n], "o",
+                      snake[(i - j) % n]) for j in range(n)]
+        gpus[rank] = [tb(0, nxt, prv, steps)]
+    res = simulate(prog("allgather", n, gpus), topo, SIZE)
+    assert close(res.time_us, (n - 1) * t_us(SIZE / n))
