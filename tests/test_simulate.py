@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from synth.errors import SynthError
 from synth.program.ir import Gpu, Program, Step, Threadblock
@@ -430,3 +432,47 @@ def test_ring_allgather_on_generated_torus():
         gpus[rank] = [tb(0, nxt, prv, steps)]
     res = simulate(prog("allgather", n, gpus), topo, SIZE)
     assert close(res.time_us, (n - 1) * t_us(SIZE / n))
+
+
+# ---- invariants on random point-to-point programs -------------------------------------------------
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5), st.integers(1, 3), st.integers(1, 2)),
+                min_size=1, max_size=12, unique_by=lambda x: (x[0], x[1])),
+       st.booleans())
+def test_random_transfers_respect_links(pairs, with_switch):
+    """Links never carry two transfers at once, every transfer costs Σα + b/min bw of its route, and
+    the makespan is at least the busiest link's total work."""
+    n = 6
+    links = [x for r in range(n) for x in both(r, (r + 1) % n, BW, 0.4)]
+    switches: tuple[str, ...] = ()
+    if with_switch:  # a slower switch reachable from ranks 0..2 only
+        links += [x for r in range(3) for x in both(r, n, 20.0, 1.1)]
+        switches = ("sw",)
+    topo = Topology("rand", n, tuple(links), switches=switches)
+    gpus: dict[int, list[Threadblock]] = {}
+    for src, dst, k, cnt in pairs:
+        if src == dst:
+            continue
+        steps_s = [Step("s", "i", 0, "o", 0, cnt=cnt)] * k
+        steps_r = [Step("r", "i", 0, "o", 0, cnt=cnt)] * k
+        gpus.setdefault(src, []).append(tb(len(gpus.get(src, [])), send=dst, steps=steps_s))
+        gpus.setdefault(dst, []).append(tb(len(gpus.get(dst, [])), recv=src, steps=steps_r))
+    if not gpus:
+        return
+    res = simulate(prog("broadcast", n, gpus, c=3), topo, 3e6)
+    chunk = 1e6
+    by_link: dict[str, list[tuple[float, float]]] = {}
+    info = {f"{topo.node_name(x.src)}->{topo.node_name(x.dst)}": x for x in topo.links}
+    for rank, tid, step, start, end, route in res.events:
+        cnt = gpus[rank][tid].steps[step].cnt
+        hops = [info[name] for name in route]
+        assert hops[0].src == rank
+        assert end - start == pytest.approx(sum(h.alpha for h in hops) + cnt * chunk / (min(h.bw for h in hops) * 1e3))
+        for name in route:
+            by_link.setdefault(name, []).append((start, end))
+    for spans in by_link.values():
+        spans.sort()
+        for (_, e1), (s2, _) in zip(spans, spans[1:]):
+            assert s2 >= e1 - 1e-9
+        assert res.time_us >= sum(e - s for s, e in spans) - 1e-6
+    assert res.transfers == sum(k for s, d, k, _ in pairs if s != d)
