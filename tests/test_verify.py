@@ -62,8 +62,7 @@ def direct_program(name: str, n: int = 4, c: int = 2, root: int = 0) -> Program:
         peers = sorted(steps[r])
         tb_of = {peer: k for k, peer in enumerate(peers)}
         # sends first in each threadblock: they never block, so no cycle is possible
-        ordered = {peer: [d for d in steps[r][peer] if d["type"] == "s"] + [d for d in steps[r][peer] if d["type"] != "s"]
-                   for peer in peers}
+        ordered = {peer: sorted(steps[r][peer], key=lambda d: d["type"] != "s") for peer in peers}
         index = {(peer, id(d)): k for peer in peers for k, d in enumerate(ordered[peer])}
         raw_index = {(peer, k): index[(peer, id(d))] for peer in peers for k, d in enumerate(steps[r][peer])}
         depended = set()
