@@ -1,0 +1,425 @@
+"""Exact spanning-arborescence packing at the cut bound (the engine of method ``trees``).
+
+Source: Liangyu Zhao et al., "ForestColl: Efficient Collective Communications on Heterogeneous
+Network Fabrics", arXiv 2402.06787, §3–§5. The three steps, all on integer capacities:
+
+1. **Optimal rate.** With weights ``w_r`` (1 for every root), add a source ``s`` with an arc
+   ``s -> r`` of capacity ``w_r / T`` per unit time. The roots can broadcast ``w_r`` units each in
+   time ``T`` (fractionally) iff ``maxflow(s, v) >= Σ w`` for every rank ``v``, i.e. iff for every
+   node set ``S`` (switches allowed) that misses a rank, ``T · B⁺(S) >= w(S ∩ ranks)``. So
+   ``T* = max_S w(S)/B⁺(S)``, the cut bound. We find it exactly with Dinkelbach's iteration:
+   a violated max-flow test returns its min cut ``S`` and ``T <- w(S)/B⁺(S)``, strictly larger;
+   at the fixed point no cut is violated (ForestColl's binary search, made exact).
+2. **Switch removal by edge splitting** (Bang-Jensen, Frank & Jackson 1995, as used in ForestColl
+   §4): at a switch ``w`` replace ``M`` units of ``(u,w),(w,t)`` by ``M`` units of ``(u,t)``, with
+   ``M`` the largest amount that keeps every rooted cut condition; a unit of ``(u,t)`` remembers
+   its route ``u -> w -> t`` through the fabric. Splitting only lowers the out-capacity of sets with
+   ``u,t ∈ S ∌ w`` or ``w ∈ S ∌ u,t``, so ``M`` is a min over two families of max-flows.
+3. **Packing** (Edmonds' branching theorem; the extension test of Bérczi & Frank used by ForestColl
+   §5): with capacities ``c_e = B_e · T* · k`` every root gets ``k`` arborescences spanning all
+   ranks, using each arc at most ``c_e`` times. Trees grow one arc at a time; partial trees ``T_i``
+   (multiplicity ``C_i``, vertex set ``V_i``) can all be completed iff every nonempty set ``X``
+   has ``ρ(X) >= Σ_{i: V_i ∩ X = ∅} C_i``; the number of copies of ``T_j`` that may take arc
+   ``(x,y)`` is ``min(C_j, c_xy, maxflow(x, y) - Σ_{i≠j} C_i)`` in the graph with a node ``s_i``
+   per tree, arcs ``s_i -> V_i`` (∞) and ``x -> s_i`` (``C_i``). A tree that can take fewer
+   copies splits in two.
+
+Everything is integer (bandwidths are scaled to integer units), so the result is exact.
+Max-flows use OR-Tools' SimpleMaxFlow on numpy arrays.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+
+from synth.errors import SynthError
+from synth.topology.model import Topology
+
+INF = 1 << 50
+
+
+# ---------------------------------------------------------------------------------------------
+# max-flow
+# ---------------------------------------------------------------------------------------------
+def max_flow(num_nodes: int, tails, heads, caps, source: int, sink: int, cut: bool = False):
+    """Value of a maximum ``source -> sink`` flow (and the source side of a min cut if ``cut``)."""
+    from ortools.graph.python import max_flow as mf
+
+    solver = mf.SimpleMaxFlow()
+    solver.add_arcs_with_capacity(np.asarray(tails, dtype=np.int64), np.asarray(heads, dtype=np.int64),
+                                  np.asarray(caps, dtype=np.int64))
+    if num_nodes > 0:
+        solver.add_arc_with_capacity(num_nodes - 1, num_nodes - 1, 0)  # make every node exist
+    status = solver.solve(source, sink)
+    if status != solver.OPTIMAL:
+        raise SynthError(f"max-flow failed with status {status}")
+    if cut:
+        return solver.optimal_flow(), solver.get_source_side_min_cut()
+    return solver.optimal_flow()
+
+
+# ---------------------------------------------------------------------------------------------
+# integer fabric
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Fabric:
+    """A topology with bandwidths as co-prime integer units: ``bw = units · unit_GBps``."""
+
+    num_nodes: int
+    num_ranks: int
+    tails: np.ndarray
+    heads: np.ndarray
+    units: np.ndarray
+    unit_GBps: Fraction
+
+    @property
+    def arcs(self) -> list[tuple[int, int]]:
+        return list(zip(self.tails.tolist(), self.heads.tolist()))
+
+
+def integer_fabric(topology: Topology) -> Fabric:
+    """Scale bandwidths to integers with gcd 1 (bw as exact fractions, limit 1e-6 GB/s)."""
+    src, dst, bw, _ = topology.arrays
+    fracs = [Fraction(float(b)).limit_denominator(10**6) for b in bw]
+    lcm = 1
+    for f in fracs:
+        lcm = lcm * f.denominator // math.gcd(lcm, f.denominator)
+    ints = [int(f * lcm) for f in fracs]
+    g = 0
+    for x in ints:
+        g = math.gcd(g, x)
+    g = g or 1
+    units = np.array([x // g for x in ints], dtype=np.int64)
+    return Fabric(topology.num_nodes, topology.num_ranks, src.astype(np.int64), dst.astype(np.int64),
+                  units, Fraction(g, lcm))
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. the optimal rate (cut bound), exactly
+# ---------------------------------------------------------------------------------------------
+def _source_arcs(num_nodes: int, weights: dict[int, int], scale: int):
+    s = num_nodes
+    roots = sorted(r for r, w in weights.items() if w > 0)
+    return [s] * len(roots), roots, [weights[r] * scale for r in roots]
+
+
+def _violated_cut(fabric: Fabric, caps: np.ndarray, weights: dict[int, int], scale: int,
+                  order: list[int]) -> list[int] | None:
+    """First rank ``v`` (in ``order``) with ``maxflow(s, v) < scale·Σw``; returns the min cut side S."""
+    n = fabric.num_nodes
+    st, sh, sc = _source_arcs(n, weights, scale)
+    tails = np.concatenate([fabric.tails, st]).astype(np.int64)
+    heads = np.concatenate([fabric.heads, sh]).astype(np.int64)
+    cc = np.concatenate([caps, sc]).astype(np.int64)
+    need = scale * sum(weights.values())
+    for v in order:
+        value, side = max_flow(n + 1, tails, heads, cc, n, v, cut=True)
+        if value < need:
+            order.remove(v)
+            order.insert(0, v)  # a violated rank tends to stay violated: test it first next time
+            return [x for x in side if x != n]
+    return None
+
+
+def optimal_ratio(fabric: Fabric, weights: dict[int, int]) -> Fraction:
+    """``T* = max_S w(S ∩ ranks) / B⁺(S)`` in fabric units (time per unit of data per unit bw).
+
+    Dinkelbach on the parametric cut condition (see the module docstring): exact, and usually a
+    handful of rounds of ``N`` max-flows.
+    """
+    units = fabric.units
+    ranks = list(range(fabric.num_ranks))
+    in_units = np.bincount(fabric.heads, weights=units, minlength=fabric.num_nodes)
+    total = sum(weights.values())
+    # start from a per-rank bound (what a rank must receive over its own in-links)
+    ratio = max(Fraction(total - weights.get(v, 0), int(in_units[v])) for v in ranks if in_units[v] > 0)
+    if any(in_units[v] == 0 for v in ranks) and fabric.num_ranks > 1:
+        raise SynthError("a rank has no incoming link; the collective cannot complete")
+    order = list(ranks)
+    while True:
+        caps = units * ratio.numerator
+        cut = _violated_cut(fabric, caps, weights, ratio.denominator, order)
+        if cut is None:
+            return ratio
+        side = np.zeros(fabric.num_nodes, dtype=bool)
+        side[cut] = True
+        out = int(units[side[fabric.tails] & ~side[fabric.heads]].sum())
+        demand = sum(weights.get(v, 0) for v in cut if v < fabric.num_ranks)
+        if out == 0:
+            raise SynthError("the fabric is not connected enough for this collective")
+        new = Fraction(demand, out)
+        if new <= ratio:  # cannot happen with exact arithmetic; guard against a loop
+            raise SynthError("internal error: cut-bound iteration did not progress")
+        ratio = new
+
+
+def is_feasible(fabric: Fabric, caps: np.ndarray, weights: dict[int, int], k: int) -> bool:
+    """Can every root ``r`` get ``k·w_r`` arborescences with arc capacities ``caps``? (Edmonds)"""
+    return _violated_cut(fabric, caps, weights, k, list(range(fabric.num_ranks))) is None
+
+
+def _caps_at(units: np.ndarray, t: float, k: int) -> np.ndarray:
+    return np.floor(units * t * k + 1e-9).astype(np.int64)
+
+
+def approximate_capacities(fabric: Fabric, weights: dict[int, int], ratio: Fraction,
+                           k: int) -> tuple[np.ndarray, Fraction]:
+    """``c_e = ⌊B_e·T·k⌋`` for (nearly) the least feasible ``T >= T*`` with ``k`` trees per root."""
+    units = fabric.units
+    lo, hi = float(ratio), float(ratio) + 1.0 / (k * int(units.min()))
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        if is_feasible(fabric, _caps_at(units, mid, k), weights, k):
+            hi = mid
+        else:
+            lo = mid
+    caps = _caps_at(units, hi, k)
+    achieved = max(Fraction(int(c), int(b) * k) for c, b in zip(caps, units))
+    return caps, max(achieved, ratio)
+
+
+def choose_capacities(fabric: Fabric, weights: dict[int, int], ratio: Fraction,
+                      max_trees: int) -> tuple[int, np.ndarray, Fraction]:
+    """(k, capacities, achieved ratio): exact if ``T*``'s denominator allows ``k <= max_trees``."""
+    if ratio.denominator <= max_trees:
+        k = ratio.denominator
+        return k, fabric.units * ratio.numerator, ratio
+    caps, achieved = approximate_capacities(fabric, weights, ratio, max_trees)
+    return max_trees, caps, achieved
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. switch removal by edge splitting
+# ---------------------------------------------------------------------------------------------
+Route = tuple[int, ...]
+
+
+@dataclass
+class SplitGraph:
+    """Integer arc capacities over all nodes; each unit of capacity maps to a route of switches."""
+
+    num_nodes: int
+    num_ranks: int
+    cap: dict[tuple[int, int], int]
+    routes: dict[tuple[int, int], list[list]]  # (u, v) -> [[route, units], ...]
+
+    def arrays(self):
+        items = [(u, v, c) for (u, v), c in self.cap.items() if c > 0]
+        if not items:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+        a = np.array(items, dtype=np.int64)
+        return a[:, 0], a[:, 1], a[:, 2]
+
+
+def _take_units(pool: list[list], amount: int) -> list[tuple[Route, int]]:
+    """Remove ``amount`` units from a route pool; returns the (route, units) pieces taken."""
+    taken: list[tuple[Route, int]] = []
+    while amount > 0:
+        route, units = pool[-1]
+        use = min(units, amount)
+        taken.append((route, use))
+        amount -= use
+        if use == units:
+            pool.pop()
+        else:
+            pool[-1][1] = units - use
+    return taken
+
+
+def _add_units(pool: list[list], route: Route, units: int) -> None:
+    for item in pool:
+        if item[0] == route:
+            item[1] += units
+            return
+    pool.append([route, units])
+
+
+def _flow_with(graph: SplitGraph, demand_arcs, extra, source: int, sink: int) -> int:
+    t, h, c = graph.arrays()
+    et = [a for a, _, _ in extra] + demand_arcs[0]
+    eh = [b for _, b, _ in extra] + demand_arcs[1]
+    ec = [x for _, _, x in extra] + demand_arcs[2]
+    return max_flow(graph.num_nodes + 1, np.concatenate([t, et]), np.concatenate([h, eh]),
+                    np.concatenate([c, ec]), source, sink)
+
+
+def _split_amount(graph: SplitGraph, demand_arcs, need: int, u: int, w: int, t: int, limit: int) -> int:
+    """Largest ``M <= limit`` such that splitting ``(u,w),(w,t)`` keeps every rooted cut condition.
+
+    Sets losing capacity: (A) ``u,t ∈ S``, ``w ∉ S`` and (B) ``w ∈ S``, ``u,t ∉ S``; each must
+    also miss some rank ``v`` (the condition only binds such sets). Slack = min cut − need.
+    """
+    s = graph.num_nodes
+    ranks = range(graph.num_ranks)
+    m = limit
+    # (A): source side {s, u, t}, sink side {w, v}
+    for v in ranks:
+        if v in (u, t) or m == 0:
+            continue
+        extra = [(s, u, INF), (s, t, INF), (v, w, INF)]
+        m = min(m, _flow_with(graph, demand_arcs, extra, s, w) - need)
+    # (B): source side {s, w}, sink side {u, t} (+ a rank v if neither is one)
+    if m > 0:
+        sink_sets = [()] if (u < graph.num_ranks or t < graph.num_ranks) else [(v,) for v in ranks]
+        for more in sink_sets:
+            if m == 0:
+                break
+            extra = [(s, w, INF), (u, t, INF)] + [(v, t, INF) for v in more]
+            m = min(m, _flow_with(graph, demand_arcs, extra, s, t) - need)
+    return max(m, 0)
+
+
+def split_switches(fabric: Fabric, caps: np.ndarray, weights: dict[int, int], k: int) -> SplitGraph:
+    """Remove every switch by complete edge splitting (module docstring, step 2).
+
+    Returns a graph on the ranks only whose capacity units each carry a route (the switches
+    crossed). Raises SynthError if a switch cannot be split completely (non-Eulerian switch whose
+    leftover capacity is needed), which the theorem excludes for bidirectional fabrics.
+    """
+    n, nr = fabric.num_nodes, fabric.num_ranks
+    cap: dict[tuple[int, int], int] = {}
+    routes: dict[tuple[int, int], list[list]] = {}
+    for a, b, c in zip(fabric.tails.tolist(), fabric.heads.tolist(), caps.tolist()):
+        if c > 0:
+            cap[(a, b)] = cap.get((a, b), 0) + c
+            _add_units(routes.setdefault((a, b), []), (), c)
+    graph = SplitGraph(n, nr, cap, routes)
+    st, sh, sc = _source_arcs(n, weights, k)
+    demand_arcs = (st, sh, sc)
+    need = k * sum(weights.values())
+    for w in range(nr, n):
+        preds = sorted(u for (u, x), c in graph.cap.items() if x == w and c > 0)
+        for u in preds:
+            succs = sorted((t for (x, t), c in graph.cap.items() if x == w and c > 0),
+                           key=lambda t: (t == u, t))  # a u->w->u loop wastes capacity: try it last
+            for t in succs:
+                limit = min(graph.cap.get((u, w), 0), graph.cap.get((w, t), 0))
+                if limit == 0:
+                    continue
+                m = _split_amount(graph, demand_arcs, need, u, w, t, limit)
+                if m == 0:
+                    continue
+                left = _take_units(graph.routes[(u, w)], m)
+                right = _take_units(graph.routes[(w, t)], m)
+                graph.cap[(u, w)] -= m
+                graph.cap[(w, t)] -= m
+                if u != t:
+                    graph.cap[(u, t)] = graph.cap.get((u, t), 0) + m
+                    pool = graph.routes.setdefault((u, t), [])
+                    for route, units in _zip_pieces(left, right):
+                        _add_units(pool, route[0] + (w,) + route[1], units)
+                if graph.cap.get((u, w), 0) == 0:
+                    break
+        # drop what is left at w (possible only for non-Eulerian switches) if the cuts allow it
+        for key in [key for key, c in graph.cap.items() if c > 0 and w in key]:
+            graph.cap[key] = 0
+        for key in [key for key in graph.cap if w in key]:
+            del graph.cap[key]
+            graph.routes.pop(key, None)
+    if not is_feasible(_rank_fabric(graph), _rank_caps(graph), weights, k):
+        raise SynthError("switch removal lost capacity (a non-Eulerian switch); use method lp")
+    return graph
+
+
+def _zip_pieces(left: list[tuple[Route, int]], right: list[tuple[Route, int]]):
+    """Pair up two equal-sized unit lists piecewise: ((route_l, route_r), units)."""
+    i = j = 0
+    lu = left[0][1] if left else 0
+    ru = right[0][1] if right else 0
+    while i < len(left) and j < len(right):
+        use = min(lu, ru)
+        yield (left[i][0], right[j][0]), use
+        lu -= use
+        ru -= use
+        if lu == 0:
+            i += 1
+            lu = left[i][1] if i < len(left) else 0
+        if ru == 0:
+            j += 1
+            ru = right[j][1] if j < len(right) else 0
+
+
+def _rank_fabric(graph: SplitGraph) -> Fabric:
+    t, h, c = graph.arrays()
+    return Fabric(graph.num_ranks, graph.num_ranks, t, h, np.ones_like(c), Fraction(1))
+
+
+def _rank_caps(graph: SplitGraph) -> np.ndarray:
+    return graph.arrays()[2]
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. packing arborescences
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Tree:
+    """An out-arborescence on the ranks: ``edges`` in BFS order from ``root``; ``mult`` copies."""
+
+    root: int
+    mult: int
+    edges: list[tuple[int, int]] = field(default_factory=list)
+    nodes: set[int] = field(default_factory=set)
+
+
+def pack_arborescences(num_ranks: int, cap: dict[tuple[int, int], int], weights: dict[int, int],
+                       k: int) -> list[Tree]:
+    """``k·w_r`` spanning out-arborescences per root within integer capacities (module step 3)."""
+    cap = {key: c for key, c in cap.items() if c > 0}
+    out: dict[int, list[int]] = {}
+    for (x, y) in sorted(cap):
+        out.setdefault(x, []).append(y)
+    pending: deque[Tree] = deque(Tree(r, k * w, [], {r}) for r, w in sorted(weights.items()) if w > 0)
+    done: list[Tree] = []
+    while pending:
+        tree = pending.popleft()
+        queue = deque(sorted(tree.nodes))
+        while queue and len(tree.nodes) < num_ranks:
+            x = queue.popleft()
+            for y in out.get(x, ()):
+                if y in tree.nodes or cap.get((x, y), 0) == 0:
+                    continue
+                copies = _extension_copies(num_ranks, cap, tree, list(pending), x, y)
+                if copies == 0:
+                    continue
+                if copies < tree.mult:
+                    pending.append(Tree(tree.root, tree.mult - copies, list(tree.edges), set(tree.nodes)))
+                    tree.mult = copies
+                tree.edges.append((x, y))
+                tree.nodes.add(y)
+                cap[(x, y)] -= copies
+                queue.append(y)
+        if len(tree.nodes) < num_ranks:
+            raise SynthError(f"internal error: arborescence packing stuck at root {tree.root}")
+        done.append(tree)
+    return done
+
+
+def _extension_copies(num_ranks: int, cap: dict[tuple[int, int], int], tree: Tree, others: list[Tree],
+                      x: int, y: int) -> int:
+    """How many copies of ``tree`` may take arc ``(x, y)`` and keep all trees completable."""
+    limit = min(tree.mult, cap[(x, y)])
+    tails, heads, caps = [], [], []
+    for (a, b), c in cap.items():
+        if c > 0:
+            tails.append(a)
+            heads.append(b)
+            caps.append(c)
+    base = num_ranks
+    others_sum = 0
+    for i, other in enumerate(others):
+        node = base + i
+        for v in other.nodes:
+            tails.append(node)
+            heads.append(v)
+            caps.append(INF)
+        tails.append(x)
+        heads.append(node)
+        caps.append(other.mult)
+        others_sum += other.mult
+    flow = max_flow(base + len(others), tails, heads, caps, x, y)
+    return max(0, min(limit, flow - others_sum))
