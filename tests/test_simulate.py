@@ -476,3 +476,48 @@ def test_random_transfers_respect_links(pairs, with_switch):
             assert s2 >= e1 - 1e-9
         assert res.time_us >= sum(e - s for s, e in spans) - 1e-6
     assert res.transfers == sum(k for s, d, k, _ in pairs if s != d)
+
+
+# ---- lowered schedules (synth.program.lower) ------------------------------------------------------
+@pytest.mark.parametrize("n,c", [(4, 1), (6, 2)])
+def test_lowered_ring_allgather_matches_closed_form(n, c):
+    """Schedule -> lower -> simulate: C chunks per rank on a ring, each chunk goes N-1 hops. The
+    lowered program has one send and one receive threadblock per rank, so a rank's (N-1)C sends are
+    serialised on its out-link: (N-1)·C·(α + SIZE/(N·C)/bw)."""
+    lower = pytest.importorskip("synth.program.lower").lower
+    from synth.collectives import Collective
+    from synth.schedule import Schedule, Transfer
+
+    coll = Collective("allgather", n, c)
+    step = t_us(SIZE / (n * c))
+    transfers = []
+    for q in range(n):
+        for k in range(c):
+            for j in range(n - 1):
+                t0 = (j * c + k) * step
+                transfers.append(Transfer(t0, t0 + step, coll.contribution(q, k), (q + j) % n, (q + j + 1) % n))
+    program = lower(Schedule(coll, f"ring{n}", tuple(sorted(transfers)), method="test", size_bytes=SIZE))
+    res = simulate(program, ring_topo(n), SIZE)
+    assert res.transfers == n * c * (n - 1)
+    assert close(res.time_us, (n - 1) * c * step)
+
+
+@pytest.mark.parametrize("n", [3, 4, 8])
+def test_lowered_ring_allreduce_matches_closed_form(n):
+    """Ring reduce-scatter then ring allgather of N chunks, lowered: 2(N-1)(α + SIZE/N/bw)."""
+    lower = pytest.importorskip("synth.program.lower").lower
+    from synth.collectives import Collective
+    from synth.schedule import Schedule, Transfer
+
+    coll = Collective("allreduce", n, n)
+    step = t_us(SIZE / n)
+    transfers = []
+    for j in range(n):
+        for s in range(2 * (n - 1)):
+            src = (j + s) % n
+            transfers.append(Transfer(s * step, (s + 1) * step, j, src, (src + 1) % n, reduce=s < n - 1))
+    program = lower(Schedule(coll, f"ring{n}", tuple(sorted(transfers)), method="test", size_bytes=SIZE))
+    res = simulate(program, ring_topo(n), SIZE)
+    assert res.transfers == 2 * n * (n - 1)
+    assert close(res.time_us, 2 * (n - 1) * step)
+    assert close(res.busbw_GBps, res.algbw_GBps * 2 * (n - 1) / n)
