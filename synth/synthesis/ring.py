@@ -1,0 +1,439 @@
+"""Ring baselines (what NCCL runs), over one or several rings at once.
+
+Rings. A ring is a cyclic order of the ranks; consecutive ranks talk over a direct link or, where
+there is none, over the shortest switch-only route (fewest hops, then least α: the same rule as the
+simulator), so a star/NVSwitch fabric or boxes behind NICs always have a ring. Rings are packed
+greedily: each round finds a Hamiltonian cycle whose bottleneck residual bandwidth is as large as
+possible (thresholds tried from high to low, direct links preferred at equal threshold, DFS with
+Warnsdorff ordering under a time budget), gives it the rate ``min residual / uses`` over its links,
+and subtracts that rate. The two directions of a full-duplex cycle use different directed links, so
+they count as separate rings. On DGX-1 this recovers NCCL's rings: the double-NVLink cycle in both
+directions (50 GB/s each) and the single-NVLink cycle in both directions (25 GB/s each).
+
+Chunks are split across rings in proportion to their rates (integer weights, largest remainder),
+each ring on its own channel. Per ring the classic algorithms (Patarasuk & Yuan, JPDC 2009 for the
+bandwidth-optimal ring allreduce = reduce-scatter then allgather):
+
+- allgather: every piece travels N-1 hops around the ring; reducescatter: the reverse, reducing;
+- allreduce: reducescatter to each chunk's owner, then allgather from it;
+- broadcast / reduce: a pipelined chain from / to the root, ``p`` chunks per ring, with
+  p* = sqrt((N-2)·S/(bw·α)) minimising (N-2+p)(α + S/(p·bw));
+- gather / scatter: pieces flow along the ring to / from the root (farthest first for scatter);
+- alltoall: every piece is relayed around the ring to its destination.
+
+Times come from a list schedule under the SPEC α-β model (a transfer pays the α of every hop plus
+bytes / bottleneck bw, and holds every link of its route; transfers on a link are serialized).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from synth.collectives import Collective
+from synth.errors import SynthError
+from synth.schedule import Schedule, Transfer
+from synth.synthesis.base import MethodSpec, SynthOptions
+from synth.topology.model import Topology
+
+MAX_RINGS = 8
+MAX_WEIGHT = 16          # total integer ring weight (chunks per piece with no pipelining)
+MAX_PIPELINE = 32        # chunks per ring for the pipelined chain (broadcast / reduce)
+RING_BUDGET_S = 3.0      # time budget for the ring search
+_EPS = 1e-9
+
+Route = tuple[tuple[int, int], ...]   # the directed links (src, dst) of one ring edge
+
+
+@dataclass(frozen=True)
+class Ring:
+    order: tuple[int, ...]              # ranks in ring order; edge k is order[k] -> order[k+1]
+    switches: tuple[tuple[int, ...], ...]  # switches crossed by edge k (empty for a direct link)
+    rate: float                          # GB/s this ring is given
+
+    @property
+    def direct(self) -> bool:
+        return not any(self.switches)
+
+
+# ---- routes ---------------------------------------------------------------------------------------
+def pair_routes(topology: Topology) -> dict[tuple[int, int], tuple[int, ...]]:
+    """rank pair -> node path (src, switches..., dst): the direct link, else the switch-only path
+    with fewest hops, then least α (the simulator's routing rule)."""
+    import heapq
+
+    out: dict[tuple[int, int], tuple[int, ...]] = {}
+    n = topology.num_ranks
+    for src in range(n):
+        best: dict[int, tuple[int, float]] = {src: (0, 0.0)}
+        path: dict[int, tuple[int, ...]] = {src: (src,)}
+        heap = [(0, 0.0, src)]
+        done: set[int] = set()
+        while heap:
+            hops, alpha, u = heapq.heappop(heap)
+            if u in done:
+                continue
+            done.add(u)
+            if u != src and topology.is_rank(u):
+                continue   # ranks are endpoints here, never forwarders
+            for link in sorted(topology.out_links[u], key=lambda link: link.dst):
+                cand = (hops + 1, alpha + link.alpha)
+                if link.dst not in best or cand < best[link.dst]:
+                    best[link.dst] = cand
+                    path[link.dst] = path[u] + (link.dst,)
+                    heapq.heappush(heap, (cand[0], cand[1], link.dst))
+        for dst in range(n):
+            if dst == src:
+                continue
+            if topology.link(src, dst) is not None:
+                out[(src, dst)] = (src, dst)
+            elif dst in path:
+                out[(src, dst)] = path[dst]
+    return out
+
+
+def _links_of(path: tuple[int, ...]) -> Route:
+    return tuple(zip(path[:-1], path[1:], strict=False))
+
+
+# ---- ring search ----------------------------------------------------------------------------------
+def _hamiltonian(n: int, adj: list[list[int]], deadline: float) -> list[int] | None:
+    """A Hamiltonian cycle through ranks 0..n-1 (DFS, Warnsdorff order), or None (also on timeout)."""
+    if n == 1:
+        return [0]
+    if any(not a for a in adj):
+        return None
+    into = [0] * n
+    for a in adj:
+        for b in a:
+            into[b] += 1
+    if any(x == 0 for x in into):
+        return None
+    path = [0]
+    visited = [False] * n
+    visited[0] = True
+    stack = [iter(adj[0])]
+    steps = 0
+    while stack:
+        steps += 1
+        if steps % 1024 == 0 and time.monotonic() > deadline:
+            return None
+        nxt = next(stack[-1], None)
+        if nxt is None:
+            stack.pop()
+            visited[path.pop()] = False
+            continue
+        if visited[nxt]:
+            continue
+        path.append(nxt)
+        visited[nxt] = True
+        if len(path) == n:
+            if 0 in adj[nxt]:
+                return path
+            visited[path.pop()] = False
+            continue
+        # Warnsdorff: try successors with the fewest onward options first.
+        cands = [v for v in adj[nxt] if not visited[v]]
+        cands.sort(key=lambda v: sum(1 for w in adj[v] if not visited[w]))
+        stack.append(iter(cands))
+    return None
+
+
+def _strongly_connected(n: int, adj: list[list[int]]) -> bool:
+    def reach(graph: list[list[int]]) -> int:
+        seen = {0}
+        todo = [0]
+        while todo:
+            u = todo.pop()
+            for v in graph[u]:
+                if v not in seen:
+                    seen.add(v)
+                    todo.append(v)
+        return len(seen)
+
+    rev: list[list[int]] = [[] for _ in range(n)]
+    for u, a in enumerate(adj):
+        for v in a:
+            rev[v].append(u)
+    return reach(adj) == n and reach(rev) == n
+
+
+def find_rings(topology: Topology, max_rings: int = MAX_RINGS, budget_s: float = RING_BUDGET_S) -> list[Ring]:
+    """Greedy packing of Hamiltonian rings by bottleneck residual bandwidth (see module docstring)."""
+    n = topology.num_ranks
+    if n < 2:
+        return []
+    routes = pair_routes(topology)
+    residual = {(link.src, link.dst): link.bw for link in topology.links}
+    rings: list[Ring] = []
+    deadline = time.monotonic() + budget_s
+    while len(rings) < max_rings and time.monotonic() < deadline:
+        thresholds = sorted({bw for bw in residual.values() if bw > _EPS}, reverse=True)
+        found: list[int] | None = None
+        for thr in thresholds:
+            for allow_routes in (False, True):
+                adj: list[list[int]] = [[] for _ in range(n)]
+                for (a, b), path in routes.items():
+                    if len(path) > 2 and not allow_routes:
+                        continue
+                    if all(residual[link] >= thr - _EPS for link in _links_of(path)):
+                        adj[a].append(b)
+                # direct links first, then by rank distance (keeps rings tidy on symmetric fabrics)
+                for a in range(n):
+                    adj[a].sort(key=lambda b, a=a: (len(routes[(a, b)]), (b - a) % n))
+                if not _strongly_connected(n, adj):
+                    continue
+                found = _hamiltonian(n, adj, min(deadline, time.monotonic() + budget_s / 4))
+                if found:
+                    break
+            if found:
+                break
+        if not found:
+            break
+        order = tuple(found)
+        paths = [routes[(order[k], order[(k + 1) % n])] for k in range(n)]
+        uses: dict[tuple[int, int], int] = {}
+        for path in paths:
+            for link in _links_of(path):
+                uses[link] = uses.get(link, 0) + 1
+        rate = min(residual[link] / count for link, count in uses.items())
+        if rate <= _EPS or (rings and rate < 1e-3 * rings[0].rate):
+            break
+        for link, count in uses.items():
+            residual[link] -= rate * count
+        rings.append(Ring(order, tuple(tuple(p[1:-1]) for p in paths), rate))
+    if not rings:
+        raise SynthError(f"topology {topology.name!r}: found no ring through all {n} ranks "
+                         "(no Hamiltonian cycle over its links or switch routes)")
+    return rings
+
+
+def ring_weights(rings: list[Ring], max_total: int = MAX_WEIGHT) -> list[int]:
+    """Integer weights proportional to ring rates, summing to at most ``max_total`` (0 drops a ring)."""
+    low = min(r.rate for r in rings)
+    weights = [max(1, round(r.rate / low)) for r in rings]
+    if sum(weights) > max_total:
+        unit = sum(r.rate for r in rings) / max_total
+        weights = [round(r.rate / unit) for r in rings]
+    return weights
+
+
+def split_counts(total: int, weights: list[int]) -> list[int]:
+    """Largest-remainder split of ``total`` items in proportion to ``weights``."""
+    wsum = sum(weights)
+    if wsum <= 0:
+        return [0] * len(weights)
+    exact = [total * w / wsum for w in weights]
+    counts = [math.floor(x) for x in exact]
+    order = sorted(range(len(weights)), key=lambda i: (-(exact[i] - counts[i]), -weights[i], i))
+    for i in order[: total - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+# ---- α-β list scheduling --------------------------------------------------------------------------
+@dataclass
+class _Move:
+    key: tuple
+    src: int
+    dst: int
+    chunks: tuple[int, ...]
+    reduce: bool
+    channel: int
+    deps: tuple[int, ...]
+    start: float = 0.0
+    end: float = 0.0
+
+
+class _Timer:
+    """Assign start/end times in key order: start after the dependencies end and the route is free."""
+
+    def __init__(self, topology: Topology, routes: dict[tuple[int, int], tuple[int, ...]], chunk_bytes: float):
+        self.topology = topology
+        self.routes = routes
+        self.chunk_bytes = chunk_bytes
+        self.moves: list[_Move] = []
+
+    def add(self, key: tuple, src: int, dst: int, chunks: tuple[int, ...], reduce: bool, channel: int,
+            deps: tuple[int, ...] = ()) -> int:
+        self.moves.append(_Move(key, src, dst, chunks, reduce, channel, tuple(d for d in deps if d >= 0)))
+        return len(self.moves) - 1
+
+    def run(self) -> list[Transfer]:
+        free: dict[tuple[int, int], float] = {}
+        order = sorted(range(len(self.moves)), key=lambda i: self.moves[i].key)
+        done: set[int] = set()
+        out: list[Transfer] = []
+        for group, i in enumerate(order):
+            m = self.moves[i]
+            if any(d not in done for d in m.deps):
+                raise SynthError("internal: ring schedule orders a transfer before its input")
+            path = self.routes[(m.src, m.dst)]
+            links = [self.topology.link(a, b) for a, b in _links_of(path)]
+            start = max([self.moves[d].end for d in m.deps] + [free.get((lk.src, lk.dst), 0.0) for lk in links],
+                        default=0.0)
+            nbytes = len(m.chunks) * self.chunk_bytes
+            duration = sum(lk.alpha for lk in links) + nbytes / (min(lk.bw for lk in links) * 1e3)
+            m.start, m.end = start, start + duration
+            for lk in links:
+                free[(lk.src, lk.dst)] = m.end
+            done.add(i)
+            for c in m.chunks:
+                out.append(Transfer(m.start, m.end, c, m.src, m.dst, m.reduce, tuple(path[1:-1]), m.channel, group))
+        return out
+
+
+# ---- the method -----------------------------------------------------------------------------------
+def _pipeline_chunks(n: int, size_bytes: float, bw: float, alpha: float) -> int:
+    """p* = sqrt((N-2)·S/(bw·α)) for a chain of N-1 hops (bw in GB/s, α in µs)."""
+    if n <= 2 or alpha <= 0:
+        return MAX_PIPELINE if n > 2 else 1
+    p = math.sqrt((n - 2) * size_bytes / (bw * 1e3 * alpha))
+    return max(1, min(MAX_PIPELINE, round(p)))
+
+
+def synthesize(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions) -> Schedule:
+    """Ring (multi-ring) schedule of ``collective`` on ``topology`` (see module docstring)."""
+    n = topology.num_ranks
+    if collective.num_ranks != n:
+        raise SynthError(f"collective has {collective.num_ranks} ranks but topology {topology.name!r} has {n}")
+    name = collective.name
+    if options.chunks is not None and options.chunks < 1:
+        raise SynthError("--chunks must be at least 1")
+    rings = find_rings(topology, max_rings=int(options.extra.get("max_rings", MAX_RINGS)))
+    weights = ring_weights(rings)
+    keep = [i for i, w in enumerate(weights) if w > 0]
+    rings, weights = [rings[i] for i in keep], [weights[i] for i in keep]
+    wsum = sum(weights)
+    if options.chunks is not None:
+        chunks = options.chunks
+    elif name == "allreduce":
+        chunks = n * wsum
+    elif name in ("broadcast", "reduce"):
+        best = rings[0]
+        alpha = max((lk.alpha for lk in topology.links), default=0.0)
+        per_ring = size_bytes * weights[0] / wsum
+        chunks = wsum * _pipeline_chunks(n, per_ring, best.rate, alpha)
+    else:
+        chunks = wsum
+    coll = Collective(name, n, chunks, root=collective.root, inplace=collective.inplace)
+    if coll.inplace and name == "alltoall":
+        raise SynthError("ring alltoall relays through the ranks and needs an out-of-place buffer")
+    routes = pair_routes(topology)
+    timer = _Timer(topology, routes, coll.chunk_bytes(size_bytes))
+    C = coll.chunk_factor
+    if name == "allreduce":
+        # chunk j -> owner (contiguous, as even as possible), then rings within each owner's share
+        owners = split_counts(C, [1] * n)
+        j = 0
+        per_ring: list[list[tuple[int, list[int]]]] = [[] for _ in rings]   # (owner, chunk slots)
+        for q, count in enumerate(owners):
+            slots = list(range(j, j + count))
+            j += count
+            k = 0
+            for r, c in enumerate(split_counts(count, weights)):
+                if c:
+                    per_ring[r].append((q, slots[k:k + c]))
+                k += c
+    else:
+        counts = split_counts(C, weights)
+        blocks: list[list[int]] = []
+        k = 0
+        for c in counts:
+            blocks.append(list(range(k, k + c)))
+            k += c
+
+    for r, ring in enumerate(rings):
+        order, chan = ring.order, r
+        pos = {rank: i for i, rank in enumerate(order)}
+
+        def at(q: int, hop: int, order: tuple[int, ...] = order, pos: dict[int, int] = pos) -> int:
+            return order[(pos[q] + hop) % n]
+
+        if name == "allreduce":
+            for q, slots in per_ring[r]:
+                prev = -1
+                for t in range(n - 1):   # reduce-scatter to owner q
+                    prev = timer.add((t, r, pos[q]), at(q, 1 + t), at(q, 2 + t), tuple(slots), True, chan, (prev,))
+                for t in range(n - 1):   # allgather from owner q
+                    prev = timer.add((n - 1 + t, r, pos[q]), at(q, t), at(q, t + 1), tuple(slots), False, chan, (prev,))
+            continue
+        ks = blocks[r]
+        if not ks:
+            continue
+        if name == "allgather":
+            for q in range(n):
+                chunk_ids = tuple(coll.contribution(q, k) for k in ks)
+                prev = -1
+                for t in range(n - 1):
+                    prev = timer.add((t, r, pos[q]), at(q, t), at(q, t + 1), chunk_ids, False, chan, (prev,))
+        elif name == "reducescatter":
+            for q in range(n):
+                slots = tuple(q * C + k for k in ks)
+                prev = -1
+                for t in range(n - 1):
+                    prev = timer.add((t, r, pos[q]), at(q, 1 + t), at(q, 2 + t), slots, True, chan, (prev,))
+        elif name in ("broadcast", "reduce"):
+            root = coll.root
+            for m, k in enumerate(ks):
+                chunk = coll.contribution(root, k) if name == "broadcast" else k
+                prev = -1
+                for h in range(n - 1):
+                    if name == "broadcast":
+                        src, dst = at(root, h), at(root, h + 1)
+                    else:
+                        src, dst = at(root, 1 + h), at(root, 2 + h)
+                    prev = timer.add((m + h, h, r), src, dst, (chunk,), name == "reduce", chan, (prev,))
+        elif name == "gather":
+            root = coll.root
+            for p in range(1, n):        # rank at relative position p walks n - p hops to the root
+                q = at(root, p)
+                chunk_ids = tuple(coll.contribution(q, k) for k in ks)
+                prev = -1
+                for h in range(n - p):
+                    prev = timer.add((h, p, r), at(q, h), at(q, h + 1), chunk_ids, False, chan, (prev,))
+        elif name == "scatter":
+            root = coll.root
+            for p in range(1, n):        # farthest first
+                q = at(root, p)
+                chunk_ids = tuple(coll.contribution(root, q * C + k) for k in ks)
+                prev = -1
+                for h in range(p):
+                    prev = timer.add((n - 1 - p + h, -p, r), at(root, h), at(root, h + 1), chunk_ids, False, chan,
+                                     (prev,))
+        elif name == "alltoall":
+            for q in range(n):
+                for dst in range(n):
+                    if dst == q:
+                        continue
+                    d = (pos[dst] - pos[q]) % n
+                    chunk_ids = tuple(coll.contribution(q, dst * C + k) for k in ks)
+                    prev = -1
+                    for h in range(d):
+                        prev = timer.add((h + n - 1 - d, -d, r, q), at(q, h), at(q, h + 1), chunk_ids, False, chan,
+                                         (prev,))
+        else:  # pragma: no cover - COLLECTIVES is closed
+            raise SynthError(f"ring does not support {name}")
+
+    transfers = timer.run()
+    schedule = Schedule(
+        collective=coll,
+        topology=topology.name,
+        transfers=tuple(transfers),
+        method="ring",
+        size_bytes=float(size_bytes),
+        predicted_time_us=max((t.end for t in transfers), default=0.0),
+        notes={"rings": [{"order": list(rg.order), "rate_GBps": rg.rate, "weight": w,
+                          "switches": [list(s) for s in rg.switches]} for rg, w in zip(rings, weights, strict=True)]},
+    )
+    return schedule
+
+
+METHOD = MethodSpec(
+    name="ring",
+    run=synthesize,
+    collectives=frozenset({"allgather", "reducescatter", "allreduce", "broadcast", "reduce", "gather", "scatter",
+                           "alltoall"}),
+    description="NCCL-style rings (multi-ring over disjoint Hamiltonian cycles, switch routes where needed)",
+)
