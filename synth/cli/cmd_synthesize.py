@@ -1,0 +1,103 @@
+"""``synth synthesize -t T -c C [-s SIZE] [-m METHOD] ... [-o OUT] [--json]``: solve, verify, write."""
+
+from __future__ import annotations
+
+import re
+
+import click
+
+from synth.cli.common import emit_json, guarded, json_option, load_topology_arg
+from synth.errors import SynthError
+
+
+def _default_output(topology: str, collective: str, method: str) -> str:
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{topology}-{collective}-{method}")
+    return f"{stem}.xml"
+
+
+@click.command("synthesize")
+@click.option("-t", "--topology", "topology_name", required=True, help="Topology name (built-in) or file.")
+@click.option("-c", "--collective", required=True, help="allgather, reducescatter, allreduce, alltoall, broadcast, "
+              "reduce, gather or scatter.")
+@click.option("-s", "--size", default="1GiB", show_default=True, help="SIZE (nccl-tests buffer convention).")
+@click.option("-m", "--method", default="auto", show_default=True,
+              help="Synthesis method (see `synth synthesize --list-methods`).")
+@click.option("--solver", default="highs", show_default=True, help="Solver for exact methods.")
+@click.option("--time-limit", type=float, default=None, help="Solver time limit in seconds.")
+@click.option("--chunks", type=int, default=None, help="Chunks per rank piece (default: the method chooses).")
+@click.option("--root", type=int, default=0, show_default=True, help="Root rank of rooted collectives.")
+@click.option("--gap", type=float, default=None, help="Relative MIP gap at which exact methods stop.")
+@click.option("--threads", type=int, default=None, help="Solver threads.")
+@click.option("--inplace", is_flag=True, help="Emit an in-place program (MSCCL aliasing).")
+@click.option("--coll-spelling", type=click.Choice(["reduce_scatter", "reducescatter"]), default="reduce_scatter",
+              show_default=True, help="MSCCL `coll` spelling for reduce-scatter (original runtime / executor fork).")
+@click.option("-o", "--output", default=None, type=click.Path(dir_okay=False),
+              help="Program file: .xml (MSCCL XML) or .json (default: ./TOPOLOGY-COLLECTIVE-METHOD.xml).")
+@click.option("--list-methods", is_flag=True, help="List the registered methods and exit.")
+@json_option
+@guarded
+def command(topology_name: str, collective: str, size: str, method: str, solver: str, time_limit: float | None,
+            chunks: int | None, root: int, gap: float | None, threads: int | None, inplace: bool,
+            coll_spelling: str, output: str | None, list_methods: bool, as_json: bool) -> None:
+    """Synthesize a schedule, verify it, and write the program (MSCCL XML or JSON)."""
+    from synth.collectives import canonical_name
+    from synth.pipeline import synthesize
+    from synth.program.load import save_program
+    from synth.synthesis.base import SynthOptions
+    from synth.units import format_size, parse_size
+
+    if list_methods:
+        _list_methods(as_json)
+        return
+    if chunks is not None and chunks < 1:
+        raise SynthError(f"--chunks must be at least 1, got {chunks}")
+    if time_limit is not None and time_limit <= 0:
+        raise SynthError(f"--time-limit must be positive, got {time_limit}")
+    if gap is not None and not 0 <= gap < 1:
+        raise SynthError(f"--gap must be in [0, 1), got {gap}")
+    if threads is not None and threads < 1:
+        raise SynthError(f"--threads must be at least 1, got {threads}")
+    name = canonical_name(collective)
+    size_bytes = parse_size(size)
+    topology = load_topology_arg(topology_name)
+    if not 0 <= root < topology.num_ranks:
+        raise SynthError(f"--root {root} is not a rank of {topology.name} (0..{topology.num_ranks - 1})")
+    if output is not None and not output.lower().endswith((".xml", ".json")):
+        raise SynthError(f"{output}: program files end in .xml (MSCCL XML) or .json (JSON program)")
+    options = SynthOptions(solver=solver, time_limit=time_limit, gap=gap, threads=threads, chunks=chunks)
+    result = synthesize(topology, name, size_bytes, method, options, root, inplace=inplace)
+    path = output or _default_output(topology.name, name, result.method)
+    written = str(save_program(result.program, path, coll_spelling=coll_spelling))
+    if as_json:
+        emit_json(result.to_dict(output=written))
+        return
+    from synth.cli.common import console
+
+    con = console()
+    chosen = f"auto -> {result.method}" if method.strip().lower() == "auto" else result.method
+    con.print(f"[bold]{name}[/bold] on [bold]{topology.name}[/bold] ({topology.num_ranks} ranks), "
+              f"SIZE {format_size(size_bytes)}, {result.collective.chunk_factor} chunks per piece")
+    con.print(f"method       {chosen}" + (f" (solver {result.solver})" if result.solver else ""))
+    con.print(f"status       {result.status}")
+    con.print(f"time_us      {result.time_us:.3f}")
+    con.print(f"algbw_GBps   {result.algbw_GBps:.3f}")
+    con.print(f"busbw_GBps   {result.busbw_GBps:.3f}")
+    con.print(f"bound_us     {result.bound_us:.3f}" if result.bound_us is not None else "bound_us     n/a")
+    con.print(f"gap          {result.gap:.2%}" if result.gap is not None else "gap          n/a")
+    con.print(f"synthesis_s  {result.synthesis_s:.3f}")
+    for row in result.tried:
+        if "error" in row:
+            con.print(f"  (auto skipped {row['method']}: {row['error']})")
+    con.print(f"verified, wrote {written}")
+
+
+def _list_methods(as_json: bool) -> None:
+    from synth.synthesis.registry import METHODS
+
+    rows = [{"name": n, "collectives": sorted(METHODS[n].collectives), "kind": METHODS[n].kind,
+             "description": METHODS[n].description} for n in METHODS]
+    if as_json:
+        emit_json({"methods": rows})
+        return
+    for row in rows:
+        click.echo(f"{row['name']:<14} {row['kind']:<10} {row['description']}")

@@ -1,0 +1,204 @@
+"""The top-level driver: method -> Schedule -> lower -> verify -> simulate -> bound/gap.
+
+Nothing leaves this module unverified: a method's schedule is lowered to a Program, the Program is
+checked symbolically (:func:`synth.verify.verify`) and against the MSCCL runtime limits, and only
+then timed by the α-β simulator (:func:`synth.simulate.simulate`), which gives the reported time.
+The lower bound (:func:`synth.bounds.compute_bounds`) gives ``gap = (time - bound) / time``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+
+from synth.collectives import Collective, canonical_name
+from synth.errors import SynthError
+from synth.program.ir import Program
+from synth.schedule import Schedule
+from synth.synthesis.base import SynthOptions
+from synth.topology.model import Topology
+from synth.units import algbw_GBps
+
+
+@dataclass(frozen=True)
+class SynthesisResult:
+    method: str
+    solver: str | None
+    status: str                   # optimal | feasible | heuristic
+    time_us: float                # simulated (SPEC α-β model)
+    algbw_GBps: float
+    busbw_GBps: float
+    bound_us: float | None
+    gap: float | None
+    synthesis_s: float
+    program: Program
+    schedule: Schedule
+    collective: Collective
+    topology: str
+    size_bytes: float
+    predicted_time_us: float = 0.0
+    # auto: one row per candidate tried {method, time_us | error}
+    tried: list[dict] = field(default_factory=list, compare=False)
+
+    def to_dict(self, output: str | None = None) -> dict:
+        """The SPEC ``synth synthesize --json`` keys, plus context."""
+        return {
+            "method": self.method,
+            "solver": self.solver,
+            "status": self.status,
+            "time_us": self.time_us,
+            "algbw_GBps": self.algbw_GBps,
+            "busbw_GBps": self.busbw_GBps,
+            "bound_us": self.bound_us,
+            "gap": self.gap,
+            "synthesis_s": self.synthesis_s,
+            "output": output,
+            "topology": self.topology,
+            "collective": self.collective.name,
+            "ranks": self.collective.num_ranks,
+            "root": self.collective.root,
+            "size_bytes": self.size_bytes,
+            "chunks": self.collective.chunk_factor,
+            "predicted_time_us": self.predicted_time_us,
+            "tried": self.tried,
+        }
+
+
+def _bound_us(topology: Topology, collective: Collective, size_bytes: float) -> float | None:
+    try:
+        from synth.bounds import compute_bounds
+    except ImportError:
+        return None
+    try:
+        return float(compute_bounds(topology, collective, size_bytes).time_bound_us)
+    except SynthError:
+        return None
+
+
+def _run_one(topology: Topology, collective: Collective, size_bytes: float, method: str,
+             options: SynthOptions) -> tuple[Schedule, Program, float, str, str | None]:
+    """Run one method and lower + verify its result. Returns (schedule, program, seconds, status, solver)."""
+    from synth.program.lower import lower
+    from synth.synthesis.registry import get_method
+    from synth.verify import verify
+
+    spec = get_method(method)
+    if collective.name not in spec.collectives:
+        raise SynthError(f"method {spec.name!r} does not support {collective.name} "
+                         f"(it supports {', '.join(sorted(spec.collectives))})")
+    t0 = time.perf_counter()
+    try:
+        schedule = spec.run(topology, collective, size_bytes, options)
+    except SynthError:
+        raise
+    except MemoryError:
+        raise SynthError(f"method {spec.name} ran out of memory; try fewer --chunks or a smaller instance") from None
+    except Exception as exc:  # a method bug must still be one clear line
+        raise SynthError(f"internal: method {spec.name} failed: {type(exc).__name__}: {exc}") from exc
+    seconds = time.perf_counter() - t0
+    if not isinstance(schedule, Schedule):
+        raise SynthError(f"internal: method {spec.name} returned {type(schedule).__name__}, not a Schedule")
+    coll = schedule.collective
+    if (coll.name, coll.num_ranks, coll.root) != (collective.name, collective.num_ranks, collective.root):
+        raise SynthError(f"internal: method {spec.name} solved {coll.name} on {coll.num_ranks} ranks (root "
+                         f"{coll.root}) instead of the requested {collective.name} on {collective.num_ranks}")
+    if options.chunks is not None and coll.chunk_factor != options.chunks:
+        raise SynthError(f"internal: method {spec.name} ignored --chunks {options.chunks} "
+                         f"(used {coll.chunk_factor})")
+    if not schedule.method:
+        schedule = replace(schedule, method=spec.name)
+    name = f"{coll.name}-{spec.name}-{topology.name}"
+    try:
+        program = lower(schedule, name=name)
+    except SynthError as exc:
+        raise SynthError(f"method {spec.name}: {exc}") from None
+    result = verify(program, coll)
+    if not result.ok:
+        first = result.errors[0] if result.errors else "unknown error"
+        raise SynthError(f"internal: method {spec.name} produced an invalid program: {first}")
+    try:
+        from synth.program.msccl_xml import check_runtime_limits
+    except ImportError:  # pragma: no cover - formats stage always present in a release
+        pass
+    else:
+        try:
+            check_runtime_limits(program)
+        except SynthError as exc:
+            raise SynthError(f"method {spec.name}: program exceeds an MSCCL limit: {exc}") from None
+    status = str(schedule.notes.get("status") or ("heuristic" if spec.kind == "heuristic" else "feasible"))
+    solver = schedule.notes.get("solver") or (None if spec.kind == "heuristic" else options.solver)
+    return schedule, program, seconds, status, solver
+
+
+def synthesize(topology: Topology | str, collective_name: str, size_bytes: float, method: str = "auto",
+               options: SynthOptions | None = None, root: int = 0, *, inplace: bool = False) -> SynthesisResult:
+    """Synthesize, verify and time ``collective_name`` of ``size_bytes`` (SPEC SIZE) on ``topology``.
+
+    ``method="auto"`` tries :func:`synth.synthesis.auto.candidates` and keeps the fastest verified
+    program. Raises :class:`SynthError` when the method fails, times out without a schedule, or
+    produces a program that does not verify.
+    """
+    from synth.simulate import simulate
+
+    if isinstance(topology, str):
+        from synth.topology.io import load_topology
+
+        topology = load_topology(topology)
+    options = options or SynthOptions()
+    if size_bytes <= 0:
+        raise SynthError(f"size must be positive, got {size_bytes}")
+    name = canonical_name(collective_name)
+    collective = Collective(name, topology.num_ranks, options.chunks or 1, root=root, inplace=inplace)
+    if topology.num_ranks < 2:
+        raise SynthError(f"topology {topology.name!r} has {topology.num_ranks} rank; a collective needs at least 2")
+
+    key = method.strip().lower()
+    if key == "auto":
+        from synth.synthesis.auto import candidates
+
+        names = candidates(topology, collective, size_bytes)
+        if not names:
+            raise SynthError(f"no registered method supports {name}")
+    else:
+        names = [key]
+
+    t0 = time.perf_counter()
+    best = None
+    tried: list[dict] = []
+    for m in names:
+        try:
+            schedule, program, seconds, status, solver = _run_one(topology, collective, size_bytes, m, options)
+            sim = simulate(program, topology, size_bytes, record_events=False)
+        except SynthError as exc:
+            if key != "auto":
+                raise
+            tried.append({"method": m, "error": str(exc)})
+            continue
+        tried.append({"method": m, "time_us": sim.time_us, "synthesis_s": seconds})
+        if best is None or sim.time_us < best[0].time_us:
+            best = (sim, schedule, program, status, solver, m)
+    elapsed = time.perf_counter() - t0
+    if best is None:
+        detail = "; ".join(f"{row['method']}: {row['error']}" for row in tried)
+        raise SynthError(f"auto: every method failed for {name} on {topology.name} ({detail})")
+    sim, schedule, program, status, solver, m = best
+    bound = _bound_us(topology, schedule.collective, size_bytes)
+    gap = (sim.time_us - bound) / sim.time_us if bound is not None and sim.time_us > 0 else None
+    return SynthesisResult(
+        method=m,
+        solver=solver,
+        status=status,
+        time_us=sim.time_us,
+        algbw_GBps=algbw_GBps(size_bytes, sim.time_us),
+        busbw_GBps=algbw_GBps(size_bytes, sim.time_us) * schedule.collective.busbw_factor,
+        bound_us=bound,
+        gap=gap,
+        synthesis_s=elapsed,
+        program=program,
+        schedule=schedule,
+        collective=schedule.collective,
+        topology=topology.name,
+        size_bytes=float(size_bytes),
+        predicted_time_us=schedule.predicted_time_us,
+        tried=tried,
+    )

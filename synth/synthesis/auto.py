@@ -1,0 +1,39 @@
+"""``auto``: which registered methods are worth trying for a (topology, collective, size).
+
+The pipeline runs every candidate, verifies and simulates each result, and keeps the fastest. The
+rule here only decides which methods are cheap enough to try: each method may add a predicate to
+``RULES`` (name -> function(topology, collective, size_bytes) -> bool). A registered method with no
+rule is not tried by ``auto`` (only on explicit ``-m NAME``); ``ring`` is always tried, so auto has a
+verified fallback everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from synth.collectives import Collective
+from synth.synthesis.registry import METHODS
+from synth.topology.model import Topology
+
+Rule = Callable[[Topology, Collective, float], bool]
+
+
+def _always(topology: Topology, collective: Collective, size_bytes: float) -> bool:
+    return True
+
+
+RULES: dict[str, Rule] = {
+    "ring": _always,
+}
+
+
+def candidates(topology: Topology, collective: Collective, size_bytes: float) -> list[str]:
+    """Registered methods that support the collective and whose auto rule accepts this instance."""
+    out = []
+    for name in METHODS:
+        rule = RULES.get(name)
+        if rule is None or collective.name not in METHODS[name].collectives:
+            continue
+        if rule(topology, collective, size_bytes):
+            out.append(name)
+    return out
