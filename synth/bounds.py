@@ -1,0 +1,544 @@
+"""Exact lower bounds on collective completion time under the α-β cost model of SPEC.md.
+
+Every bound here is a *lower* bound: no schedule that obeys the cost model (links full duplex, one
+transfer at a time per link direction, switches forward but never store or reduce) can finish
+faster. ``time_bound = max(bandwidth_bound, latency_bound)`` (never their sum).
+
+Notation: N ranks, R the rank set, V all nodes (ranks and switches), b_e the bandwidth of directed
+link e (GB/s), B⁺(S) the total bandwidth of links leaving the node set S, B⁻(S) entering it,
+M = SIZE/N (one rank's piece, with SIZE the nccl-tests buffer size of SPEC.md). Times are in µs:
+``bytes / (GB/s * 1e3)``.
+
+Bandwidth bounds (one function per family, each documented where it is computed):
+- allgather: the ForestColl cut bound, computed exactly (:func:`allgather_cut_ratio`);
+- reducescatter: the same on the reversed graph;
+- broadcast / reduce: SIZE / min_v λ(root, v) (λ = max-flow value), reversed for reduce;
+- scatter / gather: the rooted cut bound with per-destination demands (:func:`scatter_cut_ratio`);
+- allreduce: max(RS cut, AG cut, SIZE/λ_min, 2(N-1)·SIZE / Σ_v B(v)) (:func:`allreduce_bandwidth_us`);
+- alltoall: maximum concurrent multicommodity flow LP (exact for fractional routing), with a
+  labelled weaker fallback above :data:`ALLTOALL_LP_MAX_VARS`.
+Latency bounds: :func:`latency_bound_us`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+
+from synth.collectives import Collective
+from synth.errors import SynthError
+from synth.flows import (
+    FlowNetwork,
+    cut_out,
+    describe_cut,
+    integer_bandwidths,
+    rank_orbits,
+)
+from synth.topology.model import Topology
+from synth.units import algbw_GBps
+
+# Above this many LP columns (sources x links) alltoall falls back to a weaker closed-form bound.
+ALLTOALL_LP_MAX_VARS = 300_000
+
+
+def _us(nbytes: float, bw_GBps: float) -> float:
+    """Time in µs to move ``nbytes`` at ``bw_GBps`` (1 GB/s = 1e3 bytes/µs)."""
+    if nbytes <= 0:
+        return 0.0
+    return nbytes / (bw_GBps * 1e3) if bw_GBps > 0 else math.inf
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Lower bounds (µs) for one (topology, collective, size). ``details`` explains where they come from."""
+
+    topology: str
+    collective: str
+    num_ranks: int
+    size_bytes: float
+    root: int | None
+    bandwidth_bound_us: float
+    latency_bound_us: float
+    time_bound_us: float
+    algbw_bound_GBps: float
+    details: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def binding(self) -> str:
+        return "bandwidth" if self.bandwidth_bound_us >= self.latency_bound_us else "latency"
+
+    def as_dict(self) -> dict:
+        return {
+            "topology": self.topology,
+            "collective": self.collective,
+            "ranks": self.num_ranks,
+            "size_bytes": self.size_bytes,
+            "root": self.root,
+            "bandwidth_bound_us": self.bandwidth_bound_us,
+            "latency_bound_us": self.latency_bound_us,
+            "time_bound_us": self.time_bound_us,
+            "algbw_bound_GBps": self.algbw_bound_GBps,
+            "binding": self.binding,
+            "details": self.details,
+        }
+
+
+# ---- the allgather cut bound (ForestColl) -------------------------------------------------------
+@dataclass(frozen=True)
+class CutResult:
+    """The optimal cut of a ratio bound: ``ratio = numer / B⁺(cut)`` in 1/(GB/s)."""
+
+    ratio: float
+    exact_ratio: Fraction | None  # ratio in (GB/s)^-1 as an exact fraction when bandwidths allowed it
+    cut: frozenset[int]
+    ranks_counted: int  # the numerator: |S ∩ R| (allgather) or |R \\ S| (scatter)
+    cut_bw: float  # B⁺(S) in GB/s
+    flows: int  # max-flow computations spent
+    orbits: int  # distinct ranks tested (after symmetry)
+
+
+def allgather_cut_ratio(topology: Topology, *, use_symmetry: bool | None = None) -> tuple[float, frozenset[int]]:
+    """``max over S of |S ∩ R| / B⁺(S)`` (S may hold switches and must leave out ≥ 1 rank), and the
+    maximising S as a set of node ids. Allgather then needs ``T ≥ (SIZE/N) · ratio``.
+
+    See :func:`allgather_cut` for the method; this is the short form used by the trees method.
+    """
+    res = allgather_cut(topology, use_symmetry=use_symmetry)
+    return res.ratio, res.cut
+
+
+def allgather_rate(topology: Topology) -> float:
+    """The optimal per-rank broadcast rate of allgather, GB/s: ``1 / allgather_cut_ratio``."""
+    ratio, _ = allgather_cut_ratio(topology)
+    return 1.0 / ratio if ratio > 0 else math.inf
+
+
+def allgather_cut(topology: Topology, *, use_symmetry: bool | None = None) -> CutResult:
+    """Exact ForestColl allgather cut bound (Zhao et al., "ForestColl", arXiv 2402.06787, §4–5).
+
+    Bound: every rank's piece (M bytes) must leave any node set S that holds the rank but misses some
+    other rank, so ``T ≥ M · max_S |S ∩ R| / B⁺(S)``; ForestColl proves it achievable by packing
+    spanning out-trees (Edmonds' branching theorem), so it is *the* allgather optimum for
+    bandwidth-bound sizes.
+
+    Computation (ForestColl's auxiliary graph, solved by Dinkelbach/Newton iteration instead of
+    their binary search so the answer is exact): add a super source s with an arc s→u of capacity y
+    to every rank u. For a rank v, a minimum s–v cut is ``min over S∌v of y·|R \\ S| + B⁺(S)``, so
+    ``maxflow(s, v) ≥ N·y`` for every rank v  ⟺  ``B⁺(S) ≥ y·|S ∩ R|`` for every valid S  ⟺
+    ``y ≤ y* = min_S B⁺(S)/|S ∩ R|``. Start from the best of a few obvious cuts
+    (V∖{v}, {u}, machines) as y = P/Q, test each rank with integer capacities (links Q·b_e,
+    source arcs P, so the comparison is exact); a failing test yields a cut S with a strictly smaller
+    ratio, which becomes the new y. Feasibility is monotone in y, so ranks that passed stay passed;
+    the loop ends when every rank passes, and then y = y* exactly.
+
+    Symmetry: ranks in the same orbit of the automorphism group (bandwidth-preserving, mapping
+    ranks to ranks) have the same min-cut function, so one test per orbit suffices
+    (:func:`synth.flows.rank_orbits` finds orbits it can *prove* by exhibiting automorphisms).
+    """
+    n = topology.num_ranks
+    if n < 2:
+        return CutResult(0.0, Fraction(0), frozenset(), 0, 0.0, 0, 0)
+    ib = integer_bandwidths(topology.arrays[2])
+    src, dst, _, _ = topology.arrays
+    nodes = topology.num_nodes
+    s = nodes  # super source
+
+    best_p, best_q, best_mask = _allgather_start(topology, ib.ints)
+    reps = _test_order(topology, ib.ints, use_symmetry, fixed=())
+    flows = 0
+    net = None
+    net_pq: tuple[int, int] | None = None
+    i = 0
+    while i < len(reps):
+        v = reps[i]
+        if net is None or net_pq != (best_p, best_q):
+            tails = np.concatenate([src, np.full(n, s)])
+            heads = np.concatenate([dst, np.arange(n)])
+            caps = np.concatenate([ib.ints * best_q, np.full(n, best_p, dtype=np.int64)])
+            net = FlowNetwork(nodes + 1, tails, heads, caps)
+            net_pq = (best_p, best_q)
+        value, side = net.flow(s, v)
+        flows += 1
+        if value >= n * best_p:
+            i += 1
+            continue
+        mask = side[:nodes]
+        p = cut_out(topology, mask, ib.ints)
+        q = int(mask[:n].sum())
+        if q == 0 or p * best_q >= best_p * q:  # cannot happen for an exact min cut
+            raise RuntimeError("allgather cut search did not improve; max-flow inconsistency")
+        g = math.gcd(p, q)
+        best_p, best_q, best_mask = p // g, q // g, mask.copy()
+    ratio_exact = Fraction(best_q, best_p) * Fraction(ib.scale).limit_denominator(10**12) if ib.exact else None
+    bw_cut = cut_out(topology, best_mask)
+    k = int(best_mask[:n].sum())
+    return CutResult(k / bw_cut, ratio_exact, frozenset(int(x) for x in np.flatnonzero(best_mask)), k, bw_cut,
+                     flows, len(reps))
+
+
+def _allgather_start(topology: Topology, ints: np.ndarray) -> tuple[int, int, np.ndarray]:
+    """The best of the obvious cuts V∖{v} (the per-rank bound), {u}, machines and their complements."""
+    n, nodes = topology.num_ranks, topology.num_nodes
+    src, dst, _, _ = topology.arrays
+    in_int = np.bincount(dst, weights=ints, minlength=nodes).astype(np.int64)
+    out_int = np.bincount(src, weights=ints, minlength=nodes).astype(np.int64)
+    candidates: list[tuple[int, int, np.ndarray]] = []
+    v = int(np.argmin(in_int[:n]))
+    mask = np.ones(nodes, dtype=bool)
+    mask[v] = False
+    candidates.append((int(in_int[v]), n - 1, mask))
+    u = int(np.argmin(out_int[:n]))
+    mask = np.zeros(nodes, dtype=bool)
+    mask[u] = True
+    candidates.append((int(out_int[u]), 1, mask))
+    for machine in topology.machines:
+        if 0 < len(machine) < n:
+            mask = np.zeros(nodes, dtype=bool)
+            mask[list(machine)] = True
+            candidates.append((cut_out(topology, mask, ints), len(machine), mask))
+            comp = ~mask
+            candidates.append((cut_out(topology, comp, ints), n - len(machine), comp))
+    best = candidates[0]
+    for cand in candidates[1:]:
+        if cand[0] * best[1] < best[0] * cand[1]:
+            best = cand
+    g = math.gcd(best[0], best[1])
+    return best[0] // g, best[1] // g, best[2]
+
+
+def _test_order(topology: Topology, ints: np.ndarray, use_symmetry: bool | None,
+                fixed: tuple[int, ...]) -> list[int]:
+    """Ranks to test: one per proven orbit (when symmetry is used), weakest in-bandwidth first."""
+    n = topology.num_ranks
+    if use_symmetry is None:
+        # Orbit detection costs a few refinements (tens of ms at 1024 ranks) and saves N max-flows.
+        use_symmetry = n >= 16
+    if use_symmetry:
+        groups = rank_orbits(topology, fixed=fixed)
+        reps = [min(g) for g in groups if not set(g) & set(fixed)]
+    else:
+        reps = [v for v in range(n) if v not in fixed]
+    in_int = np.bincount(topology.arrays[1], weights=ints, minlength=topology.num_nodes)
+    return sorted(reps, key=lambda v: (in_int[v], v))
+
+
+# ---- rooted bounds --------------------------------------------------------------------------------
+def rooted_min_cut(topology: Topology, root: int, *, use_symmetry: bool | None = None) -> tuple[float, int]:
+    """``min over ranks v ≠ root of λ(root, v)`` in GB/s (λ = max-flow value), and the minimising v.
+
+    Broadcast bound (the rooted cut bound; Edmonds 1973 makes it the rate achievable by packing
+    out-trees from the root when all nodes can replicate): every rank needs all SIZE bytes, which
+    must cross every cut separating it from the root, so ``T ≥ SIZE / min_v λ(root, v)``.
+    One max-flow per rank, or per orbit of the automorphisms fixing the root.
+    """
+    n = topology.num_ranks
+    if n < 2:
+        return math.inf, root
+    ib = integer_bandwidths(topology.arrays[2])
+    src, dst, _, _ = topology.arrays
+    net = FlowNetwork(topology.num_nodes, src, dst, ib.ints)
+    best, arg = None, root
+    for v in _test_order(topology, ib.ints, use_symmetry, fixed=(root,)):
+        value, _ = net.flow(root, v)
+        if best is None or value < best:
+            best, arg = value, v
+    return best / ib.scale, arg
+
+
+def scatter_cut(topology: Topology, root: int) -> CutResult:
+    """Exact scatter cut bound: ``T ≥ M · max over S ∋ root (S misses ≥ 1 rank) of |R ∖ S| / B⁺(S)``.
+
+    Every rank outside S needs its own M bytes from the root, all of which cross out of S. All data
+    comes from one source, so the demands form a single-commodity flow (root → super sink t, arcs
+    v→t of capacity y·M per rank v ≠ root); by max-flow/min-cut the bound is exact for fractional
+    routing (the flow decomposes into root→v paths). Solved exactly like :func:`allgather_cut`:
+    Dinkelbach on y = P/Q with integer capacities (links Q·b_e, v→t arcs P) and the test
+    ``maxflow(root, t) ≥ (N-1)·P``; a failing test gives a cut with a smaller B⁺(S)/|R∖S|.
+    """
+    n, nodes = topology.num_ranks, topology.num_nodes
+    if n < 2:
+        return CutResult(0.0, Fraction(0), frozenset(), 0, 0.0, 0, 0)
+    ib = integer_bandwidths(topology.arrays[2])
+    src, dst, _, _ = topology.arrays
+    t = nodes
+    others = np.array([v for v in range(n) if v != root], dtype=np.int64)
+    in_int = np.bincount(dst, weights=ib.ints, minlength=nodes).astype(np.int64)
+    # start: S = V ∖ {v} (ratio B_in(v)/1) or S = {root} (ratio B_out(root)/(N-1))
+    v = int(others[np.argmin(in_int[others])])
+    best_p, best_q = int(in_int[v]), 1
+    best_mask = np.ones(nodes, dtype=bool)
+    best_mask[v] = False
+    root_mask = np.zeros(nodes, dtype=bool)
+    root_mask[root] = True
+    p0 = cut_out(topology, root_mask, ib.ints)
+    if p0 * best_q < best_p * (n - 1):
+        best_p, best_q, best_mask = p0, n - 1, root_mask
+    flows = 0
+    while True:
+        g = math.gcd(best_p, best_q)
+        best_p, best_q = best_p // g, best_q // g
+        tails = np.concatenate([src, others])
+        heads = np.concatenate([dst, np.full(len(others), t)])
+        caps = np.concatenate([ib.ints * best_q, np.full(len(others), best_p, dtype=np.int64)])
+        value, side = FlowNetwork(nodes + 1, tails, heads, caps).flow(root, t)
+        flows += 1
+        if value >= (n - 1) * best_p:
+            break
+        mask = side[:nodes]
+        p = cut_out(topology, mask, ib.ints)
+        q = int((~mask[:n]).sum())
+        if q == 0 or p * best_q >= best_p * q:
+            raise RuntimeError("scatter cut search did not improve; max-flow inconsistency")
+        best_p, best_q, best_mask = p, q, mask.copy()
+    bw_cut = cut_out(topology, best_mask)
+    k = int((~best_mask[:n]).sum())
+    exact = Fraction(best_q, best_p) * Fraction(ib.scale).limit_denominator(10**12) if ib.exact else None
+    return CutResult(k / bw_cut, exact, frozenset(int(x) for x in np.flatnonzero(best_mask)), k, bw_cut, flows, 1)
+
+
+# ---- alltoall -------------------------------------------------------------------------------------
+def alltoall_lp_ratio(topology: Topology, *, solver: str = "highs") -> tuple[float, str]:
+    """Maximum concurrent multicommodity flow (Shahrokhi & Matula 1990; the TE-CCL alltoall LP
+    relaxation, SIGCOMM'24 §4): every ordered rank pair (u, v) carries one unit; minimise T subject
+    to flow conservation and ``Σ load_e ≤ b_e · T``. Commodities with a common source aggregate into
+    one single-source flow (supply N-1 at u, demand 1 at every other rank) without loss, so the LP
+    has N·|E| + 1 columns. Returns (T* in units of (data per pair)/(GB/s), "lp"); exact for
+    fractional routing. Multiply by M bytes for the bound.
+    """
+    from synth.solvers import Model, solve
+
+    n, nodes = topology.num_ranks, topology.num_nodes
+    src, dst, bw, _ = topology.arrays
+    m = len(src)
+    model = Model("alltoall-mcf")
+    f = model.add_vars(n * m)  # f[u*m + e]
+    t = model.add_var()
+    # conservation: row u*nodes + x: out - in = supply
+    u_idx = np.repeat(np.arange(n), m)
+    e_idx = np.tile(np.arange(m), n)
+    rows = np.concatenate([u_idx * nodes + src[e_idx], u_idx * nodes + dst[e_idx]])
+    cols = np.concatenate([f, f])
+    vals = np.concatenate([np.ones(n * m), -np.ones(n * m)])
+    supply = np.zeros((n, nodes))
+    supply[:, :n] = -1.0
+    supply[np.arange(n), np.arange(n)] = n - 1
+    model.add_rows(rows, cols, vals, supply.ravel(), supply.ravel())
+    # capacity: sum_u f[u, e] - b_e T <= 0
+    rows = np.concatenate([e_idx, np.arange(m)])
+    cols = np.concatenate([f, np.full(m, t)])
+    vals = np.concatenate([np.ones(n * m), -bw])
+    model.add_rows(rows, cols, vals, np.full(m, -np.inf), np.zeros(m))
+    model.set_objective([t], [1.0])
+    res = solve(model, solver=solver)
+    if res.status != "optimal" or res.objective is None:
+        raise SynthError(f"alltoall LP bound: solver {solver} returned {res.status}")
+    return float(res.objective), "lp"
+
+
+def alltoall_fallback_ratio(topology: Topology) -> tuple[float, str]:
+    """Weaker alltoall bound for large N (NOT exact; labelled ``dual-bound`` in details).
+
+    LP duality for concurrent flow: for any link lengths ℓ ≥ 0, ``T ≥ Σ_{u≠v} dist_ℓ(u,v) / Σ_e ℓ_e b_e``
+    (units of one pair's data). We take the best of ℓ = 1 (hops) and ℓ = 1/b_e, and of the per-rank
+    bounds (N-1)/B_out(u), (N-1)/B_in(v). On edge-transitive fabrics with equal bandwidths
+    (torus with equal sides, hypercube, ring) uniform ℓ is dual-optimal, so there it equals the LP.
+    """
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import shortest_path
+
+    n, nodes = topology.num_ranks, topology.num_nodes
+    src, dst, bw, _ = topology.arrays
+    best = 0.0
+    for length in (np.ones_like(bw), 1.0 / bw):
+        graph = csr_matrix((length, (src, dst)), shape=(nodes, nodes))
+        dist = shortest_path(graph, method="D", indices=np.arange(n))[:, :n]
+        best = max(best, float(dist.sum()) / float((length * bw).sum()))
+    b_out = np.bincount(src, weights=bw, minlength=nodes)[:n]
+    b_in = np.bincount(dst, weights=bw, minlength=nodes)[:n]
+    best = max(best, (n - 1) / float(b_out.min()), (n - 1) / float(b_in.min()))
+    return best, "dual-bound"
+
+
+# ---- allreduce ------------------------------------------------------------------------------------
+def allreduce_bandwidth_us(topology: Topology, size_bytes: float) -> tuple[float, dict]:
+    """Allreduce bandwidth bound = max of four valid bounds (no in-network reduction: switches
+    cannot reduce, SPEC):
+
+    1. reducescatter cut bound (an allreduce output contains a reduce-scatter output);
+    2. allgather cut bound (each rank's input must influence every other rank);
+    3. ``SIZE / λ_min`` with ``λ_min = min over ordered rank pairs of λ(u, v)``: ranks outside a cut S
+       need the full sums, which depend on S's inputs, so SIZE bytes of information must leave S.
+       By fixing rank 0, ``λ_min = min(min_v λ(0, v), min_u λ(u, 0))`` (either 0 ∈ S or not);
+    4. the message-count bound of Patarasuk & Yuan (JPDC 69(2), 2009, §3), in its heterogeneous
+       form: every element needs ≥ 2(N-1) rank-to-rank element transfers (one-way gossip needs
+       2N-2 calls, Harary & Schwenk 1974), each leaving a rank through one of its out-links, so
+       ``T ≥ 2(N-1)·SIZE / min(Σ_v B_out(v), Σ_v B_in(v))``. With equal ranks this is the familiar
+       per-rank 2(N-1)/N·SIZE/B. The literal per-rank form with min_v B(v) is NOT valid on
+       heterogeneous fabrics (a fat hub rank lets thin ranks send only SIZE), so it is not used.
+    """
+    n = topology.num_ranks
+    m = size_bytes / n
+    ag = allgather_cut(topology)
+    rs = allgather_cut(topology.reversed())
+    lam_out, _ = rooted_min_cut(topology, 0)
+    lam_in, _ = rooted_min_cut(topology.reversed(), 0)
+    lam = min(lam_out, lam_in)
+    src, dst, bw, _ = topology.arrays
+    ranks_out = float(bw[src < n].sum())
+    ranks_in = float(bw[dst < n].sum())
+    parts = {
+        "reducescatter_cut_us": _us(m * rs.ratio * 1.0, 1.0),
+        "allgather_cut_us": _us(m * ag.ratio, 1.0),
+        "pair_cut_us": _us(size_bytes, lam),
+        "traffic_us": _us(2 * (n - 1) * size_bytes, min(ranks_out, ranks_in)),
+    }
+    best = max(parts, key=parts.get)
+    return parts[best], {"components_us": parts, "binding_component": best,
+                         "allgather_cut": describe_cut_set(topology, ag.cut)}
+
+
+def describe_cut_set(topology: Topology, cut: frozenset[int]) -> str:
+    mask = np.zeros(topology.num_nodes, dtype=bool)
+    if cut:
+        mask[list(cut)] = True
+    return describe_cut(topology, mask)
+
+
+# ---- latency --------------------------------------------------------------------------------------
+def _alpha_distances(topology: Topology) -> np.ndarray:
+    """All-pairs α-weighted shortest path lengths between ranks (N×N, µs)."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import dijkstra
+
+    src, dst, _, alpha = topology.arrays
+    nodes, n = topology.num_nodes, topology.num_ranks
+    graph = csr_matrix((alpha, (src, dst)), shape=(nodes, nodes))
+    return dijkstra(graph, indices=np.arange(n))[:, :n]
+
+
+def _rounds(n: int, degree: int) -> int:
+    """⌈log_{degree+1} n⌉ computed in integers."""
+    if degree <= 0 or n <= 1:
+        return 0
+    k, reach = 0, 1
+    while reach < n:
+        reach *= degree + 1
+        k += 1
+    return k
+
+
+def latency_bound_us(topology: Topology, collective: Collective) -> tuple[float, dict]:
+    """Latency lower bound: max(shortest-path bound, port-aware round bound).
+
+    Shortest path: data from u reaches v no sooner than the α-weighted shortest u→v path (every hop
+    of a route pays its α, SPEC). Over the pairs that must communicate: all ordered rank pairs for
+    the all-to-all-dependent collectives; root→v for broadcast/scatter; u→root for reduce/gather.
+
+    Port-aware rounds (the SCCL/TE-CCL argument, Cai et al. PPoPP'21 §3; Liu et al. SIGCOMM'24):
+    let a = the smallest α-distance between two distinct ranks (every rank-to-rank transfer lasts
+    ≥ a) and D = the largest number of out-links of a rank (a link to a switch counts once: it
+    carries one transfer at a time). Let f(t) be the most ranks that can hold any byte that
+    originated at one rank by time t. A transfer finishing in (t-a, t] started by t-a, so its sender
+    was informed by t-a; a link finishes at most one transfer in any window of length a (transfers on
+    it are serialized and each lasts ≥ a). Hence f(t) ≤ (D+1)·f(t-a) and f(t) = 1 for t < a, so
+    f(t) ≤ (D+1)^⌊t/a⌋ and spreading one rank's data to N ranks needs ``T ≥ ⌈log_{D+1} N⌉ · a``.
+    The mirrored argument with in-links bounds how fast one rank can depend on N inputs. We apply the
+    out-form to collectives where one rank's data must reach all ranks (allgather, alltoall,
+    allreduce, reducescatter, broadcast, scatter) and the in-form where a rank must depend on all
+    ranks (all of those except broadcast/scatter, plus reduce/gather).
+    """
+    n = topology.num_ranks
+    if n < 2:
+        return 0.0, {"latency_method": "single rank"}
+    dist = _alpha_distances(topology)
+    root = collective.root
+    name = collective.name
+    if name in ("broadcast", "scatter"):
+        sp = float(dist[root].max())
+    elif name in ("reduce", "gather"):
+        sp = float(dist[:, root].max())
+    else:
+        sp = float(dist.max())
+    off = dist[~np.eye(n, dtype=bool)]
+    a = float(off.min())
+    src, dst, _, _ = topology.arrays
+    d_out = int(np.bincount(src, minlength=topology.num_nodes)[:n].max())
+    d_in = int(np.bincount(dst, minlength=topology.num_nodes)[:n].max())
+    rounds = 0
+    if name not in ("reduce", "gather"):
+        rounds = max(rounds, _rounds(n, d_out))
+    if name not in ("broadcast", "scatter"):
+        rounds = max(rounds, _rounds(n, d_in))
+    port = rounds * a
+    return max(sp, port), {"shortest_path_us": sp, "port_rounds": rounds, "port_round_alpha_us": a,
+                           "port_bound_us": port, "latency_method": "shortest-path" if sp >= port
+                           else "port-rounds"}
+
+
+# ---- the entry point ------------------------------------------------------------------------------
+def compute_bounds(topology: Topology, collective: Collective | str, size_bytes: float, *,
+                   root: int | None = None) -> Bounds:
+    """Lower bounds for ``collective`` of ``size_bytes`` (SPEC's SIZE) on ``topology``."""
+    if isinstance(collective, str):
+        collective = Collective(collective, topology.num_ranks, root=root or 0)
+    if collective.num_ranks != topology.num_ranks:
+        raise SynthError(f"collective has {collective.num_ranks} ranks but topology {topology.name!r} has "
+                         f"{topology.num_ranks}")
+    if size_bytes <= 0:
+        raise SynthError(f"size must be positive, got {size_bytes}")
+    n = topology.num_ranks
+    name = collective.name
+    r = collective.root
+    m = size_bytes / n
+    details: dict = {}
+    if n == 1:
+        bw_us, lat_us = 0.0, 0.0
+        details["bandwidth_method"] = "single rank"
+    elif name in ("allgather", "reducescatter"):
+        topo = topology if name == "allgather" else topology.reversed()
+        res = allgather_cut(topo)
+        bw_us = _us(m * res.ratio, 1.0)
+        b_in = np.bincount(topo.arrays[1], weights=topo.arrays[2], minlength=topo.num_nodes)[:n]
+        details.update(
+            bandwidth_method="allgather cut (ForestColl)" + (" on reversed graph" if name == "reducescatter" else ""),
+            cut=describe_cut_set(topo, res.cut), cut_ranks=res.ranks_counted, cut_bw_GBps=res.cut_bw,
+            per_rank_bound_us=_us((n - 1) * m, float(b_in.min())), per_rank_rank=int(np.argmin(b_in)),
+            maxflows=res.flows, ranks_tested=res.orbits,
+        )
+    elif name in ("broadcast", "reduce"):
+        topo = topology if name == "broadcast" else topology.reversed()
+        lam, v = rooted_min_cut(topo, r)
+        bw_us = _us(size_bytes, lam)
+        details.update(bandwidth_method="rooted min cut" + (" (reversed)" if name == "reduce" else ""),
+                       min_cut_GBps=lam, min_cut_rank=v)
+    elif name in ("scatter", "gather"):
+        topo = topology if name == "scatter" else topology.reversed()
+        res = scatter_cut(topo, r)
+        bw_us = _us(m * res.ratio, 1.0)
+        details.update(bandwidth_method="rooted demand cut" + (" (reversed)" if name == "gather" else ""),
+                       cut=describe_cut_set(topo, res.cut), cut_ranks=res.ranks_counted,
+                       cut_bw_GBps=res.cut_bw, maxflows=res.flows)
+    elif name == "allreduce":
+        bw_us, extra = allreduce_bandwidth_us(topology, size_bytes)
+        details.update(bandwidth_method="max(RS cut, AG cut, pair cut, traffic)", **extra)
+    elif name == "alltoall":
+        cols = n * len(topology.links)
+        if cols <= ALLTOALL_LP_MAX_VARS:
+            ratio, method = alltoall_lp_ratio(topology)
+        else:
+            ratio, method = alltoall_fallback_ratio(topology)
+        bw_us = _us(m * ratio, 1.0)
+        details.update(bandwidth_method="concurrent-flow LP (exact, fractional routing)" if method == "lp"
+                       else "concurrent-flow dual bound (weaker than the LP; N too large)",
+                       alltoall_method=method)
+    else:  # pragma: no cover - Collective validates names
+        raise SynthError(f"no bound for collective {name!r}")
+    if n > 1:
+        lat_us, lat_details = latency_bound_us(topology, collective)
+        details.update(lat_details)
+    time_us = max(bw_us, lat_us)
+    return Bounds(topology.name, name, n, size_bytes, r if collective.is_rooted else None, bw_us, lat_us,
+                  time_us, algbw_GBps(size_bytes, time_us), details)

@@ -1,0 +1,53 @@
+"""``synth bounds -t T -c C [-s SIZE] [--root R] [--json]``: exact lower bounds (SPEC "CLI")."""
+
+from __future__ import annotations
+
+import click
+
+from synth.cli.common import console, emit_json, guarded, json_option, load_topology_arg
+from synth.collectives import COLLECTIVES
+from synth.units import DEFAULT_SIZE, format_size, parse_size
+
+
+@click.command(name="bounds")
+@click.option("-t", "--topology", "topology_name", required=True, help="Topology file or built-in name.")
+@click.option("-c", "--collective", required=True, type=click.Choice(COLLECTIVES, case_sensitive=False))
+@click.option("-s", "--size", default=str(DEFAULT_SIZE), show_default="1GiB",
+              help="SIZE (nccl-tests buffer convention): bytes or K/M/G, KiB/MiB/GiB.")
+@click.option("--root", type=int, default=0, show_default=True, help="Root rank of rooted collectives.")
+@json_option
+@guarded
+def command(topology_name: str, collective: str, size: str, root: int, as_json: bool) -> None:
+    """Lower bounds on the completion time: bandwidth (cut / flow), latency, and their max."""
+    from synth.bounds import compute_bounds
+    from synth.collectives import Collective
+
+    size_bytes = parse_size(size)
+    topology = load_topology_arg(topology_name)
+    coll = Collective(collective, topology.num_ranks, root=root)
+    bounds = compute_bounds(topology, coll, size_bytes)
+    if as_json:
+        emit_json(bounds.as_dict())
+        return
+    from rich.table import Table
+
+    d = bounds.details
+    title = f"{bounds.collective} on {bounds.topology} ({bounds.num_ranks} ranks), SIZE {format_size(size_bytes)}"
+    if bounds.root is not None:
+        title += f", root {bounds.root}"
+    table = Table(title=title)
+    table.add_column("bound")
+    table.add_column("µs", justify="right")
+    table.add_column("from")
+    table.add_row("bandwidth", f"{bounds.bandwidth_bound_us:.3f}", str(d.get("bandwidth_method", "")))
+    if "cut" in d:
+        table.add_row("  binding cut", "", f"S = {d['cut']}: {d['cut_ranks']} ranks, B+(S) = {d['cut_bw_GBps']:g} GB/s")
+    if "per_rank_bound_us" in d:
+        table.add_row("  per-rank (detail)", f"{d['per_rank_bound_us']:.3f}",
+                      f"(N-1)/N·SIZE/B_in(rank {d['per_rank_rank']}); not the bound")
+    for key, value in d.get("components_us", {}).items():
+        table.add_row(f"  {key.removesuffix('_us')}", f"{value:.3f}", "binding" if key == d.get("binding_component") else "")
+    table.add_row("latency", f"{bounds.latency_bound_us:.3f}", str(d.get("latency_method", "")))
+    table.add_row("time = max", f"{bounds.time_bound_us:.3f}", f"{bounds.binding}-bound")
+    table.add_row("algbw", f"{bounds.algbw_bound_GBps:.3f} GB/s", "SIZE / time bound")
+    console().print(table)
