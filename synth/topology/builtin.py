@@ -1,8 +1,9 @@
 """Where the built-in topology files live.
 
 Source checkout / editable install: the top-level ``topologies/`` next to the ``synth`` package.
-Wheel install: the same files shipped as package data under ``synth/_topologies/`` (see the
-packaging note in the README). The first directory that exists wins.
+Wheel install: the same files shipped as package data under ``synth/_topologies/`` (in a checkout,
+a symlink to ``../topologies``; pyproject lists ``_topologies/*.yaml`` as package data of ``synth``).
+The first directory that exists wins.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def builtin_dirs() -> list[Path]:
 def builtin_dir() -> Path | None:
     for directory in builtin_dirs():
         if directory.is_dir() and any(directory.glob("*.yaml")):
-            return directory
+            return directory.resolve()  # in a checkout, _topologies links to ../topologies: report the real files
     return None
 
 
