@@ -303,10 +303,10 @@ def compile_plan(program: Program, collective: Collective, *, allow_hang: bool =
                 pool.append((tmp.cnt, tmp.end))
                 slot_of[tid] = len(pool) - 1
 
-        def fix(reg: Region) -> Region:
+        def fix(reg: Region, slot_of: dict[int, int] = slot_of) -> Region:
             return (slot_of[reg[0]], 0, reg[2]) if isinstance(reg[0], int) else reg
 
-        def data_of(m: _Msg) -> Region:
+        def data_of(m: _Msg, slot_of: dict[int, int] = slot_of) -> Region:
             return (slot_of[m.snap_temp], 0, m.cnt) if m.snap_temp is not None else fix(m.source)
 
         ops: list = []

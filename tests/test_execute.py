@@ -1,0 +1,287 @@
+"""The real executor: programs run on gloo processes and every output chunk is checked.
+
+Process start-up dominates, so each test batches several programs into one process-group launch.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from click.testing import CliRunner  # noqa: E402
+
+from synth.cli import cli  # noqa: E402
+from synth.errors import CheckFailed, SynthError  # noqa: E402
+from synth.execute import samples  # noqa: E402
+from synth.execute.plan import BATCH, COPY, compile_plan  # noqa: E402
+from synth.execute.runner import chunk_elems_for, execute, execute_many  # noqa: E402
+from synth.program.ir import Gpu, Program, Step, Threadblock, collective_of  # noqa: E402
+from synth.program.load import load_program  # noqa: E402
+from synth.program.msccl_xml import program_to_xml  # noqa: E402
+from synth.verify import verify  # noqa: E402
+
+FIXTURES = Path("/work/shared/fixtures/msccl")
+if not FIXTURES.exists():
+    FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "msccl"
+SMALL = 4 * 1024 * 3  # divisible by every chunk count used below
+
+
+def _cli(*args: str):
+    return CliRunner().invoke(cli, list(args))
+
+
+def _assert_all_ok(results):
+    for r in results:
+        assert r.ok, (r.program, r.errors)
+        assert r.errors == []
+        assert r.time_us > 0 and r.algbw_GBps > 0
+        assert len(r.times_us) == r.iters
+
+
+# ---- correct programs ------------------------------------------------------------------------
+
+@pytest.mark.skipif(not FIXTURES.exists(), reason="msccl fixtures not available")
+def test_every_msccl_fixture_executes_on_4_ranks():
+    paths = sorted(FIXTURES.glob("*.xml"))
+    assert len(paths) >= 4
+    programs = [load_program(p) for p in paths]
+    results = execute_many(programs, size_bytes=SMALL, iters=2, warmup=1, dtype="float32")
+    _assert_all_ok(results)
+    assert {r.collective for r in results} >= {"allgather", "allreduce", "alltoall"}
+    assert all(r.ranks == 4 and r.backend == "gloo" for r in results)
+
+
+def test_hand_built_programs_for_all_eight_collectives_int32():
+    programs = [samples.sample_program(c, 4) for c in samples.SAMPLES] + [samples.direct_allreduce(4)]
+    results = execute_many(programs, size_bytes=SMALL, iters=1, warmup=0, dtype="int32")
+    _assert_all_ok(results)
+    assert sorted({r.collective for r in results}) == sorted(samples.SAMPLES)
+
+
+def test_hand_built_programs_float_dtypes_on_3_ranks():
+    """Odd rank count, float reductions within the documented tolerance, bf16/fp16 transport."""
+    programs = [samples.sample_program(c, 3) for c in ("allreduce", "reducescatter", "reduce", "allgather")]
+    for dtype in ("float64", "bfloat16"):
+        results = execute_many(programs, size_bytes=3 * 8 * 64, iters=1, warmup=0, dtype=dtype)
+        _assert_all_ok(results)
+
+
+def test_ring_programs_on_8_ranks_and_repeated_iterations():
+    programs = [samples.ring_allreduce(8, m=2), samples.ring_allgather(8), samples.direct_allreduce(8)]
+    results = execute_many(programs, size_bytes=16 * 4 * 32, iters=3, warmup=1, dtype="float16")
+    _assert_all_ok(results)
+    assert results[0].busbw_GBps == pytest.approx(results[0].algbw_GBps * 2 * 7 / 8)
+
+
+def _snapshot_broadcast() -> Program:
+    """In-place 2-rank broadcast whose root overwrites chunk 0 right after sending it and restores
+    it only after an echo from the leaf: correct only if the executor sends the value as of the
+    send step (the real isend is posted after the overwrite)."""
+    root = Gpu(0, 2, 0, 2, (
+        Threadblock(0, send=1, recv=1, steps=(Step("s", "i", 0, "i", 0, hasdep=True),
+                                              Step("r", "s", 1, "s", 1, hasdep=True),
+                                              Step("s", "i", 1, "i", 1, depid=1, deps=2))),
+        Threadblock(1, steps=(Step("cpy", "i", 0, "s", 0, depid=0, deps=0),
+                              Step("cpy", "i", 1, "i", 0),
+                              Step("cpy", "s", 0, "i", 0, depid=0, deps=1, hasdep=True))),
+    ))
+    leaf = Gpu(1, 2, 0, 0, (Threadblock(0, send=0, recv=0, steps=(
+        Step("r", "i", 0, "i", 0), Step("s", "i", 0, "s", 1), Step("r", "i", 1, "i", 1))),))
+    return Program("snapshot_broadcast", "broadcast", 2, (root, leaf), inplace=True, chunk_factor=2)
+
+
+def test_send_source_overwritten_before_post_is_snapshotted_and_runs_correctly():
+    prog = _snapshot_broadcast()
+    plan = compile_plan(prog, collective_of(prog))
+    assert plan.ranks[0].temps == (1,)
+    assert verify(prog).ok
+    ops = plan.ranks[0].ops
+    snap = ops.index((COPY, (0, 0, 1), ("i", 0, 1)))
+    batch = next(k for k, op in enumerate(ops) if op[0] == BATCH)
+    assert snap < batch and ("send", 1, (0, 0, 1), 0) in ops[batch][1]
+    _assert_all_ok([execute(prog, size_bytes=2 * 4 * 16, iters=1, warmup=0, dtype="int64")])
+
+
+# ---- plan properties (no processes) --------------------------------------------------------------
+
+def _interpret(plan):
+    """Run a plan symbolically (chunk contents = sets of contributions) with NCCL matching: per
+    (src, dst) pair in posting order, tags ignored. Returns each rank's output chunks."""
+    coll = plan.collective
+    state = []
+    for rp in plan.ranks:
+        bufs = {b: [None] * c for b, c in rp.buffers.items()}
+        bufs.update({t: [None] * c for t, c in enumerate(rp.temps)})
+        state.append(bufs)
+
+    def resolve(rank, buf, off):
+        rp = plan.ranks[rank]
+        if buf in rp.aliases:
+            tgt, base = rp.aliases[buf]
+            return tgt, base + off
+        return buf, off
+
+    for (r, slot), c in coll.precondition.items():
+        b, o = resolve(r, "i", slot)
+        state[r][b][o] = frozenset({c})
+
+    def get(r, reg):
+        return list(state[r][reg[0]][reg[1]:reg[1] + reg[2]])
+
+    def put(r, reg, vals):
+        state[r][reg[0]][reg[1]:reg[1] + reg[2]] = vals
+
+    queues, pcs, posted = {}, [0] * len(plan.ranks), [False] * len(plan.ranks)
+    while any(pc < len(rp.ops) for pc, rp in zip(pcs, plan.ranks)):
+        progress = False
+        for r, rp in enumerate(plan.ranks):
+            while pcs[r] < len(rp.ops):
+                op = rp.ops[pcs[r]]
+                if op[0] == COPY:
+                    put(r, op[1], get(r, op[2]))
+                elif op[0] != BATCH:
+                    a, b = get(r, op[2]), get(r, op[3])
+                    assert all(x and y and not (x & y) for x, y in zip(a, b)), "double-counted contribution"
+                    put(r, op[1], [x | y for x, y in zip(a, b)])
+                else:
+                    if not posted[r]:
+                        for kind, peer, reg, _ in op[1]:
+                            if kind == "send":
+                                queues.setdefault((r, peer), []).append(get(r, reg))
+                        posted[r] = True
+                    recvs = [(peer, reg) for kind, peer, reg, _ in op[1] if kind == "recv"]
+                    need = {}
+                    for peer, _ in recvs:
+                        need[peer] = need.get(peer, 0) + 1
+                    if any(len(queues.get((peer, r), [])) < k for peer, k in need.items()):
+                        break
+                    for peer, reg in recvs:
+                        put(r, reg, queues[(peer, r)].pop(0))
+                    posted[r] = False
+                pcs[r] += 1
+                progress = True
+        assert progress, "plan deadlocks"
+    assert not any(queues.values()), "messages left unreceived"
+    out = {}
+    for (r, slot) in coll.postcondition:
+        b, o = resolve(r, "o", slot)
+        out[(r, slot)] = state[r][b][o]
+    return out
+
+
+@pytest.mark.parametrize("prog", [samples.direct_allreduce(4), samples.ring_allreduce(5, m=2),
+                                  samples.direct_gather(4, root=2), samples.chain_reduce(4, root=1),
+                                  _snapshot_broadcast()] + [load_program(p) for p in sorted(FIXTURES.glob("*.xml"))],
+                         ids=lambda p: p.name)
+def test_plan_computes_the_collective_under_nccl_order_matching(prog):
+    """Both ends of every pair post in the same order, snapshots and temporaries are right."""
+    coll = collective_of(prog)
+    plan = compile_plan(prog, coll)
+    assert not plan.stuck and not plan.unmatched_sends
+    assert _interpret(plan) == coll.postcondition
+
+
+def test_size_rounding_and_too_small():
+    coll = collective_of(samples.ring_allgather(4))
+    assert chunk_elems_for(coll, 1 << 20, "float32") == (65536, 1 << 20, None)
+    elems, actual, note = chunk_elems_for(coll, 1000, "int64")
+    assert (elems, actual) == (31, 992) and "rounded down to 992" in note
+    with pytest.raises(SynthError, match="at least 16 B"):
+        chunk_elems_for(coll, 3, "float32")
+
+
+def test_torchrun_world_size_must_match(monkeypatch):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    with pytest.raises(SynthError, match="world size is 2 but the program has 4 ranks"):
+        execute(samples.ring_allgather(4), size_bytes=SMALL)
+
+
+# ---- CLI: JSON, refusals, wrong output, hangs ------------------------------------------------------
+
+def _broken_allgather(tmp_path: Path) -> Path:
+    """Ring allgather whose last receive on rank 2 lands in the wrong output slot."""
+    prog = samples.ring_allgather(4)
+    gpu = prog.gpus[2]
+    tb = gpu.threadblocks[0]
+    last = tb.steps[-1]
+    moved = replace(last, srcoff=(last.dstoff + 1) % 4, dstoff=(last.dstoff + 1) % 4)
+    tb = replace(tb, steps=tb.steps[:-1] + (moved,))
+    prog = replace(prog, gpus=prog.gpus[:2] + (replace(gpu, threadblocks=(tb,)),) + prog.gpus[3:])
+    path = tmp_path / "broken.xml"
+    path.write_text(program_to_xml(prog))
+    return path
+
+
+def test_cli_json_keys_and_success(tmp_path):
+    path = tmp_path / "ring.xml"
+    path.write_text(program_to_xml(samples.ring_allreduce(4)))
+    res = _cli("execute", str(path), "-s", "64KiB", "--iters", "2", "--dtype", "int32", "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    for key in ("ok", "backend", "ranks", "time_us", "algbw_GBps", "busbw_GBps", "errors"):
+        assert key in out
+    assert out["ok"] is True and out["ranks"] == 4 and out["size_bytes"] == 65536
+    assert out["algbw_GBps"] == pytest.approx(65536 / (out["time_us"] * 1e3))
+
+
+def test_cli_wrong_output_names_rank_and_chunk(tmp_path):
+    path = _broken_allgather(tmp_path)
+    refused = _cli("execute", str(path), "-s", "4KiB")
+    assert refused.exit_code == 1 and "verify failed" in refused.output
+    res = _cli("execute", str(path), "-s", "4KiB", "--no-verify", "--iters", "1", "--json")
+    assert res.exit_code == 1, res.output
+    out = json.loads(res.stdout)
+    assert out["ok"] is False
+    assert any(e.startswith("rank 2 output chunk 0:") for e in out["errors"])
+    assert any(e.startswith("rank 2 output chunk 3:") for e in out["errors"])
+    assert all(e.startswith("rank 2 ") for e in out["errors"])  # other ranks are right
+    text = _cli("execute", str(path), "-s", "4KiB", "--no-verify", "--iters", "1")
+    assert text.exit_code == 1 and "wrong output: rank 2 output chunk" in text.output
+
+
+def test_cli_hanging_program_is_killed_after_timeout(tmp_path):
+    prog = samples.ring_allgather(4)
+    gpu = prog.gpus[0]
+    tb = gpu.threadblocks[0]
+    tb = replace(tb, steps=tuple(s for s in tb.steps if s.type != "s"))  # rank 1 waits forever
+    prog = replace(prog, gpus=(replace(gpu, threadblocks=(tb,)),) + prog.gpus[1:])
+    path = tmp_path / "hang.xml"
+    path.write_text(program_to_xml(prog))
+    start = time.monotonic()
+    res = _cli("execute", str(path), "-s", "4KiB", "--no-verify", "--timeout", "10")
+    took = time.monotonic() - start
+    assert res.exit_code == 1
+    assert "timed out after 10 s" in res.output and "rank 1 tb 0" in res.output
+    assert 10 <= took < 40
+    with pytest.raises(CheckFailed, match="verify failed"):
+        execute(prog, size_bytes=4096)
+
+
+def test_cli_bad_input_exit_2(tmp_path):
+    path = tmp_path / "ring.xml"
+    path.write_text(program_to_xml(samples.ring_allgather(4)))
+    assert _cli("execute", str(path), "-s", "3").exit_code == 2
+    assert _cli("execute", str(path), "--iters", "0").exit_code == 2
+    assert _cli("execute", str(tmp_path / "missing.xml")).exit_code == 2
+
+
+# ---- NCCL (GPU machines only) ------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_nccl_backend_runs_ring_programs():
+    n = min(torch.cuda.device_count(), 8)
+    if n < 2:
+        pytest.skip("needs at least 2 GPUs")
+    programs = [samples.ring_allreduce(n), samples.ring_allgather(n), samples.direct_alltoall(n)]
+    results = execute_many(programs, backend="nccl", size_bytes=n * 4 * 1024, iters=2, dtype="float32")
+    _assert_all_ok(results)
+    assert all(r.backend == "nccl" for r in results)
