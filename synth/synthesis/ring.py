@@ -98,22 +98,25 @@ def _links_of(path: tuple[int, ...]) -> Route:
 
 
 # ---- ring search ----------------------------------------------------------------------------------
-def _hamiltonian(n: int, adj: list[list[int]], deadline: float) -> list[int] | None:
-    """A Hamiltonian cycle through ranks 0..n-1 (DFS, Warnsdorff order), or None (also on timeout)."""
+def _hamiltonian(n: int, adj: list[list[int]], deadline: float, *, start: int = 0,
+                 closed: bool = True) -> list[int] | None:
+    """A Hamiltonian cycle (or path from ``start`` when not ``closed``) through ranks 0..n-1
+    (DFS, Warnsdorff order), or None (also on timeout)."""
     if n == 1:
-        return [0]
-    if any(not a for a in adj):
-        return None
-    into = [0] * n
-    for a in adj:
-        for b in a:
-            into[b] += 1
-    if any(x == 0 for x in into):
-        return None
-    path = [0]
+        return [start]
+    if closed:
+        if any(not a for a in adj):
+            return None
+        into = [0] * n
+        for a in adj:
+            for b in a:
+                into[b] += 1
+        if any(x == 0 for x in into):
+            return None
+    path = [start]
     visited = [False] * n
-    visited[0] = True
-    stack = [iter(adj[0])]
+    visited[start] = True
+    stack = [iter(adj[start])]
     steps = 0
     while stack:
         steps += 1
@@ -129,7 +132,7 @@ def _hamiltonian(n: int, adj: list[list[int]], deadline: float) -> list[int] | N
         path.append(nxt)
         visited[nxt] = True
         if len(path) == n:
-            if 0 in adj[nxt]:
+            if not closed or start in adj[nxt]:
                 return path
             visited[path.pop()] = False
             continue
@@ -137,6 +140,30 @@ def _hamiltonian(n: int, adj: list[list[int]], deadline: float) -> list[int] | N
         cands = [v for v in adj[nxt] if not visited[v]]
         cands.sort(key=lambda v: sum(1 for w in adj[v] if not visited[w]))
         stack.append(iter(cands))
+    return None
+
+
+def find_line(topology: Topology, budget_s: float = RING_BUDGET_S) -> tuple[int, ...] | None:
+    """A Hamiltonian path whose consecutive ranks talk both ways (links or switch routes), or None.
+
+    The fallback when no Hamiltonian cycle exists (e.g. an odd mesh such as 5x5, which is bipartite
+    with unequal sides): the "line" algorithms send pieces both ways along it."""
+    n = topology.num_ranks
+    routes = pair_routes(topology)
+    adj: list[list[int]] = [[] for _ in range(n)]
+    for (a, b) in routes:
+        if (b, a) in routes:
+            adj[a].append(b)
+    for a in range(n):
+        adj[a].sort(key=lambda b, a=a: (len(routes[(a, b)]), len(adj[b]), b))
+    deadline = time.monotonic() + budget_s
+    starts = sorted(range(n), key=lambda v: (len(adj[v]), v))
+    for start in starts:
+        path = _hamiltonian(n, adj, deadline, start=start, closed=False)
+        if path:
+            return tuple(path)
+        if time.monotonic() > deadline:
+            break
     return None
 
 
@@ -293,6 +320,105 @@ def _pipeline_chunks(n: int, size_bytes: float, bw: float, alpha: float) -> int:
     return max(1, min(MAX_PIPELINE, round(p)))
 
 
+def _default_chunks(name: str, n: int, wsum: int, options: SynthOptions, share_bytes: float, bw: float,
+                    alpha: float) -> int:
+    if options.chunks is not None:
+        return options.chunks
+    if name == "allreduce":
+        return n * wsum
+    if name in ("broadcast", "reduce"):
+        return wsum * _pipeline_chunks(n, share_bytes, bw, alpha)
+    return wsum
+
+
+def _line_schedule(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
+                   line: tuple[int, ...]) -> Schedule:
+    """The fallback on a Hamiltonian path: pieces travel both ways along the line (one channel)."""
+    n = topology.num_ranks
+    name = collective.name
+    routes = pair_routes(topology)
+    bw = min(min(lk.bw for lk in (topology.link(a, b) for a, b in _links_of(routes[(line[i], line[i + 1])])))
+             for i in range(n - 1))
+    alpha = max((lk.alpha for lk in topology.links), default=0.0)
+    coll = Collective(name, n, _default_chunks(name, n, 1, options, size_bytes, bw, alpha),
+                      root=collective.root, inplace=collective.inplace)
+    if coll.inplace and name == "alltoall":
+        raise SynthError("ring alltoall relays through the ranks and needs an out-of-place buffer")
+    timer = _Timer(topology, routes, coll.chunk_bytes(size_bytes))
+    C = coll.chunk_factor
+    pos = {rank: i for i, rank in enumerate(line)}
+
+    def hops(a: int, b: int) -> list[tuple[int, int]]:
+        """(src, dst) hops along the line from rank a to rank b."""
+        i, j = pos[a], pos[b]
+        step = 1 if j > i else -1
+        return [(line[k], line[k + step]) for k in range(i, j, step)]
+
+    def chain(a: int, b: int, chunks: tuple[int, ...], reduce: bool, key0: int, tag: tuple,
+              deps: tuple[int, ...] = ()) -> int:
+        prev = -1
+        for h, (src, dst) in enumerate(hops(a, b)):
+            prev = timer.add((key0 + h,) + tag + (h,), src, dst, chunks, reduce, 0, deps if h == 0 else (prev,))
+        return prev
+
+    ends = (line[0], line[-1])
+    if name == "allreduce":
+        owners = split_counts(C, [1] * n)
+        j = 0
+        for q, count in enumerate(owners):
+            if not count:
+                continue
+            slots = tuple(range(j, j + count))
+            j += count
+            last = [chain(e, q, slots, True, n - 1 - len(hops(e, q)), (0, q)) for e in ends if e != q]
+            for e in ends:
+                if e != q:
+                    chain(q, e, slots, False, n - 1, (1, q), tuple(last))
+    elif name == "allgather":
+        for q in range(n):
+            ids = tuple(coll.contribution(q, k) for k in range(C))
+            for e in ends:
+                chain(q, e, ids, False, 0, (q,))
+    elif name == "reducescatter":
+        for q in range(n):
+            slots = tuple(q * C + k for k in range(C))
+            for e in ends:
+                if e != q:
+                    chain(e, q, slots, True, n - 1 - len(hops(e, q)), (q,))
+    elif name in ("broadcast", "reduce"):
+        root = coll.root
+        for k in range(C):
+            chunk = coll.contribution(root, k) if name == "broadcast" else k
+            for e in ends:
+                if e == root:
+                    continue
+                if name == "broadcast":
+                    chain(root, e, (chunk,), False, k, (e,))
+                else:
+                    chain(e, root, (chunk,), True, k + n - 1 - len(hops(e, root)), (e,))
+    elif name == "gather":
+        root = coll.root
+        for q in range(n):
+            if q != root:
+                chain(q, root, tuple(coll.contribution(q, k) for k in range(C)), False, 0, (q,))
+    elif name == "scatter":
+        root = coll.root
+        for q in range(n):
+            if q != root:
+                d = len(hops(root, q))
+                chain(root, q, tuple(coll.contribution(root, q * C + k) for k in range(C)), False, n - 1 - d, (q,))
+    elif name == "alltoall":
+        for q in range(n):
+            for r in range(n):
+                if r != q:
+                    d = len(hops(q, r))
+                    chain(q, r, tuple(coll.contribution(q, r * C + k) for k in range(C)), False, n - 1 - d, (q, r))
+    transfers = timer.run()
+    return Schedule(coll, topology.name, tuple(transfers), method="ring", size_bytes=float(size_bytes),
+                    predicted_time_us=max((t.end for t in transfers), default=0.0),
+                    notes={"line": list(line)})
+
+
 def synthesize(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions) -> Schedule:
     """Ring (multi-ring) schedule of ``collective`` on ``topology`` (see module docstring)."""
     n = topology.num_ranks
@@ -301,22 +427,19 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
     name = collective.name
     if options.chunks is not None and options.chunks < 1:
         raise SynthError("--chunks must be at least 1")
-    rings = find_rings(topology, max_rings=int(options.extra.get("max_rings", MAX_RINGS)))
+    try:
+        rings = find_rings(topology, max_rings=int(options.extra.get("max_rings", MAX_RINGS)))
+    except SynthError:
+        line = find_line(topology)
+        if line is None:
+            raise
+        return _line_schedule(topology, collective, size_bytes, options, line)
     weights = ring_weights(rings)
     keep = [i for i, w in enumerate(weights) if w > 0]
     rings, weights = [rings[i] for i in keep], [weights[i] for i in keep]
     wsum = sum(weights)
-    if options.chunks is not None:
-        chunks = options.chunks
-    elif name == "allreduce":
-        chunks = n * wsum
-    elif name in ("broadcast", "reduce"):
-        best = rings[0]
-        alpha = max((lk.alpha for lk in topology.links), default=0.0)
-        per_ring = size_bytes * weights[0] / wsum
-        chunks = wsum * _pipeline_chunks(n, per_ring, best.rate, alpha)
-    else:
-        chunks = wsum
+    alpha = max((lk.alpha for lk in topology.links), default=0.0)
+    chunks = _default_chunks(name, n, wsum, options, size_bytes * weights[0] / wsum, rings[0].rate, alpha)
     coll = Collective(name, n, chunks, root=collective.root, inplace=collective.inplace)
     if coll.inplace and name == "alltoall":
         raise SynthError("ring alltoall relays through the ranks and needs an out-of-place buffer")
