@@ -1,0 +1,199 @@
+"""Lowering Schedule -> Program: placement, dependencies, ordering, merging, channels, scratch."""
+
+from __future__ import annotations
+
+import pytest
+
+from synth.collectives import Collective
+from synth.errors import SynthError
+from synth.program.ir import Program
+from synth.program.lower import lower
+from synth.schedule import Schedule, Transfer
+from synth.verify import verify
+
+
+def ring_allgather(n: int, c: int = 1, grouped: bool = True, inplace: bool = False) -> Schedule:
+    """Hand-built unidirectional ring allgather, one unit of time per hop."""
+    coll = Collective("allgather", n, c, inplace=inplace)
+    out = []
+    for q in range(n):
+        for t in range(n - 1):
+            for k in range(c):
+                group = q * n + t if grouped else -1
+                out.append(Transfer(float(t), t + 1.0, coll.contribution(q, k), (q + t) % n, (q + t + 1) % n,
+                                    group=group))
+    return Schedule(coll, "ring", tuple(out), method="hand", size_bytes=1e6, predicted_time_us=n - 1.0)
+
+
+def tb(program: Program, rank: int, *, send: int = -1, recv: int = -1, chan: int = 0):
+    found = [t for t in program.gpus[rank].threadblocks if (t.send, t.recv, t.chan) == (send, recv, chan)]
+    assert len(found) == 1, f"rank {rank}: {len(found)} tbs with send={send} recv={recv} chan={chan}"
+    return found[0]
+
+
+def test_ring_allgather_structure_and_dependencies():
+    prog = lower(ring_allgather(4))
+    assert verify(prog).ok
+    assert (prog.collective, prog.num_ranks, prog.nchannels, prog.chunk_factor) == ("allgather", 4, 1, 1)
+    assert prog.nchunksperloop == 4          # max buffer size in chunks (msccl-tools definition)
+    g1 = prog.gpus[1]
+    assert (g1.i_chunks, g1.o_chunks, g1.s_chunks) == (1, 4, 0)
+    # one send tb to the next rank, one recv tb from the previous, one local tb for the own-piece copy
+    assert sorted((t.send, t.recv) for t in g1.threadblocks) == [(-1, -1), (-1, 0), (2, -1)]
+    assert [t.id for t in g1.threadblocks] == list(range(3))
+    send, recv, local = tb(prog, 1, send=2), tb(prog, 1, recv=0), tb(prog, 1)
+    assert [s.type for s in local.steps] == ["cpy"]
+    assert (local.steps[0].srcbuf, local.steps[0].srcoff, local.steps[0].dstbuf, local.steps[0].dstoff) == \
+        ("i", 0, "o", 1)
+    # rank 1 sends its own piece from the input first, then forwards pieces 0 and 3 from the output
+    assert [(s.type, s.srcbuf, s.srcoff) for s in send.steps] == [("s", "i", 0), ("s", "o", 0), ("s", "o", 3)]
+    assert send.steps[0].depid == -1
+    # each forward waits on the receive that delivered the piece, which is marked hasdep
+    for step, want in zip(send.steps[1:], (0, 3), strict=True):
+        dep = recv.steps[step.deps]
+        assert step.depid == recv.id and dep.dstoff == want and dep.hasdep
+    assert [s.dstoff for s in recv.steps] == [0, 3, 2]
+    assert not recv.steps[2].hasdep            # piece 2 is not forwarded by rank 1
+
+
+def test_connection_order_matches_on_both_ends():
+    prog = lower(ring_allgather(5, c=2, grouped=False))
+    assert verify(prog).ok
+    for r in range(5):
+        nxt = (r + 1) % 5
+        sends = [(s.srcbuf == "i", s.dstoff) for s in tb(prog, r, send=nxt).steps if s.type != "nop"]
+        recvs = [s.dstoff for s in tb(prog, nxt, recv=r).steps if s.type != "nop"]
+        assert [d for _, d in sends] == recvs
+
+
+def test_grouped_contiguous_transfers_merge_into_one_step():
+    merged = lower(ring_allgather(4, c=3, grouped=True))
+    single = lower(ring_allgather(4, c=3, grouped=False))
+    assert verify(merged).ok and verify(single).ok
+    assert {s.cnt for g in merged.gpus for t in g.threadblocks for s in t.steps if s.type in ("s", "r")} == {3}
+    assert {s.cnt for g in single.gpus for t in g.threadblocks for s in t.steps if s.type in ("s", "r")} == {1}
+    assert merged.num_steps() < single.num_steps()
+    # the origin's input -> output copies of its three chunks are contiguous: one cpy with cnt 3
+    assert [(s.type, s.cnt) for s in tb(merged, 0).steps] == [("cpy", 3)]
+
+
+def test_inplace_allgather_aliases_input_and_needs_no_copy():
+    prog = lower(ring_allgather(4, inplace=True))
+    assert verify(prog).ok
+    assert all(g.i_chunks == 0 and g.o_chunks == 4 for g in prog.gpus)
+    assert all(s.type != "cpy" and "i" not in (s.srcbuf, s.dstbuf)
+               for g in prog.gpus for t in g.threadblocks for s in t.steps)
+    first = tb(prog, 2, send=3).steps[0]
+    assert (first.srcbuf, first.srcoff) == ("o", 2)   # rank 2's input is o[2] in place
+
+
+def test_relay_uses_scratch():
+    # gather to root 0 along the line 2 -> 1 -> 0: rank 1 only relays rank 2's piece
+    coll = Collective("gather", 3, 1, root=0)
+    ts = (Transfer(0, 1, coll.contribution(1, 0), 1, 0), Transfer(0, 1, coll.contribution(2, 0), 2, 1),
+          Transfer(1, 2, coll.contribution(2, 0), 1, 0))
+    prog = lower(Schedule(coll, "line", ts))
+    assert verify(prog).ok
+    assert prog.gpus[1].s_chunks == 1 and prog.gpus[0].s_chunks == 0
+    recv = tb(prog, 1, recv=2).steps[0]
+    assert (recv.type, recv.dstbuf, recv.dstoff) == ("r", "s", 0)
+    fwd = tb(prog, 1, send=0).steps[1]
+    assert (fwd.srcbuf, fwd.srcoff, fwd.depid) == ("s", 0, tb(prog, 1, recv=2).id)
+
+
+def chain_reduce(inplace: bool) -> Schedule:
+    # reduce to root 0 along 2 -> 1 -> 0, one chunk
+    coll = Collective("reduce", 3, 1, root=0, inplace=inplace)
+    return Schedule(coll, "line", (Transfer(0, 1, 0, 2, 1, reduce=True), Transfer(1, 2, 0, 1, 0, reduce=True)))
+
+
+def test_reduction_accumulates_in_input_and_copies_to_output():
+    prog = lower(chain_reduce(inplace=False))
+    assert verify(prog).ok
+    rrc = tb(prog, 1, recv=2).steps[0]
+    assert (rrc.type, rrc.srcbuf, rrc.srcoff, rrc.dstbuf, rrc.dstoff, rrc.hasdep) == ("rrc", "i", 0, "i", 0, True)
+    send = tb(prog, 1, send=0).steps[0]
+    assert (send.srcbuf, send.depid, send.deps) == ("i", tb(prog, 1, recv=2).id, 0)
+    final = tb(prog, 0).steps
+    assert [(s.type, s.srcbuf, s.dstbuf) for s in final] == [("cpy", "i", "o")]
+    assert final[0].depid == tb(prog, 0, recv=1).id      # the copy waits for the last reduction
+    assert not any(t.send == t.recv == -1 for t in prog.gpus[1].threadblocks)   # rank 1 keeps nothing
+
+
+def test_inplace_reduction_has_no_final_copy():
+    prog = lower(chain_reduce(inplace=True))
+    assert verify(prog).ok
+    assert all(s.type != "cpy" for g in prog.gpus for t in g.threadblocks for s in t.steps)
+    assert prog.gpus[0].o_chunks == 0
+
+
+def test_reduce_receives_from_two_peers_are_serialized():
+    # star reduce: 1 -> 0 and 2 -> 0 at the same time; the two rrc must not race on i[0]
+    coll = Collective("reduce", 3, 1, root=0)
+    prog = lower(Schedule(coll, "star", (Transfer(0, 1, 0, 1, 0, reduce=True), Transfer(0, 1, 0, 2, 0, reduce=True))))
+    assert verify(prog).ok
+    a, b = tb(prog, 0, recv=1).steps[0], tb(prog, 0, recv=2).steps[0]
+    assert (a.depid, b.depid) == (-1, tb(prog, 0, recv=1).id) and a.hasdep
+
+
+def test_extra_dependencies_become_nops():
+    # broadcast from 0 on 5 ranks where rank 2 gets the chunk twice (0 -> 2, then 1 -> 2) and forwards
+    # it to 3 and 4 in between: the second receive waits on the first receive and on both sends.
+    coll = Collective("broadcast", 5, 1, root=0)
+    ts = (Transfer(0, 1, 0, 0, 1), Transfer(0, 1, 0, 0, 2), Transfer(1, 2, 0, 2, 3), Transfer(1, 2, 0, 2, 4),
+          Transfer(2, 3, 0, 1, 2))
+    prog = lower(Schedule(coll, "x", ts))
+    assert verify(prog).ok
+    late = tb(prog, 2, recv=1).steps
+    assert [s.type for s in late] == ["nop", "nop", "r"]
+    waited = {(s.depid, s.deps) for s in late}
+    assert waited == {(tb(prog, 2, recv=0).id, 0), (tb(prog, 2, send=3).id, 0), (tb(prog, 2, send=4).id, 0)}
+    for depid, deps in waited:
+        assert prog.gpus[2].threadblocks[depid].steps[deps].hasdep
+
+
+def test_connections_spread_over_channels():
+    sched = ring_allgather(4, c=8, grouped=False)   # 24 steps per connection
+    prog = lower(sched, max_steps_per_tb=10)
+    assert verify(prog).ok
+    assert prog.nchannels == 3
+    assert max(len(t.steps) for g in prog.gpus for t in g.threadblocks) <= 10
+    assert {t.chan for t in prog.gpus[0].threadblocks if t.send == 1} == {0, 1, 2}
+
+
+def test_too_many_steps_suggests_fewer_chunks():
+    with pytest.raises(SynthError, match="--chunks"):
+        lower(ring_allgather(4, c=40, grouped=False), max_steps_per_tb=2)
+
+
+def test_sending_before_arrival_is_rejected():
+    coll = Collective("broadcast", 3, 1, root=0)
+    ts = (Transfer(0, 1, 0, 0, 1), Transfer(0.5, 1.5, 0, 1, 2))
+    with pytest.raises(SynthError, match="before it arrives"):
+        lower(Schedule(coll, "x", ts))
+
+
+def test_inplace_alltoall_conflict_is_rejected():
+    coll = Collective("alltoall", 2, 1, inplace=True)
+    # rank 1 receives into o[0] (= its i[0]) before sending i[0] away
+    ts = (Transfer(0, 1, coll.contribution(0, 1), 0, 1), Transfer(2, 3, coll.contribution(1, 0), 1, 0))
+    with pytest.raises(SynthError, match="in-place"):
+        lower(Schedule(coll, "x", ts))
+
+
+def test_bad_transfers_are_rejected():
+    coll = Collective("allgather", 2, 1)
+    with pytest.raises(SynthError, match="itself"):
+        lower(Schedule(coll, "x", (Transfer(0, 1, 0, 0, 0),)))
+    with pytest.raises(SynthError, match="not a reduction"):
+        lower(Schedule(coll, "x", (Transfer(0, 1, 0, 0, 1, reduce=True),)))
+    with pytest.raises(SynthError, match="chunk 7"):
+        lower(Schedule(coll, "x", (Transfer(0, 1, 7, 0, 1),)))
+
+
+def test_metadata():
+    sched = ring_allgather(4, c=2)
+    prog = lower(sched, name="custom")
+    assert prog.name == "custom"
+    assert (prog.topology, prog.size_bytes, prog.chunk_bytes, prog.predicted_time_us) == ("ring", 1e6, 1e6 / 8, 3.0)
+    assert lower(sched).name == "allgather-hand-ring"
