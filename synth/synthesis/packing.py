@@ -194,6 +194,56 @@ def choose_capacities(fabric: Fabric, weights: dict[int, int], ratio: Fraction,
 
 
 # ---------------------------------------------------------------------------------------------
+# the routes programs can take
+# ---------------------------------------------------------------------------------------------
+def canonical_paths(topology: Topology) -> dict[tuple[int, int], tuple[int, ...]]:
+    """Node path a rank-to-rank send takes through switches: a direct link, else the shortest
+    switch-only path (fewest hops, then least Σα, then smallest ids; the rule of the simulator in
+    :mod:`synth.simulate`, standing in for the runtime's fixed transport per peer). An MSCCL program
+    names peers, not routes, so a tree arc may only use this path."""
+    import heapq
+
+    adj: list[list[tuple[int, float]]] = [[] for _ in range(topology.num_nodes)]
+    for link in topology.links:
+        adj[link.src].append((link.dst, link.alpha))
+    for out in adj:
+        out.sort()
+    paths: dict[tuple[int, int], tuple[int, ...]] = {}
+    for src in topology.ranks:
+        best: dict[int, tuple[int, float]] = {src: (0, 0.0)}
+        prev: dict[int, tuple[int, ...]] = {src: (src,)}
+        heap = [(0, 0.0, src)]
+        done: set[int] = set()
+        while heap:
+            hops, alpha, u = heapq.heappop(heap)
+            if u in done:
+                continue
+            done.add(u)
+            if u != src and topology.is_rank(u):
+                continue
+            for v, a in adj[u]:
+                cand = (hops + 1, alpha + a)
+                if v not in best or cand < best[v]:
+                    best[v] = cand
+                    prev[v] = prev[u] + (v,)
+                    heapq.heappush(heap, (cand[0], cand[1], v))
+        for v, path in prev.items():
+            if topology.is_rank(v) and v != src:
+                paths[(src, v)] = (src, v) if topology.link(src, v) is not None else path
+    return paths
+
+
+def allowed_subpaths(paths: dict[tuple[int, int], tuple[int, ...]]) -> set[tuple[int, ...]]:
+    """Every contiguous piece (at least one arc) of a canonical path."""
+    pieces: set[tuple[int, ...]] = set()
+    for path in paths.values():
+        for i in range(len(path) - 1):
+            for j in range(i + 2, len(path) + 1):
+                pieces.add(path[i:j])
+    return pieces
+
+
+# ---------------------------------------------------------------------------------------------
 # 2. switch removal by edge splitting
 # ---------------------------------------------------------------------------------------------
 Route = tuple[int, ...]
@@ -214,21 +264,6 @@ class SplitGraph:
             return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
         a = np.array(items, dtype=np.int64)
         return a[:, 0], a[:, 1], a[:, 2]
-
-
-def _take_units(pool: list[list], amount: int) -> list[tuple[Route, int]]:
-    """Remove ``amount`` units from a route pool; returns the (route, units) pieces taken."""
-    taken: list[tuple[Route, int]] = []
-    while amount > 0:
-        route, units = pool[-1]
-        use = min(units, amount)
-        taken.append((route, use))
-        amount -= use
-        if use == units:
-            pool.pop()
-        else:
-            pool[-1][1] = units - use
-    return taken
 
 
 def _add_units(pool: list[list], route: Route, units: int) -> None:
@@ -274,12 +309,15 @@ def _split_amount(graph: SplitGraph, demand_arcs, need: int, u: int, w: int, t: 
     return max(m, 0)
 
 
-def split_switches(fabric: Fabric, caps: np.ndarray, weights: dict[int, int], k: int) -> SplitGraph:
+def split_switches(fabric: Fabric, caps: np.ndarray, weights: dict[int, int], k: int,
+                   allowed: set[tuple[int, ...]] | None = None) -> SplitGraph:
     """Remove every switch by complete edge splitting (module docstring, step 2).
 
     Returns a graph on the ranks only whose capacity units each carry a route (the switches
-    crossed). Raises SynthError if a switch cannot be split completely (non-Eulerian switch whose
-    leftover capacity is needed), which the theorem excludes for bidirectional fabrics.
+    crossed). With ``allowed`` (see :func:`allowed_subpaths`) a split is only made when the
+    combined path is a piece of a canonical path, so every rank arc can be realised by a program.
+    Raises SplitError when what cannot be split is needed (a non-Eulerian switch, or routes the
+    fabric's fixed paths exclude); complete splitting exists otherwise (Bang-Jensen et al.).
     """
     n, nr = fabric.num_nodes, fabric.num_ranks
     cap: dict[tuple[int, int], int] = {}
@@ -298,21 +336,20 @@ def split_switches(fabric: Fabric, caps: np.ndarray, weights: dict[int, int], k:
             succs = sorted((t for (x, t), c in graph.cap.items() if x == w and c > 0),
                            key=lambda t: (t == u, t))  # a u->w->u loop wastes capacity: try it last
             for t in succs:
-                limit = min(graph.cap.get((u, w), 0), graph.cap.get((w, t), 0))
-                if limit == 0:
-                    continue
-                m = _split_amount(graph, demand_arcs, need, u, w, t, limit)
-                if m == 0:
-                    continue
-                left = _take_units(graph.routes[(u, w)], m)
-                right = _take_units(graph.routes[(w, t)], m)
-                graph.cap[(u, w)] -= m
-                graph.cap[(w, t)] -= m
-                if u != t:
-                    graph.cap[(u, t)] = graph.cap.get((u, t), 0) + m
-                    pool = graph.routes.setdefault((u, t), [])
-                    for route, units in _zip_pieces(left, right):
-                        _add_units(pool, route[0] + (w,) + route[1], units)
+                for r1, r2 in _route_pairs(graph, u, w, t, allowed):
+                    limit = min(_units_of(graph.routes[(u, w)], r1), _units_of(graph.routes[(w, t)], r2))
+                    if limit == 0:
+                        continue
+                    m = _split_amount(graph, demand_arcs, need, u, w, t, limit)
+                    if m == 0:
+                        continue
+                    _remove_units(graph.routes[(u, w)], r1, m)
+                    _remove_units(graph.routes[(w, t)], r2, m)
+                    graph.cap[(u, w)] -= m
+                    graph.cap[(w, t)] -= m
+                    if u != t:
+                        graph.cap[(u, t)] = graph.cap.get((u, t), 0) + m
+                        _add_units(graph.routes.setdefault((u, t), []), r1 + (w,) + r2, m)
                 if graph.cap.get((u, w), 0) == 0:
                     break
         # drop what is left at w (possible only for non-Eulerian switches) if the cuts allow it
@@ -322,26 +359,33 @@ def split_switches(fabric: Fabric, caps: np.ndarray, weights: dict[int, int], k:
             del graph.cap[key]
             graph.routes.pop(key, None)
     if not is_feasible(_rank_fabric(graph), _rank_caps(graph), weights, k):
-        raise SynthError("switch removal lost capacity (a non-Eulerian switch); use method lp")
+        raise SplitError("switch removal lost capacity the packing needs")
     return graph
 
 
-def _zip_pieces(left: list[tuple[Route, int]], right: list[tuple[Route, int]]):
-    """Pair up two equal-sized unit lists piecewise: ((route_l, route_r), units)."""
-    i = j = 0
-    lu = left[0][1] if left else 0
-    ru = right[0][1] if right else 0
-    while i < len(left) and j < len(right):
-        use = min(lu, ru)
-        yield (left[i][0], right[j][0]), use
-        lu -= use
-        ru -= use
-        if lu == 0:
-            i += 1
-            lu = left[i][1] if i < len(left) else 0
-        if ru == 0:
-            j += 1
-            ru = right[j][1] if j < len(right) else 0
+class SplitError(SynthError):
+    """Edge splitting could not remove the switches at this rate."""
+
+
+def _units_of(pool: list[list], route: Route) -> int:
+    return sum(units for r, units in pool if r == route)
+
+
+def _remove_units(pool: list[list], route: Route, amount: int) -> None:
+    for item in pool:
+        if item[0] == route:
+            item[1] -= amount
+    pool[:] = [item for item in pool if item[1] > 0]
+
+
+def _route_pairs(graph: SplitGraph, u: int, w: int, t: int, allowed: set[tuple[int, ...]] | None):
+    """(route u->w, route w->t) pairs whose concatenation may be split off (u == t: any, it is dropped)."""
+    left = [r for r, units in graph.routes.get((u, w), []) if units > 0]
+    right = [r for r, units in graph.routes.get((w, t), []) if units > 0]
+    for r1 in left:
+        for r2 in right:
+            if u == t or allowed is None or (u, *r1, w, *r2, t) in allowed:
+                yield r1, r2
 
 
 def _rank_fabric(graph: SplitGraph) -> Fabric:

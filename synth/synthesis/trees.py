@@ -1,0 +1,595 @@
+"""Method ``trees``: throughput-optimal pipelined spanning trees (ForestColl, arXiv 2402.06787).
+
+Planning (see :mod:`synth.synthesis.packing`): the exact cut-bound rate, switch removal by edge
+splitting, and ``k`` spanning out-arborescences per root (a few distinct trees with multiplicities).
+
+Collectives:
+- allgather: every rank broadcasts its piece over its ``k`` trees;
+- broadcast / scatter: the root's trees (scatter sends each rank's piece down the root->rank path of
+  the trees; the rate is then the broadcast forest's, optimal for broadcast, a heuristic for scatter);
+- reducescatter / reduce / gather: the same on the *reversed* fabric, run backwards: data flows
+  leaf -> root along each tree and ranks combine (reduce) or relay (gather) on the way;
+- allreduce: the optimal reducescatter (every rank owns ``1/N`` of the buffer) then the optimal
+  allgather of the reduced pieces, in one schedule.
+
+Chunking (cost model). A root's data of ``M`` bytes is cut into ``C`` chunks; a distinct tree of
+multiplicity ``m`` carries ``≈ C·m/k`` of them (largest remainder), each chunk pipelined down the
+tree. For a candidate ``C`` with chunk size ``b = M/C`` we predict
+
+    time(C) ≈ max_link Σ_{transfers on it} (α_route + b / bw_route)  +  (D − 1) · (α_max + b / bw_min)
+
+(busiest link's α-β work, plus the pipeline fill/drain of the deepest tree, depth ``D``). The first
+term grows with ``C`` through α, the second shrinks; we take the ``C`` minimising it, bounded by
+MSCCL's limits (≤ 32 channels × 64 steps per connection). Timings in the Schedule come from an
+in-order list schedule: transfers in pipeline-round order, each starting when its data is ready
+and every link of its route is free (one transfer at a time per link direction, SPEC).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from synth.collectives import Collective
+from synth.errors import SynthError
+from synth.schedule import Schedule, Transfer
+from synth.synthesis.base import SynthOptions
+from synth.synthesis.packing import (
+    Route,
+    SplitError,
+    allowed_subpaths,
+    canonical_paths,
+    choose_capacities,
+    integer_fabric,
+    optimal_ratio,
+    pack_arborescences,
+    split_switches,
+)
+from synth.topology.model import Topology
+
+SUPPORTED = frozenset({"allgather", "reducescatter", "allreduce", "broadcast", "reduce", "gather", "scatter"})
+DEFAULT_MAX_TREES = 256     # trees per root; the packing cost grows with distinct trees, not with k
+MAX_CHANNELS = 32           # MSCCL
+MAX_STEPS_PER_TB = 64       # MSCCL
+MAX_CHUNKS = 512            # chunks per root piece considered by the cost model
+MAX_TRANSFERS = 3_000_000   # keep schedules within memory/time budgets
+
+
+# ---------------------------------------------------------------------------------------------
+# the forest
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PlannedTree:
+    """A distinct spanning tree: ``edges`` (parent, child) in BFS order on the *planning* fabric;
+    ``routes[i]`` lists (switch route, units) for edge ``i`` (units sum to ``mult``)."""
+
+    root: int
+    mult: int
+    edges: tuple[tuple[int, int], ...]
+    routes: tuple[tuple[tuple[Route, int], ...], ...]
+
+    @property
+    def depth(self) -> dict[int, int]:
+        depth = {self.root: 0}
+        for parent, child in self.edges:
+            depth[child] = depth[parent] + 1
+        return depth
+
+
+@dataclass(frozen=True)
+class Forest:
+    """``k`` trees per root (as distinct trees with multiplicities) at rate ``ratio`` (fabric units).
+
+    The bandwidth time of a broadcast of ``M`` bytes per root is ``M · ratio / (unit_GBps · 1e3)`` µs;
+    ``optimal`` is the cut bound in the same units (``ratio == optimal`` unless ``k`` was capped).
+    """
+
+    trees: tuple[PlannedTree, ...]
+    k: int
+    ratio: Fraction
+    optimal: Fraction
+    unit_GBps: Fraction
+    reversed: bool
+
+    def bandwidth_time_us(self, bytes_per_root: float) -> float:
+        return bytes_per_root * float(self.ratio) / (float(self.unit_GBps) * 1e3)
+
+
+def plan_forest(topology: Topology, roots: tuple[int, ...], *, reverse: bool = False,
+                max_trees: int = DEFAULT_MAX_TREES) -> Forest:
+    """Optimal forest for broadcasts from ``roots`` (reduce towards them if ``reverse``)."""
+    fabric_topology = topology.reversed() if reverse else topology
+    fabric = integer_fabric(fabric_topology)
+    weights = {r: 1 for r in roots}
+    optimal = optimal_ratio(fabric, weights)
+    k, caps, ratio = choose_capacities(fabric, weights, optimal, max_trees)
+    allowed = allowed_subpaths(canonical_paths(fabric_topology)) if fabric_topology.switches else None
+    try:
+        graph = split_switches(fabric, caps, weights, k, allowed)
+    except SplitError:
+        graph, ratio = _degraded_split(fabric, weights, optimal, k, allowed)
+    packed = pack_arborescences(topology.num_ranks, dict(graph.cap), weights, k)
+    pools = {key: [list(item) for item in pool] for key, pool in graph.routes.items()}
+    trees = []
+    for tree in packed:
+        routes = []
+        for edge in tree.edges:
+            routes.append(tuple(_draw_units(pools[edge], tree.mult)))
+        trees.append(PlannedTree(tree.root, tree.mult, tuple(tree.edges), tuple(routes)))
+    return Forest(tuple(trees), k, ratio, optimal, fabric.unit_GBps, reverse)
+
+
+def _degraded_split(fabric, weights: dict[int, int], optimal: Fraction, k: int, allowed):
+    """The least rate ``T >= T*`` (bisection, ``k`` fixed) at which switches split completely along
+    canonical routes: fixed per-peer routes can make the cut bound unreachable (e.g. one of two
+    spines never on a shortest path)."""
+    def attempt(t: float):
+        caps = np.floor(fabric.units * t * k + 1e-9).astype(np.int64)
+        try:
+            return split_switches(fabric, caps, weights, k, allowed), caps
+        except SplitError:
+            return None, caps
+
+    lo, hi = float(optimal), float(optimal) * 2
+    while attempt(hi)[0] is None:
+        lo, hi = hi, hi * 2
+        if hi > float(optimal) * 1e6:
+            raise SynthError("no tree packing fits this fabric's fixed routes")
+    for _ in range(24):
+        mid = (lo + hi) / 2
+        if attempt(mid)[0] is None:
+            lo = mid
+        else:
+            hi = mid
+    graph, caps = attempt(hi)
+    achieved = max(Fraction(int(c), int(b) * k) for c, b in zip(caps, fabric.units))
+    return graph, max(achieved, optimal)
+
+
+def _draw_units(pool: list[list], amount: int) -> list[tuple[Route, int]]:
+    taken = []
+    while amount > 0:
+        route, units = pool[-1]
+        use = min(units, amount)
+        taken.append((tuple(route), use))
+        amount -= use
+        if use == units:
+            pool.pop()
+        else:
+            pool[-1][1] -= use
+    return taken
+
+
+# ---------------------------------------------------------------------------------------------
+# jobs: transfers before timing
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class _Jobs:
+    chunk: list[int]
+    src: list[int]
+    dst: list[int]
+    route: list[Route]
+    reduce: list[bool]
+    deps: list[tuple[int, ...]]
+    key: list[tuple]
+
+    @classmethod
+    def empty(cls) -> _Jobs:
+        return cls([], [], [], [], [], [], [])
+
+    def add(self, chunk: int, src: int, dst: int, route: Route, reduce: bool, deps: tuple[int, ...],
+            key: tuple) -> int:
+        self.chunk.append(chunk)
+        self.src.append(src)
+        self.dst.append(dst)
+        self.route.append(route)
+        self.reduce.append(reduce)
+        self.deps.append(deps)
+        self.key.append(key)
+        return len(self.chunk) - 1
+
+
+def _route_for(tree: PlannedTree, edge_index: int, j: int, count: int) -> Route:
+    """Route of the ``j``-th of ``count`` chunks on a tree edge: chunks share the units evenly."""
+    pieces = tree.routes[edge_index]
+    if len(pieces) == 1:
+        return pieces[0][0]
+    pos = (j + 0.5) * tree.mult / count
+    for route, units in pieces:
+        if pos < units:
+            return route
+        pos -= units
+    return pieces[-1][0]
+
+
+def _real_edge(forest: Forest, parent: int, child: int, route: Route) -> tuple[int, int, Route]:
+    """The physical transfer of a planned edge: reversed fabrics run child -> parent."""
+    if forest.reversed:
+        return child, parent, tuple(reversed(route))
+    return parent, child, route
+
+
+def add_broadcast(jobs: _Jobs, forest: Forest, tree_index: int, chunks: list[int], phase: int,
+                  root_deps: dict[int, tuple[int, ...]] | None = None,
+                  wanted: set[int] | None = None) -> None:
+    """Pipeline ``chunks`` down a tree (copy). ``root_deps[chunk]``: jobs the root must wait for.
+    ``wanted``: if given, a chunk only travels on edges leading to its wanted ranks (scatter)."""
+    tree = forest.trees[tree_index]
+    depth = tree.depth
+    count = len(chunks)
+    for j, chunk in enumerate(chunks):
+        arrived: dict[int, int] = {}
+        needed = _needed_nodes(tree, wanted[j]) if wanted is not None else None
+        for e, (parent, child) in enumerate(tree.edges):
+            if needed is not None and child not in needed:
+                continue
+            src, dst, route = _real_edge(forest, parent, child, _route_for(tree, e, j, count))
+            if parent in arrived:
+                deps = (arrived[parent],)
+            else:
+                deps = (root_deps or {}).get(chunk, ())
+            key = (phase, j + depth[parent], depth[parent], tree_index, e)
+            arrived[child] = jobs.add(chunk, src, dst, route, False, deps, key)
+
+
+def _needed_nodes(tree: PlannedTree, targets) -> set[int]:
+    parent_of = {child: parent for parent, child in tree.edges}
+    needed: set[int] = set()
+    for v in targets:
+        while v in parent_of and v not in needed:
+            needed.add(v)
+            v = parent_of[v]
+    return needed
+
+
+def add_reduction(jobs: _Jobs, forest: Forest, tree_index: int, chunks: list[int], phase: int,
+                  reduce: bool = True, wanted: dict[int, set[int]] | None = None) -> dict[int, tuple[int, ...]]:
+    """Pipeline ``chunks`` up a tree of a reversed forest (leaves first); returns, per chunk, the
+    jobs that deliver it to the root. ``reduce=False`` relays instead (gather: chunk ``j`` only
+    travels from its origin ``wanted[j]`` up to the root)."""
+    tree = forest.trees[tree_index]
+    depth = tree.depth
+    height = max(depth.values())
+    count = len(chunks)
+    into_root: dict[int, tuple[int, ...]] = {}
+    for j, chunk in enumerate(chunks):
+        received: dict[int, list[int]] = defaultdict(list)
+        needed = _needed_nodes(tree, wanted[j]) if wanted is not None else None
+        for e in range(len(tree.edges) - 1, -1, -1):  # reverse BFS order: children before parents
+            parent, child = tree.edges[e]
+            if needed is not None and child not in needed:
+                continue
+            src, dst, route = _real_edge(forest, parent, child, _route_for(tree, e, j, count))
+            key = (phase, j + height - depth[child], -depth[child], tree_index, e)
+            job = jobs.add(chunk, src, dst, route, reduce, tuple(received.get(child, ())), key)
+            received[parent].append(job)
+        into_root[chunk] = tuple(received.get(tree.root, ()))
+    return into_root
+
+
+# ---------------------------------------------------------------------------------------------
+# timing: in-order list schedule with link serialization
+# ---------------------------------------------------------------------------------------------
+def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """Work-conserving list schedule: whenever a link is free it starts the ready transfer with the
+    smallest pipeline key (round ``j + depth``) among those whose route begins on it.
+
+    A transfer holds every link of its route for ``Σα + b / min bw`` (SPEC cost model); it starts
+    once its data has arrived and all its links are free. Returns (order by start, start, end).
+    """
+    import heapq
+
+    link_index = {(link.src, link.dst): i for i, link in enumerate(topology.links)}
+    _, _, bw, alpha = topology.arrays
+    n = len(jobs.chunk)
+    hops: list[list[int]] = []
+    duration = np.zeros(n)
+    cache: dict[tuple, tuple[list[int], float]] = {}
+    for i in range(n):
+        hop_key = (jobs.src[i], jobs.dst[i], jobs.route[i])
+        hit = cache.get(hop_key)
+        if hit is None:
+            nodes = (jobs.src[i], *jobs.route[i], jobs.dst[i])
+            try:
+                links = [link_index[(a, b)] for a, b in zip(nodes, nodes[1:])]
+            except KeyError as exc:
+                raise SynthError(f"internal error: route {nodes} uses a missing link") from exc
+            hit = cache[hop_key] = (links, float(alpha[links].sum()) + chunk_bytes / (float(bw[links].min()) * 1e3))
+        hops.append(hit[0])
+        duration[i] = hit[1]
+    waiting = np.array([len(d) for d in jobs.deps], dtype=np.int64)
+    dependents: list[list[int]] = [[] for _ in range(n)]
+    for i, deps in enumerate(jobs.deps):
+        for d in deps:
+            dependents[d].append(i)
+    free = np.zeros(len(topology.links))
+    start = np.zeros(n)
+    end = np.zeros(n)
+    queues: list[list] = [[] for _ in range(len(topology.links))]
+    events: list[tuple[float, int, int]] = []   # (time, 0 = job ready / 1 = link free, id)
+    for i in range(n):
+        if waiting[i] == 0:
+            events.append((0.0, 0, i))
+    heapq.heapify(events)
+    while events:
+        t, kind, ident = heapq.heappop(events)
+        if kind == 0:
+            link = hops[ident][0]
+            heapq.heappush(queues[link], (jobs.key[ident], ident))
+        else:
+            link = ident
+        if free[link] > t + 1e-12 or not queues[link]:
+            continue
+        _, i = heapq.heappop(queues[link])
+        links = hops[i]
+        s = max(t, float(free[links].max()))
+        start[i] = s
+        end[i] = s + duration[i]
+        free[links] = end[i]
+        heapq.heappush(events, (end[i], 1, link))
+        for j in dependents[i]:
+            waiting[j] -= 1
+            if waiting[j] == 0:  # ready when the last of its inputs has arrived
+                heapq.heappush(events, (max(end[d] for d in jobs.deps[j]), 0, j))
+    if (waiting > 0).any():
+        raise SynthError("internal error: cyclic transfer dependencies")
+    order = sorted(range(n), key=lambda i: (start[i], jobs.key[i]))
+    return order, start, end
+
+
+def to_schedule(jobs: _Jobs, order: list[int], start: np.ndarray, end: np.ndarray, collective: Collective,
+                topology: Topology, size_bytes: float, notes: dict) -> Schedule:
+    transfers = tuple(
+        Transfer(float(start[i]), float(end[i]), jobs.chunk[i], jobs.src[i], jobs.dst[i], jobs.reduce[i],
+                 jobs.route[i])
+        for i in order
+    )
+    makespan = float(end.max()) if len(end) else 0.0
+    return Schedule(collective, topology.name, transfers, method="trees", size_bytes=float(size_bytes),
+                    predicted_time_us=makespan, notes=notes)
+
+
+# ---------------------------------------------------------------------------------------------
+# chunk counts: the cost model
+# ---------------------------------------------------------------------------------------------
+def split_chunks(forest: Forest, root: int, count: int) -> list[int]:
+    """Chunks per distinct tree of ``root`` (largest remainder of ``count · mult / k``)."""
+    idx = [i for i, t in enumerate(forest.trees) if t.root == root]
+    shares = [Fraction(count * forest.trees[i].mult, forest.k) for i in idx]
+    base = [math.floor(s) for s in shares]
+    left = count - sum(base)
+    for pos in sorted(range(len(idx)), key=lambda p: (-(shares[p] - base[p]), p))[:left]:
+        base[pos] += 1
+    out = [0] * len(forest.trees)
+    for i, b in zip(idx, base):
+        out[i] = b
+    return out
+
+
+@dataclass(frozen=True)
+class _Usage:
+    """Per distinct tree: the physical links it loads (with α of the route and min bw), per rank pair."""
+
+    link_rows: list[np.ndarray]        # per tree: link ids, one entry per (edge, hop)
+    route_alpha: list[np.ndarray]      # per tree: Σα of the route of that hop's edge
+    route_bw: list[np.ndarray]         # per tree: min bw of the route of that hop's edge
+    pairs: list[list[tuple[int, int]]]
+    depth: list[int]
+
+
+def _usage(forest: Forest, topology: Topology) -> _Usage:
+    link_index = {(link.src, link.dst): i for i, link in enumerate(topology.links)}
+    _, _, bw, alpha = topology.arrays
+    rows, alphas, bws, pairs, depths = [], [], [], [], []
+    for tree in forest.trees:
+        r, a, b, p = [], [], [], []
+        for e, (parent, child) in enumerate(tree.edges):
+            route = tree.routes[e][0][0]
+            src, dst, route = _real_edge(forest, parent, child, route)
+            nodes = (src, *route, dst)
+            links = [link_index[(x, y)] for x, y in zip(nodes, nodes[1:])]
+            for link in links:
+                r.append(link)
+                a.append(float(alpha[links].sum()))
+                b.append(float(bw[links].min()))
+            p.append((src, dst))
+        rows.append(np.array(r, dtype=np.int64))
+        alphas.append(np.array(a))
+        bws.append(np.array(b))
+        pairs.append(p)
+        depths.append(max(tree.depth.values()))
+    return _Usage(rows, alphas, bws, pairs, depths)
+
+
+def predicted_time(phases: list[tuple[Forest, _Usage, list[int], float]], num_links: int) -> tuple[float, int]:
+    """Cost model of the module docstring for given chunks per tree; returns (µs, max steps per pair).
+
+    ``phases``: (forest, usage, chunks per distinct tree, chunk bytes) for each phase.
+    """
+    busy = np.zeros(num_links)
+    pair_load: dict[tuple[int, int], int] = defaultdict(int)
+    fill = 0.0
+    for _forest, usage, counts, b in phases:
+        phase_fill = 0.0
+        for t, n in enumerate(counts):
+            if n == 0:
+                continue
+            np.add.at(busy, usage.link_rows[t], n * (usage.route_alpha[t] + b / (usage.route_bw[t] * 1e3)))
+            for pair in usage.pairs[t]:
+                pair_load[pair] += n
+            hop = float((usage.route_alpha[t] + b / (usage.route_bw[t] * 1e3)).max())
+            phase_fill = max(phase_fill, (usage.depth[t] - 1) * hop)
+        fill += phase_fill
+    return float(busy.max()) + fill, max(pair_load.values(), default=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# the method
+# ---------------------------------------------------------------------------------------------
+def synthesize(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions) -> Schedule:
+    """Throughput-optimal trees for ``collective`` at ``size_bytes`` (see module docstring)."""
+    name = collective.name
+    if name not in SUPPORTED:
+        raise SynthError(f"method trees does not support {name}; it supports {', '.join(sorted(SUPPORTED))}")
+    n = topology.num_ranks
+    if collective.num_ranks != n:
+        raise SynthError(f"collective has {collective.num_ranks} ranks but topology {topology.name} has {n}")
+    max_trees = options.max_trees if options.max_trees is not None else DEFAULT_MAX_TREES
+    if max_trees < 1:
+        raise SynthError("--max-trees must be at least 1")
+    if options.chunks is not None and options.chunks < 1:
+        raise SynthError("--chunks must be at least 1")
+    if n == 1:
+        return Schedule(Collective(name, 1, options.chunks or 1, collective.root, collective.inplace),
+                        topology.name, (), method="trees", size_bytes=float(size_bytes))
+
+    root = collective.root
+    all_ranks = tuple(range(n))
+    if name == "allgather":
+        plans = [(plan_forest(topology, all_ranks, max_trees=max_trees), "bcast")]
+    elif name == "reducescatter":
+        plans = [(plan_forest(topology, all_ranks, reverse=True, max_trees=max_trees), "reduce")]
+    elif name == "allreduce":
+        plans = [(plan_forest(topology, all_ranks, reverse=True, max_trees=max_trees), "reduce"),
+                 (plan_forest(topology, all_ranks, max_trees=max_trees), "bcast")]
+    elif name in ("broadcast", "scatter"):
+        plans = [(plan_forest(topology, (root,), max_trees=max_trees), "bcast")]
+    else:  # reduce, gather
+        plans = [(plan_forest(topology, (root,), reverse=True, max_trees=max_trees), "reduce")]
+
+    per_root_bytes = _per_root_bytes(name, n, size_bytes)
+    chunks = _choose_chunks(topology, collective, plans, per_root_bytes, options.chunks)
+    coll = Collective(name, n, _chunk_factor(name, n, chunks), root, collective.inplace)
+    chunk_bytes = coll.chunk_bytes(size_bytes)
+    jobs = _build_jobs(coll, plans, chunks)
+    if len(jobs.chunk) > MAX_TRANSFERS:
+        raise SynthError(f"--chunks {chunks} makes {len(jobs.chunk)} transfers; use fewer chunks")
+    order, start, end = list_schedule(jobs, topology, chunk_bytes)
+    bound_us = sum(f.bandwidth_time_us(per_root_bytes) for f, _ in plans)
+    notes = {
+        "trees_per_root": [f.k for f, _ in plans],
+        "distinct_trees": [len(f.trees) for f, _ in plans],
+        "rate_ratio": [float(f.optimal / f.ratio) for f, _ in plans],
+        "chunks_per_root": chunks,
+        "tree_bandwidth_time_us": bound_us,
+    }
+    return to_schedule(jobs, order, start, end, coll, topology, size_bytes, notes)
+
+
+def _per_root_bytes(name: str, n: int, size_bytes: float) -> float:
+    """Bytes each tree root broadcasts / collects (SPEC size conventions)."""
+    if name in ("allgather", "reducescatter", "allreduce"):
+        return size_bytes / n
+    if name in ("scatter", "gather"):
+        return size_bytes * (n - 1) / n   # a heuristic weight; their trees carry N-1 pieces
+    return size_bytes
+
+
+def _chunk_factor(name: str, n: int, chunks: int) -> int:
+    """Collective chunk factor from chunks per root piece."""
+    if name == "allreduce":
+        return n * chunks
+    return chunks
+
+
+def _choose_chunks(topology: Topology, collective: Collective, plans, per_root_bytes: float,
+                   requested: int | None) -> int:
+    """Chunks per root piece minimising the cost model, within MSCCL limits (module docstring)."""
+    name = collective.name
+    n = topology.num_ranks
+    usages = [(_usage(f, topology), f) for f, _ in plans]
+    limit = MAX_CHANNELS * MAX_STEPS_PER_TB
+    roots = range(n) if name in ("allgather", "reducescatter", "allreduce") else (collective.root,)
+    per_tree_factor = (n - 1) if name in ("scatter", "gather") else 1
+
+    def evaluate(c: int) -> tuple[float, int]:
+        phases = []
+        for usage, forest in usages:
+            counts = np.zeros(len(forest.trees), dtype=np.int64)
+            for r in roots:
+                counts += np.array(split_chunks(forest, r, c * per_tree_factor))
+            phases.append((forest, usage, counts.tolist(), per_root_bytes / (c * per_tree_factor)))
+        return predicted_time(phases, len(topology.links))
+
+    if requested is not None:
+        _, steps = evaluate(requested)
+        if steps > limit:
+            raise SynthError(f"--chunks {requested} needs {steps} steps on one connection, more than "
+                             f"MSCCL's {MAX_CHANNELS} channels x {MAX_STEPS_PER_TB} steps; use fewer --chunks")
+        return requested
+    best_c, best_t = 1, math.inf
+    c = 1
+    while c <= MAX_CHUNKS:
+        t, steps = evaluate(c)
+        if steps > limit:
+            break
+        if t < best_t * (1 - 1e-6):
+            best_c, best_t = c, t
+        c = c + 1 if c < 16 else int(c * 1.25)
+    return best_c
+
+
+def _build_jobs(coll: Collective, plans, chunks: int) -> _Jobs:
+    """Transfers of every phase (module docstring)."""
+    name, n, root = coll.name, coll.num_ranks, coll.root
+    jobs = _Jobs.empty()
+    if name == "allgather":
+        forest = plans[0][0]
+        for r in range(n):
+            _spread(forest, r, [coll.contribution(r, s) for s in range(chunks)],
+                    lambda t, cs: add_broadcast(jobs, forest, t, cs, 0))
+    elif name == "reducescatter":
+        forest = plans[0][0]
+        for r in range(n):
+            _spread(forest, r, [r * chunks + s for s in range(chunks)],
+                    lambda t, cs: add_reduction(jobs, forest, t, cs, 0))
+    elif name == "allreduce":
+        rs, ag = plans[0][0], plans[1][0]
+        for r in range(n):
+            slots = [r * chunks + s for s in range(chunks)]
+            done: dict[int, tuple[int, ...]] = {}
+            _spread(rs, r, slots, lambda t, cs, done=done: done.update(add_reduction(jobs, rs, t, cs, 0)))
+            _spread(ag, r, slots, lambda t, cs, done=done: add_broadcast(jobs, ag, t, cs, 1, root_deps=done))
+    elif name == "broadcast":
+        forest = plans[0][0]
+        _spread(forest, root, [coll.contribution(root, s) for s in range(chunks)],
+                lambda t, cs: add_broadcast(jobs, forest, t, cs, 0))
+    elif name == "reduce":
+        forest = plans[0][0]
+        _spread(forest, root, list(range(chunks)), lambda t, cs: add_reduction(jobs, forest, t, cs, 0))
+    elif name == "scatter":
+        forest = plans[0][0]
+        items = [(coll.contribution(root, q * chunks + s), q) for s in range(chunks) for q in range(n) if q != root]
+        _spread_items(forest, root, items,
+                      lambda t, cs, ws: add_broadcast(jobs, forest, t, cs, 0, wanted=[{w} for w in ws]))
+    elif name == "gather":
+        forest = plans[0][0]
+        items = [(coll.contribution(q, s), q) for s in range(chunks) for q in range(n) if q != root]
+        _spread_items(forest, root, items,
+                      lambda t, cs, ws: add_reduction(jobs, forest, t, cs, 0, reduce=False,
+                                                      wanted=[{w} for w in ws]))
+    return jobs
+
+
+def _spread(forest: Forest, root: int, chunk_ids: list[int], emit) -> None:
+    counts = split_chunks(forest, root, len(chunk_ids))
+    pos = 0
+    for t, c in enumerate(counts):
+        if c:
+            emit(t, chunk_ids[pos:pos + c])
+            pos += c
+
+
+def _spread_items(forest: Forest, root: int, items: list[tuple[int, int]], emit) -> None:
+    """Scatter/gather: ``items`` (chunk, rank) come slot-major, so each tree carries every rank's data."""
+    counts = split_chunks(forest, root, len(items))
+    pos = 0
+    for t, c in enumerate(counts):
+        if c:
+            part = items[pos:pos + c]
+            emit(t, [chunk for chunk, _ in part], [w for _, w in part])
+            pos += c
