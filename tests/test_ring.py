@@ -1,0 +1,134 @@
+"""Ring baselines: every collective verifies on rings, full meshes, DGX-1, switches and multi-box fabrics."""
+
+from __future__ import annotations
+
+import pytest
+
+from synth.collectives import COLLECTIVES, Collective
+from synth.errors import SynthError
+from synth.program.lower import lower
+from synth.simulate import simulate
+from synth.synthesis.base import SynthOptions
+from synth.synthesis.ring import find_line, find_rings, split_counts, synthesize
+from synth.topology import generators as gen
+from synth.topology.io import load_topology
+from synth.verify import verify
+
+GiB = 2**30
+
+TOPOLOGIES = {
+    "ring-8": lambda: gen.ring(8),
+    "fully-connected-8": lambda: gen.fully_connected(8),
+    "dgx1": lambda: load_topology("dgx1"),
+    "star-8": lambda: gen.star(8, bw=100, alpha=0.7),
+}
+
+
+def run(topology, name: str, size: float = GiB, inplace: bool = False, root: int = 0, chunks: int | None = None):
+    coll = Collective(name, topology.num_ranks, root=root, inplace=inplace)
+    schedule = synthesize(topology, coll, size, SynthOptions(chunks=chunks))
+    program = lower(schedule)
+    result = verify(program)
+    assert result.ok, result.errors[:3]
+    sim = simulate(program, topology, size, record_events=False)
+    # the ring's own α-β list schedule is what the simulator measures on the lowered program
+    assert sim.time_us == pytest.approx(schedule.predicted_time_us, rel=1e-9)
+    return schedule, program, sim
+
+
+@pytest.mark.parametrize("topo", sorted(TOPOLOGIES))
+@pytest.mark.parametrize("name", COLLECTIVES)
+def test_ring_programs_verify(topo, name):
+    topology = TOPOLOGIES[topo]()
+    schedule, program, _ = run(topology, name, root=3 if name in ("broadcast", "reduce", "gather", "scatter") else 0)
+    assert schedule.method == "ring" and schedule.collective.name == name
+    # every ring edge is a link or a route through switches only
+    for t in schedule.transfers:
+        assert all(topology.is_switch(s) for s in t.route)
+        hops = (t.src, *t.route, t.dst)
+        assert all(topology.link(a, b) is not None for a, b in zip(hops, hops[1:], strict=False))
+
+
+@pytest.mark.parametrize("name", ["allgather", "reducescatter", "allreduce", "broadcast", "reduce", "gather"])
+def test_inplace_ring_programs_verify(name):
+    _, program, _ = run(load_topology("dgx1"), name, inplace=True)
+    assert program.inplace
+
+
+def test_ring8_allgather_matches_closed_form():
+    # two rings (both directions), each carries half of every piece: 7 steps of α + (S/16)/bw
+    _, _, sim = run(gen.ring(8), "allgather")
+    assert sim.time_us == pytest.approx(7 * (0.5 + GiB / 16 / 50e3))
+    assert sim.busbw_GBps == pytest.approx(100, rel=1e-3)
+
+
+def test_dgx1_uses_the_nccl_rings():
+    topology = load_topology("dgx1")
+    rings = find_rings(topology)
+    assert len(rings) > 1
+    assert sorted(r.rate for r in rings) == [25.0, 25.0, 50.0, 50.0]
+    used: dict[tuple[int, int], float] = {}
+    for ring in rings:
+        assert sorted(ring.order) == list(range(8)) and ring.direct
+        for a, b in zip(ring.order, ring.order[1:] + ring.order[:1], strict=True):
+            used[(a, b)] = used.get((a, b), 0.0) + ring.rate
+    # rings never oversubscribe a link, and together they use every NVLink (6 per GPU)
+    assert all(rate <= topology.link(a, b).bw + 1e-9 for (a, b), rate in used.items())
+    assert all(sum(r for (a, _), r in used.items() if a == g) == pytest.approx(150) for g in range(8))
+    schedule, program, sim = run(topology, "allgather")
+    assert program.nchannels == 4 and len({t.channel for t in schedule.transfers}) == 4
+    assert sim.busbw_GBps == pytest.approx(150, rel=2e-3)
+
+
+def test_star_ring_goes_through_the_switch():
+    topology = gen.star(8, bw=100)
+    rings = find_rings(topology)
+    assert len(rings) == 1 and all(s == (8,) for s in rings[0].switches)
+    schedule, _, sim = run(topology, "allreduce")
+    assert all(t.route == (8,) for t in schedule.transfers)
+    assert sim.busbw_GBps == pytest.approx(100, rel=0.01)
+
+
+def test_multibox_fabric_rings_cross_the_nics():
+    topology = gen.boxes_behind_nics(2, per_box=4)
+    for name in ("allgather", "allreduce", "alltoall"):
+        schedule, _, _ = run(topology, name)
+        assert any(t.route for t in schedule.transfers)
+
+
+def test_line_fallback_on_odd_mesh():
+    topology = gen.mesh([3, 3])
+    with pytest.raises(SynthError, match="no ring"):
+        find_rings(topology)
+    line = find_line(topology)
+    assert line is not None and sorted(line) == list(range(9))
+    assert all(topology.link(a, b) for a, b in zip(line, line[1:], strict=False))
+    for name in COLLECTIVES:
+        schedule, _, _ = run(topology, name, root=4)
+        assert schedule.notes["line"] == list(line)
+
+
+def test_chunks_option_is_honoured():
+    schedule, program, _ = run(load_topology("dgx1"), "allgather", chunks=5)
+    assert schedule.collective.chunk_factor == 5 and program.chunk_factor == 5
+    schedule, _, _ = run(gen.ring(4), "allreduce", chunks=3)   # fewer chunks than ranks still works
+    assert schedule.collective.chunk_factor == 3
+
+
+def test_pipelined_broadcast_beats_unpipelined():
+    topology = gen.ring(8)
+    _, _, piped = run(topology, "broadcast")
+    _, _, single = run(topology, "broadcast", chunks=2)
+    assert piped.time_us < 0.5 * single.time_us
+
+
+def test_split_counts():
+    assert split_counts(6, [2, 2, 1, 1]) == [2, 2, 1, 1]
+    assert split_counts(5, [2, 2, 1, 1]) == [2, 1, 1, 1]   # largest remainders: 0.83, 0.83, then 0.67
+    assert split_counts(3, [1, 1, 1, 1]) == [1, 1, 1, 0]
+    assert split_counts(0, [3, 1]) == [0, 0]
+
+
+def test_inplace_alltoall_is_refused():
+    with pytest.raises(SynthError, match="out-of-place"):
+        synthesize(gen.ring(4), Collective("alltoall", 4, inplace=True), GiB, SynthOptions())
