@@ -384,3 +384,40 @@ def test_fuzz_text_raises_only_synth_error(tmp_path_factory, text):
             parse_topology(decode_text(text, "fuzz.txt", fmt), "fuzz.txt")
         except SynthError as exc:
             assert str(exc).startswith("fuzz.txt: ") and "\n" not in str(exc)
+
+
+def _mutate(document, data):
+    """Replace or delete one random value somewhere inside a valid document."""
+    import copy
+
+    document = copy.deepcopy(document)
+    node = document
+    while True:
+        keys = list(node.keys()) if isinstance(node, dict) else list(range(len(node)))
+        if not keys:
+            return document
+        key = data.draw(st.sampled_from(keys))
+        child = node[key]
+        if isinstance(child, (dict, list)) and child and data.draw(st.booleans()):
+            node = child
+            continue
+        if isinstance(node, dict) and data.draw(st.booleans()):
+            del node[key]
+        else:
+            node[key] = data.draw(values)
+        return document
+
+
+VALID = topology_to_dict(gen.boxes_behind_nics(2, 2, nics_per_box=1, intra="mesh"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_fuzz_mutated_valid_document(data):
+    mutated = _mutate(VALID, data)
+    try:
+        t = parse_topology(mutated, "mut.yaml")
+    except SynthError as exc:
+        assert str(exc).startswith("mut.yaml: ") and "\n" not in str(exc)
+    else:
+        assert parse_topology(topology_to_dict(t), "again") == t
