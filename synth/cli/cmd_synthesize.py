@@ -16,8 +16,8 @@ def _default_output(topology: str, collective: str, method: str) -> str:
 
 
 @click.command("synthesize")
-@click.option("-t", "--topology", "topology_name", required=True, help="Topology name (built-in) or file.")
-@click.option("-c", "--collective", required=True, help="allgather, reducescatter, allreduce, alltoall, broadcast, "
+@click.option("-t", "--topology", "topology_name", default=None, help="Topology name (built-in) or file.")
+@click.option("-c", "--collective", default=None, help="allgather, reducescatter, allreduce, alltoall, broadcast, "
               "reduce, gather or scatter.")
 @click.option("-s", "--size", default="1GiB", show_default=True, help="SIZE (nccl-tests buffer convention).")
 @click.option("-m", "--method", default="auto", show_default=True,
@@ -36,9 +36,9 @@ def _default_output(topology: str, collective: str, method: str) -> str:
 @click.option("--list-methods", is_flag=True, help="List the registered methods and exit.")
 @json_option
 @guarded
-def command(topology_name: str, collective: str, size: str, method: str, solver: str, time_limit: float | None,
-            chunks: int | None, root: int, gap: float | None, threads: int | None, inplace: bool,
-            coll_spelling: str, output: str | None, list_methods: bool, as_json: bool) -> None:
+def command(topology_name: str | None, collective: str | None, size: str, method: str, solver: str,
+            time_limit: float | None, chunks: int | None, root: int, gap: float | None, threads: int | None,
+            inplace: bool, coll_spelling: str, output: str | None, list_methods: bool, as_json: bool) -> None:
     """Synthesize a schedule, verify it, and write the program (MSCCL XML or JSON)."""
     from synth.collectives import canonical_name
     from synth.pipeline import synthesize
@@ -49,6 +49,8 @@ def command(topology_name: str, collective: str, size: str, method: str, solver:
     if list_methods:
         _list_methods(as_json)
         return
+    if not topology_name or not collective:
+        raise SynthError("synthesize needs -t/--topology and -c/--collective")
     if chunks is not None and chunks < 1:
         raise SynthError(f"--chunks must be at least 1, got {chunks}")
     if time_limit is not None and time_limit <= 0:

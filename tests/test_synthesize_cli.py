@@ -1,0 +1,155 @@
+"""`synth synthesize` and the pipeline driver behind it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from click.testing import CliRunner
+
+from synth.cli import cli
+from synth.errors import SynthError
+from synth.pipeline import synthesize
+from synth.program.load import load_program
+from synth.synthesis.base import MethodSpec, SynthOptions
+from synth.synthesis.registry import METHODS, get_method, methods_for
+from synth.topology import generators as gen
+from synth.verify import verify
+
+SPEC_KEYS = {"method", "solver", "status", "time_us", "algbw_GBps", "busbw_GBps", "bound_us", "gap", "synthesis_s",
+             "output"}
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_dgx1_ring_allgather_writes_a_verified_program(tmp_path):
+    out = tmp_path / "ring.xml"
+    res = invoke("synthesize", "-t", "dgx1", "-c", "allgather", "-m", "ring", "-o", str(out))
+    assert res.exit_code == 0, res.output
+    assert "ring" in res.output and "busbw_GBps" in res.output and str(out) in res.output
+    program = load_program(out)
+    assert program.collective == "allgather" and program.num_ranks == 8
+    assert verify(program).ok
+    assert 'coll="allgather"' in out.read_text()
+
+
+def test_json_output_has_the_spec_keys(tmp_path):
+    out = tmp_path / "ar.json"
+    res = invoke("synthesize", "-t", "ring-8", "-c", "allreduce", "-s", "64MiB", "-o", str(out), "--json")
+    assert res.exit_code == 0, res.output
+    payload = json.loads(res.output)
+    assert SPEC_KEYS <= payload.keys()
+    assert payload["method"] == "ring" and payload["status"] == "heuristic" and payload["output"] == str(out)
+    assert payload["algbw_GBps"] == pytest.approx(64 * 2**20 / (payload["time_us"] * 1e3))
+    assert payload["busbw_GBps"] == pytest.approx(payload["algbw_GBps"] * 2 * 7 / 8)
+    if payload["bound_us"] is not None:
+        assert 0 <= payload["bound_us"] <= payload["time_us"] * (1 + 1e-9)
+        assert payload["gap"] == pytest.approx((payload["time_us"] - payload["bound_us"]) / payload["time_us"])
+    assert verify(load_program(out)).ok
+
+
+def test_default_output_name_and_options(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = invoke("synthesize", "-t", "ring-8", "-c", "reducescatter", "-s", "1M", "--chunks", "3",
+                 "--coll-spelling", "reducescatter", "--json")
+    assert res.exit_code == 0, res.output
+    payload = json.loads(res.output)
+    written = tmp_path / "ring-8-reducescatter-ring.xml"
+    assert payload["output"] == "ring-8-reducescatter-ring.xml" and written.exists()
+    assert 'coll="reducescatter"' in written.read_text() and payload["chunks"] == 3
+    res = invoke("synthesize", "-t", "ring-8", "-c", "reducescatter", "-s", "1M", "-o", "rs.xml")
+    assert res.exit_code == 0 and 'coll="reduce_scatter"' in (tmp_path / "rs.xml").read_text()
+
+
+def test_rooted_collective_takes_root(tmp_path):
+    out = tmp_path / "b.json"
+    res = invoke("synthesize", "-t", "dgx1", "-c", "broadcast", "--root", "5", "-s", "8MiB", "-o", str(out))
+    assert res.exit_code == 0, res.output
+    program = load_program(out)
+    assert program.root == 5 and verify(program).ok
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-c", "allgather", "-m", "nosuch"], "unknown method"),
+    (["-c", "allgathr"], "unknown collective"),
+    (["-c", "allgather", "-s", "12 parsecs"], "invalid size"),
+    (["-c", "broadcast", "--root", "9"], "--root 9"),
+    (["-c", "allgather", "--chunks", "0"], "--chunks"),
+    (["-c", "allgather", "-o", "out.txt"], ".xml"),
+])
+def test_bad_input_is_one_line_exit_2(tmp_path, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    res = invoke("synthesize", "-t", "ring-8", *args)
+    assert res.exit_code == 2
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0]
+    assert list(tmp_path.iterdir()) == []          # nothing half-written
+
+
+def test_unknown_topology_exit_2():
+    res = invoke("synthesize", "-t", "no-such-topology", "-c", "allgather")
+    assert res.exit_code == 2 and "error:" in res.output
+    res = invoke("synthesize", "-c", "allgather")
+    assert res.exit_code == 2 and "-t/--topology" in res.output
+
+
+def test_list_methods():
+    res = invoke("synthesize", "--list-methods", "--json")
+    assert res.exit_code == 0, res.output
+    names = [row["name"] for row in json.loads(res.output)["methods"]]
+    assert "ring" in names
+
+
+# ---- pipeline ---------------------------------------------------------------------------------------
+def test_pipeline_result_fields():
+    result = synthesize(gen.ring(4), "allgather", 2**20, "auto")
+    assert result.method == "ring" and result.status == "heuristic" and result.solver is None
+    assert verify(result.program).ok
+    assert result.time_us > 0 and result.synthesis_s >= 0
+    assert result.tried and result.tried[0]["method"] == "ring"
+    assert result.collective.name == "allgather" and result.schedule.collective == result.collective
+
+
+def test_registry():
+    assert "ring" in METHODS and get_method("ring").name == "ring"
+    assert "ring" in methods_for("alltoall")
+    with pytest.raises(SynthError, match="unknown method"):
+        get_method("bogus")
+
+
+def _broken(topology, collective, size_bytes, options):
+    """A 'method' whose schedule forgets the last hop of a ring allgather."""
+    from synth.synthesis.ring import synthesize as ring
+
+    schedule = ring(topology, collective, size_bytes, options)
+    last = max(t.start for t in schedule.transfers)
+    return replace(schedule, transfers=tuple(t for t in schedule.transfers if t.start < last))
+
+
+def _crashing(topology, collective, size_bytes, options):
+    raise ZeroDivisionError("boom")
+
+
+@pytest.mark.parametrize("fn,message", [
+    (_broken, "internal: method fake produced an invalid program"),
+    (_crashing, "internal: method fake failed: ZeroDivisionError: boom"),
+])
+def test_pipeline_rejects_bad_methods(monkeypatch, fn, message):
+    import synth.synthesis.registry as registry
+
+    spec = MethodSpec("fake", fn, frozenset({"allgather"}), "test double")
+    monkeypatch.setattr(registry, "get_method", lambda name: spec)
+    with pytest.raises(SynthError, match=message):
+        synthesize(gen.ring(4), "allgather", 2**20, "fake", SynthOptions())
+
+
+def test_pipeline_refuses_unsupported_collective(monkeypatch):
+    import synth.synthesis.registry as registry
+
+    spec = MethodSpec("fake", _crashing, frozenset({"allreduce"}), "test double")
+    monkeypatch.setattr(registry, "get_method", lambda name: spec)
+    with pytest.raises(SynthError, match="does not support allgather"):
+        synthesize(gen.ring(4), "allgather", 2**20, "fake")
