@@ -285,3 +285,27 @@ def test_nccl_backend_runs_ring_programs():
     results = execute_many(programs, backend="nccl", size_bytes=n * 4 * 1024, iters=2, dtype="float32")
     _assert_all_ok(results)
     assert all(r.backend == "nccl" for r in results)
+
+
+# ---- programs written by the synthesis pipeline ----------------------------------------------------
+
+FAST_METHODS = ("ring", "trees")
+
+
+def test_synthesized_dgx1_programs_execute_correctly():
+    """Every collective each fast registered method supports, synthesized for dgx1 (8 GPUs),
+    then executed on 8 gloo ranks in one launch."""
+    pipeline = pytest.importorskip("synth.pipeline")
+    from synth.synthesis.registry import METHODS
+
+    programs = []
+    for method in FAST_METHODS:
+        if method not in METHODS:
+            continue
+        for coll in sorted(METHODS[method].collectives):
+            programs.append(pipeline.synthesize("dgx1", coll, 1 << 20, method=method).program)
+    if not programs:
+        pytest.skip("no fast synthesis method registered yet")
+    results = execute_many(programs, size_bytes=1 << 20, iters=1, warmup=0, dtype="int32")
+    _assert_all_ok(results)
+    assert all(r.ranks == 8 for r in results)
