@@ -247,6 +247,20 @@ def test_cli_wrong_output_names_rank_and_chunk(tmp_path):
     assert text.exit_code == 1 and "wrong output: rank 2 output chunk" in text.output
 
 
+def test_float_reduction_with_a_wrong_operand_is_caught_within_tolerance():
+    """Rank 0 starts the ring with block 1 instead of block 0: every rank's block 0 misses one
+    contribution and has an extra one; bfloat16's tolerance must still flag it."""
+    prog = samples.ring_allreduce(4)
+    gpu = prog.gpus[0]
+    tb = gpu.threadblocks[0]
+    first = replace(tb.steps[0], srcoff=1, dstoff=1)
+    prog = replace(prog, gpus=(replace(gpu, threadblocks=(replace(tb, steps=(first,) + tb.steps[1:]),)),)
+                   + prog.gpus[1:])
+    res = execute(prog, verify_first=False, size_bytes=4 * 2 * 256, iters=1, warmup=0, dtype="bfloat16")
+    assert not res.ok
+    assert {e.split(":")[0] for e in res.errors} == {f"rank {r} output chunk 0" for r in range(4)}
+
+
 def test_cli_hanging_program_is_killed_after_timeout(tmp_path):
     prog = samples.ring_allgather(4)
     gpu = prog.gpus[0]

@@ -155,6 +155,9 @@ def execute_many(programs: list[Program], *, backend: str = "gloo", size_bytes: 
 
         if not torch.cuda.is_available():
             raise SynthError("backend nccl needs CUDA GPUs; none is available (use --backend gloo)")
+        if torchrun_world() is None and torch.cuda.device_count() < world:
+            raise SynthError(f"backend nccl runs one rank per GPU: the program has {world} ranks but this machine "
+                             f"has {torch.cuda.device_count()} GPUs (use torchrun across machines, or gloo)")
     job = Job(tuple(plans), tuple(elems), dtype=dtype, backend=backend, iters=iters, warmup=warmup, seed=seed,
               timeout_s=timeout, baselines=tuple(baselines or ()))
     tr = torchrun_world()
