@@ -1,0 +1,421 @@
+"""Greedy time-expanded link-chunk matching (TACOS, Won et al., MICRO'24, §4).
+
+TACOS grows a collective over a time-expanded network: whenever a link is free, it is matched to
+a chunk its source holds and its destination still needs, and the chunk arrives one link-time
+later. We follow that scheme on the α-β cost model of SPEC.md:
+
+- **Virtual links.** A rank reaches another rank either over a direct link or over a route through
+  switches (switches hold no buffers, so rank -> switch -> ... -> rank is ONE transfer carrying a
+  ``route``). A transfer of ``b`` bytes on virtual link ``j`` takes ``Σ α(hops) + b / min bw(hops)``
+  and holds every physical link of the route for that time (SPEC cost model).
+- **Events.** At every event time, all virtual links whose physical links are free are matched to
+  chunks in one vectorized pass (numpy boolean matrices chunks × candidate links), conflicts are
+  resolved (one chunk per (chunk, destination), one transfer per physical link), and the matched
+  transfers start. Store-and-forward: a rank may forward a chunk only after it fully arrived.
+- **Usefulness.** A chunk is useful on ``u -> v`` if ``v`` must end up holding it, or (copy
+  collectives with sparse destinations: alltoall, gather, scatter) if ``v`` is strictly closer in hops
+  to one of the chunk's destinations than every rank that holds it (a relay that makes progress).
+- **Priority.** Chunks with the most ranks still waiting for them (fewest holders) and the longest
+  remaining hop distance go first; a seeded random tie-break makes each try different and every
+  run deterministic. The best of ``k`` tries (``options.extra['greedy_tries']``, default 4) wins.
+- **Reductions** (reducescatter, reduce) run the copy problem (broadcast from each chunk's owner)
+  on the reversed graph and reverse it in time: each copy ``u -> v`` over ``[s, e]`` becomes a
+  reducing send ``v -> u`` over ``[T-e, T-s]``, so every rank sends its partial sum after all of
+  its children's partials arrived. **Allreduce** is that reduce-scatter followed by an allgather
+  of the reduced chunks (owner of chunk ``k`` is rank ``k mod N``).
+
+The public helpers :func:`virtual_links`, :func:`copy_problem` and :func:`greedy_copy` are shared
+with :mod:`synth.synthesis.milp` (warm start and horizon).
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from synth.collectives import Collective
+from synth.errors import SynthError
+from synth.schedule import Schedule, Transfer
+from synth.synthesis.base import SynthOptions
+from synth.topology.model import Topology
+
+# Cap on the candidate virtual links examined per event (keeps huge switched fabrics fast).
+_MAX_CANDIDATES = 60_000
+
+
+# ---- virtual links ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class VirtualLinks:
+    """Rank-to-rank connections: direct links and routes through switches (one per ordered pair)."""
+
+    src: np.ndarray        # (V,) rank
+    dst: np.ndarray        # (V,) rank
+    alpha: np.ndarray      # (V,) µs, sum of α over the hops
+    bw: np.ndarray         # (V,) GB/s, smallest bw on the route
+    route: tuple[tuple[int, ...], ...]   # switches crossed, in order
+    phys: np.ndarray       # (V, H) physical link indices of the hops, padded with -1
+    num_phys: int
+
+    @property
+    def count(self) -> int:
+        return len(self.src)
+
+    def time_us(self, nbytes: float, chunks: int = 1) -> np.ndarray:
+        """α-β time of one transfer of ``chunks`` chunks of ``nbytes`` on every virtual link."""
+        return self.alpha + chunks * nbytes / (self.bw * 1e3)
+
+
+def virtual_links(topology: Topology) -> VirtualLinks:
+    """Direct rank links, plus for every rank pair without one the best route through switches only
+    (least total α, then fewest hops, then the widest bottleneck)."""
+    n = topology.num_ranks
+    index = {(link.src, link.dst): i for i, link in enumerate(topology.links)}
+    src, dst, alpha, bw, routes, phys = [], [], [], [], [], []
+    for u in range(n):
+        # Dijkstra from u that only expands switch nodes: label = (alpha, hops, -minbw, path links)
+        best: dict[int, tuple[float, int, float, tuple[int, ...], tuple[int, ...]]] = {}
+        heap: list = []
+        for link in topology.out_links[u]:
+            lid = index[(link.src, link.dst)]
+            heapq.heappush(heap, (link.alpha, 1, -link.bw, link.dst, (lid,), ()))
+        settled: set[int] = set()
+        while heap:
+            a, hops, nbw, node, lids, sw = heapq.heappop(heap)
+            if node in settled:
+                continue
+            settled.add(node)
+            if topology.is_rank(node):
+                if node != u:
+                    best[node] = (a, hops, -nbw, lids, sw)
+                continue
+            for link in topology.out_links[node]:
+                if link.dst in settled or link.dst == u:
+                    continue
+                lid = index[(link.src, link.dst)]
+                heapq.heappush(heap, (a + link.alpha, hops + 1, max(nbw, -link.bw), link.dst,
+                                      lids + (lid,), sw + (node,)))
+        for v in sorted(best):
+            a, hops, b, lids, sw = best[v]
+            src.append(u)
+            dst.append(v)
+            alpha.append(a)
+            bw.append(b)
+            routes.append(sw)
+            phys.append(lids)
+    width = max((len(p) for p in phys), default=1)
+    table = np.full((len(phys), width), -1, dtype=np.int64)
+    for i, p in enumerate(phys):
+        table[i, : len(p)] = p
+    return VirtualLinks(np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64),
+                        np.asarray(alpha, dtype=float), np.asarray(bw, dtype=float), tuple(routes),
+                        table, len(topology.links))
+
+
+def hop_distances(vl: VirtualLinks, n: int) -> np.ndarray:
+    """All-pairs hop counts over virtual links (BFS via scipy)."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import shortest_path
+
+    graph = csr_matrix((np.ones(vl.count), (vl.src, vl.dst)), shape=(n, n))
+    dist = shortest_path(graph, unweighted=True, directed=True)
+    if not np.isfinite(dist).all():
+        raise SynthError("some rank cannot reach another rank (no direct link or switch route)")
+    return dist.astype(np.int64)
+
+
+# ---- the copy problem ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CopyProblem:
+    """Chunks that start at ``sources[c]`` and must reach every rank of ``dests[c]`` (copy semantics)."""
+
+    num_ranks: int
+    sources: tuple[tuple[int, ...], ...]
+    dests: tuple[tuple[int, ...], ...]
+    chunk_ids: tuple[int, ...]         # schedule chunk id of each problem chunk
+
+    @property
+    def num_chunks(self) -> int:
+        return len(self.sources)
+
+    def matrices(self) -> tuple[np.ndarray, np.ndarray]:
+        """(holds at start, must hold at end) as bool matrices chunks × ranks."""
+        h = np.zeros((self.num_chunks, self.num_ranks), dtype=bool)
+        d = np.zeros_like(h)
+        for c, (s, t) in enumerate(zip(self.sources, self.dests)):
+            h[c, list(s)] = True
+            d[c, list(t)] = True
+        return h, d & ~h
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A plan over virtual links: ``(start, end, problem chunk, virtual link)`` per transfer."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    chunks: np.ndarray
+    links: np.ndarray
+
+    @property
+    def makespan(self) -> float:
+        return float(self.ends.max()) if len(self.ends) else 0.0
+
+
+def dest_distance(problem: CopyProblem, dist: np.ndarray) -> np.ndarray:
+    """D[c, v] = hops from v to the nearest destination of chunk c (0 for destinations)."""
+    n = problem.num_ranks
+    out = np.zeros((problem.num_chunks, n), dtype=np.int64)
+    for c, dests in enumerate(problem.dests):
+        if len(dests) + len(problem.sources[c]) >= n or not dests:
+            continue
+        out[c] = dist[:, list(dests)].min(axis=1)
+    return out
+
+
+_LEAD = np.array([7 - int(np.log2(b)) if b else 0 for b in range(256)], dtype=np.int64)  # first set bit
+
+
+def greedy_copy(vl: VirtualLinks, problem: CopyProblem, chunk_bytes: float, seed: int = 0,
+                dist: np.ndarray | None = None) -> Plan:
+    """One TACOS-style greedy run (see the module docstring); deterministic for a given seed.
+
+    Per event, chunks are sorted by priority and the hold / useful matrices are bit-packed in that
+    order, so the best chunk of every candidate link is the first set bit of ``hold[src] & useful[dst]``.
+    """
+    rng = np.random.default_rng(seed)
+    n, nc = problem.num_ranks, problem.num_chunks
+    if dist is None:
+        dist = hop_distances(vl, n)
+    hold, need = problem.matrices()
+    sparse = np.array([0 < len(d) and len(d) + len(s) < n for d, s in zip(problem.dests, problem.sources)])
+    any_sparse = bool(sparse.any())
+    dd = dest_distance(problem, dist)
+    inflight = np.zeros_like(hold)
+    duration = vl.time_us(chunk_bytes)
+    npad = vl.num_phys
+    busy_until = np.zeros(npad + 1)      # last slot: padding, never busy
+    phys = np.where(vl.phys < 0, npad, vl.phys)
+    multi = (vl.phys >= 0).sum(axis=1) > 1
+    out_deg = np.bincount(vl.src, minlength=n)
+    noise = rng.random(nc) * 0.5
+    pend_end = np.zeros(0)
+    pend_c = np.zeros(0, dtype=np.int64)
+    pend_v = np.zeros(0, dtype=np.int64)
+    parts: list[tuple[np.ndarray, ...]] = []
+    now = 0.0
+    remaining = int(need.sum())
+    big = np.iinfo(np.int64).max
+    while remaining > 0:
+        for _ in range(2):  # matching passes at this event time
+            want = need & ~inflight
+            if any_sparse:
+                best = np.where(hold | inflight, dd, big).min(axis=1)
+                relay = sparse[:, None] & (dd < best[:, None]) & ~hold & ~inflight
+                useful = want | relay
+                prio = want.sum(axis=1) * 4.0 + np.minimum(best, n) * 2.0 + noise
+            else:
+                relay = None
+                useful = want
+                prio = want.sum(axis=1) * 4.0 + noise
+            rank_has = (hold & useful.any(axis=1)[:, None]).any(axis=0)
+            rank_wants = useful.any(axis=0)
+            free = (busy_until[phys] <= now + 1e-12).all(axis=1)
+            cand = np.flatnonzero(free & rank_has[vl.src] & rank_wants[vl.dst])
+            if not len(cand):
+                break
+            if len(cand) > _MAX_CANDIDATES:
+                cand = np.sort(rng.choice(cand, _MAX_CANDIDATES, replace=False))
+            order = np.argsort(-prio, kind="stable")
+            hp = np.packbits(hold[order].T, axis=1)
+            up = np.packbits(useful[order].T, axis=1)
+            ok = hp[vl.src[cand]] & up[vl.dst[cand]]
+            nz = ok != 0
+            has = nz.any(axis=1)
+            cand, ok, nz = cand[has], ok[has], nz[has]
+            if not len(cand):
+                break
+            fb = nz.argmax(axis=1)
+            pick = order[fb * 8 + _LEAD[ok[np.arange(len(cand)), fb]]]
+            # priority order, seeded tie-break; then one transfer per (chunk, destination)
+            rank = np.lexsort((rng.random(len(cand)), -prio[pick]))
+            cand, pick = cand[rank], pick[rank]
+            dst = vl.dst[cand]
+            key = pick * n + dst
+            if relay is not None:
+                is_relay = relay[pick, dst] & ~want[pick, dst]
+                key = np.where(is_relay, -(pick * (n + 1) + dd[pick, dst]) - 1, key)
+            _, first = np.unique(key, return_index=True)
+            first.sort()
+            cand, pick = cand[first], pick[first]
+            accept = ~multi[cand]
+            if (~accept).any():
+                # routes share physical links: keep the best few per source, then match sequentially
+                idx = np.flatnonzero(~accept)
+                src = vl.src[cand[idx]]
+                seen = np.zeros(n, dtype=np.int64)
+                keep = []
+                for i, s in zip(idx.tolist(), src.tolist()):
+                    if seen[s] < 2 * out_deg[s] and seen[s] < 8:
+                        seen[s] += 1
+                        keep.append(i)
+                used = busy_until > now + 1e-12
+                for i in keep:
+                    p = phys[cand[i]]
+                    if used[p].any():
+                        continue
+                    used[p] = True
+                    used[npad] = False
+                    accept[i] = True
+            cand, pick = cand[accept], pick[accept]
+            if not len(cand):
+                break
+            end = now + duration[cand]
+            busy_until[phys[cand]] = end[:, None]
+            busy_until[npad] = 0.0
+            dst = vl.dst[cand]
+            inflight[pick, dst] = True
+            pend_end = np.concatenate([pend_end, end])
+            pend_c = np.concatenate([pend_c, pick])
+            pend_v = np.concatenate([pend_v, dst])
+            parts.append((np.full(len(cand), now), end, pick, cand))
+        if not len(pend_end):
+            raise SynthError("greedy: no useful transfer is possible; some destination is unreachable")
+        # advance to the next completion and apply every completion at that time
+        now = float(pend_end.min())
+        done = pend_end <= now + 1e-12
+        c, v = pend_c[done], pend_v[done]
+        inflight[c, v] = False
+        hold[c, v] = True
+        remaining -= int(need[c, v].sum())
+        need[c, v] = False
+        pend_end, pend_c, pend_v = pend_end[~done], pend_c[~done], pend_v[~done]
+    if not parts:
+        return Plan(np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    starts, ends, chunks, links = (np.concatenate(x) for x in zip(*parts))
+    return Plan(starts, ends, chunks.astype(np.int64), links.astype(np.int64))
+
+
+def best_greedy(vl: VirtualLinks, problem: CopyProblem, chunk_bytes: float, seed: int = 0, tries: int = 4,
+                dist: np.ndarray | None = None) -> Plan:
+    """The shortest plan over ``tries`` seeded greedy runs (ties: the first)."""
+    if dist is None:
+        dist = hop_distances(vl, problem.num_ranks)
+    best: Plan | None = None
+    for k in range(max(1, tries)):
+        plan = greedy_copy(vl, problem, chunk_bytes, seed=seed + k, dist=dist)
+        if best is None or plan.makespan < best.makespan - 1e-9:
+            best = plan
+    assert best is not None
+    return best
+
+
+# ---- collectives -> copy problems ------------------------------------------------------------------
+def effective_collective(collective: Collective, options: SynthOptions) -> Collective:
+    """The collective the methods plan: ``options.chunks`` overrides C; allreduce with C = 1 uses
+    C = N so the reduce-scatter/allgather halves have one chunk per rank."""
+    c = options.chunks if options.chunks else collective.chunk_factor
+    if options.chunks is None and collective.name == "allreduce" and collective.chunk_factor == 1:
+        c = collective.num_ranks
+    if c == collective.chunk_factor:
+        return collective
+    return Collective(collective.name, collective.num_ranks, c, collective.root, collective.inplace)
+
+
+def _destinations(collective: Collective) -> dict[int, list[int]]:
+    """schedule chunk -> ranks that must hold its final value (closed forms of
+    :attr:`Collective.postcondition`, which is O(N² C) to build)."""
+    n, c, root, name = collective.num_ranks, collective.chunk_factor, collective.root, collective.name
+    chunks = collective.schedule_chunks
+    everyone = list(range(n))
+    if name in ("allgather", "broadcast", "allreduce"):
+        return {k: everyone for k in chunks}
+    if name in ("gather", "reduce"):
+        return {k: [root] for k in chunks}
+    if name == "reducescatter":
+        return {k: [k // c] for k in chunks}
+    # scatter and alltoall: contribution (q, r*C + k) goes to rank r
+    return {k: [collective.split_contribution(k)[1] // c] for k in chunks}
+
+
+def copy_problem(collective: Collective) -> tuple[CopyProblem, bool]:
+    """The copy problem whose plan implements ``collective``; the flag says "run it on the reversed
+    graph and reverse it in time" (reductions). Allreduce is handled by the caller (two phases)."""
+    n = collective.num_ranks
+    everyone = tuple(range(n))
+    chunks = collective.schedule_chunks
+    dests = _destinations(collective)
+    if collective.name in ("reducescatter", "reduce"):
+        owners = [dests[c][0] for c in chunks]
+        return CopyProblem(n, tuple((o,) for o in owners),
+                           tuple(tuple(r for r in everyone if r != o) for o in owners), tuple(chunks)), True
+    if collective.name == "allreduce":
+        raise ValueError("allreduce is two phases; use allreduce_owners")
+    sources = tuple(collective.chunk_sources(c) for c in chunks)
+    return CopyProblem(n, sources, tuple(tuple(sorted(set(dests.get(c, ())) - set(s)))
+                                         for c, s in zip(chunks, sources)), tuple(chunks)), False
+
+
+def allreduce_owners(collective: Collective) -> CopyProblem:
+    """Allreduce phase problem: chunk k is reduced to (and then broadcast from) rank k mod N."""
+    n = collective.num_ranks
+    chunks = collective.schedule_chunks
+    return CopyProblem(n, tuple((k % n,) for k in chunks),
+                       tuple(tuple(r for r in range(n) if r != k % n) for k in chunks), tuple(chunks))
+
+
+def plan_transfers(vl: VirtualLinks, problem: CopyProblem, plan: Plan, *, reverse: bool, offset: float = 0.0,
+                   groups: np.ndarray | None = None, group_base: int = 0) -> list[Transfer]:
+    """Schedule transfers from a plan; ``reverse`` turns it around in time and direction (reduce sends)."""
+    total = plan.makespan
+    ids = np.asarray(problem.chunk_ids, dtype=np.int64)
+    chunk = ids[plan.chunks].tolist() if len(plan.chunks) else []
+    u, v = vl.src[plan.links].tolist(), vl.dst[plan.links].tolist()
+    group = [-1] * len(chunk) if groups is None else (group_base + np.asarray(groups)).tolist()
+    routes = [vl.route[j] for j in plan.links.tolist()]
+    if reverse:
+        s = (offset + total - plan.ends).tolist()
+        e = (offset + total - plan.starts).tolist()
+        return [Transfer(a, b, c, y, x, True, r[::-1], 0, g)
+                for a, b, c, x, y, r, g in zip(s, e, chunk, u, v, routes, group)]
+    s = (offset + plan.starts).tolist()
+    e = (offset + plan.ends).tolist()
+    return [Transfer(a, b, c, x, y, False, r, 0, g) for a, b, c, x, y, r, g in zip(s, e, chunk, u, v, routes, group)]
+
+
+def _order(t: Transfer) -> tuple:
+    return (t.start, t.end, t.chunk, t.src, t.dst)
+
+
+def synthesize(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions) -> Schedule:
+    """TACOS-style greedy schedule for any of the eight collectives (see the module docstring)."""
+    t0 = time.perf_counter()
+    coll = effective_collective(collective, options)
+    if coll.num_ranks != topology.num_ranks:
+        raise SynthError(f"collective has {coll.num_ranks} ranks but topology {topology.name} has "
+                         f"{topology.num_ranks}")
+    tries = int(options.extra.get("greedy_tries", 4))
+    chunk_bytes = coll.chunk_bytes(size_bytes)
+    transfers: list[Transfer] = []
+    if coll.num_ranks > 1:
+        if coll.name == "allreduce":
+            problem = allreduce_owners(coll)
+            rvl = virtual_links(topology.reversed())
+            rs = best_greedy(rvl, problem, chunk_bytes, options.seed, tries)
+            transfers += plan_transfers(rvl, problem, rs, reverse=True)
+            vl = virtual_links(topology)
+            ag = best_greedy(vl, problem, chunk_bytes, options.seed, tries)
+            transfers += plan_transfers(vl, problem, ag, reverse=False, offset=rs.makespan)
+        else:
+            problem, reverse = copy_problem(coll)
+            vl = virtual_links(topology.reversed() if reverse else topology)
+            plan = best_greedy(vl, problem, chunk_bytes, options.seed, tries)
+            transfers += plan_transfers(vl, problem, plan, reverse=reverse)
+    transfers.sort(key=_order)
+    makespan = max((t.end for t in transfers), default=0.0)
+    return Schedule(coll, topology.name, tuple(transfers), method="greedy", size_bytes=float(size_bytes),
+                    predicted_time_us=makespan,
+                    notes={"status": "heuristic", "tries": tries, "seed": options.seed,
+                           "synthesis_s": time.perf_counter() - t0})
