@@ -99,9 +99,15 @@ def _links_of(path: tuple[int, ...]) -> Route:
 
 # ---- ring search ----------------------------------------------------------------------------------
 def _hamiltonian(n: int, adj: list[list[int]], deadline: float, *, start: int = 0,
-                 closed: bool = True) -> list[int] | None:
-    """A Hamiltonian cycle (or path from ``start`` when not ``closed``) through ranks 0..n-1
-    (DFS, Warnsdorff order), or None (also on timeout)."""
+                 closed: bool = True, cost: dict[tuple[int, int], int] | None = None,
+                 closers_last: bool = True) -> list[int] | None:
+    """A Hamiltonian cycle (or path from ``start`` when not ``closed``) through ranks 0..n-1, or None
+    (also on timeout). DFS whose successor order is: for a cycle, ranks that can close it (edge back
+    to ``start``) last, so they are still free at the end (this is what makes multi-box fabrics
+    solvable: leave the start's box first, come back at the end); then cheaper edges (``cost``:
+    direct before routed); then Warnsdorff (fewest onward options first)."""
+    closers = {u for u in range(n) if start in adj[u]} if closed and closers_last else set()
+    cost = cost or {}
     if n == 1:
         return [start]
     if closed:
@@ -116,7 +122,7 @@ def _hamiltonian(n: int, adj: list[list[int]], deadline: float, *, start: int = 
     path = [start]
     visited = [False] * n
     visited[start] = True
-    stack = [iter(adj[start])]
+    stack = [iter(sorted(adj[start], key=lambda v: (v in closers, cost.get((start, v), 0))))]
     steps = 0
     while stack:
         steps += 1
@@ -138,7 +144,7 @@ def _hamiltonian(n: int, adj: list[list[int]], deadline: float, *, start: int = 
             continue
         # Warnsdorff: try successors with the fewest onward options first.
         cands = [v for v in adj[nxt] if not visited[v]]
-        cands.sort(key=lambda v: sum(1 for w in adj[v] if not visited[w]))
+        cands.sort(key=lambda v, u=nxt: (v in closers, cost.get((u, v), 0), sum(1 for w in adj[v] if not visited[w])))
         stack.append(iter(cands))
     return None
 
@@ -187,11 +193,28 @@ def _strongly_connected(n: int, adj: list[list[int]]) -> bool:
 
 
 def find_rings(topology: Topology, max_rings: int = MAX_RINGS, budget_s: float = RING_BUDGET_S) -> list[Ring]:
-    """Greedy packing of Hamiltonian rings by bottleneck residual bandwidth (see module docstring)."""
+    """Greedy packing of Hamiltonian rings by bottleneck residual bandwidth (see module docstring).
+
+    Two DFS orders are tried (closing ranks last, or plain Warnsdorff), each with half the budget;
+    the packing with the larger total rate wins (fewer rings on ties)."""
     n = topology.num_ranks
     if n < 2:
         return []
+    best: list[Ring] = []
+    for closers_last in (True, False):
+        rings = _pack_rings(topology, max_rings, budget_s / 2, closers_last)
+        if sum(r.rate for r in rings) > sum(r.rate for r in best) + _EPS:
+            best = rings
+    if not best:
+        raise SynthError(f"topology {topology.name!r}: found no ring through all {n} ranks "
+                         "(no Hamiltonian cycle over its links or switch routes)")
+    return best
+
+
+def _pack_rings(topology: Topology, max_rings: int, budget_s: float, closers_last: bool) -> list[Ring]:
+    n = topology.num_ranks
     routes = pair_routes(topology)
+    cost = {pair: len(path) for pair, path in routes.items()}
     residual = {(link.src, link.dst): link.bw for link in topology.links}
     rings: list[Ring] = []
     deadline = time.monotonic() + budget_s
@@ -211,7 +234,16 @@ def find_rings(topology: Topology, max_rings: int = MAX_RINGS, budget_s: float =
                     adj[a].sort(key=lambda b, a=a: (len(routes[(a, b)]), (b - a) % n))
                 if not _strongly_connected(n, adj):
                     continue
-                found = _hamiltonian(n, adj, min(deadline, time.monotonic() + budget_s / 4))
+                # start where the cycle is hardest to close: the rank with the fewest in-neighbours
+                indeg = [0] * n
+                for a in range(n):
+                    for b in adj[a]:
+                        indeg[b] += 1
+                for start in sorted(range(n), key=lambda v: (indeg[v], v))[:2]:
+                    found = _hamiltonian(n, adj, min(deadline, time.monotonic() + budget_s / 4), start=start,
+                                         cost=cost, closers_last=closers_last)
+                    if found:
+                        break
                 if found:
                     break
             if found:
@@ -230,9 +262,6 @@ def find_rings(topology: Topology, max_rings: int = MAX_RINGS, budget_s: float =
         for link, count in uses.items():
             residual[link] -= rate * count
         rings.append(Ring(order, tuple(tuple(p[1:-1]) for p in paths), rate))
-    if not rings:
-        raise SynthError(f"topology {topology.name!r}: found no ring through all {n} ranks "
-                         "(no Hamiltonian cycle over its links or switch routes)")
     return rings
 
 
