@@ -2,8 +2,9 @@
 
 Usage: ``python benchmarks/bench_simulate.py [--ranks 64 256 1024] [--chunks 1] [--repeat 3]``.
 A ring allgather on N ranks with C chunks per rank moves N(N-1)C chunk transfers, so N=1024, C=1
-is ~1.05 M transfers. Prints, per size, the median wall time of ``simulate`` (program and
-topology construction excluded), transfers per second, and the simulated time checked against the
+is ~1.05 M transfers. Prints, per size, the median wall and CPU time of ``simulate`` (program
+and topology construction excluded; CPU time is the steadier figure on a shared machine), transfers
+per second, and the simulated time checked against the
 closed form (N-1)·C·(alpha + SIZE/(N·C)/bw) (one threadblock per rank serialises its sends).
 """
 
@@ -50,19 +51,21 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    print(f"{'ranks':>6} {'transfers':>10} {'median_s':>9} {'transfers/s':>12} {'sim_us':>12} {'closed_us':>12}")
+    print(f"{'ranks':>6} {'transfers':>10} {'median_s':>9} {'cpu_s':>7} {'transfers/s':>12} {'sim_us':>12} "
+          f"{'closed_us':>12}")
     for n in args.ranks:
         topo, prog = ring_topology(n), ring_allgather(n, args.chunks)
-        walls = []
+        walls, cpus = [], []
         for _ in range(args.repeat):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             res = simulate(prog, topo, SIZE)
             walls.append(time.perf_counter() - t0)
+            cpus.append(time.process_time() - c0)
         chunk = SIZE / (n * args.chunks)
         # One threadblock per rank runs its (N-1)C transfers one after the other on its out-link.
         closed = (n - 1) * args.chunks * (ALPHA + chunk / (BW * 1e3))
         med = statistics.median(walls)
-        print(f"{n:>6} {res.transfers:>10} {med:>9.3f} {res.transfers / med:>12.0f} "
+        print(f"{n:>6} {res.transfers:>10} {med:>9.3f} {statistics.median(cpus):>7.3f} {res.transfers / med:>12.0f} "
               f"{res.time_us:>12.3f} {closed:>12.3f}", flush=True)
 
 

@@ -33,6 +33,7 @@ FIFO-by-readiness order the links serve in, and each transfer costs one push and
 
 from __future__ import annotations
 
+import gc
 import heapq
 from dataclasses import dataclass, field
 
@@ -95,64 +96,68 @@ def resolve_sizes(
 
 
 # ---- routing ---------------------------------------------------------------------------------------
+# A route: (link ids in order, summed α in µs, bottleneck bw in bytes/µs).
+Route = tuple[tuple[int, ...], float, float]
+
+
 class Router:
     """Shortest routes between ranks as tuples of link ids (see module docstring for the order).
 
-    One Dijkstra per source rank, computed lazily and cached; a direct link always wins (one hop).
+    One Dijkstra per source rank, computed lazily and cached, yields the route record (link ids,
+    summed α, bottleneck bw) of every rank it reaches; a direct link always wins (one hop).
     """
 
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
         self.link_ids = {(link.src, link.dst): i for i, link in enumerate(topology.links)}
         self.alpha = [link.alpha for link in topology.links]
-        self.bw = [link.bw for link in topology.links]
+        self.bw = [link.bw * 1e3 for link in topology.links]  # bytes per µs
         self._adj: list[list[tuple[int, int]]] = [[] for _ in range(topology.num_nodes)]
         for i, link in enumerate(topology.links):
             self._adj[link.src].append((link.dst, i))
         for out in self._adj:
             out.sort()
-        self._trees: dict[tuple[int, bool], dict[int, tuple[int, ...]]] = {}
-        self._routes: dict[tuple[int, int], tuple[tuple[int, ...], float, float]] = {}
+        self._trees: dict[tuple[int, bool], dict[int, Route]] = {}
 
-    def _tree(self, src: int, through_ranks: bool) -> dict[int, tuple[int, ...]]:
+    def _tree(self, src: int, through_ranks: bool) -> dict[int, Route]:
+        """Routes from ``src`` to every reachable node; ranks other than ``src`` are only crossed
+        when ``through_ranks``."""
         key = (src, through_ranks)
-        if key not in self._trees:
-            topo = self.topology
-            best: dict[int, tuple[int, float]] = {src: (0, 0.0)}
-            path: dict[int, tuple[int, ...]] = {src: ()}
-            heap: list[tuple[int, float, int]] = [(0, 0.0, src)]
-            done: set[int] = set()
-            while heap:
-                hops, alpha, u = heapq.heappop(heap)
-                if u in done:
-                    continue
-                done.add(u)
-                # Ranks other than the source only forward when no switch-only path exists.
-                if u != src and topo.is_rank(u) and not through_ranks:
-                    continue
-                for v, lid in self._adj[u]:
-                    cand = (hops + 1, alpha + self.alpha[lid])
-                    if v not in best or cand < best[v]:
-                        best[v] = cand
-                        path[v] = path[u] + (lid,)
-                        heapq.heappush(heap, (cand[0], cand[1], v))
-            self._trees[key] = path
-        return self._trees[key]
+        tree = self._trees.get(key)
+        if tree is not None:
+            return tree
+        num_ranks, adj, alphas, bws = self.topology.num_ranks, self._adj, self.alpha, self.bw
+        inf = float("inf")
+        best: dict[int, tuple[int, float]] = {src: (0, 0.0)}
+        tree = {src: ((), 0.0, inf)}
+        heap: list[tuple[int, float, int]] = [(0, 0.0, src)]
+        done: set[int] = set()
+        while heap:
+            hops, alpha, u = heapq.heappop(heap)
+            if u in done:
+                continue
+            done.add(u)
+            if u != src and u < num_ranks and not through_ranks:
+                continue
+            links, _, bw = tree[u]
+            for v, lid in adj[u]:
+                cand = (hops + 1, alpha + alphas[lid])
+                old = best.get(v)
+                if old is None or cand < old:
+                    best[v] = cand
+                    tree[v] = (links + (lid,), cand[1], min(bw, bws[lid]))
+                    heapq.heappush(heap, (cand[0], cand[1], v))
+        self._trees[key] = tree
+        return tree
 
-    def route(self, src: int, dst: int) -> tuple[tuple[int, ...], float, float]:
+    def route(self, src: int, dst: int) -> Route:
         """(link ids, summed α in µs, bottleneck bw in bytes/µs) from rank ``src`` to rank ``dst``."""
-        key = (src, dst)
-        found = self._routes.get(key)
-        if found is None:
-            lid = self.link_ids.get(key)
-            if lid is not None:
-                links: tuple[int, ...] | None = (lid,)
-            else:
-                links = self._tree(src, False).get(dst) or self._tree(src, True).get(dst)
-            if not links:
-                raise SynthError(f"topology {self.topology.name!r} has no path from rank {src} to rank {dst}")
-            found = (links, sum(self.alpha[i] for i in links), min(self.bw[i] for i in links) * 1e3)
-            self._routes[key] = found
+        lid = self.link_ids.get((src, dst))
+        if lid is not None:
+            return (lid,), self.alpha[lid], self.bw[lid]
+        found = self._tree(src, False).get(dst) or self._tree(src, True).get(dst)
+        if found is None or src == dst:
+            raise SynthError(f"topology {self.topology.name!r} has no path from rank {src} to rank {dst}")
         return found
 
     def link_name(self, lid: int) -> str:
@@ -174,6 +179,19 @@ def simulate(
     Raises :class:`SynthError` when the program does not fit the topology, when a connection's
     sends and receives do not pair up, or when the program deadlocks.
     """
+    # The run allocates millions of small containers while the program's own objects stay alive;
+    # cyclic GC passes over all of them would dominate the run time (nothing here forms cycles).
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _simulate(program, topology, size_bytes, chunk_bytes, record_events)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _simulate(program: Program, topology: Topology, size_bytes: float | None, chunk_bytes: float | None,
+              record_events: bool) -> SimResult:
     if program.num_ranks != topology.num_ranks:
         raise SynthError(f"program {program.name!r} has {program.num_ranks} ranks but topology "
                          f"{topology.name!r} has {topology.num_ranks}")
@@ -270,7 +288,8 @@ def simulate(
         for s, r in zip(s_list, r_list, strict=True):
             matched[s] = r
 
-    # Event loop. ``stack`` holds (step, time) "one prerequisite done at time" messages.
+    # Event loop. ``stack`` holds steps whose prerequisites have all finished (``ready`` is final);
+    # releasing a successor at time t is inlined below: raise its ready time, count one prerequisite.
     ready = [0.0] * total
     fin = [-1.0] * total
     link_free = [0.0] * len(topology.links)
@@ -282,34 +301,35 @@ def simulate(
     heap: list[tuple[float, int, int]] = []
     heappush, heappop = heapq.heappush, heapq.heappop
     seq = 0
-    stack: list[tuple[int, float]] = []
-    for g in range(total):
-        if need[g] == 0:
-            need[g] = 1
-            stack.append((g, 0.0))
+    stack = [g for g in range(total) if need[g] == 0]
+    stack.reverse()  # run the first steps in program order (deterministic tie order)
     order: list[int] = []  # send steps in the order their transfers were placed
     while True:
         while stack:
-            g, t = stack.pop()
-            if t > ready[g]:
-                ready[g] = t
-            left = need[g] - 1
-            need[g] = left
-            if left:
-                continue
+            g = stack.pop()
             t = ready[g]
             if send_route[g] >= 0:
                 heappush(heap, (t, seq, g))
                 seq += 1
                 continue
             fin[g] = t  # local steps and plain receives take no time of their own
-            n = nxt[g]
-            if n >= 0:
-                stack.append((n, t))
+            x = nxt[g]
+            if x >= 0:
+                if t > ready[x]:
+                    ready[x] = t
+                left = need[x] - 1
+                need[x] = left
+                if not left:
+                    stack.append(x)
             deps = revdep[g]
             if deps is not None:
-                for d in deps:
-                    stack.append((d, t))
+                for x in deps:
+                    if t > ready[x]:
+                        ready[x] = t
+                    left = need[x] - 1
+                    need[x] = left
+                    if not left:
+                        stack.append(x)
         if not heap:
             break
         t, _, g = heappop(heap)
@@ -328,14 +348,30 @@ def simulate(
         if starts is not None:
             starts[g] = start
             order.append(g)
-        stack.append((matched[g], end))
-        n = nxt[g]
-        if n >= 0:
-            stack.append((n, end))
+        x = matched[g]  # the message arrives
+        if end > ready[x]:
+            ready[x] = end
+        left = need[x] - 1
+        need[x] = left
+        if not left:
+            stack.append(x)
+        x = nxt[g]
+        if x >= 0:
+            if end > ready[x]:
+                ready[x] = end
+            left = need[x] - 1
+            need[x] = left
+            if not left:
+                stack.append(x)
         deps = revdep[g]
         if deps is not None:
-            for d in deps:
-                stack.append((d, end))
+            for x in deps:
+                if end > ready[x]:
+                    ready[x] = end
+                left = need[x] - 1
+                need[x] = left
+                if not left:
+                    stack.append(x)
 
     stuck = [g for g in range(total) if fin[g] < 0]
     if stuck:
@@ -344,11 +380,11 @@ def simulate(
                          f"(first: {examples})")
 
     makespan = max(fin, default=0.0)
-    utilization = {router.link_name(i): (busy / makespan if makespan > 0 else 0.0)
-                   for i, busy in enumerate(link_busy)}
+    link_names = [router.link_name(i) for i in range(len(topology.links))]
+    utilization = {link_names[i]: (busy / makespan if makespan > 0 else 0.0) for i, busy in enumerate(link_busy)}
     events: list[Event] = []
     if starts is not None:
-        names = [tuple(router.link_name(i) for i in links) for links in route_links]
+        names = [tuple(link_names[i] for i in links) for links in route_links]
         events = [owner[g] + (starts[g], fin[g], names[send_route[g]]) for g in order]
     algbw = algbw_GBps(size, makespan)
     return SimResult(
