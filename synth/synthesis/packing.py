@@ -333,8 +333,11 @@ def split_switches(fabric: Fabric, caps: np.ndarray, weights: dict[int, int], k:
     for w in range(nr, n):
         preds = sorted(u for (u, x), c in graph.cap.items() if x == w and c > 0)
         for u in preds:
+            # Pair u with its cyclic successor first: concentrated pairs (a ring through the switch)
+            # keep few peers per rank, which serialise well on a shared port; a u->w->u loop
+            # only wastes capacity, so it comes last.
             succs = sorted((t for (x, t), c in graph.cap.items() if x == w and c > 0),
-                           key=lambda t: (t == u, t))  # a u->w->u loop wastes capacity: try it last
+                           key=lambda t: (t == u, (t - u) % nr if t < nr else t))
             for t in succs:
                 for r1, r2 in _route_pairs(graph, u, w, t, allowed):
                     limit = min(_units_of(graph.routes[(u, w)], r1), _units_of(graph.routes[(w, t)], r2))

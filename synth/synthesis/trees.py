@@ -94,6 +94,7 @@ class Forest:
     optimal: Fraction
     unit_GBps: Fraction
     reversed: bool
+    num_ranks: int
 
     def bandwidth_time_us(self, bytes_per_root: float) -> float:
         return bytes_per_root * float(self.ratio) / (float(self.unit_GBps) * 1e3)
@@ -120,7 +121,7 @@ def plan_forest(topology: Topology, roots: tuple[int, ...], *, reverse: bool = F
         for edge in tree.edges:
             routes.append(tuple(_draw_units(pools[edge], tree.mult)))
         trees.append(PlannedTree(tree.root, tree.mult, tuple(tree.edges), tuple(routes)))
-    return Forest(tuple(trees), k, ratio, optimal, fabric.unit_GBps, reverse)
+    return Forest(tuple(trees), k, ratio, optimal, fabric.unit_GBps, reverse, topology.num_ranks)
 
 
 def _degraded_split(fabric, weights: dict[int, int], optimal: Fraction, k: int, allowed):
@@ -169,7 +170,7 @@ def _draw_units(pool: list[list], amount: int) -> list[tuple[Route, int]]:
 # ---------------------------------------------------------------------------------------------
 @dataclass
 class _Jobs:
-    chunk: list[int]
+    msg: list[tuple[int, ...]]    # the chunks one step moves (contiguous slots; one α)
     src: list[int]
     dst: list[int]
     route: list[Route]
@@ -181,16 +182,16 @@ class _Jobs:
     def empty(cls) -> _Jobs:
         return cls([], [], [], [], [], [], [])
 
-    def add(self, chunk: int, src: int, dst: int, route: Route, reduce: bool, deps: tuple[int, ...],
+    def add(self, msg: tuple[int, ...], src: int, dst: int, route: Route, reduce: bool, deps: tuple[int, ...],
             key: tuple) -> int:
-        self.chunk.append(chunk)
+        self.msg.append(msg)
         self.src.append(src)
         self.dst.append(dst)
         self.route.append(route)
         self.reduce.append(reduce)
         self.deps.append(deps)
         self.key.append(key)
-        return len(self.chunk) - 1
+        return len(self.msg) - 1
 
 
 def _route_for(tree: PlannedTree, edge_index: int, j: int, count: int) -> Route:
@@ -213,11 +214,12 @@ def _real_edge(forest: Forest, parent: int, child: int, route: Route) -> tuple[i
     return parent, child, route
 
 
-def add_broadcast(jobs: _Jobs, forest: Forest, tree_index: int, chunks: list[int], phase: int,
+def add_broadcast(jobs: _Jobs, forest: Forest, tree_index: int, chunks: list[tuple[int, ...]], phase: int,
                   root_deps: dict[int, tuple[int, ...]] | None = None,
-                  wanted: set[int] | None = None) -> None:
-    """Pipeline ``chunks`` down a tree (copy). ``root_deps[chunk]``: jobs the root must wait for.
-    ``wanted``: if given, a chunk only travels on edges leading to its wanted ranks (scatter)."""
+                  wanted: list[set[int]] | None = None) -> None:
+    """Pipeline messages (``chunks``: tuples of chunk ids) down a tree (copy). ``root_deps[chunk]``:
+    jobs the root must wait for. ``wanted[j]``: if given, message ``j`` only travels on edges
+    leading to those ranks (scatter)."""
     tree = forest.trees[tree_index]
     depth = tree.depth
     count = len(chunks)
@@ -231,8 +233,10 @@ def add_broadcast(jobs: _Jobs, forest: Forest, tree_index: int, chunks: list[int
             if parent in arrived:
                 deps = (arrived[parent],)
             else:
-                deps = (root_deps or {}).get(chunk, ())
-            key = (phase, j + depth[parent], depth[parent], tree_index, e)
+                deps = tuple(sorted({d for c in chunk for d in (root_deps or {}).get(c, ())}))
+            # rotate the order of children by the sender so that concurrent senders fan out to
+            # different receivers (a permutation per slot on a switch, as in the classic shift)
+            key = (phase, j + depth[parent], depth[parent], (dst - src) % forest.num_ranks, tree_index, e)
             arrived[child] = jobs.add(chunk, src, dst, route, False, deps, key)
 
 
@@ -246,8 +250,8 @@ def _needed_nodes(tree: PlannedTree, targets) -> set[int]:
     return needed
 
 
-def add_reduction(jobs: _Jobs, forest: Forest, tree_index: int, chunks: list[int], phase: int,
-                  reduce: bool = True, wanted: dict[int, set[int]] | None = None) -> dict[int, tuple[int, ...]]:
+def add_reduction(jobs: _Jobs, forest: Forest, tree_index: int, chunks: list[tuple[int, ...]], phase: int,
+                  reduce: bool = True, wanted: list[set[int]] | None = None) -> dict[int, tuple[int, ...]]:
     """Pipeline ``chunks`` up a tree of a reversed forest (leaves first); returns, per chunk, the
     jobs that deliver it to the root. ``reduce=False`` relays instead (gather: chunk ``j`` only
     travels from its origin ``wanted[j]`` up to the root)."""
@@ -264,10 +268,11 @@ def add_reduction(jobs: _Jobs, forest: Forest, tree_index: int, chunks: list[int
             if needed is not None and child not in needed:
                 continue
             src, dst, route = _real_edge(forest, parent, child, _route_for(tree, e, j, count))
-            key = (phase, j + height - depth[child], -depth[child], tree_index, e)
+            key = (phase, j + height - depth[child], -depth[child], (dst - src) % forest.num_ranks, tree_index, e)
             job = jobs.add(chunk, src, dst, route, reduce, tuple(received.get(child, ())), key)
             received[parent].append(job)
-        into_root[chunk] = tuple(received.get(tree.root, ()))
+        for c in chunk:
+            into_root[c] = tuple(received.get(tree.root, ()))
     return into_root
 
 
@@ -285,12 +290,12 @@ def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float) -> tuple[
 
     link_index = {(link.src, link.dst): i for i, link in enumerate(topology.links)}
     _, _, bw, alpha = topology.arrays
-    n = len(jobs.chunk)
+    n = len(jobs.msg)
     hops: list[list[int]] = []
     duration = np.zeros(n)
     cache: dict[tuple, tuple[list[int], float]] = {}
     for i in range(n):
-        hop_key = (jobs.src[i], jobs.dst[i], jobs.route[i])
+        hop_key = (jobs.src[i], jobs.dst[i], jobs.route[i], len(jobs.msg[i]))
         hit = cache.get(hop_key)
         if hit is None:
             nodes = (jobs.src[i], *jobs.route[i], jobs.dst[i])
@@ -298,7 +303,8 @@ def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float) -> tuple[
                 links = [link_index[(a, b)] for a, b in zip(nodes, nodes[1:])]
             except KeyError as exc:
                 raise SynthError(f"internal error: route {nodes} uses a missing link") from exc
-            hit = cache[hop_key] = (links, float(alpha[links].sum()) + chunk_bytes / (float(bw[links].min()) * 1e3))
+            nbytes = len(jobs.msg[i]) * chunk_bytes
+            hit = cache[hop_key] = (links, float(alpha[links].sum()) + nbytes / (float(bw[links].min()) * 1e3))
         hops.append(hit[0])
         duration[i] = hit[1]
     waiting = np.array([len(d) for d in jobs.deps], dtype=np.int64)
@@ -324,9 +330,8 @@ def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float) -> tuple[
             link = ident
         if free[link] > t + 1e-12 or not queues[link]:
             continue
-        _, i = heapq.heappop(queues[link])
+        i, s = _pick(queues[link], hops, free, t)
         links = hops[i]
-        s = max(t, float(free[links].max()))
         start[i] = s
         end[i] = s + duration[i]
         free[links] = end[i]
@@ -341,12 +346,33 @@ def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float) -> tuple[
     return order, start, end
 
 
+def _pick(queue: list, hops: list[list[int]], free: np.ndarray, t: float, width: int = 8) -> tuple[int, float]:
+    """Among the ``width`` best-keyed ready transfers of a link, the one that can start first
+    (a routed transfer may wait for the far links of its route; a direct one never does)."""
+    import heapq
+
+    head = [heapq.heappop(queue) for _ in range(min(width, len(queue)))]
+    best = None
+    for pos, (_, i) in enumerate(head):
+        s = max(t, float(free[hops[i]].max()))
+        if best is None or s < best[1] - 1e-12:
+            best = (pos, s)
+        if s <= t:
+            break
+    pos, s = best
+    for other, item in enumerate(head):
+        if other != pos:
+            heapq.heappush(queue, item)
+    return head[pos][1], s
+
+
 def to_schedule(jobs: _Jobs, order: list[int], start: np.ndarray, end: np.ndarray, collective: Collective,
                 topology: Topology, size_bytes: float, notes: dict) -> Schedule:
     transfers = tuple(
-        Transfer(float(start[i]), float(end[i]), jobs.chunk[i], jobs.src[i], jobs.dst[i], jobs.reduce[i],
-                 jobs.route[i])
+        Transfer(float(start[i]), float(end[i]), chunk, jobs.src[i], jobs.dst[i], jobs.reduce[i],
+                 jobs.route[i], group=i if len(jobs.msg[i]) > 1 else -1)
         for i in order
+        for chunk in jobs.msg[i]
     )
     makespan = float(end.max()) if len(end) else 0.0
     return Schedule(collective, topology.name, transfers, method="trees", size_bytes=float(size_bytes),
@@ -405,25 +431,28 @@ def _usage(forest: Forest, topology: Topology) -> _Usage:
     return _Usage(rows, alphas, bws, pairs, depths)
 
 
-def predicted_time(phases: list[tuple[Forest, _Usage, list[int], float]], num_links: int) -> tuple[float, int]:
-    """Cost model of the module docstring for given chunks per tree; returns (µs, max steps per pair).
+def predicted_time(phases: list[tuple[Forest, _Usage, list[int], list[float], int]],
+                   num_links: int) -> tuple[float, int]:
+    """Cost model of the module docstring; returns (µs, most steps on one rank pair).
 
-    ``phases``: (forest, usage, chunks per distinct tree, chunk bytes) for each phase.
+    ``phases``: (forest, usage, messages per distinct tree, bytes per message, roots) per phase.
+    Fill/drain is charged per phase as the deepest tree's ``(D-1)`` hops divided by the number of
+    roots (with many roots every link is busy from the start, as in a ring).
     """
     busy = np.zeros(num_links)
     pair_load: dict[tuple[int, int], int] = defaultdict(int)
     fill = 0.0
-    for _forest, usage, counts, b in phases:
+    for _forest, usage, messages, msg_bytes, roots in phases:
         phase_fill = 0.0
-        for t, n in enumerate(counts):
+        for t, (n, b) in enumerate(zip(messages, msg_bytes)):
             if n == 0:
                 continue
-            np.add.at(busy, usage.link_rows[t], n * (usage.route_alpha[t] + b / (usage.route_bw[t] * 1e3)))
+            hop = usage.route_alpha[t] + b / (usage.route_bw[t] * 1e3)
+            np.add.at(busy, usage.link_rows[t], n * hop)
             for pair in usage.pairs[t]:
                 pair_load[pair] += n
-            hop = float((usage.route_alpha[t] + b / (usage.route_bw[t] * 1e3)).max())
-            phase_fill = max(phase_fill, (usage.depth[t] - 1) * hop)
-        fill += phase_fill
+            phase_fill = max(phase_fill, (usage.depth[t] - 1) * float(hop.max()))
+        fill += phase_fill / roots
     return float(busy.max()) + fill, max(pair_load.values(), default=0)
 
 
@@ -450,31 +479,32 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
     root = collective.root
     all_ranks = tuple(range(n))
     if name == "allgather":
-        plans = [(plan_forest(topology, all_ranks, max_trees=max_trees), "bcast")]
+        plans = [plan_forest(topology, all_ranks, max_trees=max_trees)]
     elif name == "reducescatter":
-        plans = [(plan_forest(topology, all_ranks, reverse=True, max_trees=max_trees), "reduce")]
+        plans = [plan_forest(topology, all_ranks, reverse=True, max_trees=max_trees)]
     elif name == "allreduce":
-        plans = [(plan_forest(topology, all_ranks, reverse=True, max_trees=max_trees), "reduce"),
-                 (plan_forest(topology, all_ranks, max_trees=max_trees), "bcast")]
+        plans = [plan_forest(topology, all_ranks, reverse=True, max_trees=max_trees),
+                 plan_forest(topology, all_ranks, max_trees=max_trees)]
     elif name in ("broadcast", "scatter"):
-        plans = [(plan_forest(topology, (root,), max_trees=max_trees), "bcast")]
+        plans = [plan_forest(topology, (root,), max_trees=max_trees)]
     else:  # reduce, gather
-        plans = [(plan_forest(topology, (root,), reverse=True, max_trees=max_trees), "reduce")]
+        plans = [plan_forest(topology, (root,), reverse=True, max_trees=max_trees)]
 
     per_root_bytes = _per_root_bytes(name, n, size_bytes)
-    chunks = _choose_chunks(topology, collective, plans, per_root_bytes, options.chunks)
+    chunks, messages = _choose_chunks(topology, collective, plans, per_root_bytes, options.chunks)
     coll = Collective(name, n, _chunk_factor(name, n, chunks), root, collective.inplace)
     chunk_bytes = coll.chunk_bytes(size_bytes)
-    jobs = _build_jobs(coll, plans, chunks)
-    if len(jobs.chunk) > MAX_TRANSFERS:
-        raise SynthError(f"--chunks {chunks} makes {len(jobs.chunk)} transfers; use fewer chunks")
+    jobs = _build_jobs(coll, plans, chunks, messages)
+    if len(jobs.msg) > MAX_TRANSFERS:
+        raise SynthError(f"--chunks {chunks} makes {len(jobs.msg)} transfers; use fewer chunks")
     order, start, end = list_schedule(jobs, topology, chunk_bytes)
-    bound_us = sum(f.bandwidth_time_us(per_root_bytes) for f, _ in plans)
+    bound_us = sum(f.bandwidth_time_us(per_root_bytes) for f in plans)
     notes = {
-        "trees_per_root": [f.k for f, _ in plans],
-        "distinct_trees": [len(f.trees) for f, _ in plans],
-        "rate_ratio": [float(f.optimal / f.ratio) for f, _ in plans],
+        "trees_per_root": [f.k for f in plans],
+        "distinct_trees": [len(f.trees) for f in plans],
+        "rate_ratio": [float(f.optimal / f.ratio) for f in plans],
         "chunks_per_root": chunks,
+        "messages_per_tree": messages,
         "tree_bandwidth_time_us": bound_us,
     }
     return to_schedule(jobs, order, start, end, coll, topology, size_bytes, notes)
@@ -485,7 +515,7 @@ def _per_root_bytes(name: str, n: int, size_bytes: float) -> float:
     if name in ("allgather", "reducescatter", "allreduce"):
         return size_bytes / n
     if name in ("scatter", "gather"):
-        return size_bytes * (n - 1) / n   # a heuristic weight; their trees carry N-1 pieces
+        return size_bytes * (n - 1) / n   # their trees carry the N-1 pieces of the other ranks
     return size_bytes
 
 
@@ -496,91 +526,127 @@ def _chunk_factor(name: str, n: int, chunks: int) -> int:
     return chunks
 
 
-def _choose_chunks(topology: Topology, collective: Collective, plans, per_root_bytes: float,
-                   requested: int | None) -> int:
-    """Chunks per root piece minimising the cost model, within MSCCL limits (module docstring)."""
+def _choose_chunks(topology: Topology, collective: Collective, plans: list[Forest], per_root_bytes: float,
+                   requested: int | None) -> tuple[int, int | None]:
+    """(chunks per root piece, messages per distinct tree or None for one chunk per message).
+
+    Default: ``C = k · P``, so a tree of multiplicity ``m`` carries ``m·P`` chunks in ``P``
+    messages of ``m`` contiguous chunks (one α each); ``P`` minimises :func:`predicted_time`
+    within MSCCL's limits. ``--chunks C`` sends one chunk per message instead.
+    Scatter/gather always send one chunk per message (each goes to its own rank).
+    """
     name = collective.name
     n = topology.num_ranks
-    usages = [(_usage(f, topology), f) for f, _ in plans]
+    usages = [_usage(f, topology) for f in plans]
     limit = MAX_CHANNELS * MAX_STEPS_PER_TB
-    roots = range(n) if name in ("allgather", "reducescatter", "allreduce") else (collective.root,)
-    per_tree_factor = (n - 1) if name in ("scatter", "gather") else 1
+    roots = list(range(n)) if name in ("allgather", "reducescatter", "allreduce") else [collective.root]
+    spread = (n - 1) if name in ("scatter", "gather") else 1
+    k = max(f.k for f in plans)
 
-    def evaluate(c: int) -> tuple[float, int]:
+    def counts(forest: Forest, c: int) -> np.ndarray:
+        total = np.zeros(len(forest.trees), dtype=np.int64)
+        for r in roots:
+            total += np.array(split_chunks(forest, r, c * spread))
+        return total
+
+    def per_chunk(c: int) -> tuple[float, int]:
         phases = []
-        for usage, forest in usages:
-            counts = np.zeros(len(forest.trees), dtype=np.int64)
-            for r in roots:
-                counts += np.array(split_chunks(forest, r, c * per_tree_factor))
-            phases.append((forest, usage, counts.tolist(), per_root_bytes / (c * per_tree_factor)))
+        for forest, usage in zip(plans, usages):
+            cnt = counts(forest, c)
+            b = per_root_bytes / (c * spread)
+            phases.append((forest, usage, cnt.tolist(), [b] * len(cnt), len(roots)))
+        return predicted_time(phases, len(topology.links))
+
+    def per_message(p: int) -> tuple[float, int]:
+        phases = []
+        for forest, usage in zip(plans, usages):
+            cnt = counts(forest, k * p) // p if forest.k == k else counts(forest, k * p)
+            msg_bytes = [per_root_bytes * t.mult / forest.k / p for t in forest.trees]
+            phases.append((forest, usage, [p if c else 0 for c in cnt.tolist()], msg_bytes, len(roots)))
         return predicted_time(phases, len(topology.links))
 
     if requested is not None:
-        _, steps = evaluate(requested)
+        _, steps = per_chunk(requested)
         if steps > limit:
             raise SynthError(f"--chunks {requested} needs {steps} steps on one connection, more than "
                              f"MSCCL's {MAX_CHANNELS} channels x {MAX_STEPS_PER_TB} steps; use fewer --chunks")
-        return requested
-    best_c, best_t = 1, math.inf
-    c = 1
-    while c <= MAX_CHUNKS:
-        t, steps = evaluate(c)
+        return requested, None
+    if spread > 1 or any(f.k != k for f in plans):
+        return _best(per_chunk, limit, MAX_CHUNKS), None
+    p = _best(per_message, limit, max(1, MAX_CHUNKS // k))
+    return k * p, p
+
+
+def _best(cost, limit: int, upper: int) -> int:
+    """The argument in 1..upper (geometric grid beyond 16) with the least cost within ``limit`` steps."""
+    best_x, best_t = 1, math.inf
+    x = 1
+    while x <= upper:
+        t, steps = cost(x)
         if steps > limit:
             break
         if t < best_t * (1 - 1e-6):
-            best_c, best_t = c, t
-        c = c + 1 if c < 16 else int(c * 1.25)
-    return best_c
+            best_x, best_t = x, t
+        x = x + 1 if x < 16 else int(x * 1.25)
+    return best_x
 
 
-def _build_jobs(coll: Collective, plans, chunks: int) -> _Jobs:
+def _messages(chunk_ids: list[int], parts: int | None) -> list[tuple[int, ...]]:
+    if parts is None:
+        return [(c,) for c in chunk_ids]
+    return [tuple(int(c) for c in part) for part in np.array_split(np.array(chunk_ids), min(parts, len(chunk_ids)))]
+
+
+def _build_jobs(coll: Collective, plans: list[Forest], chunks: int, parts: int | None) -> _Jobs:
     """Transfers of every phase (module docstring)."""
     name, n, root = coll.name, coll.num_ranks, coll.root
     jobs = _Jobs.empty()
     if name == "allgather":
-        forest = plans[0][0]
+        forest = plans[0]
         for r in range(n):
-            _spread(forest, r, [coll.contribution(r, s) for s in range(chunks)],
-                    lambda t, cs: add_broadcast(jobs, forest, t, cs, 0))
+            _spread(forest, r, [coll.contribution(r, s) for s in range(chunks)], parts,
+                    lambda t, ms: add_broadcast(jobs, forest, t, ms, 0))
     elif name == "reducescatter":
-        forest = plans[0][0]
+        forest = plans[0]
         for r in range(n):
-            _spread(forest, r, [r * chunks + s for s in range(chunks)],
-                    lambda t, cs: add_reduction(jobs, forest, t, cs, 0))
+            _spread(forest, r, [r * chunks + s for s in range(chunks)], parts,
+                    lambda t, ms: add_reduction(jobs, forest, t, ms, 0))
     elif name == "allreduce":
-        rs, ag = plans[0][0], plans[1][0]
+        rs, ag = plans
         for r in range(n):
             slots = [r * chunks + s for s in range(chunks)]
             done: dict[int, tuple[int, ...]] = {}
-            _spread(rs, r, slots, lambda t, cs, done=done: done.update(add_reduction(jobs, rs, t, cs, 0)))
-            _spread(ag, r, slots, lambda t, cs, done=done: add_broadcast(jobs, ag, t, cs, 1, root_deps=done))
+            _spread(rs, r, slots, parts, lambda t, ms, done=done: done.update(add_reduction(jobs, rs, t, ms, 0)))
+            _spread(ag, r, slots, parts, lambda t, ms, done=done: add_broadcast(jobs, ag, t, ms, 1, root_deps=done))
     elif name == "broadcast":
-        forest = plans[0][0]
-        _spread(forest, root, [coll.contribution(root, s) for s in range(chunks)],
-                lambda t, cs: add_broadcast(jobs, forest, t, cs, 0))
+        forest = plans[0]
+        _spread(forest, root, [coll.contribution(root, s) for s in range(chunks)], parts,
+                lambda t, ms: add_broadcast(jobs, forest, t, ms, 0))
     elif name == "reduce":
-        forest = plans[0][0]
-        _spread(forest, root, list(range(chunks)), lambda t, cs: add_reduction(jobs, forest, t, cs, 0))
+        forest = plans[0]
+        _spread(forest, root, list(range(chunks)), parts, lambda t, ms: add_reduction(jobs, forest, t, ms, 0))
     elif name == "scatter":
-        forest = plans[0][0]
+        forest = plans[0]
         items = [(coll.contribution(root, q * chunks + s), q) for s in range(chunks) for q in range(n) if q != root]
         _spread_items(forest, root, items,
-                      lambda t, cs, ws: add_broadcast(jobs, forest, t, cs, 0, wanted=[{w} for w in ws]))
+                      lambda t, cs, ws: add_broadcast(jobs, forest, t, [(c,) for c in cs], 0,
+                                                      wanted=[{w} for w in ws]))
     elif name == "gather":
-        forest = plans[0][0]
+        forest = plans[0]
         items = [(coll.contribution(q, s), q) for s in range(chunks) for q in range(n) if q != root]
         _spread_items(forest, root, items,
-                      lambda t, cs, ws: add_reduction(jobs, forest, t, cs, 0, reduce=False,
+                      lambda t, cs, ws: add_reduction(jobs, forest, t, [(c,) for c in cs], 0, reduce=False,
                                                       wanted=[{w} for w in ws]))
     return jobs
 
 
-def _spread(forest: Forest, root: int, chunk_ids: list[int], emit) -> None:
+def _spread(forest: Forest, root: int, chunk_ids: list[int], parts: int | None, emit) -> None:
+    """Give each distinct tree of ``root`` its share of ``chunk_ids``, cut into messages."""
     counts = split_chunks(forest, root, len(chunk_ids))
     pos = 0
     for t, c in enumerate(counts):
         if c:
-            emit(t, chunk_ids[pos:pos + c])
+            emit(t, _messages(chunk_ids[pos:pos + c], parts))
             pos += c
 
 
