@@ -6,7 +6,8 @@ Cost model (SPEC "Cost model"):
   a step with ``cnt`` > 1 moves ``cnt`` contiguous chunks as one transfer and pays one α;
 - a link direction carries one transfer at a time; transfers that want it are served first come,
   first served in order of the time they became ready (ties: the order they became ready in the
-  simulation, which is deterministic);
+  simulation, which is deterministic). A transfer reserves its links when it is served, so a later
+  transfer never jumps ahead of an earlier one on a link (no backfilling into gaps);
 - a send between ranks that share no link is routed along the shortest path (fewest hops, then
   smallest summed α, then smallest node ids). Paths whose intermediate nodes are all switches are
   preferred; when no such path exists (a foreign program on a sparse topology) the path may cross
