@@ -21,12 +21,12 @@ ready when the previous step of its threadblock and its dependency (``depid``/``
 finished. A send's transfer starts once the step is ready and its links are free; the send step
 finishes when the data has arrived (so the threadblock's next step waits for it). A receive
 completes at max(its ready time, arrival of the matching message); the k-th send on a connection
-(src rank, dst rank, chan) is matched with the k-th receive on it (FIFO; when several threadblocks
-share a connection, which MSCCL forbids, steps are numbered threadblock by threadblock). For ``rcs``/``rrs``/
-``rrcs`` the forward send becomes ready when the receive has completed and the step finishes when
-the forwarded data has arrived. There is no rendezvous: a sender does not wait for its receiver.
+(src rank, dst rank, chan) is matched with the k-th receive on it (FIFO; when several
+threadblocks share a connection, which MSCCL forbids, steps are numbered threadblock by
+threadblock). For ``rcs``/``rrs``/``rrcs`` the forward send becomes ready when the receive has
+completed and the step finishes when the forwarded data has arrived. There is no rendezvous: a sender does not wait for its receiver.
 
-Implementation: steps are flattened into integer arrays. Finishing a step eagerly releases the
+Implementation: steps are flattened into integer lists. Finishing a step eagerly releases the
 steps that wait on it (a counter per step); only transfers go through the event heap, keyed by the
 time they became ready. Heap pops are therefore in non-decreasing ready time, which is exactly the
 FIFO-by-readiness order the links serve in, and each transfer costs one push and one pop.
