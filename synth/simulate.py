@@ -24,7 +24,8 @@ completes at max(its ready time, arrival of the matching message); the k-th send
 (src rank, dst rank, chan) is matched with the k-th receive on it (FIFO; when several
 threadblocks share a connection, which MSCCL forbids, steps are numbered threadblock by
 threadblock). For ``rcs``/``rrs``/``rrcs`` the forward send becomes ready when the receive has
-completed and the step finishes when the forwarded data has arrived. There is no rendezvous: a sender does not wait for its receiver.
+completed and the step finishes when the forwarded data has arrived. There is no rendezvous: a
+sender does not wait for its receiver.
 
 Implementation: steps are flattened into integer lists. Finishing a step eagerly releases the
 steps that wait on it (a counter per step); only transfers go through the event heap, keyed by the
