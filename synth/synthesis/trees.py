@@ -37,7 +37,7 @@ import numpy as np
 from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.schedule import Schedule, Transfer
-from synth.synthesis.base import SynthOptions
+from synth.synthesis.base import MethodSpec, SynthOptions
 from synth.synthesis.packing import (
     Route,
     SplitError,
@@ -476,19 +476,27 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
         return Schedule(Collective(name, 1, options.chunks or 1, collective.root, collective.inplace),
                         topology.name, (), method="trees", size_bytes=float(size_bytes))
 
-    root = collective.root
+    def planner(roots: tuple[int, ...], reverse: bool) -> Forest:
+        return plan_forest(topology, roots, reverse=reverse, max_trees=max_trees)
+
+    return schedule_from_plans(topology, collective, size_bytes, options, planner, "trees")
+
+
+def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
+                        planner, method: str) -> Schedule:
+    """Plan the forests a collective needs with ``planner(roots, reverse)`` and pipeline them."""
+    name, n, root = collective.name, topology.num_ranks, collective.root
     all_ranks = tuple(range(n))
     if name == "allgather":
-        plans = [plan_forest(topology, all_ranks, max_trees=max_trees)]
+        plans = [planner(all_ranks, False)]
     elif name == "reducescatter":
-        plans = [plan_forest(topology, all_ranks, reverse=True, max_trees=max_trees)]
+        plans = [planner(all_ranks, True)]
     elif name == "allreduce":
-        plans = [plan_forest(topology, all_ranks, reverse=True, max_trees=max_trees),
-                 plan_forest(topology, all_ranks, max_trees=max_trees)]
+        plans = [planner(all_ranks, True), planner(all_ranks, False)]
     elif name in ("broadcast", "scatter"):
-        plans = [plan_forest(topology, (root,), max_trees=max_trees)]
+        plans = [planner((root,), False)]
     else:  # reduce, gather
-        plans = [plan_forest(topology, (root,), reverse=True, max_trees=max_trees)]
+        plans = [planner((root,), True)]
 
     per_root_bytes = _per_root_bytes(name, n, size_bytes)
     chunks, messages = _choose_chunks(topology, collective, plans, per_root_bytes, options.chunks)
@@ -507,7 +515,9 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
         "messages_per_tree": messages,
         "tree_bandwidth_time_us": bound_us,
     }
-    return to_schedule(jobs, order, start, end, coll, topology, size_bytes, notes)
+    schedule = to_schedule(jobs, order, start, end, coll, topology, size_bytes, notes)
+    return Schedule(schedule.collective, schedule.topology, schedule.transfers, method=method,
+                    size_bytes=schedule.size_bytes, predicted_time_us=schedule.predicted_time_us, notes=notes)
 
 
 def _per_root_bytes(name: str, n: int, size_bytes: float) -> float:
@@ -659,3 +669,12 @@ def _spread_items(forest: Forest, root: int, items: list[tuple[int, int]], emit)
             part = items[pos:pos + c]
             emit(t, [chunk for chunk, _ in part], [w for _, w in part])
             pos += c
+
+
+METHOD = MethodSpec(
+    name="trees",
+    run=synthesize,
+    collectives=SUPPORTED,
+    description="throughput-optimal pipelined spanning trees at the exact cut bound (ForestColl)",
+    kind="heuristic",
+)

@@ -1,0 +1,169 @@
+"""Method ``lp``: the optimal broadcast-forest rate from an explicit multi-commodity-flow LP.
+
+Formulation (DESIGN.md "Bounds"; the fractional Steiner-flow relaxation used by ForestColl,
+arXiv 2402.06787, §3 and by TE-CCL's LP, SIGCOMM'24): for every root ``r`` and destination rank
+``v != r`` a unit flow ``f[r,v,e] >= 0`` from ``r`` to ``v`` (conservation at every other node,
+switches included); the broadcast load of root ``r`` on link ``e`` is ``x[r,e] >= f[r,v,e]`` (data
+is copied, so destinations share it); links are shared, ``Σ_r x[r,e] <= B_e · T``;
+minimise ``T``. Its optimum equals the cut bound ``max_S |S ∩ roots| / B⁺(S)`` (max-flow/min-cut
+per destination plus Edmonds' theorem), so it cross-checks method ``trees``.
+
+The solution is then decomposed: per root, ``x[r,·]`` scaled by ``K`` and rounded up is an integer
+capacity that carries ``K`` unit flows to every rank, so Edmonds' theorem (after the same edge
+splitting of switches) packs ``K`` arborescences of that root in it; the trees are pipelined exactly
+as in :mod:`synth.synthesis.trees`. Where the LP replicates data at a switch (allowed by the
+relaxation, impossible for a program) a root's loads cannot be split; the method then packs the
+joint forest at the rate the LP certified. Solver: ``--solver`` highs (default) | cbc | pulp-highs |
+glop | pdlp (through :mod:`synth.solvers`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from fractions import Fraction
+
+import numpy as np
+
+from synth.collectives import Collective
+from synth.errors import SynthError
+from synth.schedule import Schedule
+from synth.synthesis.base import MethodSpec, SynthOptions
+from synth.synthesis.packing import (
+    SplitError,
+    allowed_subpaths,
+    canonical_paths,
+    integer_fabric,
+    pack_arborescences,
+    split_switches,
+)
+from synth.synthesis.trees import Forest, PlannedTree, _draw_units, plan_forest, schedule_from_plans
+from synth.topology.model import Topology
+
+SUPPORTED = frozenset({"allgather", "reducescatter", "allreduce", "broadcast", "reduce"})
+LP_SOLVERS = ("highs", "cbc", "pulp-highs", "glop", "pdlp")
+TREE_SCALE = 48   # K: arborescences per root in the decomposition
+
+
+@dataclass(frozen=True)
+class RateLP:
+    """Optimum of the LP: ``ratio`` in fabric units (as :func:`packing.optimal_ratio`), per-root loads."""
+
+    ratio: float
+    loads: dict[int, np.ndarray]   # root -> x[r, e] per link of the (possibly reversed) topology
+    status: str
+    solver: str
+    wall_s: float
+
+
+def build_model(topology: Topology, roots: tuple[int, ...], units: np.ndarray):
+    """The LP of the module docstring as a :class:`synth.solvers.Model`; returns (model, T, x index)."""
+    from synth.solvers import Model
+
+    n, nodes = topology.num_ranks, topology.num_nodes
+    src, dst, _, _ = topology.arrays
+    m = len(src)
+    model = Model("broadcast-forest-lp")
+    t_var = model.add_var()
+    x_index: dict[int, np.ndarray] = {}
+    arange = np.arange(m)
+    cap_rows, cap_cols, cap_vals = [], [], []
+    for r in roots:
+        x = model.add_vars(m)
+        x_index[r] = x
+        cap_rows.append(arange)
+        cap_cols.append(x)
+        cap_vals.append(np.ones(m))
+        for v in range(n):
+            if v == r:
+                continue
+            f = model.add_vars(m)
+            # conservation: in - out = +1 at v, -1 at r, 0 elsewhere
+            rows = np.concatenate([dst, src])
+            cols = np.concatenate([f, f])
+            vals = np.concatenate([np.ones(m), -np.ones(m)])
+            rhs = np.zeros(nodes)
+            rhs[v], rhs[r] = 1.0, -1.0
+            model.add_rows(rows, cols, vals, rhs, rhs)
+            # x[r,e] - f[r,v,e] >= 0
+            model.add_rows(np.concatenate([arange, arange]), np.concatenate([x, f]),
+                           np.concatenate([np.ones(m), -np.ones(m)]), np.zeros(m), np.full(m, np.inf))
+    # Σ_r x[r,e] - B_e T <= 0
+    rows = np.concatenate(cap_rows + [arange])
+    cols = np.concatenate(cap_cols + [np.full(m, t_var)])
+    vals = np.concatenate(cap_vals + [-units.astype(float)])
+    model.add_rows(rows, cols, vals, np.full(m, -np.inf), np.zeros(m))
+    model.set_objective([t_var], [1.0], "min")
+    return model, t_var, x_index
+
+
+def solve_rate(topology: Topology, roots: tuple[int, ...], solver: str = "highs",
+               time_limit: float | None = None, threads: int | None = None) -> RateLP:
+    """Solve the LP on ``topology`` (in integer bandwidth units, see :func:`packing.integer_fabric`)."""
+    from synth.solvers import solve
+
+    if solver not in LP_SOLVERS:
+        raise SynthError(f"method lp needs an LP solver; --solver must be one of {', '.join(LP_SOLVERS)}")
+    fabric = integer_fabric(topology)
+    model, t_var, x_index = build_model(topology, roots, fabric.units)
+    result = solve(model, solver=solver, time_limit=time_limit, threads=threads)
+    if result.status not in ("optimal", "feasible") or result.values is None:
+        raise SynthError(f"LP solver {solver} ended with status {result.status} {result.message}".strip())
+    values = np.asarray(result.values)
+    loads = {r: np.maximum(values[x], 0.0) for r, x in x_index.items()}
+    return RateLP(float(values[t_var]), loads, result.status, solver, result.wall_s)
+
+
+def forest_from_lp(topology: Topology, roots: tuple[int, ...], reverse: bool, solver: str,
+                   time_limit: float | None, threads: int | None, scale: int = TREE_SCALE) -> Forest:
+    """Decompose the LP's per-root loads into ``scale`` arborescences per root (module docstring)."""
+    fabric_topology = topology.reversed() if reverse else topology
+    lp = solve_rate(fabric_topology, roots, solver, time_limit, threads)
+    fabric = integer_fabric(fabric_topology)
+    allowed = allowed_subpaths(canonical_paths(fabric_topology)) if fabric_topology.switches else None
+    trees: list[PlannedTree] = []
+    total = np.zeros(len(fabric.units))
+    for r in roots:
+        caps = np.ceil(lp.loads[r] * scale - 1e-6).astype(np.int64)
+        total += caps
+        try:
+            graph = split_switches(fabric, caps, {r: 1}, scale, allowed)
+        except SplitError:
+            # The LP may replicate at a switch (x[r, in] < x[r, out]), which no program can do: the
+            # per-root loads then do not split. Fall back to the joint packing at the cut bound,
+            # whose rate the LP has just confirmed.
+            forest = plan_forest(topology, roots, reverse=reverse)
+            return replace(forest, optimal=Fraction(lp.ratio).limit_denominator(10**6))
+        pools = {key: [list(item) for item in pool] for key, pool in graph.routes.items()}
+        for tree in pack_arborescences(topology.num_ranks, dict(graph.cap), {r: 1}, scale):
+            routes = tuple(tuple(_draw_units(pools[edge], tree.mult)) for edge in tree.edges)
+            trees.append(PlannedTree(tree.root, tree.mult, tuple(tree.edges), routes))
+    achieved = Fraction(float((total / (fabric.units * scale)).max())).limit_denominator(10**6)
+    optimal = Fraction(lp.ratio).limit_denominator(10**6)
+    return Forest(tuple(trees), scale, max(achieved, optimal), optimal, fabric.unit_GBps, reverse,
+                  topology.num_ranks)
+
+
+def synthesize(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions) -> Schedule:
+    """LP-optimal forests, decomposed into trees and pipelined (see module docstring)."""
+    if collective.name not in SUPPORTED:
+        raise SynthError(f"method lp does not support {collective.name}; it supports {', '.join(sorted(SUPPORTED))}")
+    if collective.num_ranks != topology.num_ranks:
+        raise SynthError(f"collective has {collective.num_ranks} ranks but topology {topology.name} has "
+                         f"{topology.num_ranks}")
+    if topology.num_ranks == 1:
+        return Schedule(collective, topology.name, (), method="lp", size_bytes=float(size_bytes))
+    solver = options.solver or "highs"
+
+    def planner(roots: tuple[int, ...], reverse: bool) -> Forest:
+        return forest_from_lp(topology, roots, reverse, solver, options.time_limit, options.threads)
+
+    return schedule_from_plans(topology, collective, size_bytes, options, planner, "lp")
+
+
+METHOD = MethodSpec(
+    name="lp",
+    run=synthesize,
+    collectives=SUPPORTED,
+    description="multi-commodity-flow LP for the optimal tree rate, decomposed into pipelined trees",
+    kind="exact",
+)
