@@ -36,10 +36,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from synth.collectives import Collective
+from synth.collectives import COLLECTIVES, Collective
 from synth.errors import SynthError
 from synth.schedule import Schedule, Transfer
-from synth.synthesis.base import SynthOptions
+from synth.synthesis.base import MethodSpec, SynthOptions
 from synth.topology.model import Topology
 
 # Cap on the candidate virtual links examined per event (keeps huge switched fabrics fast).
@@ -419,3 +419,12 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
                     predicted_time_us=makespan,
                     notes={"status": "heuristic", "tries": tries, "seed": options.seed,
                            "synthesis_s": time.perf_counter() - t0})
+
+
+METHOD = MethodSpec(
+    name="greedy",
+    run=synthesize,
+    collectives=frozenset(COLLECTIVES),
+    description="TACOS-style greedy time-expanded link-chunk matching (fast, any scale; warm start for milp)",
+    kind="heuristic",
+)

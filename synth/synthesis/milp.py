@@ -1,0 +1,637 @@
+"""Exact time-expanded MILP (TE-CCL, Liu et al., SIGCOMM'24, §3-4; TACCL, Shah et al., NSDI'23, §5).
+
+Time is cut into epochs of length τ. The model decides which chunk crosses which rank-to-rank
+*virtual link* in which epoch; a chunk sent in epoch k is usable at its receiver from epoch k+1.
+
+**Epoch length.** Let ``b`` be the chunk size, and for virtual link j let α_j be the sum of the hop
+α's and bw_j the smallest hop bandwidth. We allow one transfer per physical link per epoch carrying
+up to m_j chunks (one α, SPEC's multi-chunk step). We pick a batch size m0 (1 when bandwidth-bound;
+when latency-bound, the most chunks whose serialization fits in 25% of the smallest α) and set
+
+    τ = max_j (α_j + m0 · b / bw_j),   m_j = floor((τ − α_j) · bw_j / b)   (≥ m0 ≥ 1),
+
+so every transfer the model allows fits in its epoch under the α-β cost model (decoded start kτ,
+end kτ + α_j + (chunks) · b / bw_j). ``options.extra['tau_us']`` overrides τ.
+
+**Switches.** Switches hold no buffers, so a route rank -> switch(es) -> rank is modelled as one
+virtual link with the path's Σα and min bw (:func:`synth.synthesis.greedy.virtual_links`); what
+enters a switch leaves it in the same epoch. Capacity is enforced on every *physical* link of the
+route: at most one virtual link that uses physical link l is active per epoch.
+
+**Variables** (all binary; pruned, see below):
+x[c,j,k] chunk c crosses virtual link j in epoch k; y[j,k] link j is active in epoch k;
+h[c,r,k] rank r holds c at the start of epoch k (k = 0..K); done[k] every postcondition holds at
+the start of epoch k.
+
+**Constraints.**
+- store-and-forward: x[c,j,k] ≤ h[c,src_j,k] (a chunk sent in epoch k is held at its start);
+- arrival and free copy at ranks: h[c,r,k+1] ≤ h[c,r,k] + Σ_{j into r} x[c,j,k]; h monotone;
+- batching: Σ_c x[c,j,k] ≤ m_j · y[j,k]; physical capacity: Σ_{j ∋ l} y[j,k] ≤ 1;
+- completion: done[k] ≤ h[c,d,k] for every destination d of c; h[c,d,K] = 1.
+
+**Objective.** min Σ_{k<K} (1 − done[k]) = the number of epochs until every postcondition holds.
+
+**Sizing.** The horizon K is the greedy (TACOS) schedule replayed into epochs, which is also the
+warm start (``Model.set_start``). x[c,j,k] exists only if k ≥ earliest(c, src_j) (hop distance from
+the chunk's sources) and k + 1 + dist(dst_j, nearest destination of c) ≤ K; h[c,r,k] only for
+k ≥ earliest(c, r). A combinatorial lower bound (max earliest arrival; per rank, chunks needed /
+chunks its in-links carry per epoch) fixes done[k] = 0 below it, which tightens the LP and proves
+optimality outright when the greedy schedule meets it.
+
+**Reductions** (reducescatter, reduce) use the reverse-graph trick: the copy problem is solved on
+the reversed topology and the schedule is reversed in time with reducing sends (each rank sends its
+partial after all partials routed through it arrived). Allreduce = that reduce-scatter followed by
+an allgather, each solved optimally in its own MILP (optimal for the decomposition, not jointly).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from synth.collectives import COLLECTIVES, Collective
+from synth.errors import SynthError
+from synth.schedule import Schedule, Transfer
+from synth.synthesis.base import MethodSpec, SynthOptions
+from synth.synthesis.greedy import (
+    CopyProblem,
+    Plan,
+    VirtualLinks,
+    allreduce_owners,
+    best_greedy,
+    copy_problem,
+    dest_distance,
+    effective_collective,
+    hop_distances,
+    plan_transfers,
+    virtual_links,
+)
+from synth.topology.model import Topology
+
+
+# ---- epochs ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Epochs:
+    tau: float              # µs
+    batch: np.ndarray       # (V,) m_j: chunks per transfer per epoch
+    m0: int
+
+
+def choose_epochs(vl: VirtualLinks, chunk_bytes: float, num_chunks: int, tau: float | None = None) -> Epochs:
+    """τ and m_j as in the module docstring."""
+    ser = chunk_bytes / (vl.bw * 1e3)          # µs per chunk on each virtual link
+    if tau is None:
+        m0 = int(max(1, min(num_chunks, math.floor(0.25 * float(vl.alpha.min()) / float(ser.max()) + 1e-9))))
+        tau = float((vl.alpha + m0 * ser).max())
+    else:
+        m0 = 1
+        if tau < float((vl.alpha + ser).max()) - 1e-12:
+            raise SynthError(f"tau {tau} µs is shorter than one chunk on the slowest link "
+                             f"({float((vl.alpha + ser).max()):.4g} µs)")
+    batch = np.maximum(1, np.floor((tau - vl.alpha) / ser + 1e-9)).astype(np.int64)
+    return Epochs(float(tau), np.minimum(batch, max(1, num_chunks)), m0)
+
+
+# ---- warm start: a plan replayed into epochs -------------------------------------------------------
+def replay(vl: VirtualLinks, problem: CopyProblem, plan: Plan, ep: Epochs,
+           dd: np.ndarray) -> list[tuple[int, int, int]]:
+    """Greedy transfers (in start order) placed in the earliest epoch that respects holding and
+    capacity: returns sends (chunk, virtual link, epoch)."""
+    n = problem.num_ranks
+    arrive = np.full((problem.num_chunks, n), np.iinfo(np.int64).max, dtype=np.int64)
+    for c, s in enumerate(problem.sources):
+        arrive[c, list(s)] = 0
+    load: dict[tuple[int, int], int] = {}
+    phys_used: set[tuple[int, int]] = set()
+    sends = []
+    for i in np.argsort(plan.starts, kind="stable"):
+        c, j = int(plan.chunks[i]), int(plan.links[i])
+        u, v = int(vl.src[j]), int(vl.dst[j])
+        k = int(arrive[c, u])
+        if arrive[c, v] <= k + 1:
+            continue
+        hops = [int(p) for p in vl.phys[j] if p >= 0]
+        while True:
+            used = load.get((j, k), 0)
+            if 0 < used < ep.batch[j] or (used == 0 and not any((p, k) in phys_used for p in hops)):
+                break
+            k += 1
+        if arrive[c, v] <= k + 1:
+            continue
+        load[(j, k)] = load.get((j, k), 0) + 1
+        phys_used.update((p, k) for p in hops)
+        arrive[c, v] = k + 1
+        sends.append((c, j, k))
+    horizon = _finish_epoch(problem, arrive)
+    # drop sends that cannot lead to a destination by the horizon (the model prunes them)
+    return [(c, j, k) for c, j, k in sends if k + 1 + dd[c, vl.dst[j]] <= horizon]
+
+
+def epoch_greedy(vl: VirtualLinks, problem: CopyProblem, ep: Epochs, dd: np.ndarray, seed: int = 0,
+                 max_epochs: int = 10_000) -> list[tuple[int, int, int]]:
+    """A batching greedy in the epoch model (the α-β greedy sends one chunk per transfer, which
+    cannot find recursive-doubling-like schedules when latency-bound): each epoch, virtual links are
+    taken in order of how many useful chunks they could carry (most first, seeded tie-break), each
+    carrying up to m_j of them, at most one transfer per physical link."""
+    rng = np.random.default_rng(seed)
+    hold, need = problem.matrices()
+    n = problem.num_ranks
+    sparse = np.array([0 < len(d) and len(d) + len(s) < n for d, s in zip(problem.dests, problem.sources)])
+    big = np.iinfo(np.int64).max
+    sends = []
+    for k in range(max_epochs):
+        if not need.any():
+            return sends
+        best = np.where(hold, dd, big).min(axis=1)
+        useful = need | (sparse[:, None] & (dd < best[:, None]) & ~hold)
+        ok = hold[:, vl.src] & useful[:, vl.dst]          # chunks x virtual links
+        count = np.minimum(ok.sum(axis=0), ep.batch)
+        order = np.lexsort((rng.random(vl.count), -count))
+        used: set[int] = set()
+        arriving = np.zeros_like(hold)
+        relayed: set[tuple[int, int]] = set()
+        prio = need.sum(axis=1) * 2.0 + np.minimum(best, n) + rng.random(problem.num_chunks) * 0.5
+        for j in order:
+            if count[j] == 0:
+                break
+            hops = [int(p) for p in vl.phys[j] if p >= 0]
+            if any(p in used for p in hops):
+                continue
+            v = int(vl.dst[j])
+            cand = np.flatnonzero(ok[:, j] & ~arriving[:, v])
+            picks = []
+            for c in cand[np.argsort(-prio[cand], kind="stable")]:
+                if not need[c, v] and (c, int(dd[c, v])) in relayed:
+                    continue
+                picks.append(int(c))
+                if len(picks) == ep.batch[j]:
+                    break
+            if not picks:
+                continue
+            used.update(hops)
+            for c in picks:
+                arriving[c, v] = True
+                if not need[c, v]:
+                    relayed.add((c, int(dd[c, v])))
+                sends.append((c, int(j), k))
+        if not arriving.any():
+            raise SynthError("milp: epoch greedy made no progress; some destination is unreachable")
+        hold |= arriving
+        need &= ~arriving
+    raise SynthError("milp: epoch greedy did not finish")
+
+
+def _finish_epoch(problem: CopyProblem, arrive: np.ndarray) -> int:
+    last = 0
+    for c, dests in enumerate(problem.dests):
+        if dests:
+            last = max(last, int(arrive[c, list(dests)].max()))
+    return last
+
+
+def lower_bound_epochs(vl: VirtualLinks, problem: CopyProblem, ep: Epochs, dist: np.ndarray) -> int:
+    """max(earliest arrival of any chunk at any destination, per-rank needed chunks / chunks its
+    in-links can bring per epoch, per-rank chunks only it holds / chunks its out-links can carry)."""
+    n = problem.num_ranks
+    lb = 0
+    need = np.zeros(n, dtype=np.int64)
+    for s, d in zip(problem.sources, problem.dests):
+        if d:
+            lb = max(lb, int(dist[np.ix_(list(s), list(d))].min(axis=0).max()))
+            need[list(d)] += 1
+    # per physical link into r: the most chunks one transfer on it may carry toward r
+    cap_in = np.zeros(n, dtype=np.int64)
+    cap_out = np.zeros(n, dtype=np.int64)
+    first = np.array([row[row >= 0][0] for row in vl.phys])
+    last = np.array([row[row >= 0][-1] for row in vl.phys])
+    for r in range(n):
+        into = np.flatnonzero(vl.dst == r)
+        per_link: dict[int, int] = {}
+        for j in into:
+            per_link[int(last[j])] = max(per_link.get(int(last[j]), 0), int(ep.batch[j]))
+        cap_in[r] = sum(per_link.values())
+        out = np.flatnonzero(vl.src == r)
+        per_link = {}
+        for j in out:
+            per_link[int(first[j])] = max(per_link.get(int(first[j]), 0), int(ep.batch[j]))
+        cap_out[r] = sum(per_link.values())
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lb = max(lb, int(np.max(np.ceil(need / np.maximum(cap_in, 1)))))
+    # a rank that is the only source of chunks must push each of them out at least once
+    only = np.zeros(n, dtype=np.int64)
+    for s, d in zip(problem.sources, problem.dests):
+        if len(s) == 1 and d:
+            only[s[0]] += 1
+    lb = max(lb, int(np.max(np.ceil(only / np.maximum(cap_out, 1)))))
+    # holders of a chunk grow at most (1 + d)-fold per epoch, d = most physical out-links of a rank
+    firsts = [len(set(first[vl.src == r].tolist())) for r in range(n)]
+    grow = 1 + max(firsts)
+    for s, d in zip(problem.sources, problem.dests):
+        if d:
+            total = len(set(s) | set(d))
+            lb = max(lb, math.ceil(math.log(total / len(s)) / math.log(grow) - 1e-9))
+    return lb
+
+
+# ---- the model -------------------------------------------------------------------------------------
+@dataclass
+class Built:
+    model: object
+    x_keys: np.ndarray      # (nx, 3): chunk, link, epoch
+    x_col: np.ndarray
+    horizon: int
+    lb: int
+    num_binaries: int
+
+
+def build_model(vl: VirtualLinks, problem: CopyProblem, ep: Epochs, horizon: int, lb: int,
+                dist: np.ndarray, dd: np.ndarray, start: list[tuple[int, int, int]] | None = None) -> Built:
+    """The time-expanded MILP of the module docstring as a :class:`synth.solvers.Model`."""
+    from synth.solvers import Model
+
+    n, nc, K = problem.num_ranks, problem.num_chunks, horizon
+    src_set = np.zeros((nc, n), dtype=bool)
+    for c, s in enumerate(problem.sources):
+        src_set[c, list(s)] = True
+    earliest = np.full((nc, n), K + 1, dtype=np.int64)
+    for c, s in enumerate(problem.sources):
+        earliest[c] = dist[list(s)].min(axis=0)
+    earliest[src_set] = 0
+    model = Model("te-milp")
+
+    # x[c, j, k]: k in [earliest(c, u), K - 1 - dd(c, v)], v not a source of c
+    cs, js, ks = [], [], []
+    for j in range(vl.count):
+        u, v = int(vl.src[j]), int(vl.dst[j])
+        lo = earliest[:, u]
+        hi = K - 1 - dd[:, v]
+        ok = (~src_set[:, v]) & (lo <= hi)
+        for c in np.flatnonzero(ok):
+            span = np.arange(lo[c], hi[c] + 1)
+            cs.append(np.full(len(span), c))
+            js.append(np.full(len(span), j))
+            ks.append(span)
+    if cs:
+        x_keys = np.stack([np.concatenate(cs), np.concatenate(js), np.concatenate(ks)], axis=1)
+    else:
+        x_keys = np.zeros((0, 3), dtype=np.int64)
+    nx = len(x_keys)
+    x_col = model.add_binaries(nx)
+
+    # h[c, r, k] for non-sources, k in [earliest, K]; index table (nc, n, K+1) -> column or -1
+    h_idx = np.full((nc, n, K + 1), -1, dtype=np.int64)
+    mask = (~src_set)[:, :, None] & (np.arange(K + 1)[None, None, :] >= earliest[:, :, None])
+    count = int(mask.sum())
+    h_cols = model.add_binaries(count)
+    h_idx[mask] = h_cols
+    # destinations must hold at the horizon
+    dest_mask = np.zeros((nc, n), dtype=bool)
+    for c, d in enumerate(problem.dests):
+        dest_mask[c, list(d)] = True
+    ends = h_idx[:, :, K][dest_mask]
+    if (ends < 0).any():
+        raise SynthError("milp horizon is shorter than the earliest arrival (internal error)")
+    model.add_rows(np.arange(len(ends)), ends, 1.0, 1.0, 1.0)
+
+    # y[j, k] for (j, k) pairs that carry some x
+    jk = np.unique(x_keys[:, 1] * (K + 1) + x_keys[:, 2]) if nx else np.zeros(0, dtype=np.int64)
+    y_col = model.add_binaries(len(jk))
+    x_y = np.searchsorted(jk, x_keys[:, 1] * (K + 1) + x_keys[:, 2])
+
+    # done[k], k = 0..K-1; fixed 0 below the lower bound
+    done = model.add_binaries(K)
+    if lb > 0:
+        fixed = done[: min(lb, K)]
+        model.add_rows(np.arange(len(fixed)), fixed, 1.0, 0.0, 0.0)
+
+    rows, cols, vals, lo, hi = [], [], [], [], []
+    nrow = 0
+
+    def add(r_cols: np.ndarray, r_vals: np.ndarray, row_ids: np.ndarray, lo_v: np.ndarray, hi_v: np.ndarray):
+        nonlocal nrow
+        rows.append(row_ids + nrow)
+        cols.append(r_cols)
+        vals.append(r_vals)
+        lo.append(lo_v)
+        hi.append(hi_v)
+        nrow += len(lo_v)
+
+    inf = math.inf
+    # store-and-forward: x - h[c, u, k] <= 0 (u not a source)
+    u_of = vl.src[x_keys[:, 1]]
+    hu = h_idx[x_keys[:, 0], u_of, x_keys[:, 2]] if nx else np.zeros(0, dtype=np.int64)
+    sel = np.flatnonzero(hu >= 0)
+    m = len(sel)
+    add(np.concatenate([x_col[sel], hu[sel]]), np.concatenate([np.ones(m), -np.ones(m)]),
+        np.concatenate([np.arange(m), np.arange(m)]), np.full(m, -inf), np.zeros(m))
+
+    # arrival: h[c,v,k+1] - h[c,v,k] - sum_j x[c,j,k] <= 0, for every h[c,v,k+1] variable
+    cc, vv, kk = np.nonzero(h_idx[:, :, 1:] >= 0)
+    k1 = kk + 1
+    a_rows = np.arange(len(cc))
+    row_of = np.full((nc, n, K + 1), -1, dtype=np.int64)
+    row_of[cc, vv, k1] = a_rows
+    prev = h_idx[cc, vv, kk]
+    has_prev = prev >= 0
+    v_of = vl.dst[x_keys[:, 1]]
+    xr = row_of[x_keys[:, 0], v_of, x_keys[:, 2] + 1] if nx else np.zeros(0, dtype=np.int64)
+    xs = np.flatnonzero(xr >= 0)
+    add(np.concatenate([h_idx[cc, vv, k1], prev[has_prev], x_col[xs]]),
+        np.concatenate([np.ones(len(cc)), -np.ones(int(has_prev.sum())), -np.ones(len(xs))]),
+        np.concatenate([a_rows, a_rows[has_prev], xr[xs]]), np.full(len(cc), -inf), np.zeros(len(cc)))
+    # monotone holding: h[c,v,k] - h[c,v,k+1] <= 0
+    hp = np.flatnonzero(has_prev)
+    mm = len(hp)
+    add(np.concatenate([prev[hp], h_idx[cc[hp], vv[hp], k1[hp]]]), np.concatenate([np.ones(mm), -np.ones(mm)]),
+        np.concatenate([np.arange(mm), np.arange(mm)]), np.full(mm, -inf), np.zeros(mm))
+
+    # batching: sum_c x[c,j,k] - m_j y[j,k] <= 0
+    ny = len(jk)
+    y_link = jk // (K + 1)
+    add(np.concatenate([x_col, y_col]), np.concatenate([np.ones(nx), -ep.batch[y_link].astype(float)]),
+        np.concatenate([x_y, np.arange(ny)]), np.full(ny, -inf), np.zeros(ny))
+
+    # physical capacity: sum_{j uses l} y[j,k] <= 1
+    y_epoch = jk % (K + 1)
+    hops = vl.phys[y_link]
+    yy, hh = np.nonzero(hops >= 0)
+    key = hops[yy, hh] * (K + 1) + y_epoch[yy]
+    ukey, inv = np.unique(key, return_inverse=True)
+    add(y_col[yy], np.ones(len(yy)), inv, np.full(len(ukey), -inf), np.ones(len(ukey)))
+
+    # completion: done[k] - h[c,d,k] <= 0 for destinations (h missing -> done[k] = 0, by lb)
+    dc, dv = np.nonzero(dest_mask)
+    for k in range(min(lb, K), K):
+        hk = h_idx[dc, dv, k]
+        if (hk < 0).any():
+            model.add_row([done[k]], [1.0], 0.0, 0.0)
+            continue
+        md = len(hk)
+        add(np.concatenate([np.full(md, done[k]), hk]), np.concatenate([np.ones(md), -np.ones(md)]),
+            np.concatenate([np.arange(md), np.arange(md)]), np.full(md, -inf), np.zeros(md))
+    # done monotone: done[k] - done[k+1] <= 0
+    if K > 1:
+        add(np.concatenate([done[:-1], done[1:]]), np.concatenate([np.ones(K - 1), -np.ones(K - 1)]),
+            np.concatenate([np.arange(K - 1), np.arange(K - 1)]), np.full(K - 1, -inf), np.zeros(K - 1))
+
+    model.add_rows(np.concatenate(rows), np.concatenate(cols), np.concatenate(vals),
+                   np.concatenate(lo), np.concatenate(hi))
+    model.set_objective(done, -1.0, "min", offset=float(K))
+
+    if start is not None:
+        values = np.zeros(model.num_vars)
+        arrive = np.full((nc, n), K + 1, dtype=np.int64)
+        arrive[src_set] = 0
+        lookup = {tuple(key): i for i, key in enumerate(x_keys.tolist())}
+        for c, j, k in start:
+            values[x_col[lookup[(c, j, k)]]] = 1.0
+            values[y_col[np.searchsorted(jk, j * (K + 1) + k)]] = 1.0
+            v = int(vl.dst[j])
+            arrive[c, v] = min(arrive[c, v], k + 1)
+        live = h_idx >= 0
+        held = np.arange(K + 1)[None, None, :] >= arrive[:, :, None]
+        values[h_idx[live & held]] = 1.0
+        finish = _finish_epoch(problem, arrive)
+        values[done[finish:]] = 1.0
+        model.set_start(np.arange(model.num_vars), values)
+    return Built(model, x_keys, x_col, K, lb, model.num_vars)
+
+
+# ---- decoding --------------------------------------------------------------------------------------
+def clean_sends(vl: VirtualLinks, problem: CopyProblem,
+                sends: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """Keep first arrivals from ranks that hold the chunk, then drop sends that feed no destination."""
+    n = problem.num_ranks
+    arrive = np.full((problem.num_chunks, n), np.iinfo(np.int64).max, dtype=np.int64)
+    for c, s in enumerate(problem.sources):
+        arrive[c, list(s)] = 0
+    kept = []
+    for c, j, k in sorted(sends, key=lambda s: (s[2], s[0], s[1])):
+        u, v = int(vl.src[j]), int(vl.dst[j])
+        if arrive[c, u] > k:
+            raise SynthError(f"milp decode: chunk {c} sent from rank {u} in epoch {k} before it arrived")
+        if arrive[c, v] <= k + 1:
+            continue
+        arrive[c, v] = k + 1
+        kept.append((c, j, k))
+    for c, dests in enumerate(problem.dests):
+        if dests and (arrive[c, list(dests)] == np.iinfo(np.int64).max).any():
+            raise SynthError(f"milp decode: chunk {c} misses a destination")
+    dest = [set(d) for d in problem.dests]
+    needed: set[tuple[int, int]] = set()     # (chunk, rank) whose copy feeds a destination
+    out = []
+    for c, j, k in reversed(kept):
+        v = int(vl.dst[j])
+        if v in dest[c] or (c, v) in needed:
+            needed.add((c, int(vl.src[j])))
+            out.append((c, j, k))
+    return out[::-1]
+
+
+def sends_to_plan(vl: VirtualLinks, ep: Epochs, chunk_bytes: float,
+                  sends: list[tuple[int, int, int]]) -> tuple[Plan, np.ndarray]:
+    """Epoch sends -> timed plan: every (link, epoch) batch is one transfer starting at kτ."""
+    if not sends:
+        empty = np.zeros(0, dtype=np.int64)
+        return Plan(np.zeros(0), np.zeros(0), empty, empty), empty
+    arr = np.asarray(sends, dtype=np.int64)
+    key = arr[:, 1] * (1 << 32) + arr[:, 2]
+    ukey, group, count = np.unique(key, return_inverse=True, return_counts=True)
+    j, k = arr[:, 1], arr[:, 2]
+    starts = k * ep.tau
+    ends = starts + vl.alpha[j] + count[group] * chunk_bytes / (vl.bw[j] * 1e3)
+    return Plan(starts.astype(float), ends, arr[:, 0], j), group
+
+
+def compact(vl: VirtualLinks, problem: CopyProblem, plan: Plan, groups: np.ndarray,
+            chunk_bytes: float) -> tuple[Plan, np.ndarray]:
+    """Continuous-time schedule of an epoch plan, never later than the epoch grid: batches keep
+    their epoch order, and each starts once its chunks are at the sender and its physical links are
+    free. A batch is sent as runs of consecutive chunk ids (one MSCCL step with cnt > 1 each, one α
+    each), serialized on the link; returns the plan and a group id per run."""
+    if not len(plan.starts):
+        return plan, groups
+    n = problem.num_ranks
+    ids = np.asarray(problem.chunk_ids)
+    avail = np.full((problem.num_chunks, n), np.inf)
+    for c, s in enumerate(problem.sources):
+        avail[c, list(s)] = 0.0
+    busy = np.zeros(vl.num_phys + 1)
+    starts = np.zeros(len(plan.starts))
+    ends = np.zeros(len(plan.starts))
+    run_of = np.zeros(len(plan.starts), dtype=np.int64)
+    members: dict[int, list[int]] = {}
+    for i in np.lexsort((groups, plan.starts)):
+        members.setdefault(int(groups[i]), []).append(int(i))
+    runs = 0
+    for idx in members.values():
+        j = int(plan.links[idx[0]])
+        u, v = int(vl.src[j]), int(vl.dst[j])
+        hops = vl.phys[j][vl.phys[j] >= 0]
+        t = max(max(float(avail[plan.chunks[i], u]) for i in idx), float(busy[hops].max()))
+        idx.sort(key=lambda i: ids[plan.chunks[i]])
+        pieces: list[list[int]] = []
+        for i in idx:
+            if pieces and ids[plan.chunks[i]] == ids[plan.chunks[pieces[-1][-1]]] + 1:
+                pieces[-1].append(i)
+            else:
+                pieces.append([i])
+        for piece in pieces:
+            end = t + float(vl.alpha[j]) + len(piece) * chunk_bytes / (float(vl.bw[j]) * 1e3)
+            for i in piece:
+                starts[i], ends[i], run_of[i] = t, end, runs
+                avail[plan.chunks[i], v] = min(avail[plan.chunks[i], v], end)
+            runs += 1
+            t = end
+        busy[hops] = t
+    return Plan(starts, ends, plan.chunks, plan.links), run_of
+
+
+# ---- one phase -------------------------------------------------------------------------------------
+@dataclass
+class PhaseResult:
+    plan: Plan
+    groups: np.ndarray
+    status: str
+    objective_us: float
+    bound_us: float | None
+    gap: float | None
+    notes: dict
+
+
+def solve_phase(vl: VirtualLinks, problem: CopyProblem, chunk_bytes: float, options: SynthOptions,
+                time_limit: float | None) -> PhaseResult:
+    from synth.solvers import solve
+
+    t0 = time.perf_counter()
+    dist = hop_distances(vl, problem.num_ranks)
+    dd = dest_distance(problem, dist)
+    greedy = best_greedy(vl, problem, chunk_bytes, options.seed, int(options.extra.get("greedy_tries", 4)), dist)
+    ep = choose_epochs(vl, chunk_bytes, problem.num_chunks, options.extra.get("tau_us"))
+    warm = clean_sends(vl, problem, replay(vl, problem, greedy, ep, dd))
+    batched = clean_sends(vl, problem, epoch_greedy(vl, problem, ep, dd, options.seed))
+    if _epochs_of(vl, problem, batched) < _epochs_of(vl, problem, warm):
+        warm = batched
+    warm_sends = warm
+    horizon = max(1, _epochs_of(vl, problem, warm_sends))
+    lb = min(lower_bound_epochs(vl, problem, ep, dist), horizon)
+    notes = {"tau_us": ep.tau, "epoch_batch": ep.m0, "horizon_epochs": horizon, "lb_epochs": lb,
+             "greedy_time_us": greedy.makespan, "warm_start_us": horizon * ep.tau,
+             "switch_model": "rank-to-rank virtual links over switch routes (path α sum, min bw); "
+                             "every physical hop carries one transfer per epoch"}
+    if lb >= horizon and options.extra.get("milp_shortcut", True):
+        # the greedy schedule meets the lower bound: optimal without a solver call
+        plan, groups = sends_to_plan(vl, ep, chunk_bytes, warm_sends)
+        plan, groups = _prefer_faster(vl, problem, plan, groups, greedy, chunk_bytes, notes)
+        notes.update(model_vars=0, model_rows=0, solve_s=0.0, proved_by="lower bound = warm start")
+        return PhaseResult(plan, groups, "optimal", horizon * ep.tau, lb * ep.tau, 0.0, notes)
+    use_start = bool(options.extra.get("milp_warm_start", True))
+    built = build_model(vl, problem, ep, horizon, lb, dist, dd, start=warm if use_start else None)
+    notes.update(model_vars=built.model.num_vars, model_rows=built.model.num_rows,
+                 build_s=time.perf_counter() - t0)
+    result = solve(built.model, options.solver, time_limit=time_limit, gap=options.gap, threads=options.threads)
+    notes["solve_s"] = result.wall_s
+    bound_epochs = lb
+    if result.bound is not None and math.isfinite(result.bound):
+        bound_epochs = max(lb, math.ceil(result.bound - 1e-6))
+    sends = warm_sends
+    status = "feasible"
+    if result.has_solution:
+        chosen = built.x_keys[result.values[built.x_col] > 0.5]
+        try:
+            decoded = clean_sends(vl, problem, [tuple(map(int, s)) for s in chosen])
+            if _epochs_of(vl, problem, decoded) <= horizon:
+                sends = decoded
+                status = result.status
+        except SynthError as exc:
+            notes["fallback"] = f"solver solution rejected ({exc}); warm start kept"
+    else:
+        notes["fallback"] = f"solver returned {result.status} ({result.message}); greedy warm start kept"
+    epochs = _epochs_of(vl, problem, sends)
+    if status == "optimal":
+        bound_epochs = epochs
+    plan, groups = sends_to_plan(vl, ep, chunk_bytes, sends)
+    plan, groups = _prefer_faster(vl, problem, plan, groups, greedy, chunk_bytes, notes)
+    gap = max(0.0, (epochs - bound_epochs) / epochs) if epochs else 0.0
+    if gap <= 1e-9 and status == "feasible":
+        status = "optimal"
+    return PhaseResult(plan, groups, status, epochs * ep.tau, bound_epochs * ep.tau, gap, notes)
+
+
+def _prefer_faster(vl: VirtualLinks, problem: CopyProblem, plan: Plan, groups: np.ndarray, greedy: Plan,
+                   chunk_bytes: float, notes: dict) -> tuple[Plan, np.ndarray]:
+    """Compact the epoch schedule in continuous time; keep the greedy plan if that is still faster
+    (the epoch grid rounds every transfer up to τ, which can lose on heterogeneous links)."""
+    plan, groups = compact(vl, problem, plan, groups, chunk_bytes)
+    notes["epoch_schedule_us"] = plan.makespan
+    if greedy.makespan < plan.makespan - 1e-9:
+        notes["kept"] = "greedy schedule (faster in continuous time than the epoch-model optimum)"
+        return greedy, np.arange(len(greedy.starts))
+    return plan, groups
+
+
+def _epochs_of(vl: VirtualLinks, problem: CopyProblem, sends: list[tuple[int, int, int]]) -> int:
+    return 1 + max((k for _c, _j, k in sends), default=-1)
+
+
+# ---- the method ------------------------------------------------------------------------------------
+def synthesize(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions) -> Schedule:
+    """Time-expanded MILP schedule (see the module docstring); notes carry the solver's status,
+    objective, bound and gap (in µs of the epoch model)."""
+    t0 = time.perf_counter()
+    coll = effective_collective(collective, options)
+    if coll.num_ranks != topology.num_ranks:
+        raise SynthError(f"collective has {coll.num_ranks} ranks but topology {topology.name} has "
+                         f"{topology.num_ranks}")
+    chunk_bytes = coll.chunk_bytes(size_bytes)
+    phases: list[tuple[str, PhaseResult]] = []
+    transfers: list[Transfer] = []
+    if coll.num_ranks > 1:
+        if coll.name == "allreduce":
+            problem = allreduce_owners(coll)
+            limit = None if options.time_limit is None else options.time_limit / 2
+            rvl = virtual_links(topology.reversed())
+            rs = solve_phase(rvl, problem, chunk_bytes, options, limit)
+            transfers += plan_transfers(rvl, problem, rs.plan, reverse=True, groups=rs.groups)
+            vl = virtual_links(topology)
+            ag = solve_phase(vl, problem, chunk_bytes, options, limit)
+            transfers += plan_transfers(vl, problem, ag.plan, reverse=False, offset=rs.plan.makespan,
+                                        groups=ag.groups, group_base=len(rs.groups) and int(rs.groups.max()) + 1)
+            phases = [("reducescatter", rs), ("allgather", ag)]
+        else:
+            problem, reverse = copy_problem(coll)
+            vl = virtual_links(topology.reversed() if reverse else topology)
+            res = solve_phase(vl, problem, chunk_bytes, options, options.time_limit)
+            transfers += plan_transfers(vl, problem, res.plan, reverse=reverse, groups=res.groups)
+            phases = [(coll.name, res)]
+    transfers.sort(key=lambda t: (t.start, t.end, t.chunk, t.src, t.dst))
+    makespan = max((t.end for t in transfers), default=0.0)
+    statuses = [p.status for _, p in phases]
+    status = "optimal" if all(s == "optimal" for s in statuses) else "feasible"
+    objective = sum(p.objective_us for _, p in phases)
+    bounds = [p.bound_us for _, p in phases]
+    bound = sum(bounds) if bounds and all(b is not None for b in bounds) else None
+    gap = None if phases else 0.0
+    if bound is not None and objective > 0:
+        gap = max(0.0, (objective - bound) / objective)
+    notes = {"status": status, "solver": options.solver, "solver_objective_us": objective,
+             "solver_bound_us": bound, "solver_gap": gap, "synthesis_s": time.perf_counter() - t0,
+             "phases": {name: {"status": p.status, **p.notes} for name, p in phases}}
+    if coll.name == "allreduce":
+        notes["decomposition"] = "reducescatter then allgather, each solved exactly"
+    if any("fallback" in p.notes for _, p in phases):
+        notes["fallback"] = "; ".join(p.notes["fallback"] for _, p in phases if "fallback" in p.notes)
+    return Schedule(coll, topology.name, tuple(transfers), method="milp", size_bytes=float(size_bytes),
+                    predicted_time_us=makespan, notes=notes)
+
+
+METHOD = MethodSpec(
+    name="milp",
+    run=synthesize,
+    collectives=frozenset(COLLECTIVES),
+    description="exact time-expanded MILP (TE-CCL): epochs, store-and-forward, greedy warm start, solver gap",
+    kind="exact",
+)
