@@ -521,3 +521,20 @@ def test_lowered_ring_allreduce_matches_closed_form(n):
     assert res.transfers == 2 * n * (n - 1)
     assert close(res.time_us, 2 * (n - 1) * step)
     assert close(res.busbw_GBps, res.algbw_GBps * 2 * (n - 1) / n)
+
+
+def test_builtin_switch_topology_ring_and_contention():
+    """dgx-a100 (8 GPUs <-> NVSwitch, 300 GB/s, α 0.7): a ring allgather crosses the switch each hop
+    (2α + SIZE/8/300 per round, no contention); everyone sending to rank 0 at once serialises on
+    nvswitch->0."""
+    from synth.topology.io import load_topology
+
+    topo = load_topology("dgx-a100")
+    res = simulate(ring_allgather(8), topo, SIZE)
+    assert close(res.time_us, 7 * t_us(SIZE / 8, 300.0, 1.4))
+    assert all(route[0].endswith("->nvswitch") and route[1].startswith("nvswitch->") for *_x, route in res.events)
+    gpus = {0: [tb(i - 1, recv=i, steps=[Step("r", "i", 0, "o", i)]) for i in range(1, 8)]}
+    gpus.update({i: [tb(0, send=0, steps=[Step("s", "i", 0, "o", i)])] for i in range(1, 8)})
+    res = simulate(prog("gather", 8, gpus), topo, SIZE)  # gather SIZE = 8 chunks
+    assert close(res.time_us, 7 * t_us(SIZE / 8, 300.0, 1.4))
+    assert close(res.link_utilization["nvswitch->0"], 1.0)
