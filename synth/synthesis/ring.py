@@ -5,10 +5,11 @@ there is none, over the shortest switch-only route (fewest hops, then least α: 
 simulator), so a star/NVSwitch fabric or boxes behind NICs always have a ring. Rings are packed
 greedily: each round finds a Hamiltonian cycle whose bottleneck residual bandwidth is as large as
 possible (thresholds tried from high to low, direct links preferred at equal threshold, DFS with
-Warnsdorff ordering under a time budget), gives it the rate ``min residual / uses`` over its links,
-and subtracts that rate. The two directions of a full-duplex cycle use different directed links, so
-they count as separate rings. On DGX-1 this recovers NCCL's rings: the double-NVLink cycle in both
-directions (50 GB/s each) and the single-NVLink cycle in both directions (25 GB/s each).
+Warnsdorff ordering under a step budget, so results are deterministic), gives it the rate
+``min residual / uses`` over its links, and subtracts that rate. The two directions of a
+full-duplex cycle use different directed links, so they count as separate rings. On DGX-1 this
+recovers NCCL's rings: the double-NVLink cycle in both directions (50 GB/s each) and the
+single-NVLink cycle in both directions (25 GB/s each).
 
 Chunks are split across rings in proportion to their rates (integer weights, largest remainder),
 each ring on its own channel. Per ring the classic algorithms (Patarasuk & Yuan, JPDC 2009 for the
@@ -28,7 +29,6 @@ bytes / bottleneck bw, and holds every link of its route; transfers on a link ar
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 from synth.collectives import Collective
@@ -40,7 +40,9 @@ from synth.topology.model import Topology
 MAX_RINGS = 8
 MAX_WEIGHT = 16          # total integer ring weight (chunks per piece with no pipelining)
 MAX_PIPELINE = 32        # chunks per ring for the pipelined chain (broadcast / reduce)
-RING_BUDGET_S = 3.0      # time budget for the ring search
+MAX_STEPS = 64           # MSCCL steps per threadblock
+MAX_CHANNELS = 32        # MSCCL channels
+DFS_STEPS = 20_000       # expansions per Hamiltonian DFS (a deterministic budget)
 _EPS = 1e-9
 
 Route = tuple[tuple[int, int], ...]   # the directed links (src, dst) of one ring edge
@@ -98,7 +100,7 @@ def _links_of(path: tuple[int, ...]) -> Route:
 
 
 # ---- ring search ----------------------------------------------------------------------------------
-def _hamiltonian(n: int, adj: list[list[int]], deadline: float, *, start: int = 0,
+def _hamiltonian(n: int, adj: list[list[int]], max_steps: int = DFS_STEPS, *, start: int = 0,
                  closed: bool = True, cost: dict[tuple[int, int], int] | None = None,
                  closers_last: bool = True) -> list[int] | None:
     """A Hamiltonian cycle (or path from ``start`` when not ``closed``) through ranks 0..n-1, or None
@@ -126,7 +128,7 @@ def _hamiltonian(n: int, adj: list[list[int]], deadline: float, *, start: int = 
     steps = 0
     while stack:
         steps += 1
-        if steps % 1024 == 0 and time.monotonic() > deadline:
+        if steps > max_steps:
             return None
         nxt = next(stack[-1], None)
         if nxt is None:
@@ -149,7 +151,7 @@ def _hamiltonian(n: int, adj: list[list[int]], deadline: float, *, start: int = 
     return None
 
 
-def find_line(topology: Topology, budget_s: float = RING_BUDGET_S) -> tuple[int, ...] | None:
+def find_line(topology: Topology, max_steps: int = DFS_STEPS) -> tuple[int, ...] | None:
     """A Hamiltonian path whose consecutive ranks talk both ways (links or switch routes), or None.
 
     The fallback when no Hamiltonian cycle exists (e.g. an odd mesh such as 5x5, which is bipartite
@@ -162,14 +164,11 @@ def find_line(topology: Topology, budget_s: float = RING_BUDGET_S) -> tuple[int,
             adj[a].append(b)
     for a in range(n):
         adj[a].sort(key=lambda b, a=a: (len(routes[(a, b)]), len(adj[b]), b))
-    deadline = time.monotonic() + budget_s
     starts = sorted(range(n), key=lambda v: (len(adj[v]), v))
-    for start in starts:
-        path = _hamiltonian(n, adj, deadline, start=start, closed=False)
+    for start in starts[:4]:
+        path = _hamiltonian(n, adj, max_steps, start=start, closed=False)
         if path:
             return tuple(path)
-        if time.monotonic() > deadline:
-            break
     return None
 
 
@@ -192,17 +191,17 @@ def _strongly_connected(n: int, adj: list[list[int]]) -> bool:
     return reach(adj) == n and reach(rev) == n
 
 
-def find_rings(topology: Topology, max_rings: int = MAX_RINGS, budget_s: float = RING_BUDGET_S) -> list[Ring]:
+def find_rings(topology: Topology, max_rings: int = MAX_RINGS, max_steps: int = DFS_STEPS) -> list[Ring]:
     """Greedy packing of Hamiltonian rings by bottleneck residual bandwidth (see module docstring).
 
-    Two DFS orders are tried (closing ranks last, or plain Warnsdorff), each with half the budget;
+    Two DFS orders are tried (closing ranks last, or plain Warnsdorff), each DFS with ``max_steps``;
     the packing with the larger total rate wins (fewer rings on ties)."""
     n = topology.num_ranks
     if n < 2:
         return []
     best: list[Ring] = []
     for closers_last in (True, False):
-        rings = _pack_rings(topology, max_rings, budget_s / 2, closers_last)
+        rings = _pack_rings(topology, max_rings, max_steps, closers_last)
         if sum(r.rate for r in rings) > sum(r.rate for r in best) + _EPS:
             best = rings
     if not best:
@@ -211,14 +210,13 @@ def find_rings(topology: Topology, max_rings: int = MAX_RINGS, budget_s: float =
     return best
 
 
-def _pack_rings(topology: Topology, max_rings: int, budget_s: float, closers_last: bool) -> list[Ring]:
+def _pack_rings(topology: Topology, max_rings: int, max_steps: int, closers_last: bool) -> list[Ring]:
     n = topology.num_ranks
     routes = pair_routes(topology)
     cost = {pair: len(path) for pair, path in routes.items()}
     residual = {(link.src, link.dst): link.bw for link in topology.links}
     rings: list[Ring] = []
-    deadline = time.monotonic() + budget_s
-    while len(rings) < max_rings and time.monotonic() < deadline:
+    while len(rings) < max_rings:
         thresholds = sorted({bw for bw in residual.values() if bw > _EPS}, reverse=True)
         found: list[int] | None = None
         for thr in thresholds:
@@ -240,7 +238,7 @@ def _pack_rings(topology: Topology, max_rings: int, budget_s: float, closers_las
                     for b in adj[a]:
                         indeg[b] += 1
                 for start in sorted(range(n), key=lambda v: (indeg[v], v))[:2]:
-                    found = _hamiltonian(n, adj, min(deadline, time.monotonic() + budget_s / 4), start=start,
+                    found = _hamiltonian(n, adj, max_steps, start=start,
                                          cost=cost, closers_last=closers_last)
                     if found:
                         break
@@ -463,6 +461,14 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
         if line is None:
             raise
         return _line_schedule(topology, collective, size_bytes, options, line)
+    if name == "alltoall":
+        # every link of a ring relays N(N-1)/2 pieces: MSCCL's 64 steps per threadblock and 32
+        # channels cap how many rings (each on its own channels) fit
+        per_ring = math.ceil(n * (n - 1) / 2 / (MAX_STEPS - 4))
+        if per_ring > MAX_CHANNELS:
+            raise SynthError(f"ring alltoall on {n} ranks relays {n * (n - 1) // 2} pieces per link, more than "
+                             f"{MAX_CHANNELS} channels of {MAX_STEPS} MSCCL steps hold; use another method")
+        rings = rings[: max(1, MAX_CHANNELS // per_ring)]
     weights = ring_weights(rings)
     keep = [i for i, w in enumerate(weights) if w > 0]
     rings, weights = [rings[i] for i in keep], [weights[i] for i in keep]
