@@ -294,7 +294,7 @@ def build_model(vl: VirtualLinks, problem: CopyProblem, ep: Epochs, horizon: int
     ends = h_idx[:, :, K][dest_mask]
     if (ends < 0).any():
         raise SynthError("milp horizon is shorter than the earliest arrival (internal error)")
-    model.add_rows(np.arange(len(ends)), ends, 1.0, 1.0, 1.0)
+    model.add_rows(np.arange(len(ends)), ends, 1.0, np.ones(len(ends)), np.ones(len(ends)))
 
     # y[j, k] for (j, k) pairs that carry some x
     jk = np.unique(x_keys[:, 1] * (K + 1) + x_keys[:, 2]) if nx else np.zeros(0, dtype=np.int64)
@@ -305,7 +305,7 @@ def build_model(vl: VirtualLinks, problem: CopyProblem, ep: Epochs, horizon: int
     done = model.add_binaries(K)
     if lb > 0:
         fixed = done[: min(lb, K)]
-        model.add_rows(np.arange(len(fixed)), fixed, 1.0, 0.0, 0.0)
+        model.add_rows(np.arange(len(fixed)), fixed, 1.0, np.zeros(len(fixed)), np.zeros(len(fixed)))
 
     rows, cols, vals, lo, hi = [], [], [], [], []
     nrow = 0
