@@ -6,6 +6,9 @@ Process start-up dominates, so each test batches several programs into one proce
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -323,3 +326,18 @@ def test_synthesized_dgx1_programs_execute_correctly():
     results = execute_many(programs, size_bytes=1 << 20, iters=1, warmup=0, dtype="int32")
     _assert_all_ok(results)
     assert all(r.ranks == 8 for r in results)
+
+
+@pytest.mark.skipif(shutil.which("torchrun") is None or shutil.which("synth") is None, reason="needs torchrun")
+def test_torchrun_launch_uses_the_torchrun_world(tmp_path):
+    """The multi-node path: torchrun starts the ranks, each runs `synth execute`, rank 0 reports."""
+    path = tmp_path / "ring2.xml"
+    path.write_text(program_to_xml(samples.ring_allreduce(2)))
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(["torchrun", "--standalone", "--nnodes", "1", "--nproc-per-node", "2", "--no-python",
+                           "synth", "execute", str(path), "-s", "64KiB", "--iters", "2", "--json"],
+                          capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.count('"ok"') == 1  # only rank 0 prints
+    out = json.loads(proc.stdout)
+    assert out["ok"] is True and out["ranks"] == 2 and out["errors"] == []

@@ -192,7 +192,8 @@ def _run_local(job: Job, world: int, timeout: float, plans: list[Plan]) -> list[
     tmpdir = tempfile.mkdtemp(prefix="synth-exec-")
     try:
         job = replace(job, init_method="file://" + os.path.join(tmpdir, "rendezvous"), result_dir=tmpdir)
-        method = "spawn" if job.backend == "nccl" else "fork"
+        # CUDA cannot fork; SYNTH_EXECUTE_START=spawn forces spawn on CPU too (slower start-up)
+        method = "spawn" if job.backend == "nccl" else os.environ.get("SYNTH_EXECUTE_START", "fork")
         if job.backend == "gloo":
             os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         ctx = mp.start_processes(local_worker, args=(job, world), nprocs=world, join=False, start_method=method)
