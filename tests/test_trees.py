@@ -1,0 +1,147 @@
+"""Method trees: exact cut-bound rates (hand-derived), packing invariants, verified programs."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from synth.collectives import Collective
+from synth.errors import SynthError
+from synth.synthesis.base import SynthOptions
+from synth.synthesis.packing import integer_fabric, optimal_ratio
+from synth.synthesis.trees import plan_forest, synthesize
+from synth.topology.model import Link, Topology
+
+
+def _bidir(n_ranks: int, edges, switches=(), name="t") -> Topology:
+    links = []
+    for a, b, bw in edges:
+        links += [Link(a, b, bw, 0.5), Link(b, a, bw, 0.5)]
+    return Topology(name, n_ranks, tuple(links), tuple(switches))
+
+
+def ring(n: int, bw: float = 50) -> Topology:
+    return _bidir(n, [(i, (i + 1) % n, bw) for i in range(n)], name=f"ring{n}")
+
+
+def star(n: int, bw: float = 100) -> Topology:
+    return _bidir(n, [(i, n, bw) for i in range(n)], switches=("sw",), name=f"star{n}")
+
+
+def two_boxes() -> Topology:
+    """Two boxes of 2 ranks: inside a box 100 GB/s, one 10 GB/s link between the boxes.
+
+    Per-rank bound: each rank receives 3 pieces over 100 (+10) GB/s. Cut bound: the box {0,1}
+    must receive 2 pieces over the single 10 GB/s link: T* = 2/10 per unit piece, far above the
+    per-rank 3/110: the per-rank bound is wrong here.
+    """
+    return _bidir(4, [(0, 1, 100), (2, 3, 100), (1, 2, 10)], name="boxes")
+
+
+def ratio_GBps(topology: Topology, roots) -> float:
+    fabric = integer_fabric(topology)
+    return float(optimal_ratio(fabric, {r: 1 for r in roots}) / fabric.unit_GBps)
+
+
+def test_ring_rate_is_half_the_pieces_per_link():
+    # allgather on a bidirectional ring: each rank receives N-1 pieces over 2 links of 50 GB/s
+    assert ratio_GBps(ring(8), range(8)) == pytest.approx(7 / 100)
+
+
+def test_per_rank_bound_is_wrong_on_two_boxes():
+    per_rank = 3 / 110
+    exact = ratio_GBps(two_boxes(), range(4))
+    assert exact == pytest.approx(2 / 10)
+    assert exact > per_rank * 5
+
+
+def test_star_behind_switch_is_exact():
+    # star: every rank has 100 GB/s in; N-1 pieces in -> T* = (N-1)/100; the switch is split away
+    forest = plan_forest(star(6), tuple(range(6)))
+    assert float(forest.ratio / forest.unit_GBps) == pytest.approx(5 / 100)
+    assert forest.ratio == forest.optimal
+    assert any(route for t in forest.trees for pieces in t.routes for route, _ in pieces)
+
+
+def test_broadcast_rate_is_min_cut():
+    # line 0-1-2 with 30 and 20 GB/s: broadcast from 0 is limited by the 20 GB/s link
+    line = _bidir(3, [(0, 1, 30), (1, 2, 20)], name="line")
+    assert ratio_GBps(line, [0]) == pytest.approx(1 / 20)
+
+
+@pytest.mark.parametrize("topology", [ring(5), star(5), two_boxes()], ids=lambda t: t.name)
+def test_forest_is_k_spanning_trees_per_root_within_capacity(topology):
+    forest = plan_forest(topology, tuple(range(topology.num_ranks)))
+    n = topology.num_ranks
+    per_root = {r: 0 for r in range(n)}
+    load: dict[tuple[int, int], int] = {}
+    for tree in forest.trees:
+        per_root[tree.root] += tree.mult
+        assert len(tree.edges) == n - 1
+        assert {c for _, c in tree.edges} | {tree.root} == set(range(n))
+        for (parent, child), pieces in zip(tree.edges, tree.routes):
+            assert sum(units for _, units in pieces) == tree.mult
+            for route, units in pieces:
+                nodes = (parent, *route, child)
+                for a, b in zip(nodes, nodes[1:]):
+                    load[(a, b)] = load.get((a, b), 0) + units
+    assert set(per_root.values()) == {forest.k}
+    fabric = integer_fabric(topology)
+    for a, b, u in zip(fabric.tails.tolist(), fabric.heads.tolist(), fabric.units.tolist()):
+        # each unit-tree carries 1/k of a piece: load/k <= bw * T*  (in fabric units)
+        assert Fraction(load.get((a, b), 0), forest.k) <= u * forest.ratio
+
+
+def _verified(topology, name, size=2**26, **opts):
+    from synth.program.lower import lower
+    from synth.simulate import simulate
+    from synth.verify import verify
+
+    schedule = synthesize(topology, Collective(name, topology.num_ranks), size, SynthOptions(**opts))
+    program = lower(schedule)
+    result = verify(program)
+    assert result.ok, result.errors[:3]
+    return schedule, simulate(program, topology, size, record_events=False)
+
+
+@pytest.mark.parametrize("name", ["allgather", "reducescatter", "allreduce", "broadcast", "reduce",
+                                  "gather", "scatter"])
+@pytest.mark.parametrize("topology", [ring(4), star(4), two_boxes()], ids=lambda t: t.name)
+def test_every_collective_verifies(topology, name):
+    _verified(topology, name)
+
+
+def test_allgather_close_to_cut_bound_on_a_switch():
+    topology = star(8)
+    size = 2**30
+    schedule, sim = _verified(topology, "allgather", size)
+    bound_us = size / 8 * 7 / (100 * 1e3)
+    assert bound_us / sim.time_us > 0.97
+    assert schedule.predicted_time_us == pytest.approx(sim.time_us, rel=0.05)
+
+
+def test_two_boxes_reach_the_cut_not_the_per_rank_bound():
+    size = 2**28
+    _, sim = _verified(two_boxes(), "allgather", size)
+    cut_us = size / 4 * 2 / (10 * 1e3)
+    assert cut_us / sim.time_us > 0.95
+    assert sim.time_us >= cut_us * (1 - 1e-9)
+
+
+def test_bad_options_raise():
+    with pytest.raises(SynthError, match="--max-trees"):
+        synthesize(ring(4), Collective("allgather", 4), 2**20, SynthOptions(max_trees=0))
+    with pytest.raises(SynthError, match="--chunks"):
+        synthesize(ring(4), Collective("allgather", 4), 2**20, SynthOptions(chunks=100000))
+    with pytest.raises(SynthError, match="does not support"):
+        synthesize(ring(4), Collective("alltoall", 4), 2**20, SynthOptions())
+
+
+def test_capped_trees_stay_feasible_and_close():
+    # the 3-ring with 1 and 2 GB/s links has a fractional optimum; capping k keeps a valid packing
+    topology = _bidir(3, [(0, 1, 1), (1, 2, 2), (2, 0, 3)], name="odd")
+    exact = plan_forest(topology, (0, 1, 2))
+    capped = plan_forest(topology, (0, 1, 2), max_trees=1)
+    assert capped.k == 1 and capped.ratio >= exact.optimal
+    _verified(topology, "allgather", 2**20, max_trees=1)
