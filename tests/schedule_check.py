@@ -67,7 +67,14 @@ def check_schedule(schedule: Schedule, topology: Topology, eps: float = 1e-6) ->
     transfers = sorted(schedule.transfers, key=lambda t: (t.start, t.end))
     # link exclusivity
     busy: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    seen_groups: set[tuple[int, int, int, float, float]] = set()
     for t in transfers:
+        if t.group >= 0:
+            # chunks of one group move together as one transfer (one MSCCL step)
+            key = (t.group, t.src, t.dst, round(t.start, 9), round(t.end, 9))
+            if key in seen_groups:
+                continue
+            seen_groups.add(key)
         assert t.end > t.start - eps, t
         hops = (t.src, *t.route, t.dst)
         for a, b in zip(hops, hops[1:]):
