@@ -121,7 +121,14 @@ class _Lowering:
     # ---- build ops --------------------------------------------------------------------------
     def build(self) -> None:
         coll = self.coll
-        self.dests = {c: coll.chunk_destinations(c) for c in coll.schedule_chunks}
+        # chunk -> {rank: output slot} in one pass (Collective.chunk_destinations scans per chunk)
+        self.dests: dict[int, dict[int, int]] = {c: {} for c in coll.schedule_chunks}
+        for (rank, slot), contribs in coll.postcondition.items():
+            if coll.is_reduction:
+                self.dests[coll.split_contribution(next(iter(contribs)))[1]][rank] = slot
+            else:
+                for c in contribs:
+                    self.dests.setdefault(c, {})[rank] = slot
         # per (rank, loc): access events (time, write-first rank, seq, op index, mode, chunk)
         self.access: dict[tuple[int, Loc], list[tuple[float, int, int, int, str, int]]] = defaultdict(list)
         seq = 0
