@@ -247,7 +247,7 @@ def test_cli_wrong_output_names_rank_and_chunk(tmp_path):
     assert any(e.startswith("rank 2 output chunk 3:") for e in out["errors"])
     assert all(e.startswith("rank 2 ") for e in out["errors"])  # other ranks are right
     text = _cli("execute", str(path), "-s", "4KiB", "--no-verify", "--iters", "1")
-    assert text.exit_code == 1 and "wrong output: rank 2 output chunk" in text.output
+    assert text.exit_code == 1 and "check failed: rank 2 output chunk" in text.output
 
 
 def test_float_reduction_with_a_wrong_operand_is_caught_within_tolerance():
@@ -262,6 +262,20 @@ def test_float_reduction_with_a_wrong_operand_is_caught_within_tolerance():
     res = execute(prog, verify_first=False, size_bytes=4 * 2 * 256, iters=1, warmup=0, dtype="bfloat16")
     assert not res.ok
     assert {e.split(":")[0] for e in res.errors} == {f"rank {r} output chunk 0" for r in range(4)}
+
+
+def test_send_without_receive_fails_the_run():
+    prog = samples.ring_allgather(4)
+    gpu = prog.gpus[0]
+    tb = gpu.threadblocks[0]
+    tb = replace(tb, steps=tb.steps + (Step("s", "i", 0, "o", 0),))
+    prog = replace(prog, gpus=(replace(gpu, threadblocks=(tb,)),) + prog.gpus[1:])
+    plan = compile_plan(prog, collective_of(prog))
+    assert plan.unmatched_sends == ("rank 0 tb 0 step 5 sends to rank 1 on channel 0 but no receive takes it",)
+    with pytest.raises(CheckFailed, match="verify failed"):
+        execute(prog, size_bytes=4096)
+    res = execute(prog, size_bytes=4096, verify_first=False, iters=1, warmup=0)
+    assert not res.ok and res.errors == list(plan.unmatched_sends)  # outputs themselves are right
 
 
 def test_cli_hanging_program_is_killed_after_timeout(tmp_path):

@@ -62,4 +62,4 @@ def command(prog: str, backend: str, size: str, dtype: str, iters: int, warmup: 
         return
     for err in result.errors[1:]:
         click.echo(f"  {err}", err=True)
-    raise CheckFailed(f"wrong output: {result.errors[0]}")
+    raise CheckFailed(f"check failed: {result.errors[0]}")
