@@ -153,3 +153,28 @@ def test_pipeline_refuses_unsupported_collective(monkeypatch):
     monkeypatch.setattr(registry, "get_method", lambda name: spec)
     with pytest.raises(SynthError, match="does not support allgather"):
         synthesize(gen.ring(4), "allgather", 2**20, "fake")
+
+
+def _one_ring(topology, collective, size_bytes, options):
+    from synth.synthesis.ring import synthesize as ring
+
+    return replace(ring(topology, collective, size_bytes, replace(options, extra={"max_rings": 1})), method="onering")
+
+
+def test_auto_keeps_the_fastest_verified_candidate(monkeypatch):
+    import synth.synthesis.auto as auto
+    import synth.synthesis.registry as registry
+
+    real = registry.get_method
+    fakes = {"onering": MethodSpec("onering", _one_ring, frozenset({"allgather"}), "single ring"),
+             "crash": MethodSpec("crash", _crashing, frozenset({"allgather"}), "always fails")}
+    monkeypatch.setattr(registry, "get_method", lambda name: fakes.get(name) or real(name))
+    monkeypatch.setattr(auto, "candidates", lambda *a: ["onering", "crash", "ring"])
+    result = synthesize(gen.ring(8), "allgather", 2**26, "auto")
+    assert result.method == "ring"                       # two rings beat one
+    rows = {row["method"]: row for row in result.tried}
+    assert rows["onering"]["time_us"] > rows["ring"]["time_us"] == result.time_us
+    assert "boom" in rows["crash"]["error"]
+    monkeypatch.setattr(auto, "candidates", lambda *a: ["crash"])
+    with pytest.raises(SynthError, match="every method failed"):
+        synthesize(gen.ring(8), "allgather", 2**26, "auto")
