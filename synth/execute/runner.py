@@ -202,22 +202,25 @@ def _run_local(job: Job, world: int, timeout: float, plans: list[Plan]) -> list[
         procs = ctx.processes
         deadline = time.monotonic() + timeout
         timed_out = False
-        while True:
-            alive = [p for p in procs if p.exitcode is None]
-            failed = [p for p in procs if p.exitcode not in (None, 0)]
-            if failed or not alive:
-                break
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                timed_out = True
-                break
-            multiprocessing.connection.wait([p.sentinel for p in alive], timeout=min(remaining, 1.0))
-        stragglers = [i for i, p in enumerate(procs) if p.exitcode is None]
-        for p in procs:
-            if p.exitcode is None:
-                p.kill()
-        for p in procs:
-            p.join()
+        stragglers: list[int] = []
+        try:
+            while True:
+                alive = [p for p in procs if p.exitcode is None]
+                failed = [p for p in procs if p.exitcode not in (None, 0)]
+                if failed or not alive:
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    timed_out = True
+                    break
+                multiprocessing.connection.wait([p.sentinel for p in alive], timeout=min(remaining, 1.0))
+            stragglers = [i for i, p in enumerate(procs) if p.exitcode is None]
+        finally:  # never leave a worker behind, whatever happened here (Ctrl-C included)
+            for p in procs:
+                if p.exitcode is None:
+                    p.kill()
+            for p in procs:
+                p.join()
         payloads = {}
         for r in range(world):
             path = os.path.join(tmpdir, f"rank{r}.json")
