@@ -241,6 +241,22 @@ class _AutSearch:
         return bool(np.array_equal(key[order], self.key_sorted) and np.array_equal(self.bw[order], self.bw_sorted))
 
 
+def _twin_classes(topology: Topology, fixed: tuple[int, ...]) -> np.ndarray:
+    """Class id per node: nodes of the same kind with identical in- and out-neighbourhoods
+    (neighbour, bandwidth). Swapping two such "false twins" is always an automorphism."""
+    out: list[list[tuple[int, float]]] = [[] for _ in range(topology.num_nodes)]
+    inc: list[list[tuple[int, float]]] = [[] for _ in range(topology.num_nodes)]
+    for link in topology.links:
+        out[link.src].append((link.dst, link.bw))
+        inc[link.dst].append((link.src, link.bw))
+    ids: dict[tuple, int] = {}
+    cls = np.empty(topology.num_nodes, dtype=np.int64)
+    for v in range(topology.num_nodes):
+        key = ("fixed", v) if v in fixed else (topology.is_switch(v), tuple(sorted(out[v])), tuple(sorted(inc[v])))
+        cls[v] = ids.setdefault(key, len(ids))
+    return cls
+
+
 def rank_orbits(topology: Topology, fixed: tuple[int, ...] = (), *, budget: int = 400,
                 time_limit_s: float = 3.0) -> list[list[int]]:
     """Partition the ranks into groups that are *proven* to lie in one orbit of the automorphism
@@ -250,16 +266,47 @@ def rank_orbits(topology: Topology, fixed: tuple[int, ...] = (), *, budget: int 
     Proof by construction: two ranks are merged only through an automorphism found and verified
     explicitly; groups are the connected components of all found permutations, i.e. orbits of the
     group they generate (a subgroup), so a group never mixes two true orbits. When the search runs
-    out of ``budget`` (refinement calls) or time, ranks stay apart, which is always safe: callers then just
-    test more ranks. On vertex-transitive fabrics (torus, ring, hypercube, fully connected, a star)
-    a handful of automorphisms merges all ranks into one group."""
-    n, nodes = topology.num_ranks, topology.num_nodes
+    out of ``budget`` (refinement calls) or time, ranks stay apart, which is always safe: callers then
+    just test more ranks. On vertex-transitive fabrics (torus, ring, hypercube, fully connected, a
+    star) a handful of automorphisms merges all ranks into one group.
+
+    False twins (same in/out neighbours and bandwidths, e.g. the ranks under one leaf switch, or the
+    spines of a leaf-spine) are merged first and the search runs on the quotient graph (one node per
+    twin class, coloured by class size): an automorphism of the quotient that preserves class sizes
+    lifts to the fabric by mapping each class onto its image in any order.
+    """
+    n = topology.num_ranks
     src, dst, bw, _ = topology.arrays
+    cls = _twin_classes(topology, fixed)
+    k = int(cls.max()) + 1
+    size = np.bincount(cls, minlength=k)
+    # quotient graph (false twins have no links between them, and links between two classes are
+    # all present with one bandwidth, so deduplicating keeps exactly the quotient's links)
+    qe = np.unique(np.stack([cls[src], cls[dst], np.unique(bw, return_inverse=True)[1]], axis=1), axis=0)
+    _, first = np.unique(cls, return_index=True)
+    qbw = np.unique(bw)[qe[:, 2]]
+    kind = np.array([0 if v < n else 1 for v in first], dtype=np.int64)
+    init = _dense((kind, size.astype(np.int64)))
+    fixed_q = tuple(int(cls[f]) for f in fixed)
+    for i, f in enumerate(fixed_q):
+        init[f] = int(init.max()) + 1 + i
+    init = _dense((init,))
+    rank_classes = sorted({int(cls[v]) for v in range(n) if v not in fixed})
+    parent = _orbit_search(k, qe[:, 0], qe[:, 1], qbw, init, rank_classes, budget, time_limit_s)
+    out: dict[int, list[int]] = {}
+    for v in range(n):
+        root = int(cls[v])
+        while parent[root] != root:
+            root = int(parent[root])
+        out.setdefault(root, []).append(v)
+    return list(out.values())
+
+
+def _orbit_search(nodes: int, src: np.ndarray, dst: np.ndarray, bw: np.ndarray, init: np.ndarray,
+                  candidates: list[int], budget: int, time_limit_s: float) -> np.ndarray:
+    """Union-find forest over nodes whose components are orbits of found automorphisms."""
     _, wcls = np.unique(bw, return_inverse=True)
-    init = np.array([0 if v < n else 1 for v in range(nodes)], dtype=np.int64)
-    for i, f in enumerate(fixed):
-        init[f] = 2 + i
-    base = _refine(_dense((init,)), src, dst, wcls.astype(_U64))
+    base = _refine(init, src, dst, wcls.astype(_U64))
     search = _AutSearch(base, src, dst, wcls, bw, budget)
     deadline = time.perf_counter() + time_limit_s
     parent = np.arange(nodes)
@@ -273,9 +320,7 @@ def rank_orbits(topology: Topology, fixed: tuple[int, ...] = (), *, budget: int 
         return root
 
     reps: dict[int, list[int]] = {}
-    for v in range(n):
-        if v in fixed:
-            continue
+    for v in candidates:
         group = reps.setdefault(int(base[v]), [])
         if any(find(v) == find(r) for r in group):
             continue
@@ -285,16 +330,14 @@ def rank_orbits(topology: Topology, fixed: tuple[int, ...] = (), *, budget: int 
                 break
             perm = search.find(r, v)
             if perm is not None:
-                roots_a = np.array([find(int(a)) for a in range(nodes)])
                 for a in range(nodes):
-                    ra, rb = find(int(roots_a[a])), find(int(perm[a]))
+                    ra, rb = find(a), find(int(perm[a]))
                     if ra != rb:
                         parent[rb] = ra
                 merged = True
                 break
         if not merged:
             group.append(v)
-    out: dict[int, list[int]] = {}
-    for v in range(n):
-        out.setdefault(find(v), []).append(v)
-    return list(out.values())
+    for a in range(nodes):
+        parent[a] = find(a)
+    return parent

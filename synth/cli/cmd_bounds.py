@@ -46,7 +46,8 @@ def command(topology_name: str, collective: str, size: str, root: int, as_json: 
         table.add_row("  per-rank (detail)", f"{d['per_rank_bound_us']:.3f}",
                       f"(N-1)/N·SIZE/B_in(rank {d['per_rank_rank']}); not the bound")
     for key, value in d.get("components_us", {}).items():
-        table.add_row(f"  {key.removesuffix('_us')}", f"{value:.3f}", "binding" if key == d.get("binding_component") else "")
+        mark = "binding" if key == d.get("binding_component") else ""
+        table.add_row(f"  {key.removesuffix('_us')}", f"{value:.3f}", mark)
     table.add_row("latency", f"{bounds.latency_bound_us:.3f}", str(d.get("latency_method", "")))
     table.add_row("time = max", f"{bounds.time_bound_us:.3f}", f"{bounds.binding}-bound")
     table.add_row("algbw", f"{bounds.algbw_bound_GBps:.3f} GB/s", "SIZE / time bound")
