@@ -342,8 +342,9 @@ def test_cli_json_stdout_is_clean_with_the_lp_solver():
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", "from synth.cli import main; main()", "bounds", "-t", "ring-8", "-c", "alltoall", "--json"],
-                         capture_output=True, text=True, check=False)
+    cmd = [sys.executable, "-c", "from synth.cli import main; main()",
+           "bounds", "-t", "ring-8", "-c", "alltoall", "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["details"]["alltoall_method"] == "lp"
