@@ -34,6 +34,9 @@ MAX_ERRORS = 1000
 # Which local operands each step type reads / writes (src is the LOCAL operand of rrs/rrc/rrcs).
 _READS_SRC = frozenset({"s", "rrs", "rrc", "rrcs", "cpy", "re"})
 _WRITES_DST = frozenset({"r", "rcs", "rrc", "rrcs", "cpy", "re"})
+_NOP, _S, _R, _RCS, _RRS, _RRC, _RRCS, _CPY, _RE = range(9)
+_KIND = {"nop": _NOP, "s": _S, "r": _R, "rcs": _RCS, "rrs": _RRS, "rrc": _RRC, "rrcs": _RRCS, "cpy": _CPY, "re": _RE}
+_READ_KINDS = frozenset({_S, _RRS, _RRC, _RRCS, _CPY, _RE})
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,28 @@ def _describe(value) -> str:
         return "no data"
     slot, bits = value
     return f"input slot {slot} of ranks {_fmt_ranks(_ranks_of(bits))}"
+
+
+def expected_values(coll: Collective) -> dict[tuple[int, int], tuple[int, int]]:
+    """``coll.postcondition`` in the verifier's encoding: (rank, output slot) -> (input slot, origin bitset).
+
+    Reductions are built directly (their postcondition sets have N elements each, so materialising
+    them costs O(N^2 C)); copy collectives convert their one-element sets.
+    """
+    n, c = coll.num_ranks, coll.chunk_factor
+    every = (1 << n) - 1
+    if coll.name == "allreduce":
+        return {(r, k): (k, every) for r in range(n) for k in range(c)}
+    if coll.name == "reduce":
+        return {(coll.root, k): (k, every) for k in range(c)}
+    if coll.name == "reducescatter":
+        return {(r, k): (r * c + k, every) for r in range(n) for k in range(c)}
+    out = {}
+    for key, contribs in coll.postcondition.items():
+        (contribution,) = contribs
+        origin, slot = coll.split_contribution(contribution)
+        out[key] = (slot, 1 << origin)
+    return out
 
 
 class _Errors(list):
@@ -168,51 +193,46 @@ class _Verifier:
                 ok_peer[role] = good
             self.send_ok.append(ok_peer["send"])
             self.recv_ok.append(ok_peer["recv"])
-        # per-step operand checks and dependency resolution
+        # per-step operand checks, dependency resolution and compiled step records for _run
         self.deps: list[list] = []
-        self.operands_ok: list[list[bool]] = []
+        self.records: list[list[tuple]] = []
         depended = {}
-        for r, tb in self.tbs:
+        for g, (r, tb) in enumerate(self.tbs):
             views = self.layout[r]
-            dl, okl = [], []
+            dl, recs = [], []
+            can_send, can_recv = self.send_ok[g], self.recv_ok[g]
+            gindex, tbs = self.gindex, self.tbs
             for s, st in enumerate(tb.steps):
-                where = f"rank {r} tb {tb.id} step {s} ({st.type})"
-                ok = True
-                if st.type != "nop":
-                    if st.cnt < 1:
-                        err.add(f"{where}: cnt={st.cnt} must be at least 1")
-                        ok = False
-                    if st.type in SENDS and tb.send == -1:
-                        err.add(f"{where}: sends but the threadblock has no send peer")
-                    if st.type in RECEIVES and tb.recv == -1:
-                        err.add(f"{where}: receives but the threadblock has no recv peer")
-                    for used, buf, off, name in ((st.type in _READS_SRC, st.srcbuf, st.srcoff, "src"),
-                                                 (st.type in _WRITES_DST, st.dstbuf, st.dstoff, "dst")):
-                        if not used:
-                            continue
-                        limit = views[buf][3] if buf in views else -1
-                        if limit < 0:
-                            err.add(f"{where}: {name} buffer {buf!r} is not i, o or s")
-                            ok = False
-                        elif off < 0 or off + max(st.cnt, 1) > limit:
-                            note = " after in-place aliasing" if (r, buf) in self.aliased else ""
-                            err.add(f"{where}: {name} {buf}[{off}:{off + st.cnt}] is out of range (buffer "
-                                    f"{buf} has {limit} chunks on rank {r}{note})")
-                            ok = False
+                t = st.type
+                cnt = st.cnt
+                sv = views.get(st.srcbuf)
+                dv = views.get(st.dstbuf)
+                ok = t != "nop"
+                problems = None
+                if ok and (cnt < 1 or (t in SENDS and not can_send) or (t in RECEIVES and not can_recv)
+                           or (t in _READS_SRC and (sv is None or st.srcoff < 0 or st.srcoff + cnt > sv[3]))
+                           or (t in _WRITES_DST and (dv is None or st.dstoff < 0 or st.dstoff + cnt > dv[3]))):
+                    ok, problems = self._step_problems(r, tb, st)
                 dep = None
-                if st.depid != -1 or st.deps != -1:
-                    target = self.gindex.get((r, st.depid))
-                    if st.depid == -1:
-                        pass  # the runtimes ignore deps when depid is -1
-                    elif target is None or not 0 <= st.deps < len(self.tbs[target][1].steps):
-                        err.add(f"{where}: depends on tb {st.depid} step {st.deps}, which does not exist on rank {r}")
+                if st.depid != -1:  # the runtimes ignore deps when depid is -1
+                    target = gindex.get((r, st.depid))
+                    if target is None or not 0 <= st.deps < len(tbs[target][1].steps):
+                        problems = (problems or []) + [f"depends on tb {st.depid} step {st.deps}, which does not "
+                                                       f"exist on rank {r}"]
                     else:
                         dep = (target, st.deps)
-                        depended.setdefault(dep, (tb.id, s))
+                        if dep not in depended:
+                            depended[dep] = (tb.id, s)
+                if problems:
+                    for problem in problems:
+                        err.add(f"rank {r} tb {tb.id} step {s} ({t}): {problem}")
+                recs.append((_KIND[t] if ok else _NOP, can_recv and t in RECEIVES, can_send and t in SENDS,
+                             cnt if cnt > 0 else 0,
+                             sv[0] if sv else None, sv[2] + st.srcoff if sv else 0,
+                             dv[0] if dv else None, dv[1] if dv else None, dv[2] + st.dstoff if dv else 0, dep))
                 dl.append(dep)
-                okl.append(ok)
             self.deps.append(dl)
-            self.operands_ok.append(okl)
+            self.records.append(recs)
         for (target, s), (tb_id, s2) in depended.items():
             r, ttb = self.tbs[target]
             if not ttb.steps[s].hasdep:
@@ -220,20 +240,42 @@ class _Verifier:
                         f"but it has hasdep=0, so the runtime never signals it")
         return True
 
+    def _step_problems(self, r: int, tb, st) -> tuple[bool, list[str]]:
+        """Why a step is malformed (slow path of _structure); ok=False means its data effect is skipped."""
+        t, views = st.type, self.layout[r]
+        ok, problems = True, []
+        if st.cnt < 1:
+            problems.append(f"cnt={st.cnt} must be at least 1")
+            ok = False
+        if t in SENDS and tb.send == -1:
+            problems.append("sends but the threadblock has no send peer")
+        if t in RECEIVES and tb.recv == -1:
+            problems.append("receives but the threadblock has no recv peer")
+        for used, buf, off, name in ((t in _READS_SRC, st.srcbuf, st.srcoff, "src"),
+                                     (t in _WRITES_DST, st.dstbuf, st.dstoff, "dst")):
+            if not used:
+                continue
+            if buf not in views:
+                problems.append(f"{name} buffer {buf!r} is not i, o or s")
+                ok = False
+            elif off < 0 or off + max(st.cnt, 1) > views[buf][3]:
+                note = " after in-place aliasing" if (r, buf) in self.aliased else ""
+                problems.append(f"{name} {buf}[{off}:{off + st.cnt}] is out of range (buffer "
+                                f"{buf} has {views[buf][3]} chunks on rank {r}{note})")
+                ok = False
+        return ok, problems
+
     # ---- execution ----------------------------------------------------------------------------
-    def _reduce(self, a, b, where: str, k: int, reported: list):
+    def _reduce(self, a, b, g: int, p: int, k: int):
+        """Slow path of a reduction: one operand missing, different input slots, or double counting."""
         if a is None or b is None:
             return a if b is None else b
+        where = self._step_name(g, p)
         if a[0] != b[0]:
-            if not reported:
-                reported.append(1)
-                self.err.add(f"{where}: chunk {k} reduces {_describe(a)} with {_describe(b)} (different input slots)")
+            self.err.add(f"{where}: chunk {k} reduces {_describe(a)} with {_describe(b)} (different input slots)")
             return a
-        if a[1] & b[1]:
-            if not reported:
-                reported.append(1)
-                self.err.add(f"{where}: chunk {k} double counts ranks {_fmt_ranks(_ranks_of(a[1] & b[1]))} of input "
-                             f"slot {a[0]} ({_describe(a)} + {_describe(b)})")
+        self.err.add(f"{where}: chunk {k} double counts ranks {_fmt_ranks(_ranks_of(a[1] & b[1]))} of input "
+                     f"slot {a[0]} ({_describe(a)} + {_describe(b)})")
         return (a[0], a[1] | b[1])
 
     def _run(self) -> None:
@@ -241,98 +283,94 @@ class _Verifier:
         ntb = len(self.tbs)
         pc = [0] * ntb
         self.pc = pc
-        fifos: dict[tuple, deque] = {}
+        fifos: dict[tuple, deque] = {key: deque() for key in self.sender}
         self.fifos = fifos
         dep_wait: dict[tuple, list] = {}
         conn_wait: dict[tuple, int] = {}
         work = deque(range(ntb))
-        layout = self.layout
+        reduce_ = self._reduce
         while work:
             g = work.popleft()
             r, tb = self.tbs[g]
-            steps = tb.steps
+            recs = self.records[g]
             p = pc[g]
-            nsteps = len(steps)
-            deps = self.deps[g]
-            views = layout[r]
-            can_recv = self.recv_ok[g]
-            can_send = self.send_ok[g]
+            nsteps = len(recs)
             rkey = (tb.recv, r, tb.chan)
             skey = (r, tb.send, tb.chan)
+            rq = fifos.get(rkey)
+            sq = fifos.get(skey)
             while p < nsteps:
-                st = steps[p]
-                d = deps[p]
-                if d is not None and pc[d[0]] <= d[1]:
-                    dep_wait.setdefault(d, []).append(g)
+                kind, rcv, snd, cnt, sarr, soff, darr, dwr, doff, dep = recs[p]
+                if dep is not None and pc[dep[0]] <= dep[1]:
+                    dep_wait.setdefault(dep, []).append(g)
                     break
-                t = st.type
-                cnt = st.cnt if st.cnt > 0 else 0
-                where = None
-                incoming = None
-                if t in RECEIVES and can_recv:
-                    q = fifos.get(rkey)
-                    if not q:
+                inc = None
+                if rcv:
+                    if not rq:
                         conn_wait[rkey] = g
                         break
-                    values, mcnt, src_r, src_tb, src_s = q.popleft()
-                    if mcnt != st.cnt:
-                        where = f"rank {r} tb {tb.id} step {p} ({t})"
-                        err.add(f"{where}: receives cnt={st.cnt} but the matching send, rank {src_r} tb {src_tb} "
-                                f"step {src_s}, has cnt={mcnt}")
-                    incoming = (list(values) + [None] * cnt)[:cnt]
+                    inc, mcnt, sg, sp = rq.popleft()
+                    if mcnt != cnt:
+                        sr, stb = self.tbs[sg]
+                        err.add(f"{self._step_name(g, p)}: receives cnt={cnt} but the matching send, rank {sr} tb "
+                                f"{stb.id} step {sp}, has cnt={mcnt}")
+                        inc = (inc + (None,) * cnt)[:cnt]
                 out = None
-                if t != "nop" and self.operands_ok[g][p]:
-                    if where is None:
-                        where = f"rank {r} tb {tb.id} step {p} ({t})"
-                    src = None
-                    if t in _READS_SRC:
-                        arr, _, base, _ = views[st.srcbuf]
-                        o = base + st.srcoff
-                        src = arr[o:o + cnt]
-                        if any(v is None for v in src):
-                            err.add(f"{where}: reads {st.srcbuf}[{st.srcoff}:{st.srcoff + cnt}], which holds no data")
-                    if incoming is None and t in RECEIVES:
-                        incoming = [None] * cnt  # no recv peer (already reported)
-                    reported: list = []
-                    if t == "s":
-                        out = src
-                    elif t == "r" or t == "rcs":
-                        result = incoming
-                        out = incoming
-                    elif t == "cpy":
-                        result = src
-                    elif t == "re":
-                        arr, _, base, _ = views[st.dstbuf]
-                        o = base + st.dstoff
-                        cur = arr[o:o + cnt]
-                        if any(v is None for v in cur):
-                            err.add(f"{where}: reduces into {st.dstbuf}[{st.dstoff}:{st.dstoff + cnt}], which holds "
-                                    "no data")
-                        result = [self._reduce(cur[k], src[k], where, k, reported) for k in range(cnt)]
-                    else:  # rrs, rrc, rrcs
-                        result = [self._reduce(incoming[k], src[k], where, k, reported) for k in range(cnt)]
-                        if t != "rrc":
-                            out = result
-                    if t in _WRITES_DST:
-                        arr, wr, base, _ = views[st.dstbuf]
-                        o = base + st.dstoff
-                        arr[o:o + cnt] = result
-                        wr[o:o + cnt] = [(g, p)] * cnt
-                elif t in SENDS:
-                    out = [None] * cnt  # keep the connection's message count right
-                if t in SENDS and can_send:
-                    fifos.setdefault(skey, deque()).append((tuple(out), st.cnt, r, tb.id, p))
-                    w = conn_wait.pop(skey, None)
-                    if w is not None:
-                        work.append(w)
+                if kind == _NOP:
+                    if snd:
+                        out = (None,) * cnt  # keep the connection's message count right
+                else:
+                    if kind in _READ_KINDS:
+                        src = sarr[soff:soff + cnt]
+                        if None in src:
+                            err.add(f"{self._step_name(g, p)}: reads {self._operand(g, p, 'src')}, which holds no data")
+                    if kind == _S:
+                        out = tuple(src)
+                    elif kind == _R or kind == _RCS:
+                        if inc is None:
+                            inc = (None,) * cnt
+                        darr[doff:doff + cnt] = inc
+                        dwr[doff:doff + cnt] = ((g, p),) * cnt
+                        out = inc
+                    elif kind == _CPY:
+                        darr[doff:doff + cnt] = src
+                        dwr[doff:doff + cnt] = ((g, p),) * cnt
+                    else:  # reductions: rrs, rrc, rrcs (incoming + local src) and re (dst + src)
+                        if kind == _RE:
+                            other = darr[doff:doff + cnt]
+                            if None in other:
+                                err.add(f"{self._step_name(g, p)}: reduces into {self._operand(g, p, 'dst')}, "
+                                        "which holds no data")
+                        else:
+                            other = inc if inc is not None else (None,) * cnt
+                        res = []
+                        for k in range(cnt):
+                            x, y = other[k], src[k]
+                            if x is not None and y is not None and x[0] == y[0] and not x[1] & y[1]:
+                                res.append((x[0], x[1] | y[1]))
+                            else:
+                                res.append(reduce_(x, y, g, p, k))
+                        if kind != _RRS:
+                            darr[doff:doff + cnt] = res
+                            dwr[doff:doff + cnt] = ((g, p),) * cnt
+                        if kind != _RRC and kind != _RE:
+                            out = tuple(res)
+                if snd:
+                    sq.append((out, cnt, g, p))
+                    if skey in conn_wait:
+                        work.append(conn_wait.pop(skey))
                 p += 1
                 pc[g] = p
-                w = dep_wait.pop((g, p - 1), None)
-                if w:
-                    work.extend(w)
+                if (g, p - 1) in dep_wait:
+                    work.extend(dep_wait.pop((g, p - 1)))
             pc[g] = p
         self.dep_wait = dep_wait
         self.conn_wait = conn_wait
+
+    def _operand(self, g: int, p: int, which: str) -> str:
+        st = self.tbs[g][1].steps[p]
+        buf, off = (st.srcbuf, st.srcoff) if which == "src" else (st.dstbuf, st.dstoff)
+        return f"{buf}[{off}:{off + st.cnt}]"
 
     # ---- after execution ----------------------------------------------------------------------
     def _step_name(self, g: int, s: int) -> str:
@@ -387,33 +425,26 @@ class _Verifier:
     def _leftovers(self) -> None:
         for (src, dst, chan), q in self.fifos.items():
             if q:
-                _, cnt, r, tb_id, s = q[0]
-                g = self.gindex[(r, tb_id)]
+                _, _, g, s = q[0]
                 err_where = self._step_name(g, s)
                 self.err.add(f"{err_where}: message to rank {dst} on channel {chan} is never received "
                              f"({len(q)} message(s) left on connection {src}->{dst})")
 
     def _postcondition(self) -> None:
         c = self.c
-        for (r, slot), contribs in c.postcondition.items():
-            splits = {c.split_contribution(x) for x in contribs}
-            islots = {s for _, s in splits}
-            bits = 0
-            for origin, _ in splits:
-                bits |= 1 << origin
-            expected = (next(iter(islots)), bits) if len(islots) == 1 else None
+        for (r, slot), expected in expected_values(c).items():
             arr, wr, base, limit = self.layout[r]["o"]
             if slot >= limit:
                 self.err.add(f"rank {r}: output buffer has {limit} chunks but {c.name} needs output slot {slot}")
                 continue
             actual = arr[base + slot]
-            if actual == expected and expected is not None:
+            if actual == expected:
                 continue
             writer = wr[base + slot]
-            by = f"last written by {self._step_name(*writer)}" if writer else "never written"
-            want = _describe(expected) if expected else f"contributions {sorted(contribs)}"
+            by = f"last written by {self._step_name(*writer)}" if writer else "never written by any step"
+            want = _describe(expected)
             detail = ""
-            if actual is not None and expected is not None and actual[0] == expected[0]:
+            if actual is not None and actual[0] == expected[0]:
                 missing = _ranks_of(expected[1] & ~actual[1])
                 extra = _ranks_of(actual[1] & ~expected[1])
                 detail = f" (missing ranks {_fmt_ranks(missing)}, extra ranks {_fmt_ranks(extra)})"

@@ -341,7 +341,7 @@ def test_large_ring_is_fast():
     result = verify(program)
     elapsed = time.perf_counter() - t0
     assert result.ok
-    assert elapsed < 10, elapsed
+    assert elapsed < 30, elapsed  # about 1 s on an idle core; generous for loaded CI machines
 
 
 # ---- CLI -----------------------------------------------------------------------------------------
