@@ -53,7 +53,11 @@ class VerifyResult:
 def resolve_collective(program: Program, collective: Collective | str | None = None) -> Collective:
     """The collective to check: given explicitly (name or object) or the one the program declares."""
     if collective is None:
-        return collective_of(program)
+        try:
+            return collective_of(program)
+        except SynthError as exc:
+            raise SynthError(f"program {program.name!r}: {exc} (pass the collective explicitly, e.g. -c allreduce)") \
+                from None
     if isinstance(collective, Collective):
         if collective.num_ranks != program.num_ranks:
             raise SynthError(f"collective has {collective.num_ranks} ranks but the program has {program.num_ranks}")

@@ -17,7 +17,7 @@ from synth.errors import SynthError
 from synth.program.ir import RECEIVES, Gpu, Program, Step, Threadblock
 from synth.program.load import load_program
 from synth.program.msccl_xml import program_to_xml
-from synth.verify import verify
+from synth.verify import expected_values, verify
 
 FIXTURES = sorted(Path("/work/shared/fixtures/msccl").glob("*.xml"))
 if not FIXTURES:  # the fixtures also live next to the repository in CI checkouts
@@ -330,9 +330,19 @@ def test_uninitialized_read_and_structural_peer_errors():
 
 def test_unknown_collective_is_bad_input():
     program = ring_allgather(3).with_(collective="custom")
-    with pytest.raises(SynthError):
+    with pytest.raises(SynthError, match="-c"):
         verify(program)
     assert verify(program, "allgather").ok
+
+
+@pytest.mark.parametrize("name", COLLECTIVES)
+def test_expected_values_match_postcondition(name):
+    coll = Collective(name, 5, 3, root=3)
+    expected = expected_values(coll)
+    assert set(expected) == set(coll.postcondition)
+    for key, contribs in coll.postcondition.items():
+        slot, bits = expected[key]
+        assert {coll.contribution(q, slot) for q in range(5) if bits >> q & 1} == set(contribs)
 
 
 def test_large_ring_is_fast():
