@@ -20,6 +20,11 @@ _ENTRIES: dict[str, str] = {
     "lp": "synth.synthesis.lp:METHOD",
     "greedy": "synth.synthesis.greedy:METHOD",
     "milp": "synth.synthesis.milp:METHOD",
+    "dbt": "synth.synthesis.baselines:DBT",
+    "rdh": "synth.synthesis.baselines:RDH",
+    "direct": "synth.synthesis.baselines:DIRECT",
+    "hierarchical": "synth.synthesis.baselines:HIERARCHICAL",
+    "nccl": "synth.synthesis.baselines:NCCL",
 }
 
 

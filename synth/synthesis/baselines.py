@@ -1,0 +1,693 @@
+"""The standard baselines users run today: double binary tree, recursive doubling/halving, direct
+all-pairs, hierarchical (intra-box / inter-box rails) and NCCL's own ring-or-tree choice.
+
+Shared machinery. Each algorithm is written over *logical* nodes and placed on the ranks by
+:func:`embed` (the identity first, then a backtracking search under a step budget) so that every
+logical edge is a pair of ranks that talk both ways over a direct link or a switch-only route
+(:func:`synth.synthesis.ring.pair_routes`, the simulator's routing rule). Copy collectives may also
+send between ranks that are not adjacent: the piece is relayed by the ranks on a shortest path
+(least loaded first), one transfer per hop. Reductions never are, since a relaying rank would hold
+someone else's partial sum in its own slot; a reduction whose pattern does not embed raises
+:class:`SynthError` ("does not apply"). Times come from the ring module's α-β list schedule
+(:class:`synth.synthesis.ring._Timer`: a transfer starts when its inputs have arrived and every link
+of its route is free; α per hop plus bytes / bottleneck bw), so predictions respect link
+serialization and lowering orders the steps by them.
+
+Algorithms:
+
+- ``dbt`` (NCCL's double binary tree; Sanders, Speck & Träff, "Two-tree algorithms for full
+  bandwidth broadcast, reduction and scan", Parallel Computing 2009): the N-1 ranks other than the
+  root form two complementary in-order binary trees (tree B is tree A shifted or mirrored, whichever
+  leaves fewer ranks interior in both), both hanging under the root; each tree carries half the
+  chunks, pipelined chunk by chunk. allreduce = reduce up both trees then broadcast down (root 0);
+  broadcast = down only; reduce = up only. Chunks per tree p = sqrt((2H-1)·S/(2·bw·α)) (the
+  minimiser of (2H-1+p)(α + S/(2p·bw)) for tree height H), at most 16.
+- ``rdh`` (Thakur, Rabenseifner & Gropp, "Optimization of collective communication operations in
+  MPICH", IJHPCA 2005): allgather by recursive doubling (log2 N steps, the data doubles each step),
+  reducescatter by recursive halving, allreduce by Rabenseifner's algorithm (halving RS then
+  doubling AG). For N not a power of two, P = 2^⌊log2 N⌋ core ranks run the algorithm and each of
+  the N-P extra ranks folds into a core partner first (sends its data, reducing) and is unfolded at
+  the end (receives the result). On a fully connected fabric allgather takes
+  log2(N)·α + (N-1)/N·S/bw.
+- ``direct``: all-pairs for alltoall and allgather: in round d = 1..N-1 rank r sends its piece for
+  (r+d) mod N straight to it (switch routes) or relayed along a shortest rank path.
+- ``hierarchical`` (multi-box fabrics, ``machines`` set, equal boxes): intra-box multi-rings (the
+  ring module's packing on each box) and inter-box rings over NIC rails (rail g = GPU g of each
+  box). allreduce = intra RS, per-rail ring allreduce, intra AG; allgather = per-rail ring AG then
+  intra AG of the rail bundles; reducescatter = intra RS of the rail bundles then per-rail ring RS.
+- ``nccl``: what NCCL would run. NCCL's tuner models each algorithm's time as latency + size / bw
+  and takes the smallest; we do the same with the α-β predictions of its two algorithms: for
+  allreduce the faster of ``ring`` and ``dbt`` (so tree for small sizes, ring for large ones),
+  ``ring`` for allgather, reducescatter, broadcast and reduce, and ``direct`` for alltoall (NCCL has
+  no alltoall algorithm; users post all-pairs send/recv).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+from synth.collectives import Collective
+from synth.errors import SynthError
+from synth.schedule import Schedule
+from synth.synthesis.base import MethodSpec, SynthOptions
+from synth.synthesis.ring import _Timer, find_rings, pair_routes, ring_weights, split_counts
+from synth.topology.model import Link, Topology
+
+MAX_TREE_PIPELINE = 16     # chunks per tree (dbt)
+EMBED_STEPS = 50_000       # backtracking budget of :func:`embed`
+
+Pair = tuple[int, int]
+
+
+# ---- shared helpers -------------------------------------------------------------------------------
+def _check(topology: Topology, collective: Collective, options: SynthOptions) -> None:
+    if collective.num_ranks != topology.num_ranks:
+        raise SynthError(f"collective has {collective.num_ranks} ranks but topology {topology.name!r} "
+                         f"has {topology.num_ranks}")
+    if options.chunks is not None and options.chunks < 1:
+        raise SynthError("--chunks must be at least 1")
+
+
+def _two_way(routes: dict[Pair, tuple[int, ...]], n: int) -> list[set[int]]:
+    """rank -> ranks it reaches and is reached from without crossing another rank."""
+    adj: list[set[int]] = [set() for _ in range(n)]
+    for a, b in routes:
+        if (b, a) in routes:
+            adj[a].add(b)
+    return adj
+
+
+def embed(routes: dict[Pair, tuple[int, ...]], n: int, edges: Iterable[Pair], fixed: dict[int, int] | None = None,
+          max_steps: int = EMBED_STEPS, first: Sequence[int] | None = None) -> list[int] | None:
+    """An injective map logical node -> rank (logical nodes 0..n-1) such that every logical edge is a
+    pair of ranks that talk both ways without crossing another rank, or None.
+
+    ``first`` (a complete candidate map, e.g. the identity) is tried before the search; ``fixed``
+    pins logical nodes to ranks. The search places logical nodes in BFS order and tries, for each,
+    the free ranks adjacent to its placed neighbours (fewest neighbours first), under ``max_steps``.
+    """
+    fixed = fixed or {}
+    adj = _two_way(routes, n)
+    nbrs: list[set[int]] = [set() for _ in range(n)]
+    for a, b in edges:
+        if a != b:
+            nbrs[a].add(b)
+            nbrs[b].add(a)
+
+    def ok(mapping: Sequence[int]) -> bool:
+        return all(mapping[b] in adj[mapping[a]] for a in range(n) for b in nbrs[a])
+
+    if first is not None and all(first[k] == r for k, r in fixed.items()) and ok(first):
+        return list(first)
+    # BFS order from the pinned nodes (or the busiest logical node)
+    starts = list(fixed) or [max(range(n), key=lambda v: (len(nbrs[v]), -v))]
+    order: list[int] = []
+    seen = set(starts)
+    queue = list(starts)
+    while len(order) < n:
+        if not queue:
+            rest = [v for v in range(n) if v not in seen]
+            queue.append(rest[0])
+            seen.add(rest[0])
+        v = queue.pop(0)
+        order.append(v)
+        for w in sorted(nbrs[v], key=lambda w: -len(nbrs[w])):
+            if w not in seen:
+                seen.add(w)
+                queue.append(w)
+    mapping = [-1] * n
+    used = [False] * n
+    steps = 0
+
+    def candidates(v: int) -> list[int]:
+        if v in fixed:
+            r = fixed[v]
+            return [] if used[r] else [r]
+        placed = [mapping[w] for w in nbrs[v] if mapping[w] >= 0]
+        pool = set(range(n)) if not placed else set.intersection(*(adj[r] for r in placed))
+        return sorted((r for r in pool if not used[r]), key=lambda r: (len(adj[r]), r))
+
+    stack = [iter(candidates(order[0]))]
+    while stack:
+        steps += 1
+        if steps > max_steps:
+            return None
+        depth = len(stack) - 1
+        v = order[depth]
+        if mapping[v] >= 0:
+            used[mapping[v]] = False
+            mapping[v] = -1
+        r = next(stack[-1], None)
+        if r is None:
+            stack.pop()
+            continue
+        mapping[v], used[r] = r, True
+        if depth + 1 == n:
+            return mapping
+        stack.append(iter(candidates(order[depth + 1])))
+    return None
+
+
+def _loc(coll: Collective, dests: dict[int, dict[int, int]], rank: int, chunk: int, reduce: bool) -> tuple:
+    """Approximate buffer location of ``chunk`` on ``rank`` (lowering's placement rule), used to cut a
+    message into runs that lowering can send as one step (contiguous at both ends)."""
+    if coll.is_reduction:
+        return ("i", chunk)
+    origin, slot = coll.split_contribution(chunk)
+    if rank == origin:
+        alias = coll.alias(rank, "i")
+        return (alias[0], alias[1] + slot) if alias else ("i", slot)
+    dest = dests[chunk].get(rank)
+    return ("o", dest) if dest is not None else ("s", chunk)
+
+
+class Plan:
+    """Logical messages -> timed transfers (ring module's α-β list schedule), with relays for copies.
+
+    ``send`` returns the indices of the moves that deliver the data at ``dst`` (one per contiguous
+    run); pass them as ``deps`` of the moves that forward it. ``level`` orders moves for the list
+    schedule (lower first, then insertion order); a move's level must not be below its deps'.
+    """
+
+    def __init__(self, topology: Topology, coll: Collective, size_bytes: float):
+        self.topology = topology
+        self.coll = coll
+        self.routes = pair_routes(topology)
+        self.timer = _Timer(topology, self.routes, coll.chunk_bytes(size_bytes))
+        self.dests = {c: coll.chunk_destinations(c) for c in coll.schedule_chunks}
+        self.load: dict[Pair, int] = defaultdict(int)
+        self.seq = 0
+        self._adj: list[list[int]] | None = None
+
+    def _add(self, level: float, src: int, dst: int, chunks: tuple[int, ...], reduce: bool, channel: int,
+             deps: Sequence[int]) -> list[int]:
+        runs: list[list[int]] = []
+        prev = None
+        for c in sorted(chunks):
+            here = (_loc(self.coll, self.dests, src, c, reduce), _loc(self.coll, self.dests, dst, c, reduce))
+            if prev is not None and runs and all(h[0] == p[0] and h[1] == p[1] + 1 for h, p in zip(here, prev,
+                                                                                                 strict=True)):
+                runs[-1].append(c)
+            else:
+                runs.append([c])
+            prev = here
+        out = []
+        for run in runs:
+            self.seq += 1
+            out.append(self.timer.add((level, self.seq), src, dst, tuple(run), reduce, channel, tuple(deps)))
+        path = self.routes[(src, dst)]
+        for a, b in zip(path, path[1:]):
+            self.load[(a, b)] += len(chunks)
+        return out
+
+    def rank_path(self, src: int, dst: int) -> list[int]:
+        """Ranks from src to dst, consecutive ones routable; fewest hops, then least loaded."""
+        if self._adj is None:
+            n = self.topology.num_ranks
+            self._adj = [[] for _ in range(n)]
+            for a, b in sorted(self.routes):
+                self._adj[a].append(b)
+        best = {src: (0, 0)}
+        prev: dict[int, int] = {}
+        heap = [(0, 0, src)]
+        while heap:
+            hops, load, u = heapq.heappop(heap)
+            if u == dst:
+                break
+            if (hops, load) > best[u]:
+                continue
+            for v in self._adj[u]:
+                path = self.routes[(u, v)]
+                cand = (hops + 1, load + max(self.load[(a, b)] for a, b in zip(path, path[1:])))
+                if v not in best or cand < best[v]:
+                    best[v] = cand
+                    prev[v] = u
+                    heapq.heappush(heap, (cand[0], cand[1], v))
+        if dst not in best:
+            raise SynthError(f"topology {self.topology.name!r}: no path from rank {src} to rank {dst}")
+        out = [dst]
+        while out[-1] != src:
+            out.append(prev[out[-1]])
+        return out[::-1]
+
+    def send(self, level: float, src: int, dst: int, chunks: Iterable[int], reduce: bool = False, channel: int = 0,
+             deps: Sequence[int] = ()) -> list[int]:
+        chunks = tuple(chunks)
+        if not chunks:
+            return []
+        if (src, dst) in self.routes:
+            return self._add(level, src, dst, chunks, reduce, channel, deps)
+        if reduce:
+            raise SynthError(f"ranks {src} and {dst} share no link or switch route and a partial sum cannot be "
+                             "relayed through another rank")
+        path = self.rank_path(src, dst)
+        got = list(deps)
+        for h, (a, b) in enumerate(zip(path, path[1:])):
+            got = self._add(level + h, a, b, chunks, False, channel, got)
+        return got
+
+    def schedule(self, method: str, size_bytes: float, notes: dict | None = None) -> Schedule:
+        transfers = self.timer.run()
+        return Schedule(self.coll, self.topology.name, tuple(transfers), method=method, size_bytes=float(size_bytes),
+                        predicted_time_us=max((t.end for t in transfers), default=0.0), notes=notes or {})
+
+
+def _route_cost(topology: Topology, routes: dict[Pair, tuple[int, ...]], pairs: Iterable[Pair]) -> tuple[float, float]:
+    """(smallest bottleneck bw in GB/s, largest summed α in µs) over the routes of ``pairs``."""
+    bw, alpha = math.inf, 0.0
+    for a, b in pairs:
+        path = routes[(a, b)]
+        links = [topology.link(u, v) for u, v in zip(path, path[1:])]
+        bw = min(bw, min(lk.bw for lk in links))
+        alpha = max(alpha, sum(lk.alpha for lk in links))
+    return (bw if math.isfinite(bw) else 1.0), alpha
+
+
+# ---- dbt: double binary tree --------------------------------------------------------------------
+def _inorder_tree(m: int) -> list[int]:
+    """Parents (-1 for the root) of a balanced in-order binary tree over positions 0..m-1."""
+    parent = [-1] * m
+
+    def build(lo: int, hi: int, up: int) -> None:
+        if lo > hi:
+            return
+        mid = (lo + hi + 1) // 2
+        parent[mid] = up
+        build(lo, mid - 1, mid)
+        build(mid + 1, hi, mid)
+
+    build(0, m - 1, -1)
+    return parent
+
+
+def double_binary_tree(m: int) -> tuple[list[int], list[int]]:
+    """Two complementary binary trees over positions 0..m-1: tree A in order, tree B its image under
+    a shift by one or a mirror, whichever leaves fewer positions interior in both (NCCL's choice:
+    shift for odd, mirror for even counts)."""
+    a = _inorder_tree(m)
+    best: list[int] | None = None
+    best_overlap = math.inf
+    for f in (lambda p: (p + 1) % m, lambda p: m - 1 - p):
+        b = [-1] * m
+        for p in range(m):
+            b[f(p)] = f(a[p]) if a[p] >= 0 else -1
+        interior_a = {q for q in a if q >= 0}
+        interior_b = {q for q in b if q >= 0}
+        overlap = len(interior_a & interior_b)
+        if overlap < best_overlap:
+            best, best_overlap = b, overlap
+    assert best is not None
+    return a, best
+
+
+def spanning_binary_tree(routes: dict[Pair, tuple[int, ...]], n: int, root: int,
+                         avoid: set[int] | frozenset[int] = frozenset()) -> list[int] | None:
+    """Parents (-1 at ``root``) of a spanning tree with at most two children per rank whose edges are
+    two-way routable, grown greedily (shallow parents first, ranks in ``avoid`` last as parents,
+    then the child with the fewest other ways in), or None when the greedy growth gets stuck."""
+    adj = _two_way(routes, n)
+    parent = [-1] * n
+    depth = {root: 0}
+    kids = [0] * n
+    while len(depth) < n:
+        best = None
+        for c in range(n):
+            if c in depth:
+                continue
+            ways = [p for p in adj[c] if p in depth and kids[p] < 2]
+            for p in ways:
+                key = (p in avoid, depth[p], len(ways), sum(1 for x in adj[c] if x not in depth), p, c)
+                if best is None or key < best[0]:
+                    best = (key, p, c)
+        if best is None:
+            return None
+        _, p, c = best
+        parent[c] = p
+        depth[c] = depth[p] + 1
+        kids[p] += 1
+    return parent
+
+
+def _dbt(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions) -> Schedule:
+    _check(topology, collective, options)
+    name, n = collective.name, topology.num_ranks
+    root = collective.root if name != "allreduce" else 0
+    m = n - 1
+    trees = double_binary_tree(m) if m >= 1 else ([], [])
+    # logical 0 = the root on top; logical p+1 = tree position p
+    parents: list[list[int]] = []
+    for tree in trees:
+        parents.append([-1] + [0 if q < 0 else q + 1 for q in tree])
+    edges = {(v, par[v]) for par in parents for v in range(1, n)}
+    routes = pair_routes(topology)
+    place = embed(routes, n, edges, fixed={0: root}, first=[(root + i) % n for i in range(n)])
+    if place is not None:
+        rank_parent = [[-1] * n for _ in trees]     # tree t: rank -> parent rank (-1 at the root)
+        for t, par in enumerate(parents):
+            for v in range(1, n):
+                rank_parent[t][place[v]] = place[par[v]]
+    else:
+        # the in-order trees do not fit the fabric (e.g. a hypercube, a ring): grow two binary spanning
+        # trees over its links instead, tree B avoiding tree A's interior ranks as parents
+        tree_a = spanning_binary_tree(routes, n, root)
+        tree_b = spanning_binary_tree(routes, n, root, avoid={p for p in tree_a if p >= 0} - {root})
+        if tree_a is None or tree_b is None:
+            raise SynthError(f"dbt does not apply to {topology.name!r}: no binary spanning tree over its links "
+                             "and switch routes")
+        rank_parent = [tree_a, tree_b]
+    children = [[[] for _ in range(n)] for _ in trees]
+    for t in range(len(trees)):
+        for r in range(n):
+            if rank_parent[t][r] >= 0:
+                children[t][rank_parent[t][r]].append(r)
+
+    def height(t: int, r: int) -> int:
+        return 1 + max((height(t, c) for c in children[t][r]), default=-1)
+
+    def depth(t: int, r: int) -> int:
+        return 0 if rank_parent[t][r] < 0 else 1 + depth(t, rank_parent[t][r])
+
+    top_h = max(height(t, root) for t in range(len(trees)))
+    if options.chunks is not None:
+        chunks = options.chunks
+    else:
+        bw, alpha = _route_cost(topology, routes, [(r, rank_parent[t][r]) for t in range(len(trees))
+                                                   for r in range(n) if rank_parent[t][r] >= 0])
+        hops = 2 * top_h - 1 if name == "allreduce" else max(top_h - 1, 0)
+        share = size_bytes / 2
+        p = math.sqrt(hops * share / (bw * 1e3 * alpha)) if alpha > 0 else MAX_TREE_PIPELINE
+        chunks = 2 * max(1, min(MAX_TREE_PIPELINE, round(p)))
+    coll = Collective(name, n, chunks, root=root, inplace=collective.inplace)
+    plan = Plan(topology, coll, size_bytes)
+    counts = split_counts(chunks, [1, 1])
+    k0 = 0
+    for t in range(len(trees)):
+        ks = list(range(k0, k0 + counts[t]))
+        k0 += counts[t]
+        post = sorted(range(n), key=lambda r, t=t: height(t, r))
+        pre = sorted(range(n), key=lambda r, t=t: depth(t, r))
+        up: dict[tuple[int, int], list[int]] = defaultdict(list)    # (rank, k) -> moves into rank
+        for m_, k in enumerate(ks):
+            if name in ("allreduce", "reduce"):
+                for r in post:
+                    par = rank_parent[t][r]
+                    if par < 0:
+                        continue
+                    deps = [d for c in children[t][r] for d in up[(c, k)]]
+                    up[(r, k)] = plan.send(m_ + height(t, r), r, par, [k], True, t, deps)
+            if name in ("allreduce", "broadcast"):
+                chunk = coll.contribution(root, k) if name == "broadcast" else k
+                base = top_h + 1 if name == "allreduce" else 0
+                got: dict[int, list[int]] = {root: [d for c in children[t][root] for d in up[(c, k)]]}
+                for r in pre:
+                    for c in children[t][r]:
+                        got[c] = plan.send(base + m_ + depth(t, r), r, c, [chunk], False, t, got[r])
+    return plan.schedule("dbt", size_bytes, {"trees": [list(p) for p in rank_parent], "root": root,
+                                             "chunks_per_tree": counts})
+
+
+# ---- rdh: recursive doubling / halving ----------------------------------------------------------
+def _rdh(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions) -> Schedule:
+    _check(topology, collective, options)
+    name, n = collective.name, topology.num_ranks
+    p = 1 << (n.bit_length() - 1)
+    extras = n - p
+    bits = [1 << i for i in range(p.bit_length() - 1)]
+    edges = {(i, i ^ b) for i in range(p) for b in bits} | {(i, p + i) for i in range(extras)}
+    routes = pair_routes(topology)
+    place = embed(routes, n, edges, first=list(range(n)))
+    if place is None:
+        if name == "allgather":
+            place = list(range(n))   # copies may be relayed by ranks
+        else:
+            raise SynthError(f"rdh does not apply to {topology.name!r}: the butterfly's partner pairs do not embed "
+                             "in the fabric's links and switch routes")
+    if options.chunks is not None:
+        chunks = options.chunks
+    else:
+        chunks = p if name == "allreduce" else 1
+    coll = Collective(name, n, chunks, root=collective.root, inplace=collective.inplace)
+    plan = Plan(topology, coll, size_bytes)
+    C = chunks
+    into: dict[tuple[int, int], list[int]] = defaultdict(list)   # (logical, chunk) -> moves delivering it
+
+    def send(level: int, a: int, b: int, chunk_ids: list[int], reduce: bool) -> None:
+        deps = sorted({d for c in chunk_ids for d in into[(a, c)]})
+        moves = plan.send(level, place[a], place[b], chunk_ids, reduce, 0, deps)
+        for c in chunk_ids:
+            into[(b, c)] = into[(b, c)] + moves if reduce else list(moves)
+
+    if name == "allgather":
+        piece = {v: [coll.contribution(place[v], k) for k in range(C)] for v in range(n)}
+        have = {i: list(piece[i]) for i in range(p)}
+        for e in range(extras):
+            send(0, p + e, e, piece[p + e], False)
+            have[e] += piece[p + e]
+        for s, b in enumerate(bits):
+            snapshot = {i: list(have[i]) for i in range(p)}
+            for i in range(p):
+                send(1 + s, i, i ^ b, snapshot[i], False)
+            for i in range(p):
+                have[i] = snapshot[i] + snapshot[i ^ b]
+        for e in range(extras):
+            send(1 + len(bits), e, p + e, [c for c in have[e] if c not in piece[p + e]], False)
+    elif name in ("reducescatter", "allreduce"):
+        if name == "reducescatter":
+            block = {i: [place[i] * C + k for k in range(C)] for i in range(p)}
+            for e in range(extras):
+                block[e] = block[e] + [place[p + e] * C + k for k in range(C)]
+            total = list(range(n * C))
+        else:
+            sizes = split_counts(C, [1] * p)
+            starts = [sum(sizes[:i]) for i in range(p)]
+            block = {i: list(range(starts[i], starts[i] + sizes[i])) for i in range(p)}
+            total = list(range(C))
+        for e in range(extras):
+            send(0, p + e, e, total, True)
+        # halving: high bit first; after processing bit b, i owns the blocks of the core nodes that agree
+        # with it on every processed bit
+        for s, b in enumerate(reversed(bits)):
+            done = bits[len(bits) - s:]   # bits processed before this step (higher ones)
+            for i in range(p):
+                j = i ^ b
+                group = [x for x in range(p) if all((x & d) == (i & d) for d in done) and (x & b) == (j & b)]
+                send(1 + s, i, j, [c for x in group for c in block[x]], True)
+        level = 1 + len(bits)
+        if name == "reducescatter":
+            for e in range(extras):
+                send(level, e, p + e, [place[p + e] * C + k for k in range(C)], False)
+        else:
+            have = {i: list(block[i]) for i in range(p)}
+            for s, b in enumerate(bits):
+                snapshot = {i: list(have[i]) for i in range(p)}
+                for i in range(p):
+                    send(level + s, i, i ^ b, snapshot[i], False)
+                for i in range(p):
+                    have[i] = snapshot[i] + snapshot[i ^ b]
+            for e in range(extras):
+                send(level + len(bits), e, p + e, total, False)
+    else:  # pragma: no cover - guarded by the MethodSpec
+        raise SynthError(f"rdh does not support {name}")
+    return plan.schedule("rdh", size_bytes, {"core": p, "extras": extras, "placement": place})
+
+
+# ---- direct: all pairs ----------------------------------------------------------------------------
+def _direct(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions) -> Schedule:
+    _check(topology, collective, options)
+    name, n = collective.name, topology.num_ranks
+    coll = Collective(name, n, options.chunks or 1, root=collective.root, inplace=collective.inplace)
+    C = coll.chunk_factor
+    plan = Plan(topology, coll, size_bytes)
+    for d in range(1, n):
+        for r in range(n):
+            q = (r + d) % n
+            if name == "alltoall":
+                ids = [coll.contribution(r, q * C + k) for k in range(C)]
+            else:
+                ids = [coll.contribution(r, k) for k in range(C)]
+            plan.send(d, r, q, ids)
+    return plan.schedule("direct", size_bytes)
+
+
+# ---- hierarchical ---------------------------------------------------------------------------------
+def _box_topology(topology: Topology, box: Sequence[int]) -> Topology:
+    """The box's ranks (relabelled 0..G-1) with every switch and the links among them."""
+    local = {r: i for i, r in enumerate(box)}
+    g, n = len(box), topology.num_ranks
+
+    def node(x: int) -> int | None:
+        if topology.is_switch(x):
+            return g + x - n
+        return local.get(x)
+
+    links = []
+    for lk in topology.links:
+        a, b = node(lk.src), node(lk.dst)
+        if a is not None and b is not None:
+            links.append(Link(a, b, lk.bw, lk.alpha))
+    return Topology(f"{topology.name}:box", g, tuple(links), switches=topology.switches)
+
+
+def _hierarchical(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions) -> Schedule:
+    _check(topology, collective, options)
+    name, n = collective.name, topology.num_ranks
+    boxes = [tuple(b) for b in topology.machines]
+    if len(boxes) < 2:
+        raise SynthError(f"hierarchical needs a multi-box topology (machines with 2 or more boxes); "
+                         f"{topology.name!r} has {len(boxes)}")
+    g = len(boxes[0])
+    if any(len(b) != g for b in boxes) or sorted(r for b in boxes for r in b) != list(range(n)):
+        raise SynthError(f"hierarchical needs equal boxes that cover every rank once ({topology.name!r})")
+    nb = len(boxes)
+    routes = pair_routes(topology)
+    for gi in range(g):
+        for b in range(nb):
+            a, c = boxes[b][gi], boxes[(b + 1) % nb][gi]
+            if (a, c) not in routes or (c, a) not in routes:
+                raise SynthError(f"hierarchical: rail {gi} ranks {a} and {c} share no link or switch route")
+    rings: list[list[tuple[int, ...]]] = []       # per box: ring orders (global ranks)
+    weights: list[list[int]] = []
+    for box in boxes:
+        if g == 1:
+            rings.append([tuple(box)])
+            weights.append([1])
+            continue
+        found = find_rings(_box_topology(topology, box))
+        w = ring_weights(found)
+        keep = [i for i, x in enumerate(w) if x > 0]
+        rings.append([tuple(box[v] for v in found[i].order) for i in keep])
+        weights.append([w[i] for i in keep])
+    wsum = max(sum(w) for w in weights)
+    if options.chunks is not None:
+        chunks = options.chunks
+    else:
+        chunks = g * nb * wsum if name == "allreduce" else wsum
+    coll = Collective(name, n, chunks, root=collective.root, inplace=collective.inplace)
+    C = chunks
+    plan = Plan(topology, coll, size_bytes)
+    into: dict[tuple[int, int], list[int]] = defaultdict(list)   # (rank, chunk) -> moves delivering it
+
+    def send(level: float, a: int, b: int, ids: list[int], reduce: bool, channel: int, extra: Sequence[int] = ()
+             ) -> list[int]:
+        deps = sorted({d for c in ids for d in into[(a, c)]} | set(extra))
+        moves = plan.send(level, a, b, ids, reduce, channel, deps)
+        for c in ids:
+            into[(b, c)] = into[(b, c)] + moves if reduce else list(moves)
+        return moves
+
+    def ring_rs(level: int, order: tuple[int, ...], owner: int, ids: list[int], channel: int) -> None:
+        """Reduce ``ids`` around ``order`` into ``owner`` (each rank adds its own and passes on)."""
+        k = len(order)
+        pos = order.index(owner)
+        for t in range(k - 1):
+            send(level + t, order[(pos + 1 + t) % k], order[(pos + 2 + t) % k], ids, True, channel)
+
+    def ring_ag(level: int, order: tuple[int, ...], owner: int, ids: list[int], channel: int) -> None:
+        k = len(order)
+        pos = order.index(owner)
+        for t in range(k - 1):
+            send(level + t, order[(pos + t) % k], order[(pos + t + 1) % k], ids, False, channel)
+
+    def split_rings(b: int, ids: list[int]) -> list[list[int]]:
+        counts = split_counts(len(ids), weights[b])
+        out, j = [], 0
+        for c in counts:
+            out.append(ids[j:j + c])
+            j += c
+        return out
+
+    rail = [tuple(boxes[b][gi] for b in range(nb)) for gi in range(g)]
+    inter_ch = max(len(r) for r in rings)    # rails get their own channel
+    if name == "allreduce":
+        share = split_counts(C, [1] * g)
+        starts = [sum(share[:i]) for i in range(g)]
+        sub: list[list[list[int]]] = []     # [gi][u] -> slots of sub-block u of share gi
+        for gi in range(g):
+            ids = list(range(starts[gi], starts[gi] + share[gi]))
+            cnt = split_counts(len(ids), [1] * nb)
+            sub.append([ids[sum(cnt[:u]):sum(cnt[:u + 1])] for u in range(nb)])
+        for b in range(nb):               # intra-box reduce-scatter of share gi to GPU gi
+            for gi in range(g):
+                for u in range(nb):
+                    for r, part in enumerate(split_rings(b, sub[gi][u])):
+                        if part:
+                            ring_rs(0, rings[b][r], boxes[b][gi], part, r)
+        for gi in range(g):               # per rail: ring allreduce over boxes (RS to box u, then AG)
+            for u in range(nb):
+                ids = sub[gi][u]
+                if ids:
+                    ring_rs(g, rail[gi], rail[gi][u], ids, inter_ch)
+                    ring_ag(g + nb, rail[gi], rail[gi][u], ids, inter_ch)
+        for b in range(nb):               # intra-box allgather from GPU gi
+            for gi in range(g):
+                for u in range(nb):
+                    for r, part in enumerate(split_rings(b, sub[gi][u])):
+                        if part:
+                            ring_ag(g + 2 * nb, rings[b][r], boxes[b][gi], part, r)
+    elif name == "allgather":
+        for gi in range(g):               # per rail: ring allgather of the rail's pieces
+            for u in range(nb):
+                q = rail[gi][u]
+                ring_ag(0, rail[gi], q, [coll.contribution(q, k) for k in range(C)], inter_ch)
+        for b in range(nb):               # intra-box allgather of each rail's bundle
+            for gi in range(g):
+                for r, ks in enumerate(split_rings(b, list(range(C)))):
+                    ids = [coll.contribution(q, k) for q in rail[gi] for k in ks]
+                    if ids:
+                        ring_ag(nb, rings[b][r], boxes[b][gi], ids, r)
+    elif name == "reducescatter":
+        for b in range(nb):               # intra-box reduce-scatter of each rail's bundle to GPU gi
+            for gi in range(g):
+                for r, ks in enumerate(split_rings(b, list(range(C)))):
+                    ids = [q * C + k for q in rail[gi] for k in ks]
+                    if ids:
+                        ring_rs(0, rings[b][r], boxes[b][gi], ids, r)
+        for gi in range(g):               # per rail: ring reduce-scatter over boxes
+            for u in range(nb):
+                q = rail[gi][u]
+                ring_rs(g, rail[gi], q, [q * C + k for k in range(C)], inter_ch)
+    else:  # pragma: no cover - guarded by the MethodSpec
+        raise SynthError(f"hierarchical does not support {name}")
+    return plan.schedule("hierarchical", size_bytes, {"boxes": nb, "box_rings": [[list(o) for o in rs]
+                                                                                   for rs in rings]})
+
+
+# ---- nccl: NCCL's own choice ----------------------------------------------------------------------
+def _nccl(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions) -> Schedule:
+    from synth.synthesis.ring import synthesize as ring
+
+    _check(topology, collective, options)
+    name = collective.name
+    if name == "alltoall":
+        choice, schedule = "direct", _direct(topology, collective, size_bytes, options)
+    elif name != "allreduce":
+        choice, schedule = "ring", ring(topology, collective, size_bytes, options)
+    else:
+        choice, schedule = "ring", ring(topology, collective, size_bytes, options)
+        try:
+            tree = _dbt(topology, collective, size_bytes, options)
+        except SynthError:
+            tree = None
+        if tree is not None and tree.predicted_time_us < schedule.predicted_time_us:
+            choice, schedule = "dbt", tree
+    notes = dict(schedule.notes)
+    notes["nccl_algorithm"] = choice
+    return replace(schedule, method="nccl", notes=notes)
+
+
+DBT = MethodSpec("dbt", _dbt, frozenset({"allreduce", "broadcast", "reduce"}),
+                 "NCCL's double binary tree: two complementary pipelined binary trees, half the data each")
+RDH = MethodSpec("rdh", _rdh, frozenset({"allgather", "reducescatter", "allreduce"}),
+                 "recursive doubling/halving (Rabenseifner allreduce), extra ranks folded for non-powers of two")
+DIRECT = MethodSpec("direct", _direct, frozenset({"alltoall", "allgather"}),
+                    "all-pairs: every rank sends straight to every other (relayed along shortest paths if needed)")
+HIERARCHICAL = MethodSpec("hierarchical", _hierarchical, frozenset({"allreduce", "allgather", "reducescatter"}),
+                          "multi-box: intra-box rings, inter-box rings over NIC rails, intra-box again")
+NCCL = MethodSpec("nccl", _nccl, frozenset({"allreduce", "allgather", "reducescatter", "broadcast", "reduce",
+                                            "alltoall"}),
+                  "what NCCL runs: ring or double binary tree by α-β time (allreduce), ring otherwise, "
+                  "all-pairs alltoall")
