@@ -1,0 +1,103 @@
+"""Benchmark of method ``trees``: simulated algbw / cut bound on every built-in topology.
+
+Usage: python benchmarks/bench_trees.py [--size 1GiB] [--collectives allgather,reducescatter,allreduce]
+       [--topologies dgx1,...] [--ring] [--large]
+
+For each (topology, collective): synthesize with ``trees``, lower, verify, simulate, and print the
+simulated time, the bound of :func:`synth.bounds.compute_bounds` and their ratio
+(= simulated algbw / bound algbw). ``--ring`` adds the ring baseline side by side. ``--large`` runs
+the 1024-rank cases (32x32 torus, 128 A100 boxes) and reports wall time and peak memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+
+
+def run_one(topology, name: str, size: int, method: str = "trees") -> dict:
+    from synth.bounds import compute_bounds
+    from synth.collectives import Collective
+    from synth.program.lower import lower
+    from synth.simulate import simulate
+    from synth.synthesis.base import SynthOptions
+    from synth.synthesis.registry import get_method
+    from synth.verify import verify
+
+    t0 = time.perf_counter()
+    schedule = get_method(method).run(topology, Collective(name, topology.num_ranks), size, SynthOptions())
+    t1 = time.perf_counter()
+    program = lower(schedule)
+    t2 = time.perf_counter()
+    result = verify(program)
+    t3 = time.perf_counter()
+    sim = simulate(program, topology, size, record_events=False)
+    t4 = time.perf_counter()
+    bound = compute_bounds(topology, schedule.collective, size)
+    return {
+        "topology": topology.name, "collective": name, "method": method, "ok": result.ok,
+        "time_us": sim.time_us, "bound_us": bound.time_bound_us, "ratio": bound.time_bound_us / sim.time_us,
+        "synth_s": t1 - t0, "lower_s": t2 - t1, "verify_s": t3 - t2, "simulate_s": t4 - t3,
+        "program": program,
+    }
+
+
+def main() -> None:
+    from synth.topology.builtin import builtin_names
+    from synth.topology.io import load_topology
+    from synth.units import parse_size
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", default="1GiB")
+    parser.add_argument("--collectives", default="allgather,reducescatter,allreduce")
+    parser.add_argument("--topologies", default="")
+    parser.add_argument("--ring", action="store_true", help="also run the ring baseline")
+    parser.add_argument("--large", action="store_true", help="run the 1024-rank cases")
+    args = parser.parse_args()
+    size = parse_size(args.size)
+    names = args.topologies.split(",") if args.topologies else list(builtin_names())
+    print(f"{'topology':18s} {'collective':14s} {'ok':3s} {'sim us':>10s} {'bound us':>10s} {'ratio':>6s}"
+          f"{'  ring ratio  trees/ring' if args.ring else ''}   synth/lower/verify/sim s")
+    for tname in names:
+        topology = load_topology(tname)
+        for cname in args.collectives.split(","):
+            row = run_one(topology, cname, size)
+            extra = ""
+            if args.ring:
+                try:
+                    base = run_one(topology, cname, size, "ring")
+                    extra = f"  {base['ratio']:10.4f}  {base['time_us'] / row['time_us']:10.3f}"
+                except Exception as exc:  # a baseline may not support a fabric
+                    extra = f"  ring: {exc}"
+            print(f"{tname:18s} {cname:14s} {str(row['ok']):3s} {row['time_us']:10.1f} {row['bound_us']:10.1f} "
+                  f"{row['ratio']:6.4f}{extra}   {row['synth_s']:.1f}/{row['lower_s']:.1f}/"
+                  f"{row['verify_s']:.1f}/{row['simulate_s']:.1f}", flush=True)
+    if args.large:
+        run_large(size)
+
+
+def run_large(size: int) -> None:
+    import os
+    import tempfile
+
+    from synth.topology import generators
+
+    cases = [("torus 32x32", lambda: generators.torus([32, 32])),
+             ("128 x A100 boxes", lambda: generators.boxes_behind_nics(128))]
+    for label, make in cases:
+        topology = make()
+        t0 = time.perf_counter()
+        row = run_one(topology, "allgather", size)
+        from synth.program.load import save_program
+
+        with tempfile.TemporaryDirectory() as tmp:
+            save_program(row["program"], os.path.join(tmp, "ag.xml"))
+        wall = time.perf_counter() - t0
+        peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        print(f"{label}: ranks={topology.num_ranks} ok={row['ok']} ratio={row['ratio']:.4f} "
+              f"wall={wall:.1f}s (synth {row['synth_s']:.1f}) peak RSS={peak_gib:.2f} GiB", flush=True)
+
+
+if __name__ == "__main__":
+    main()
