@@ -78,9 +78,12 @@ def test_time_limit_returns_incumbent_with_gap():
     result = solve(model, "highs", time_limit=0.05)
     assert result.status in ("feasible", "optimal")
     assert result.values is not None
-    if result.status == "feasible":
-        assert result.bound is not None and result.bound <= result.objective + 1e-6
+    # A very early stop may come before HiGHS has any dual bound: then no gap is claimed.
+    if result.bound is not None:
+        assert result.bound <= result.objective + 1e-6
         assert result.gap == pytest.approx(relative_gap(result.objective, result.bound))
+    else:
+        assert result.gap is None
 
 
 def test_cpsat_rejects_continuous():
