@@ -147,6 +147,13 @@ def test_json_program_fields_and_schema():
     jsonschema.validate(doc, schema)
 
 
+def test_json_writes_unknown_time_as_null_and_plain_extras():
+    program = ring_allgather(3).with_(predicted_time_us=float("inf"), extra={"tags": {"b", "a"}})
+    doc = json.loads(program_to_json(program))
+    assert doc["predicted_time_us"] is None and doc["extra"] == {"tags": ["a", "b"]}
+    assert program_from_json(program_to_json(program)).predicted_time_us is None
+
+
 @pytest.mark.parametrize("mutate, needle", [
     (lambda d: d.pop("format"), "synth-program"),
     (lambda d: d.update(version=99), "version"),
@@ -201,6 +208,8 @@ def _one_tb_program(steps, send=1, recv=1, chan=0, tb_id=0, n=2, nchannels=1, ex
     (_one_tb_program([], chan=3), ["channel 3"]),
     (_one_tb_program([], extra_tbs=[Threadblock(k, -1, -1, 0, ()) for k in range(1, 1025)]),
      ["1025 threadblocks", "--max-trees"]),
+    (_one_tb_program([], n=40, extra_tbs=[Threadblock(k, k + 1, -1, 0, ()) for k in range(1, 33)]),
+     ["33 threadblocks with a send peer", "channel 0", "--max-trees"]),
     (_one_tb_program([Step("nop")] * 60, extra_tbs=[Threadblock(k, -1, -1, 0, (Step("nop"),) * 60)
                                                     for k in range(1, 70)]), ["XML nodes", "rank 0", "--chunks"]),
 ])

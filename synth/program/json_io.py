@@ -8,6 +8,7 @@ millions of steps stay small and quick to validate.
 from __future__ import annotations
 
 import json
+import math
 from functools import lru_cache
 from importlib import resources
 
@@ -35,6 +36,22 @@ def _validator():
     return cls(schema)
 
 
+def _number(x):
+    """Non-finite metadata (an unknown time) is written as null; numpy scalars as plain numbers."""
+    if x is None:
+        return None
+    x = x.item() if hasattr(x, "item") else x
+    return x if math.isfinite(x) else None
+
+
+def _plain(value):
+    if hasattr(value, "item") and callable(value.item):
+        return value.item()
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    return str(value)
+
+
 def program_to_dict(program: Program) -> dict:
     def step(st: Step) -> list:
         return [st.type, st.srcbuf, st.srcoff, st.dstbuf, st.dstoff, st.cnt, st.depid, st.deps, int(st.hasdep)]
@@ -44,8 +61,8 @@ def program_to_dict(program: Program) -> dict:
         "num_ranks": program.num_ranks, "root": program.root, "inplace": program.inplace,
         "proto": program.proto, "nchannels": program.nchannels, "nchunksperloop": program.nchunksperloop,
         "min_bytes": program.min_bytes, "max_bytes": program.max_bytes, "topology": program.topology,
-        "chunk_factor": program.chunk_factor, "size_bytes": program.size_bytes,
-        "chunk_bytes": program.chunk_bytes, "predicted_time_us": program.predicted_time_us,
+        "chunk_factor": program.chunk_factor, "size_bytes": _number(program.size_bytes),
+        "chunk_bytes": _number(program.chunk_bytes), "predicted_time_us": _number(program.predicted_time_us),
         "extra": program.extra if isinstance(program.extra, dict) else {},
         "step_fields": list(STEP_FIELDS),
         "gpus": [{"id": g.id, "i_chunks": g.i_chunks, "o_chunks": g.o_chunks, "s_chunks": g.s_chunks,
@@ -57,10 +74,10 @@ def program_to_dict(program: Program) -> dict:
 
 
 def program_to_json(program: Program) -> str:
-    """JSON text (steps one per line would bloat big programs; gpus are indented one level)."""
+    """Compact JSON text (programs can have millions of steps)."""
     doc = program_to_dict(program)
     try:
-        return json.dumps(doc, separators=(",", ":"), allow_nan=False) + "\n"
+        return json.dumps(doc, separators=(",", ":"), allow_nan=False, default=_plain) + "\n"
     except (TypeError, ValueError) as exc:
         raise SynthError(f"program {program.name!r} cannot be written as JSON: {exc}") from None
 

@@ -27,6 +27,7 @@ from synth.program.ir import BUFFERS, RECEIVES, SENDS, STEP_TYPES, Gpu, Program,
 MAX_STEPS_PER_TB = 64          # MSCCL_MAX_NUM_STEPS
 MAX_COUNT = 72                 # MSCCL_MAX_COUNT: cnt must be < 72
 MAX_CHANNELS = 32              # MAXCHANNELS
+MAX_TB_PER_CHANNEL = 32       # MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL (send peers, recv peers)
 MAX_THREADBLOCKS = 1024        # MSCCL_MAX_NUM_THREAD_BLOCKS = 32 per channel x 32 channels
 MAX_DEPENDED_TB = 127          # dependentBid is stored in an int8
 MAX_XML_NODES = 4096           # parser node pool: algo + gpus + this rank's tbs and steps
@@ -194,7 +195,8 @@ def check_runtime_limits(program: Program) -> None:
 
     Checks (msccl-executor-nccl parser and NOTES.md): dense tb ids from 0 per gpu, peer != self and in
     range, a send/receive needs a peer, depended-on tb ids <= 127, <= 64 steps per tb, 1 <= cnt < 72,
-    channels < nchannels <= 32, <= 1024 threadblocks per gpu, <= 4096 XML nodes per rank.
+    channels < nchannels <= 32, <= 32 send (and recv) threadblocks per channel, <= 1024 threadblocks
+    per gpu, <= 4096 XML nodes per rank.
     """
     n = program.num_ranks
     if program.nchannels > MAX_CHANNELS:
@@ -206,6 +208,16 @@ def check_runtime_limits(program: Program) -> None:
         if len(tbs) > MAX_THREADBLOCKS:
             raise SynthError(f"runtime limit: rank {r} has {len(tbs)} threadblocks, more than "
                              f"{MAX_THREADBLOCKS}; use fewer trees or channels (--max-trees)")
+        for role in ("send", "recv"):
+            per_chan: dict[int, int] = {}
+            for tb in tbs:
+                if getattr(tb, role) >= 0:
+                    per_chan[tb.chan] = per_chan.get(tb.chan, 0) + 1
+            for chan, count in per_chan.items():
+                if count > MAX_TB_PER_CHANNEL:
+                    raise SynthError(f"runtime limit: rank {r} channel {chan} has {count} threadblocks with a {role} "
+                                     f"peer, more than {MAX_TB_PER_CHANNEL}; spread over channels or use fewer "
+                                     "trees (--max-trees)")
         ids = sorted(tb.id for tb in tbs)
         if ids != list(range(len(tbs))):
             raise SynthError(f"runtime limit: rank {r} threadblock ids {ids} are not dense from 0")
