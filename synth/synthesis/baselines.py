@@ -54,11 +54,12 @@ from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.schedule import Schedule
 from synth.synthesis.base import MethodSpec, SynthOptions
-from synth.synthesis.ring import _Timer, find_rings, pair_routes, ring_weights, split_counts
+from synth.synthesis.ring import MAX_WEIGHT, _Timer, find_rings, pair_routes, ring_weights, split_counts
 from synth.topology.model import Link, Topology
 
 MAX_TREE_PIPELINE = 16     # chunks per tree (dbt)
 EMBED_STEPS = 50_000       # backtracking budget of :func:`embed`
+MAX_CHUNKS = 128           # hierarchical allreduce: about this many chunks at most
 
 Pair = tuple[int, int]
 
@@ -557,7 +558,8 @@ def _hierarchical(topology: Topology, collective: Collective, size_bytes: float,
             weights.append([1])
             continue
         found = find_rings(_box_topology(topology, box))
-        w = ring_weights(found)
+        # allreduce cuts every (rail, box) block over the rings: keep the chunk count near MAX_CHUNKS
+        w = ring_weights(found, max(1, MAX_CHUNKS // (g * nb)) if name == "allreduce" else MAX_WEIGHT)
         keep = [i for i, x in enumerate(w) if x > 0]
         rings.append([tuple(box[v] for v in found[i].order) for i in keep])
         weights.append([w[i] for i in keep])
