@@ -22,8 +22,16 @@ def _always(topology: Topology, collective: Collective, size_bytes: float) -> bo
     return True
 
 
+def _bandwidth_bound(topology: Topology, collective: Collective, size_bytes: float) -> bool:
+    """``trees`` (throughput-optimal, ForestColl): worth it once every rank's piece is large enough
+    that bandwidth dominates α (>= 256 KiB per pipelined piece) and the exact packing stays fast."""
+    pieces = topology.num_ranks if collective.name in ("allgather", "reducescatter", "allreduce") else 1
+    return size_bytes / pieces >= 256 * 1024 and topology.num_ranks <= 256
+
+
 RULES: dict[str, Rule] = {
     "ring": _always,
+    "trees": _bandwidth_bound,
 }
 
 

@@ -30,13 +30,11 @@ from synth.schedule import Schedule
 from synth.synthesis.base import MethodSpec, SynthOptions
 from synth.synthesis.packing import (
     SplitError,
-    allowed_subpaths,
-    canonical_paths,
     integer_fabric,
     pack_arborescences,
     split_switches,
 )
-from synth.synthesis.trees import Forest, PlannedTree, _draw_units, plan_forest, schedule_from_plans
+from synth.synthesis.trees import Forest, PlannedTree, _allowed, _draw_units, plan_forest, schedule_from_plans
 from synth.topology.model import Topology
 
 SUPPORTED = frozenset({"allgather", "reducescatter", "allreduce", "broadcast", "reduce"})
@@ -119,14 +117,14 @@ def forest_from_lp(topology: Topology, roots: tuple[int, ...], reverse: bool, so
     fabric_topology = topology.reversed() if reverse else topology
     lp = solve_rate(fabric_topology, roots, solver, time_limit, threads)
     fabric = integer_fabric(fabric_topology)
-    allowed = allowed_subpaths(canonical_paths(fabric_topology)) if fabric_topology.switches else None
+    allowed = _allowed(topology, reverse)
     trees: list[PlannedTree] = []
     total = np.zeros(len(fabric.units))
     for r in roots:
         caps = np.ceil(lp.loads[r] * scale - 1e-6).astype(np.int64)
         total += caps
         try:
-            graph = split_switches(fabric, caps, {r: 1}, scale, allowed)
+            graph = split_switches(fabric, caps, {r: 1}, scale, allowed, -1 if reverse else 1)
         except SplitError:
             # The LP may replicate at a switch (x[r, in] < x[r, out]), which no program can do: the
             # per-root loads then do not split. Fall back to the joint packing at the cut bound,

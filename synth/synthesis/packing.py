@@ -310,12 +310,13 @@ def _split_amount(graph: SplitGraph, demand_arcs, need: int, u: int, w: int, t: 
 
 
 def split_switches(fabric: Fabric, caps: np.ndarray, weights: dict[int, int], k: int,
-                   allowed: set[tuple[int, ...]] | None = None) -> SplitGraph:
+                   allowed: set[tuple[int, ...]] | None = None, step: int = 1) -> SplitGraph:
     """Remove every switch by complete edge splitting (module docstring, step 2).
 
     Returns a graph on the ranks only whose capacity units each carry a route (the switches
     crossed). With ``allowed`` (see :func:`allowed_subpaths`) a split is only made when the
     combined path is a piece of a canonical path, so every rank arc can be realised by a program.
+    ``step`` (+1 or -1) is the preferred cyclic direction of the pairs (see the loop).
     Raises SplitError when what cannot be split is needed (a non-Eulerian switch, or routes the
     fabric's fixed paths exclude); complete splitting exists otherwise (Bang-Jensen et al.).
     """
@@ -337,7 +338,7 @@ def split_switches(fabric: Fabric, caps: np.ndarray, weights: dict[int, int], k:
             # keep few peers per rank, which serialise well on a shared port; a u->w->u loop
             # only wastes capacity, so it comes last.
             succs = sorted((t for (x, t), c in graph.cap.items() if x == w and c > 0),
-                           key=lambda t: (t == u, (t - u) % nr if t < nr else t))
+                           key=lambda t: (t == u, (step * (t - u)) % nr if t < nr else t))
             for t in succs:
                 for r1, r2 in _route_pairs(graph, u, w, t, allowed):
                     limit = min(_units_of(graph.routes[(u, w)], r1), _units_of(graph.routes[(w, t)], r2))

@@ -108,11 +108,14 @@ def plan_forest(topology: Topology, roots: tuple[int, ...], *, reverse: bool = F
     weights = {r: 1 for r in roots}
     optimal = optimal_ratio(fabric, weights)
     k, caps, ratio = choose_capacities(fabric, weights, optimal, max_trees)
-    allowed = allowed_subpaths(canonical_paths(fabric_topology)) if fabric_topology.switches else None
+    allowed = _allowed(topology, reverse)
+    # Reductions run on the reversed fabric; pairing u with u-1 there makes their real transfers
+    # go u -> u+1 like the broadcasts', so allreduce keeps one peer per rank in both phases.
+    step = -1 if reverse else 1
     try:
-        graph = split_switches(fabric, caps, weights, k, allowed)
+        graph = split_switches(fabric, caps, weights, k, allowed, step)
     except SplitError:
-        graph, ratio = _degraded_split(fabric, weights, optimal, k, allowed)
+        graph, ratio = _degraded_split(fabric, weights, optimal, k, allowed, step)
     packed = pack_arborescences(topology.num_ranks, dict(graph.cap), weights, k)
     pools = {key: [list(item) for item in pool] for key, pool in graph.routes.items()}
     trees = []
@@ -124,14 +127,23 @@ def plan_forest(topology: Topology, roots: tuple[int, ...], *, reverse: bool = F
     return Forest(tuple(trees), k, ratio, optimal, fabric.unit_GBps, reverse, topology.num_ranks)
 
 
-def _degraded_split(fabric, weights: dict[int, int], optimal: Fraction, k: int, allowed):
+def _allowed(topology: Topology, reverse: bool) -> set[tuple[int, ...]] | None:
+    """Path pieces a planned arc may use: those of the real fabric's canonical routes (reversed
+    when planning on the reversed fabric, whose arcs run backwards in time)."""
+    if not topology.switches:
+        return None
+    pieces = allowed_subpaths(canonical_paths(topology))
+    return {piece[::-1] for piece in pieces} if reverse else pieces
+
+
+def _degraded_split(fabric, weights: dict[int, int], optimal: Fraction, k: int, allowed, step: int):
     """The least rate ``T >= T*`` (bisection, ``k`` fixed) at which switches split completely along
     canonical routes: fixed per-peer routes can make the cut bound unreachable (e.g. one of two
     spines never on a shortest path)."""
     def attempt(t: float):
         caps = np.floor(fabric.units * t * k + 1e-9).astype(np.int64)
         try:
-            return split_switches(fabric, caps, weights, k, allowed), caps
+            return split_switches(fabric, caps, weights, k, allowed, step), caps
         except SplitError:
             return None, caps
 
