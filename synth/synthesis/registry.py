@@ -20,6 +20,7 @@ _ENTRIES: dict[str, str] = {
     "lp": "synth.synthesis.lp:METHOD",
     "greedy": "synth.synthesis.greedy:METHOD",
     "milp": "synth.synthesis.milp:METHOD",
+    "pareto": "synth.synthesis.pareto:METHOD",
     "dbt": "synth.synthesis.baselines:DBT",
     "rdh": "synth.synthesis.baselines:RDH",
     "direct": "synth.synthesis.baselines:DIRECT",
