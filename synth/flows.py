@@ -192,6 +192,7 @@ class _AutSearch:
         order = np.argsort(key)
         self.key_sorted, self.bw_sorted = key[order], bw[order]
         self.budget = budget
+        self.deadline = math.inf
 
     def find(self, r: int, w: int) -> np.ndarray | None:
         colors = self.base.copy()
@@ -201,7 +202,8 @@ class _AutSearch:
         return self._search(colors)
 
     def _search(self, colors: np.ndarray) -> np.ndarray | None:
-        if self.budget <= 0:
+        if self.budget <= 0 or time.perf_counter() > self.deadline:
+            self.budget = 0
             return None
         self.budget -= 1
         n = self.n
@@ -309,6 +311,7 @@ def _orbit_search(nodes: int, src: np.ndarray, dst: np.ndarray, bw: np.ndarray, 
     base = _refine(init, src, dst, wcls.astype(_U64))
     search = _AutSearch(base, src, dst, wcls, bw, budget)
     deadline = time.perf_counter() + time_limit_s
+    search.deadline = deadline
     parent = np.arange(nodes)
 
     def find(x: int) -> int:
