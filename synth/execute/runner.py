@@ -237,7 +237,10 @@ def _run_local(job: Job, world: int, timeout: float, plans: list[Plan]) -> list[
         crashed = [r for r in range(world) if not payloads.get(r, {}).get("ok")]
         if crashed:
             r = next((r for r in crashed if r in payloads), crashed[0])
-            why = payloads.get(r, {}).get("error") or f"exit code {procs[r].exitcode}"
+            code = procs[r].exitcode
+            why = payloads.get(r, {}).get("error") or (
+                f"killed by signal {-code} (out of memory? try a smaller --size)" if code is not None and code < 0
+                else f"exit code {code}")
             raise CheckFailed(f"rank {r} failed: {why}")
         return [payloads[r]["plans"] for r in range(world)]
     finally:
