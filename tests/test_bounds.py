@@ -349,3 +349,27 @@ def test_cli_json_stdout_is_clean_with_the_lp_solver():
     data = json.loads(out.stdout)
     assert data["details"]["alltoall_method"] == "lp"
     assert data["bandwidth_bound_us"] == pytest.approx(us(GiB / 8 * 16, 100), rel=1e-7)
+
+
+def _has_automorphism(t: Topology, r: int, w: int) -> bool:
+    """networkx check: an automorphism (kind- and bandwidth-preserving) mapping rank r to rank w."""
+    from networkx.algorithms.isomorphism import DiGraphMatcher
+
+    g1, g2 = t.to_networkx(), t.to_networkx()
+    g1.nodes[r]["mark"] = True
+    g2.nodes[w]["mark"] = True
+
+    def node_match(a, b):
+        return a["switch"] == b["switch"] and a.get("mark", False) == b.get("mark", False)
+
+    return DiGraphMatcher(g1, g2, node_match=node_match, edge_match=lambda a, b: a["bw"] == b["bw"]).is_isomorphic()
+
+
+@pytest.mark.parametrize("t", [gen.ring(6), gen.torus([3, 3]), gen.mesh([2, 3]), gen.leaf_spine(2, 3, 2),
+                               topo(4, [(0, 1, 10), (1, 2, 1), (2, 3, 10), (3, 0, 10)]),
+                               *[random_topology(seed) for seed in range(10)]],
+                         ids=lambda t: t.name)
+def test_orbit_groups_are_sound(t):
+    for group in rank_orbits(t):
+        for w in group[1:]:
+            assert _has_automorphism(t, group[0], w)
