@@ -145,9 +145,12 @@ def _sync(device) -> None:
 
 def _baseline(kind: str, elems_total: int, world: int, dtype, device, iters: int, warmup: int) -> list[float]:
     """Time torch.distributed's own collective on the same processes (benchmark yardstick)."""
+    import warnings
+
     import torch
     import torch.distributed as dist
 
+    warnings.filterwarnings("ignore", category=FutureWarning)  # all_gather_into_tensor's rename notice
     if kind == "allreduce":
         buf = torch.ones(elems_total, dtype=dtype, device=device)
 
