@@ -182,6 +182,7 @@ class Plan:
         self.dests = {c: coll.chunk_destinations(c) for c in coll.schedule_chunks}
         self.load: dict[Pair, int] = defaultdict(int)
         self.seq = 0
+        self.levels: list[float] = []     # move index -> its level
         self._adj: list[list[int]] | None = None
 
     def _add(self, level: float, src: int, dst: int, chunks: tuple[int, ...], reduce: bool, channel: int,
@@ -196,10 +197,13 @@ class Plan:
             else:
                 runs.append([c])
             prev = here
+        # the list schedule needs every dependency earlier in key order: never below a dependency's level
+        level = max([level] + [self.levels[d] for d in deps])
         out = []
         for run in runs:
             self.seq += 1
             out.append(self.timer.add((level, self.seq), src, dst, tuple(run), reduce, channel, tuple(deps)))
+            self.levels.append(level)
         path = self.routes[(src, dst)]
         for a, b in zip(path, path[1:]):
             self.load[(a, b)] += len(chunks)
