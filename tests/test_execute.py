@@ -190,6 +190,16 @@ def test_plan_computes_the_collective_under_nccl_order_matching(prog):
     assert _interpret(plan) == coll.postcondition
 
 
+@pytest.mark.skipif(not FIXTURES.exists(), reason="msccl fixtures not available")
+def test_inplace_aliasing_allocates_only_the_aliased_buffer():
+    prog = load_program(FIXTURES / "allgather_ring_4.xml")  # in place: i is o[r]
+    plan = compile_plan(prog, collective_of(prog))
+    for r, rp in enumerate(plan.ranks):
+        assert rp.buffers == {"o": 4} and rp.aliases == {"i": ("o", r)}
+    ar = compile_plan(samples.ring_allreduce(4), collective_of(samples.ring_allreduce(4)))
+    assert ar.ranks[1].buffers == {"i": 4} and ar.ranks[1].aliases == {"o": ("i", 0)}
+
+
 def test_size_rounding_and_too_small():
     coll = collective_of(samples.ring_allgather(4))
     assert chunk_elems_for(coll, 1 << 20, "float32") == (65536, 1 << 20, None)
