@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 import numpy as np
@@ -262,32 +262,6 @@ def _needed_nodes(tree: PlannedTree, targets) -> set[int]:
     return needed
 
 
-def add_reduction(jobs: _Jobs, forest: Forest, tree_index: int, chunks: list[tuple[int, ...]], phase: int,
-                  reduce: bool = True, wanted: list[set[int]] | None = None) -> dict[int, tuple[int, ...]]:
-    """Pipeline ``chunks`` up a tree of a reversed forest (leaves first); returns, per chunk, the
-    jobs that deliver it to the root. ``reduce=False`` relays instead (gather: chunk ``j`` only
-    travels from its origin ``wanted[j]`` up to the root)."""
-    tree = forest.trees[tree_index]
-    depth = tree.depth
-    height = max(depth.values())
-    count = len(chunks)
-    into_root: dict[int, tuple[int, ...]] = {}
-    for j, chunk in enumerate(chunks):
-        received: dict[int, list[int]] = defaultdict(list)
-        needed = _needed_nodes(tree, wanted[j]) if wanted is not None else None
-        for e in range(len(tree.edges) - 1, -1, -1):  # reverse BFS order: children before parents
-            parent, child = tree.edges[e]
-            if needed is not None and child not in needed:
-                continue
-            src, dst, route = _real_edge(forest, parent, child, _route_for(tree, e, j, count))
-            key = (phase, j + height - depth[child], -depth[child], (dst - src) % forest.num_ranks, tree_index, e)
-            job = jobs.add(chunk, src, dst, route, reduce, tuple(received.get(child, ())), key)
-            received[parent].append(job)
-        for c in chunk:
-            into_root[c] = tuple(received.get(tree.root, ()))
-    return into_root
-
-
 # ---------------------------------------------------------------------------------------------
 # timing: in-order list schedule with link serialization
 # ---------------------------------------------------------------------------------------------
@@ -376,19 +350,6 @@ def _pick(queue: list, hops: list[list[int]], free: np.ndarray, t: float, width:
         if other != pos:
             heapq.heappush(queue, item)
     return head[pos][1], s
-
-
-def to_schedule(jobs: _Jobs, order: list[int], start: np.ndarray, end: np.ndarray, collective: Collective,
-                topology: Topology, size_bytes: float, notes: dict) -> Schedule:
-    transfers = tuple(
-        Transfer(float(start[i]), float(end[i]), chunk, jobs.src[i], jobs.dst[i], jobs.reduce[i],
-                 jobs.route[i], group=i if len(jobs.msg[i]) > 1 else -1)
-        for i in order
-        for chunk in jobs.msg[i]
-    )
-    makespan = float(end.max()) if len(end) else 0.0
-    return Schedule(collective, topology.name, transfers, method="trees", size_bytes=float(size_bytes),
-                    predicted_time_us=makespan, notes=notes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -514,10 +475,15 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
     chunks, messages = _choose_chunks(topology, collective, plans, per_root_bytes, options.chunks)
     coll = Collective(name, n, _chunk_factor(name, n, chunks), root, collective.inplace)
     chunk_bytes = coll.chunk_bytes(size_bytes)
-    jobs = _build_jobs(coll, plans, chunks, messages)
-    if len(jobs.msg) > MAX_TRANSFERS:
-        raise SynthError(f"--chunks {chunks} makes {len(jobs.msg)} transfers; use fewer chunks")
-    order, start, end = list_schedule(jobs, topology, chunk_bytes)
+    transfers: list[Transfer] = []
+    offset = 0.0
+    for phase, forest in enumerate(plans):
+        jobs = _phase_jobs(coll, forest, phase, chunks, messages)
+        if len(jobs.msg) > MAX_TRANSFERS:
+            raise SynthError(f"--chunks {chunks} makes {len(jobs.msg)} transfers; use fewer chunks")
+        part, makespan = _timed_phase(jobs, forest, topology, chunk_bytes, offset, coll.is_reduction)
+        transfers += part
+        offset += makespan
     bound_us = sum(f.bandwidth_time_us(per_root_bytes) for f in plans)
     notes = {
         "trees_per_root": [f.k for f in plans],
@@ -527,9 +493,31 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
         "messages_per_tree": messages,
         "tree_bandwidth_time_us": bound_us,
     }
-    schedule = to_schedule(jobs, order, start, end, coll, topology, size_bytes, notes)
-    return Schedule(schedule.collective, schedule.topology, schedule.transfers, method=method,
-                    size_bytes=schedule.size_bytes, predicted_time_us=schedule.predicted_time_us, notes=notes)
+    transfers.sort()
+    return Schedule(coll, topology.name, tuple(transfers), method=method, size_bytes=float(size_bytes),
+                    predicted_time_us=offset, notes=notes)
+
+
+def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: float, offset: float,
+                 reducing: bool) -> tuple[list[Transfer], float]:
+    """Time one phase's broadcasts on its planning fabric; a reversed forest's schedule is then
+    mirrored in time (t -> T - t) and direction: the broadcast becomes a reduction (or a gather)
+    with the same makespan, and link serialization and data dependencies carry over."""
+    fabric = topology.reversed() if forest.reversed else topology
+    order, start, end = list_schedule(jobs, fabric, chunk_bytes)
+    makespan = float(end.max()) if len(end) else 0.0
+    out = []
+    for i in order:
+        group = i if len(jobs.msg[i]) > 1 else -1
+        if forest.reversed:
+            s, e = makespan - end[i], makespan - start[i]
+            src, dst, route = jobs.dst[i], jobs.src[i], tuple(reversed(jobs.route[i]))
+            red = reducing
+        else:
+            s, e, src, dst, route, red = start[i], end[i], jobs.src[i], jobs.dst[i], jobs.route[i], False
+        for chunk in jobs.msg[i]:
+            out.append(Transfer(float(s + offset), float(e + offset), chunk, src, dst, red, route, group=group))
+    return out, makespan
 
 
 def _per_root_bytes(name: str, n: int, size_bytes: float) -> float:
@@ -619,45 +607,33 @@ def _messages(chunk_ids: list[int], parts: int | None) -> list[tuple[int, ...]]:
     return [tuple(int(c) for c in part) for part in np.array_split(np.array(chunk_ids), min(parts, len(chunk_ids)))]
 
 
-def _build_jobs(coll: Collective, plans: list[Forest], chunks: int, parts: int | None) -> _Jobs:
-    """Transfers of every phase (module docstring)."""
+def _phase_jobs(coll: Collective, forest: Forest, phase: int, chunks: int, parts: int | None) -> _Jobs:
+    """Broadcast jobs of one phase on its planning fabric (a reversed forest is mirrored later)."""
     name, n, root = coll.name, coll.num_ranks, coll.root
+    plain = replace(forest, reversed=False)
     jobs = _Jobs.empty()
-    if name == "allgather":
-        forest = plans[0]
+
+    def emit(t: int, messages: list[tuple[int, ...]]) -> None:
+        add_broadcast(jobs, plain, t, messages, phase)
+
+    if name in ("allgather", "reducescatter", "allreduce"):
         for r in range(n):
-            _spread(forest, r, [coll.contribution(r, s) for s in range(chunks)], parts,
-                    lambda t, ms: add_broadcast(jobs, forest, t, ms, 0))
-    elif name == "reducescatter":
-        forest = plans[0]
-        for r in range(n):
-            _spread(forest, r, [r * chunks + s for s in range(chunks)], parts,
-                    lambda t, ms: add_reduction(jobs, forest, t, ms, 0))
-    elif name == "allreduce":
-        rs, ag = plans
-        for r in range(n):
-            slots = [r * chunks + s for s in range(chunks)]
-            done: dict[int, tuple[int, ...]] = {}
-            _spread(rs, r, slots, parts, lambda t, ms, done=done: done.update(add_reduction(jobs, rs, t, ms, 0)))
-            _spread(ag, r, slots, parts, lambda t, ms, done=done: add_broadcast(jobs, ag, t, ms, 1, root_deps=done))
+            if name == "allgather":
+                ids = [coll.contribution(r, s) for s in range(chunks)]
+            else:
+                ids = [r * chunks + s for s in range(chunks)]
+            _spread(plain, r, ids, parts, emit)
     elif name == "broadcast":
-        forest = plans[0]
-        _spread(forest, root, [coll.contribution(root, s) for s in range(chunks)], parts,
-                lambda t, ms: add_broadcast(jobs, forest, t, ms, 0))
+        _spread(plain, root, [coll.contribution(root, s) for s in range(chunks)], parts, emit)
     elif name == "reduce":
-        forest = plans[0]
-        _spread(forest, root, list(range(chunks)), parts, lambda t, ms: add_reduction(jobs, forest, t, ms, 0))
-    elif name == "scatter":
-        forest = plans[0]
-        items = [(coll.contribution(root, q * chunks + s), q) for s in range(chunks) for q in range(n) if q != root]
-        _spread_items(forest, root, items,
-                      lambda t, cs, ws: add_broadcast(jobs, forest, t, [(c,) for c in cs], 0,
-                                                      wanted=[{w} for w in ws]))
-    elif name == "gather":
-        forest = plans[0]
-        items = [(coll.contribution(q, s), q) for s in range(chunks) for q in range(n) if q != root]
-        _spread_items(forest, root, items,
-                      lambda t, cs, ws: add_reduction(jobs, forest, t, [(c,) for c in cs], 0, reduce=False,
+        _spread(plain, root, list(range(chunks)), parts, emit)
+    else:  # scatter, gather: each chunk only travels towards (or from) its own rank
+        if name == "scatter":
+            items = [(coll.contribution(root, q * chunks + s), q) for s in range(chunks) for q in range(n) if q != root]
+        else:
+            items = [(coll.contribution(q, s), q) for s in range(chunks) for q in range(n) if q != root]
+        _spread_items(plain, root, items,
+                      lambda t, cs, ws: add_broadcast(jobs, plain, t, [(c,) for c in cs], phase,
                                                       wanted=[{w} for w in ws]))
     return jobs
 
