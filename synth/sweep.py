@@ -1,0 +1,370 @@
+"""Optimality-gap sweeps: topologies × collectives × sizes × methods through :func:`synth.pipeline.synthesize`.
+
+Every cell of the grid becomes one row of a tidy table (:data:`COLUMNS`): the simulated time of the
+method's verified program, its algbw/busbw (SPEC units), the exact lower bound of
+:func:`synth.bounds.compute_bounds` and ``gap = (time - bound) / time``. A method that fails, or does
+not support the collective, gives a row with its ``status`` and ``error``; it never stops the sweep.
+
+Rows are cached one file per row under a cache directory (default ``.synth-cache/``), keyed by the
+SHA-256 of (topology content, collective, size, method, options, synth version), so re-running a
+sweep only computes what is new. Tables are written atomically as CSV or JSON.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from synth.collectives import canonical_name
+from synth.errors import SynthError
+from synth.synthesis.base import SynthOptions
+from synth.topology.model import Topology
+
+COLUMNS: tuple[str, ...] = (
+    "topology", "collective", "method", "size_bytes", "status", "time_us", "algbw_GBps", "busbw_GBps",
+    "bound_us", "gap", "synthesis_s", "error",
+    # context after the required columns
+    "ranks", "solver", "chunks", "verified",
+)
+NUMERIC = ("size_bytes", "time_us", "algbw_GBps", "busbw_GBps", "bound_us", "gap", "synthesis_s")
+INTEGER = ("ranks", "chunks")
+OK_STATUSES = frozenset({"optimal", "feasible", "heuristic"})
+DEFAULT_CACHE_DIR = ".synth-cache"
+TABLE_FORMAT = "synth-sweep"
+
+
+@dataclass(frozen=True)
+class SweepTask:
+    """One cell of the grid."""
+
+    topology: Topology
+    collective: str
+    size_bytes: int
+    method: str
+
+
+@dataclass
+class SweepResult:
+    rows: list[dict]
+    computed: int = 0
+    cached: int = 0
+    wall_s: float = 0.0
+    failed: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        self.failed = sum(1 for row in self.rows if row["status"] not in OK_STATUSES)
+
+
+# ---- keys -----------------------------------------------------------------------------------------
+def _version() -> str:
+    from synth import __version__
+
+    return __version__
+
+
+def topology_hash(topology: Topology) -> str:
+    """SHA-256 of the topology's content (its canonical file form), independent of where it came from."""
+    from synth.topology.io import topology_to_dict
+
+    text = json.dumps(topology_to_dict(topology), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def options_key(options: SynthOptions) -> dict:
+    """The options that can change a row (``extra`` included when JSON-serialisable)."""
+    doc = asdict(options)
+    try:
+        json.dumps(doc["extra"], sort_keys=True)
+    except TypeError:
+        doc["extra"] = repr(doc["extra"])
+    return doc
+
+
+def cache_key(topology: Topology, collective: str, size_bytes: int, method: str, options: SynthOptions,
+              version: str | None = None) -> str:
+    doc = {
+        "topology": topology_hash(topology),
+        "collective": collective,
+        "size_bytes": int(size_bytes),
+        "method": method,
+        "options": options_key(options),
+        "version": version or _version(),
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class RowCache:
+    """One JSON file per finished row: ``DIR/ab/abcdef....json``. Corrupt entries count as misses."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+
+    def _path(self, key: str) -> Path:
+        return self.directory / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> dict | None:
+        path = self._path(key)
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        row = doc.get("row") if isinstance(doc, dict) else None
+        return row if isinstance(row, dict) and set(COLUMNS) <= set(row) else None
+
+    def put(self, key: str, row: dict) -> None:
+        from synth.fileio import atomic_write_text
+
+        atomic_write_text(self._path(key), json.dumps({"key": key, "row": row}, default=str))
+
+
+# ---- the grid -------------------------------------------------------------------------------------
+def parse_list(text: str | Sequence[str]) -> list[str]:
+    """``"a,b, c"`` -> ``["a", "b", "c"]`` (empty items dropped)."""
+    items = text.split(",") if isinstance(text, str) else list(text)
+    return [item.strip() for item in items if item and item.strip()]
+
+
+def expand_methods(methods: Sequence[str], collective: str) -> list[str]:
+    """``all`` -> every registered method supporting ``collective``; names are checked against the registry."""
+    from synth.synthesis.registry import METHODS, methods_for
+
+    out: list[str] = []
+    for m in methods:
+        key = m.strip().lower()
+        names = methods_for(collective) if key == "all" else [key]
+        for name in names:
+            if name != "auto" and name not in METHODS:
+                raise SynthError(f"unknown method {m!r}; expected all, auto or one of {', '.join(METHODS)}")
+            if name not in out:
+                out.append(name)
+    return out
+
+
+def plan(topologies: Sequence[Topology], collectives: Sequence[str], sizes: Sequence[int],
+         methods: Sequence[str]) -> list[SweepTask]:
+    """The grid in a stable order: topology, collective, size, method."""
+    if not (topologies and collectives and sizes and methods):
+        raise SynthError("a sweep needs at least one topology, collective, size and method")
+    tasks = []
+    for topo in topologies:
+        for coll in collectives:
+            name = canonical_name(coll)
+            for size in sizes:
+                if size <= 0:
+                    raise SynthError(f"size must be positive, got {size}")
+                for method in expand_methods(methods, name):
+                    tasks.append(SweepTask(topo, name, int(size), method))
+    return tasks
+
+
+# ---- one row --------------------------------------------------------------------------------------
+def _bound(topology: Topology, collective: str, size_bytes: int, root: int) -> float | None:
+    try:
+        from synth.bounds import compute_bounds
+    except ImportError:
+        return None
+    try:
+        return float(compute_bounds(topology, collective, size_bytes, root=root).time_bound_us)
+    except SynthError:
+        return None
+
+
+def _empty_row(task: SweepTask) -> dict:
+    row = dict.fromkeys(COLUMNS)
+    row.update(topology=task.topology.name, collective=task.collective, method=task.method,
+               size_bytes=task.size_bytes, ranks=task.topology.num_ranks, verified=False)
+    return row
+
+
+def run_row(task: SweepTask, options: SynthOptions, *, root: int = 0, bound_us: float | None = None) -> dict:
+    """Synthesize, verify and time one cell. Failures become a row with ``status`` and ``error``."""
+    from synth.pipeline import synthesize
+    from synth.synthesis.registry import METHODS
+
+    row = _empty_row(task)
+    row["bound_us"] = bound_us
+    if task.method != "auto" and task.collective not in METHODS[task.method].collectives:
+        row.update(status="unsupported", error=f"method {task.method} does not support {task.collective}")
+        return row
+    t0 = time.perf_counter()
+    try:
+        res = synthesize(task.topology, task.collective, task.size_bytes, task.method, options, root=root)
+    except SynthError as exc:
+        row.update(status="error", error=str(exc), synthesis_s=time.perf_counter() - t0)
+        return row
+    except Exception as exc:  # a bug in one method must not stop the sweep; record it
+        row.update(status="error", error=f"internal: {type(exc).__name__}: {exc}",
+                   synthesis_s=time.perf_counter() - t0)
+        return row
+    bound = res.bound_us if res.bound_us is not None else bound_us
+    gap = (res.time_us - bound) / res.time_us if bound is not None and res.time_us > 0 else None
+    row.update(
+        method=task.method if task.method != "auto" else f"auto:{res.method}",
+        status=res.status, time_us=res.time_us, algbw_GBps=res.algbw_GBps, busbw_GBps=res.busbw_GBps,
+        bound_us=bound, gap=gap, synthesis_s=res.synthesis_s, solver=res.solver,
+        chunks=res.collective.chunk_factor, verified=True,  # the pipeline verifies before it simulates
+    )
+    return row
+
+
+# ---- the sweep ------------------------------------------------------------------------------------
+ProgressFn = Callable[[SweepTask, dict, bool], None]
+
+
+def run_sweep(topologies: Sequence[Topology], collectives: Sequence[str], sizes: Sequence[int],
+              methods: Sequence[str], options: SynthOptions | None = None, *, root: int = 0,
+              cache_dir: str | Path | None = DEFAULT_CACHE_DIR, retry_failed: bool = False,
+              on_start: Callable[[SweepTask], None] | None = None,
+              on_row: ProgressFn | None = None) -> SweepResult:
+    """Run the grid. ``cache_dir=None`` disables the cache; ``retry_failed`` recomputes cached failures.
+
+    ``on_start(task)`` is called before a row is computed and ``on_row(task, row, cached)`` after each
+    row (progress bars).
+    """
+    options = options or SynthOptions()
+    tasks = plan(topologies, collectives, sizes, methods)
+    cache = RowCache(cache_dir) if cache_dir is not None else None
+    bounds: dict[tuple[str, str, int], float | None] = {}
+    rows: list[dict] = []
+    computed = cached = 0
+    t0 = time.perf_counter()
+    version = _version()
+    for task in tasks:
+        key = cache_key(task.topology, task.collective, task.size_bytes, task.method,
+                        options, version) + f"-r{root}"
+        hit = cache.get(key) if cache else None
+        if hit is not None and (not retry_failed or hit["status"] in OK_STATUSES | {"unsupported"}):
+            rows.append(hit)
+            cached += 1
+            if on_row:
+                on_row(task, hit, True)
+            continue
+        if on_start:
+            on_start(task)
+        bkey = (topology_hash(task.topology), task.collective, task.size_bytes)
+        if bkey not in bounds:
+            bounds[bkey] = _bound(task.topology, task.collective, task.size_bytes, root)
+        row = run_row(task, options, root=root, bound_us=bounds[bkey])
+        computed += 1
+        if cache:
+            cache.put(key, row)
+        rows.append(row)
+        if on_row:
+            on_row(task, row, False)
+    return SweepResult(rows, computed=computed, cached=cached, wall_s=time.perf_counter() - t0)
+
+
+# ---- tables ---------------------------------------------------------------------------------------
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return "" if not math.isfinite(value) else repr(value)
+    return str(value)
+
+
+def rows_to_csv(rows: Iterable[dict]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(COLUMNS), extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: _cell(row.get(k)) for k in COLUMNS})
+    return buf.getvalue()
+
+
+def _json_value(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def write_table(rows: Sequence[dict], path: str | Path) -> Path:
+    """Write rows as CSV (``.csv``) or JSON (``.json``: ``{"format": "synth-sweep", "rows": [...]}``), atomically."""
+    from synth.fileio import atomic_write_text
+
+    out = Path(path)
+    suffix = out.suffix.lower()
+    if suffix == ".csv":
+        return atomic_write_text(out, rows_to_csv(rows))
+    if suffix == ".json":
+        doc = {"format": TABLE_FORMAT, "version": 1, "synth_version": _version(), "columns": list(COLUMNS),
+               "rows": [{k: _json_value(row.get(k)) for k in COLUMNS} for row in rows]}
+        return atomic_write_text(out, json.dumps(doc, indent=1) + "\n")
+    raise SynthError(f"{path}: results table must end in .csv or .json")
+
+
+def _typed(row: dict) -> dict:
+    out = {}
+    for k in COLUMNS:
+        v = row.get(k)
+        if v == "" or v is None:
+            out[k] = None if k != "verified" else False
+        elif k in NUMERIC:
+            out[k] = float(v)
+        elif k in INTEGER:
+            out[k] = int(float(v))
+        elif k == "verified":
+            out[k] = v if isinstance(v, bool) else str(v).strip().lower() == "true"
+        else:
+            out[k] = str(v)
+    return out
+
+
+def read_table(path: str | Path) -> list[dict]:
+    """Rows of a table written by :func:`write_table` (CSV or JSON), with numbers as floats and blanks as None."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise SynthError(f"{path}: cannot read results table: {exc.strerror or exc}") from None
+    if p.suffix.lower() == ".json":
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            raise SynthError(f"{path}: not JSON: {exc}") from None
+        raw = doc.get("rows") if isinstance(doc, dict) else doc
+        if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
+            raise SynthError(f"{path}: not a synth sweep table (no list of rows)")
+    else:
+        reader = csv.DictReader(io.StringIO(text))
+        missing = {"topology", "collective", "method", "size_bytes"} - set(reader.fieldnames or ())
+        if missing:
+            raise SynthError(f"{path}: not a synth sweep table (missing columns {', '.join(sorted(missing))})")
+        raw = list(reader)
+    try:
+        return [_typed(r) for r in raw]
+    except (TypeError, ValueError) as exc:
+        raise SynthError(f"{path}: bad value in results table: {exc}") from None
+
+
+def is_table(path: str | Path) -> bool:
+    """Whether ``path`` looks like a sweep table rather than a program (by suffix and content)."""
+    p = Path(path)
+    if p.suffix.lower() == ".csv":
+        return True
+    if p.suffix.lower() != ".json":
+        return False
+    try:
+        head = p.read_text()[:4096]
+    except OSError:
+        return False
+    return f'"format": "{TABLE_FORMAT}"' in head or head.lstrip().startswith("[")
+
+
+def best_by_cell(rows: Iterable[dict]) -> dict[tuple[str, str, float], dict]:
+    """The fastest successful row per (topology, collective, size)."""
+    best: dict[tuple[str, str, float], dict] = {}
+    for row in rows:
+        if row["status"] not in OK_STATUSES or row["time_us"] is None:
+            continue
+        key = (row["topology"], row["collective"], row["size_bytes"])
+        if key not in best or row["time_us"] < best[key]["time_us"]:
+            best[key] = row
+    return best
