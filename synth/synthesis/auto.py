@@ -29,9 +29,28 @@ def _bandwidth_bound(topology: Topology, collective: Collective, size_bytes: flo
     return size_bytes / pieces >= 256 * 1024 and topology.num_ranks <= 256
 
 
+def _latency_bound(topology: Topology, collective: Collective, size_bytes: float) -> bool:
+    """Baselines with log-depth schedules (``dbt``, ``rdh``) win at latency-bound sizes (<= 16 MiB)."""
+    return size_bytes <= 16 * 2**20
+
+
+def _direct(topology: Topology, collective: Collective, size_bytes: float) -> bool:
+    """All-pairs: alltoall at any size (the natural pattern), allgather at latency-bound sizes."""
+    return collective.name == "alltoall" or size_bytes <= 16 * 2**20
+
+
+def _multi_box(topology: Topology, collective: Collective, size_bytes: float) -> bool:
+    """``hierarchical`` needs boxes (``machines``) to split the fabric into intra- and inter-box rings."""
+    return len(topology.machines) >= 2
+
+
 RULES: dict[str, Rule] = {
     "ring": _always,
     "trees": _bandwidth_bound,
+    "dbt": _latency_bound,
+    "rdh": _latency_bound,
+    "direct": _direct,
+    "hierarchical": _multi_box,
 }
 
 
