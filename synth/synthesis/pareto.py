@@ -146,6 +146,9 @@ def rounds_per_chunk_lower_bound(fab: Fabric, problem: CopyProblem) -> Fraction:
     """SCCL's rounds-per-chunk bound (msccl-tools ``rounds_bound.py``), an LP solved with HiGHS:
     min ρ s.t. flows ``0 <= f[c,j] <= 1``; a destination receives ``Σ_{j into v} f[c,j] = 1``; a rank that is
     not a source of ``c`` sends on each out-link at most what it received; ``Σ_{c, j over e} f[c,j] <= b_e·ρ``.
+    For a chunk with one destination (gather, scatter, alltoall, reductions' duals are not) a path is
+    enough, so we require ``Σ out <= Σ in`` at relays and nothing out of the destination: tighter than
+    SCCL's per-link rule, and still a lower bound.
     Returned as a fraction never above the LP value (so it stays a valid bound)."""
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
@@ -172,13 +175,17 @@ def rounds_per_chunk_lower_bound(fab: Fabric, problem: CopyProblem) -> Fraction:
             cols_eq += (base + into[v]).tolist()
             vals_eq += [1.0] * len(into[v])
             r_eq += 1
+        single = len(problem.dests[c]) == 1
+        if single:
+            ub[base + out[problem.dests[c][0]]] = 0.0     # a path ends at its destination
         for u in range(n):
             if u in srcs:
                 continue
-            for j in out[u]:
-                rows_ub += [r_ub] * (1 + len(into[u]))
-                cols_ub += [base + int(j)] + (base + into[u]).tolist()
-                vals_ub += [1.0] + [-1.0] * len(into[u])
+            # one destination: a path suffices, so flow is conserved (tighter than SCCL, still valid)
+            for outs in ([out[u]] if single else [[j] for j in out[u]]):
+                rows_ub += [r_ub] * (len(outs) + len(into[u]))
+                cols_ub += [base + int(j) for j in outs] + (base + into[u]).tolist()
+                vals_ub += [1.0] * len(outs) + [-1.0] * len(into[u])
                 rhs_ub.append(0.0)
                 r_ub += 1
     for e, users in enumerate(_phys_users(fab)):
@@ -557,20 +564,43 @@ def pareto_frontier(topology: Topology, collective_name: str | Collective, max_s
 
 
 # ---- schedules --------------------------------------------------------------------------------------
-def step_durations(fab: Fabric, algo: Algorithm, chunk_bytes: float) -> list[float]:
-    """α-β duration of each step: the largest route α used in it plus ``r_s · chunk_bytes / bw_unit``."""
-    alpha = [0.0] * algo.steps
-    for s, _c, j in algo.sends:
-        alpha[s - 1] = max(alpha[s - 1], float(fab.vl.alpha[j]))
-    return [a + r * chunk_bytes / (fab.unit_GBps * 1e3) for a, r in zip(alpha, algo.rounds_per_step)]
+def step_terms(fab: Fabric, algo: Algorithm, chunk_ids: tuple[int, ...]) -> list[list[tuple[float, float]]]:
+    """Per step, one ``(a, b)`` per physical link used: the link is busy ``a + b · chunk_bytes`` µs.
+
+    SPEC α-β model: the sends of one virtual link in a step go as one transfer per run of contiguous
+    chunk ids (lowering merges those into one MSCCL step), each paying the route's α, and every
+    transfer holds each physical link of its route, so ``a = Σ α`` and ``b = Σ chunks / bw``. A step
+    lasts as long as its busiest link: ``max (a + b · chunk_bytes)``, which is at most SCCL's
+    ``α + r_s · chunk_bytes / bw_unit`` when each link sends one transfer per step."""
+    per: dict[tuple[int, int], list[int]] = {}
+    for s, c, j in algo.sends:
+        per.setdefault((s, j), []).append(chunk_ids[c])
+    load: dict[tuple[int, int], list[float]] = {}
+    for (s, j), ids in per.items():
+        ids.sort()
+        runs = 1 + sum(1 for x, y in zip(ids, ids[1:]) if y != x + 1)
+        a = runs * float(fab.vl.alpha[j])
+        b = len(ids) / (float(fab.vl.bw[j]) * 1e3)
+        for e in fab.vl.phys[j]:
+            if e >= 0:
+                acc = load.setdefault((s, int(e)), [0.0, 0.0])
+                acc[0] += a
+                acc[1] += b
+    out: list[list[tuple[float, float]]] = [[] for _ in range(algo.steps)]
+    for (s, _e), (a, b) in sorted(load.items()):
+        if (a, b) not in out[s - 1]:
+            out[s - 1].append((a, b))
+    return out
+
+
+def _duration(terms: list[tuple[float, float]], chunk_bytes: float) -> float:
+    return max((a + b * chunk_bytes for a, b in terms), default=0.0)
 
 
 def predicted_time_us(point: ParetoPoint, size_bytes: float) -> float:
-    """The point's α-β time at ``size_bytes`` (re-timed from its schedule's step structure)."""
-    notes = point.schedule.notes
-    alphas, rounds, unit = notes["step_alpha_us"], notes["rounds_per_step"], notes["unit_GBps"]
+    """The point's α-β time at ``size_bytes`` (:func:`step_terms`, summed over steps)."""
     cb = point.schedule.collective.chunk_bytes(size_bytes)
-    return float(sum(a + r * cb / (unit * 1e3) for a, r in zip(alphas, rounds)))
+    return float(sum(_duration(t, cb) for t in point.schedule.notes["step_terms"]))
 
 
 def to_schedule(topology: Topology, fab: Fabric, rfab: Fabric | None, coll: Collective,
@@ -582,24 +612,23 @@ def to_schedule(topology: Topology, fab: Fabric, rfab: Fabric | None, coll: Coll
     transfers: list[Transfer] = []
     offset = 0.0
     step_base = 0
-    step_alpha: list[float] = []
+    step_terms_all: list[list[tuple[float, float]]] = []
     rounds_per_step: list[int] = []
     for (problem, reverse), algo in zip(phases, algos):
         f = rfab if reverse else fab
         assert f is not None
-        dur = step_durations(f, algo, cb)
-        alphas = [d - r * cb / (f.unit_GBps * 1e3) for d, r in zip(dur, algo.rounds_per_step)]
+        terms = step_terms(f, algo, problem.chunk_ids)
+        dur = [_duration(t, cb) for t in terms]
         order = list(range(algo.steps))
         if reverse:
             order = order[::-1]                    # dual step s runs as primal step S+1-s
         starts: dict[int, float] = {}
         t = offset
-        for pos, s0 in enumerate(order):
+        for s0 in order:
             starts[s0 + 1] = t
             t += dur[s0]
-            step_alpha.append(alphas[s0])
+            step_terms_all.append(terms[s0])
             rounds_per_step.append(algo.rounds_per_step[s0])
-            del pos
         for s, c, j in algo.sends:
             a, b = starts[s], starts[s] + dur[s - 1]
             chunk = problem.chunk_ids[c]
@@ -618,7 +647,7 @@ def to_schedule(topology: Topology, fab: Fabric, rfab: Fabric | None, coll: Coll
                     predicted_time_us=offset,
                     notes={"status": "optimal", "solver": "cp-sat", "chunks": c, "steps": s, "rounds": r,
                            "bandwidth_cost": f"{Fraction(r, c)}", "rounds_per_step": rounds_per_step,
-                           "step_alpha_us": step_alpha, "unit_GBps": fab.unit_GBps})
+                           "step_terms": step_terms_all, "unit_GBps": fab.unit_GBps})
 
 
 # ---- the pipeline method ---------------------------------------------------------------------------
@@ -628,12 +657,19 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
     ``options.chunks`` fixes C (then the least R, then least S, with exactly C chunks);
     ``options.extra`` may set ``max_steps``, ``max_chunks`` and ``assume_monotonic``."""
     extra = options.extra or {}
+    chunks = options.chunks
+    if chunks and collective.name == "allreduce":
+        # --chunks counts allreduce buffer chunks; SCCL's C counts chunks per reduce-scatter owner
+        if chunks % collective.num_ranks:
+            raise SynthError(f"pareto allreduce needs --chunks to be a multiple of the {collective.num_ranks} "
+                             f"ranks (C chunks per owner), got {chunks}")
+        chunks //= collective.num_ranks
     exp = explore(topology, collective, max_steps=int(extra.get("max_steps", DEFAULT_MAX_STEPS)),
                   max_chunks=int(extra.get("max_chunks", DEFAULT_MAX_CHUNKS)),
                   time_limit=options.time_limit if options.time_limit is not None else DEFAULT_TIME_LIMIT,
                   size_bytes=size_bytes, assume_monotonic=bool(extra.get("assume_monotonic", False)),
                   threads=options.threads, seed=options.seed,
-                  chunk_counts=[options.chunks] if options.chunks else None)
+                  chunk_counts=[chunks] if chunks else None)
     if not exp.points:
         raise SynthError(f"pareto found no algorithm for {collective.name} on {topology.name} "
                          f"({exp.stopped or 'no feasible instance'})")
