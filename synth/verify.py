@@ -15,9 +15,11 @@ must hold exactly its postcondition set.
 
 Detected: bad structure (peers, channels, duplicate connections, dependency references, missing
 ``hasdep``), offsets out of range (after in-place aliasing), reads of slots holding no data, cnt
-mismatches, messages never received, receives never matched, deadlock (with a wait-for cycle) and
-wrong results. Not modelled: data races between threadblocks that lack dependency ordering (the
-verifier follows one legal interleaving).
+mismatches, messages never received, receives never matched, deadlock (with a wait-for cycle),
+wrong results, and data races: two threadblocks of a rank touching one slot (one writing) with no
+chain of program order, dependencies and messages between them (vector clocks over the executed
+trace; skipped for programs above ``RACE_CHECK_BUDGET``). The symbolic values follow one legal
+interleaving, which is the only one when there is no race.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ _WRITES_DST = frozenset({"r", "rcs", "rrc", "rrcs", "cpy", "re"})
 _NOP, _S, _R, _RCS, _RRS, _RRC, _RRCS, _CPY, _RE = range(9)
 _KIND = {"nop": _NOP, "s": _S, "r": _R, "rcs": _RCS, "rrs": _RRS, "rrc": _RRC, "rrcs": _RRCS, "cpy": _CPY, "re": _RE}
 _READ_KINDS = frozenset({_S, _RRS, _RRC, _RRCS, _CPY, _RE})
+_WRITE_KINDS = frozenset({_R, _RCS, _RRC, _RRCS, _CPY, _RE})
+# The race check keeps a vector clock per threadblock (cost ~ threadblocks x executed steps, about
+# 0.4 s per million on one core): it runs under this budget and is skipped above it.
+RACE_CHECK_BUDGET = 6_000_000
 
 
 @dataclass(frozen=True)
@@ -123,9 +129,10 @@ class _Errors(list):
 
 
 class _Verifier:
-    def __init__(self, program: Program, coll: Collective, max_errors: int) -> None:
+    def __init__(self, program: Program, coll: Collective, max_errors: int, races: bool = True) -> None:
         self.p = program
         self.c = coll
+        self.races = races
         self.err = _Errors(max_errors)
 
     # ---- layout -------------------------------------------------------------------------------
@@ -134,6 +141,7 @@ class _Verifier:
         c = self.c
         self.layout: list[dict] = []
         self.aliased: set[tuple[int, str]] = set()
+        self.phys_names: dict[int, str] = {}
         for gpu in self.p.gpus:
             r = gpu.id
             declared = {"i": gpu.i_chunks, "o": gpu.o_chunks, "s": gpu.s_chunks}
@@ -151,6 +159,8 @@ class _Verifier:
                     views[buf] = (target, base, window)
                     needed[target] = max(needed[target], base + window)
             phys = {b: [None] * needed[b] for b in ("i", "o", "s")}
+            for b, arr in phys.items():
+                self.phys_names[id(arr)] = b
             writers = {b: [None] * needed[b] for b in phys}
             self.layout.append({buf: (phys[t], writers[t], base, limit) for buf, (t, base, limit) in views.items()})
         for (r, s), contribution in c.precondition.items():
@@ -293,6 +303,7 @@ class _Verifier:
         conn_wait: dict[tuple, int] = {}
         work = deque(range(ntb))
         reduce_ = self._reduce
+        trace = self.trace = [] if self.races else None
         while work:
             g = work.popleft()
             r, tb = self.tbs[g]
@@ -309,6 +320,7 @@ class _Verifier:
                     dep_wait.setdefault(dep, []).append(g)
                     break
                 inc = None
+                sg = -1
                 if rcv:
                     if not rq:
                         conn_wait[rkey] = g
@@ -363,6 +375,8 @@ class _Verifier:
                     sq.append((out, cnt, g, p))
                     if skey in conn_wait:
                         work.append(conn_wait.pop(skey))
+                if trace is not None:
+                    trace.append((g, p, sg, sp if sg >= 0 else -1))
                 p += 1
                 pc[g] = p
                 if (g, p - 1) in dep_wait:
@@ -434,6 +448,61 @@ class _Verifier:
                 self.err.add(f"{err_where}: message to rank {dst} on channel {chan} is never received "
                              f"({len(q)} message(s) left on connection {src}->{dst})")
 
+    def _race_check(self) -> None:
+        """Data races on the executed trace: two threadblocks of one rank touch a slot (one writes)
+        and no chain of program order, dependencies and messages orders them (vector clocks)."""
+        ntb = len(self.tbs)
+        if not self.trace or ntb * len(self.trace) > RACE_CHECK_BUDGET:
+            return
+        vc = [[0] * ntb for _ in range(ntb)]
+        need = {d for dl in self.deps for d in dl if d is not None}
+        snaps: dict[tuple[int, int], list] = {}
+        last_write: dict[tuple[int, int], tuple[int, int]] = {}
+        reads: dict[tuple[int, int], list] = {}
+        reported: set[tuple[int, int]] = set()
+
+        def race(g1: int, p1: int, g2: int, p2: int, what: str, key) -> None:
+            pair = (min(g1, g2), max(g1, g2))
+            if pair in reported:
+                return
+            reported.add(pair)
+            self.err.add(f"{self._step_name(g2, p2)}: race: {what} {self.phys_names[key[0]]}[{key[1]}] (physical "
+                         f"buffer) concurrently with {self._step_name(g1, p1)}; no dependency orders them")
+
+        for g, p, sg, sp in self.trace:
+            v = vc[g]
+            dep = self.deps[g][p]
+            if dep is not None:
+                v[:] = map(max, v, snaps[dep])
+            if sg >= 0:
+                v[:] = map(max, v, snaps[(sg, sp)])
+            v[g] = p + 1
+            kind, _, snd, cnt, sarr, soff, darr, _, doff, _ = self.records[g][p]
+            if kind != _NOP:
+                if kind in _READ_KINDS or kind == _RE:
+                    spans = [(sarr, soff)] if kind in _READ_KINDS else []
+                    if kind == _RE:
+                        spans.append((darr, doff))
+                    for arr, off in spans:
+                        for i in range(off, off + cnt):
+                            key = (id(arr), i)
+                            w = last_write.get(key)
+                            if w is not None and w[0] != g and v[w[0]] <= w[1]:
+                                race(w[0], w[1], g, p, "reads", key)
+                            reads.setdefault(key, []).append((g, p))
+                if kind in _WRITE_KINDS:
+                    for i in range(doff, doff + cnt):
+                        key = (id(darr), i)
+                        w = last_write.get(key)
+                        if w is not None and w[0] != g and v[w[0]] <= w[1]:
+                            race(w[0], w[1], g, p, "writes", key)
+                        for rg, rp in reads.pop(key, ()):
+                            if rg != g and v[rg] <= rp:
+                                race(rg, rp, g, p, "writes", key)
+                        last_write[key] = (g, p)
+            if snd or (g, p) in need:
+                snaps[(g, p)] = list(v)
+
     def _postcondition(self) -> None:
         c = self.c
         for (r, slot), expected in expected_values(c).items():
@@ -460,6 +529,7 @@ class _Verifier:
             self._run()
             self._blocked()
             self._leftovers()
+            self._race_check()
             self._postcondition()
         errors = list(self.err)
         if self.err.dropped:
@@ -467,11 +537,12 @@ class _Verifier:
         return errors
 
 
-def verify(program: Program, collective: Collective | str | None = None, max_errors: int = MAX_ERRORS) -> VerifyResult:
+def verify(program: Program, collective: Collective | str | None = None, max_errors: int = MAX_ERRORS,
+           races: bool = True) -> VerifyResult:
     """Check that ``program`` implements ``collective`` (default: the one it declares) and cannot deadlock.
 
     Raises SynthError only when the collective itself is unknown or inconsistent with the program.
     """
     coll = resolve_collective(program, collective)
-    errors = _Verifier(program, coll, max_errors).run()
+    errors = _Verifier(program, coll, max_errors, races).run()
     return VerifyResult(ok=not errors, collective=coll.name, ranks=program.num_ranks, errors=errors)

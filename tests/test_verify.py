@@ -328,6 +328,28 @@ def test_uninitialized_read_and_structural_peer_errors():
     assert any("already used" in e for e in verify(bad).errors)
 
 
+def _racy_allgather(with_dep: bool) -> Program:
+    """Two-rank allgather where tb 0 receives into o[other] and tb 1 copies that slot to scratch;
+    without a dependency the copy races with the receive."""
+    gpus = []
+    for r in range(2):
+        other = 1 - r
+        recv_tb = Threadblock(0, -1, other, 0, (Step("r", "o", other, "o", other, hasdep=with_dep),))
+        dep = {"depid": 0, "deps": 0} if with_dep else {}
+        local = Threadblock(1, other, -1, 0, (Step("s", "o", r, "o", r),
+                                              Step("cpy", "o", other, "s", 0, **dep)))
+        gpus.append(Gpu(r, 0, 2, 1, (recv_tb, local)))
+    return Program(name="racy", collective="allgather", num_ranks=2, gpus=tuple(gpus), inplace=True)
+
+
+def test_race_between_threadblocks_detected():
+    ordered = verify(_racy_allgather(True))
+    assert ordered.ok, ordered.errors
+    racy = verify(_racy_allgather(False))
+    assert any("race" in e and "rank 0 tb" in e and "o[1]" in e for e in racy.errors), racy.errors
+    assert not any("race" in e for e in verify(_racy_allgather(False), races=False).errors)
+
+
 def test_unknown_collective_is_bad_input():
     program = ring_allgather(3).with_(collective="custom")
     with pytest.raises(SynthError, match="-c"):
