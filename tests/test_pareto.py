@@ -1,0 +1,188 @@
+"""SCCL (chunks, steps, rounds) synthesis on CP-SAT: bounds, instances, the frontier, schedules, CLI."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from fractions import Fraction
+
+import pytest
+from click.testing import CliRunner
+
+from synth.collectives import Collective
+from synth.errors import SynthError
+from synth.synthesis.pareto import (
+    bandwidth_unit,
+    check_algorithm,
+    explore,
+    fabric,
+    pareto_frontier,
+    plan_for,
+    predicted_time_us,
+    rounds_per_chunk_lower_bound,
+    solve_instance,
+    steps_lower_bound,
+)
+from synth.topology.generators import ring
+from synth.topology.io import load_topology
+
+# msccl-tools examples/dgx1_allgather.ipynb (solve_all_latency_bandwidth_tradeoffs on DGX1 Allgather,
+# no monotonic assumption): every instance it tried, in order, and whether it was satisfiable.
+SCCL_DGX1_ALLGATHER_TRIED = [
+    (1, 2, 2, "sat"), (2, 2, 3, "sat"), (3, 2, 4, "unsat"), (3, 3, 4, "sat"), (4, 2, 5, "unsat"),
+    (4, 3, 5, "sat"), (5, 2, 6, "unsat"), (5, 3, 6, "sat"), (6, 2, 7, "unsat"), (6, 3, 7, "sat"),
+]
+# ... and its Pareto-optimal algorithms after prune_pareto_optimal (msccl-tools SYNTHESIS.md, notebook).
+SCCL_DGX1_ALLGATHER_FRONTIER = [(2, 2, 3), (6, 3, 7)]
+
+
+@pytest.fixture(scope="module")
+def dgx1():
+    return load_topology("dgx1")
+
+
+def _tried(exp):
+    return [(t["chunks"], t["steps"], t["rounds"], t["status"]) for t in exp.tried]
+
+
+def _problem(topology, name, chunks=1):
+    _, phases = plan_for(Collective(name, topology.num_ranks), chunks)
+    return phases[0][0]
+
+
+# ---- units and bounds --------------------------------------------------------------------------------
+def test_bandwidth_unit_recovers_nvlink_counts(dgx1):
+    fab = fabric(dgx1)
+    assert fab.unit_GBps == 25.0 and fab.exact
+    assert sorted(set(fab.mult.tolist())) == [1, 2]
+    # every DGX-1 GPU has 6 NVLinks out (rows of the msccl-tools matrix sum to 6)
+    for u in range(8):
+        assert sum(int(fab.mult[j]) for j in range(fab.vl.count) if fab.vl.src[j] == u) == 6
+    unit, mult, exact = bandwidth_unit(__import__("numpy").array([300.0, 25.0, 12.5]))
+    assert unit == 12.5 and mult.tolist() == [24, 2, 1] and exact
+
+
+def test_lower_bounds(dgx1):
+    assert steps_lower_bound(fabric(dgx1), _problem(dgx1, "allgather")) == 2
+    assert rounds_per_chunk_lower_bound(fabric(dgx1), _problem(dgx1, "allgather")) == Fraction(7, 6)
+    r4 = ring(4)
+    assert steps_lower_bound(fabric(r4), _problem(r4, "allgather")) == 2
+    assert rounds_per_chunk_lower_bound(fabric(r4), _problem(r4, "allgather")) == Fraction(3, 2)
+    dgx2 = load_topology("dgx2")
+    # NVSwitch: one chunk in and one out per GPU per round -> 15 rounds for 15 chunks, 1 step
+    assert steps_lower_bound(fabric(dgx2), _problem(dgx2, "allgather")) == 1
+    assert rounds_per_chunk_lower_bound(fabric(dgx2), _problem(dgx2, "allgather")) == 15
+    # scatter: the root's 6 NVLinks carry 7 chunks
+    assert rounds_per_chunk_lower_bound(fabric(dgx1), _problem(dgx1, "scatter")) == Fraction(7, 6)
+
+
+# ---- instances -----------------------------------------------------------------------------------------
+def test_instance_sat_unsat_and_independent_check(dgx1):
+    fab = fabric(dgx1)
+    status, algo = solve_instance(fab, _problem(dgx1, "allgather", 3), 2, 4, groups=3)
+    assert status == "unsat" and algo is None
+    problem = _problem(dgx1, "allgather", 2)
+    status, algo = solve_instance(fab, problem, 2, 3, groups=2)
+    assert status == "sat"
+    assert sum(algo.rounds_per_step) == 3 and min(algo.rounds_per_step) >= 1
+    check_algorithm(fab, problem, algo)
+    with pytest.raises(SynthError, match="short of a destination"):
+        check_algorithm(fab, problem, replace(algo, sends=algo.sends[:-1]))
+    late = tuple((2 if s == 1 else 1, c, j) for s, c, j in algo.sends)   # swap the two steps
+    with pytest.raises(SynthError, match="before it holds it"):
+        check_algorithm(fab, problem, replace(algo, sends=late))
+    with pytest.raises(SynthError, match="overloads"):
+        check_algorithm(fab, problem, replace(algo, rounds_per_step=(1, 1), rounds=2))
+
+
+# ---- frontiers -----------------------------------------------------------------------------------------
+def test_ring4_allgather_frontier_by_hand():
+    """Ring of 4, one unit per link: diameter 2; each rank receives 3C chunks over 2 links, so R/C >= 3/2.
+    (1,2,2): send to both neighbours, then forward clockwise. (2,2,3): step 1 (1 round) sends sub-chunk a
+    clockwise and b counter-clockwise; step 2 (2 rounds) each link carries the forwarded piece of the
+    opposite rank plus the sender's other sub-chunk. Both bounds are met, so the frontier is one point."""
+    exp = explore(ring(4), "allgather", max_chunks=4, time_limit=60)
+    assert _tried(exp) == [(1, 2, 2, "sat"), (2, 2, 3, "sat")]
+    assert [(p.chunks, p.steps, p.rounds) for p in exp.points] == [(2, 2, 3)]
+    assert exp.bandwidth_optimal
+
+
+def test_dgx1_allgather_first_points_match_sccl(dgx1):
+    exp = explore(dgx1, "allgather", max_chunks=3, time_limit=120)
+    assert _tried(exp) == SCCL_DGX1_ALLGATHER_TRIED[:4]
+    assert [(p.chunks, p.steps, p.rounds) for p in exp.points] == [(2, 2, 3), (3, 3, 4)]
+    assert exp.stopped == "reached max chunks 3" and not exp.bandwidth_optimal
+
+
+@pytest.mark.slow
+def test_dgx1_allgather_frontier_matches_sccl(dgx1):
+    exp = explore(dgx1, "allgather", time_limit=300)
+    assert _tried(exp) == SCCL_DGX1_ALLGATHER_TRIED
+    assert [(p.chunks, p.steps, p.rounds) for p in exp.points] == SCCL_DGX1_ALLGATHER_FRONTIER
+    assert exp.bandwidth_optimal and exp.points[-1].bandwidth_cost == Fraction(7, 6)
+
+
+def test_dgx2_allgather_is_one_step(capsys):
+    points = pareto_frontier(load_topology("dgx2"), "allgather", max_chunks=2, time_limit=120)
+    assert [(p.chunks, p.steps, p.rounds) for p in points] == [(1, 1, 15)]
+
+
+def test_max_steps_below_bound_finds_nothing(dgx1):
+    exp = explore(dgx1, "allgather", max_steps=1)
+    assert exp.points == [] and "at least 2 steps" in exp.stopped
+    with pytest.raises(SynthError):
+        explore(dgx1, "allgather", max_chunks=0)
+
+
+# ---- schedules lower and verify ------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["allgather", "reducescatter", "allreduce", "broadcast", "gather"])
+def test_frontier_schedules_lower_and_verify(dgx1, name):
+    from synth.program.lower import lower
+    from synth.simulate import simulate
+    from synth.verify import verify
+
+    size = 1 << 20
+    exp = explore(dgx1, name, max_chunks=2, time_limit=120, size_bytes=size)
+    assert exp.points
+    for p in exp.points:
+        program = lower(p.schedule)
+        result = verify(program, p.schedule.collective)
+        assert result.ok, result.errors[:3]
+        steps = {t.group for t in p.schedule.transfers}
+        assert len(steps) == p.steps
+        sim = simulate(program, dgx1, size)
+        # the method's α-β step model is what the simulator measures, up to merging details
+        assert sim.time_us == pytest.approx(predicted_time_us(p, size), rel=0.2)
+        if name in ("reducescatter", "allreduce"):
+            assert any(t.reduce for t in p.schedule.transfers)
+
+
+def test_pipeline_method(dgx1):
+    from synth.pipeline import synthesize
+    from synth.synthesis.base import SynthOptions
+
+    res = synthesize(dgx1, "allgather", 1 << 20, "pareto", SynthOptions(time_limit=60, extra={"max_chunks": 2}))
+    assert res.method == "pareto" and res.schedule.notes["steps"] == 2
+    assert res.time_us == pytest.approx(res.predicted_time_us, rel=0.05)
+    fixed = synthesize(dgx1, "allgather", 1 << 20, "pareto", SynthOptions(time_limit=60, chunks=3))
+    assert fixed.collective.chunk_factor == 3 and fixed.schedule.notes["rounds"] == 4
+    with pytest.raises(SynthError, match="multiple"):
+        synthesize(dgx1, "allreduce", 1 << 20, "pareto", SynthOptions(chunks=3))
+
+
+# ---- CLI -----------------------------------------------------------------------------------------------
+def test_cli_json_and_table():
+    from synth.cli import cli as main
+
+    runner = CliRunner()
+    out = runner.invoke(main, ["pareto", "-t", "dgx1", "-c", "allgather", "--max-chunks", "2", "--json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
+    assert [(r["chunks"], r["steps"], r["rounds"]) for r in doc["frontier"]] == [(2, 2, 3)]
+    row = doc["frontier"][0]
+    assert row["bandwidth_cost"] == "3/2" and row["synthesis_s"] >= 0 and row["time_us"] > 0
+    assert doc["steps_lower_bound"] == 2 and doc["rounds_per_chunk_lower_bound"] == "7/6"
+    table = runner.invoke(main, ["pareto", "-t", "dgx1", "-c", "allgather", "--max-chunks", "1"])
+    assert table.exit_code == 0 and "Pareto frontier" in table.output and "7/6" in table.output
+    bad = runner.invoke(main, ["pareto", "-t", "dgx1", "-c", "allgather", "--max-steps", "0"])
+    assert bad.exit_code == 2 and "max-steps" in bad.output
