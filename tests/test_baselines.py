@@ -1,0 +1,189 @@
+"""Standard baselines (dbt, rdh, direct, hierarchical, nccl): every built-in topology they apply to
+verifies, closed forms of the α-β predictions, non-powers of two, rails on multi-box fabrics."""
+
+from __future__ import annotations
+
+import pytest
+
+from synth.collectives import Collective
+from synth.errors import SynthError
+from synth.program.lower import lower
+from synth.simulate import simulate
+from synth.synthesis import baselines as bl
+from synth.synthesis.base import SynthOptions
+from synth.synthesis.registry import METHODS
+from synth.topology import generators as gen
+from synth.topology.builtin import builtin_names
+from synth.topology.io import load_topology
+from synth.verify import verify
+from tests.schedule_check import check_schedule
+
+MiB = 2**20
+BASELINES = ("dbt", "rdh", "direct", "hierarchical", "nccl")
+# (method, topology) pairs where a reduction does not apply: the butterfly does not embed in these
+# fabrics and partial sums are never relayed through ranks.
+RDH_REDUCTIONS_DO_NOT_EMBED = {"ring-8", "mesh-5x5", "mi250", "torus-3x3x3"}
+
+
+def run(method: str, topology, name: str, size: float = MiB, *, root: int = 0, inplace: bool = False,
+        chunks: int | None = None):
+    coll = Collective(name, topology.num_ranks, root=root, inplace=inplace)
+    schedule = METHODS[method].run(topology, coll, size, SynthOptions(chunks=chunks))
+    check_schedule(schedule, topology)          # independent data-flow + link check
+    program = lower(schedule)
+    result = verify(program, schedule.collective)
+    assert result.ok, result.errors[:3]
+    sim = simulate(program, topology, size, record_events=False)
+    assert sim.time_us > 0
+    return schedule, program, sim
+
+
+def _applies(method: str, topo_name: str, topology, collective: str) -> bool:
+    if method == "hierarchical":
+        return len(topology.machines) >= 2
+    if method == "rdh" and collective != "allgather":
+        return topo_name not in RDH_REDUCTIONS_DO_NOT_EMBED
+    return True
+
+
+@pytest.mark.parametrize("topo_name", builtin_names())
+@pytest.mark.parametrize("method", BASELINES)
+def test_baseline_verifies_on_builtin(method: str, topo_name: str) -> None:
+    topology = load_topology(topo_name)
+    for name in sorted(METHODS[method].collectives):
+        root = topology.num_ranks - 1 if name in ("broadcast", "reduce") else 0
+        if _applies(method, topo_name, topology, name):
+            schedule, _, _ = run(method, topology, name, root=root)
+            assert schedule.collective.root == root
+        else:
+            with pytest.raises(SynthError, match="does not apply|needs a multi-box"):
+                run(method, topology, name, root=root)
+
+
+# ---- closed forms ---------------------------------------------------------------------------------
+def test_rdh_closed_form_fully_connected_power_of_two() -> None:
+    """log2(N) steps; allgather/reducescatter: log2 N·α + (N-1)/N·S/bw; allreduce twice that."""
+    n, bw, alpha, size = 8, 50.0, 0.5, 4 * MiB
+    topo = gen.fully_connected(n, bw=bw, alpha=alpha)
+    one = 3 * alpha + (n - 1) / n * size / (bw * 1e3)
+    for name, want in (("allgather", one), ("reducescatter", one), ("allreduce", 2 * one)):
+        schedule, _, sim = run("rdh", topo, name, size, inplace=True)
+        assert schedule.predicted_time_us == pytest.approx(want, rel=1e-9)
+        assert sim.time_us == pytest.approx(want, rel=1e-9)
+        # exactly log2 N rounds of partner exchanges per phase, every rank sending once per round
+        phases = 2 if name == "allreduce" else 1
+        assert len({t.group for t in schedule.transfers}) == phases * 3 * n
+
+
+def test_rdh_non_power_of_two_folds_extras() -> None:
+    """N = 6: four core ranks run the butterfly, ranks 4 and 5 fold into 0 and 1 and are unfolded."""
+    topo = gen.fully_connected(6)
+    for name in ("allgather", "reducescatter", "allreduce"):
+        schedule, _, sim = run("rdh", topo, name)
+        assert schedule.notes["core"] == 4 and schedule.notes["extras"] == 2
+        extra_peers = {(t.src, t.dst) for t in schedule.transfers if 4 in (t.src, t.dst) or 5 in (t.src, t.dst)}
+        assert extra_peers == {(4, 0), (0, 4), (5, 1), (1, 5)}
+        if name in ("reducescatter", "allreduce"):
+            assert all(t.reduce for t in schedule.transfers if t.src in (4, 5))
+    # odd sizes and a torus (relays) too
+    run("rdh", gen.fully_connected(7), "allreduce")
+    run("rdh", gen.fully_connected(5), "reducescatter", chunks=3)
+    run("rdh", gen.torus([3, 3]), "allgather")
+
+
+def test_rdh_embeds_butterfly_in_torus() -> None:
+    """A 4x4 torus is a 4-cube: the butterfly's partners become neighbours after relabelling."""
+    topo = load_topology("torus-4x4")
+    schedule, _, _ = run("rdh", topo, "allreduce")
+    assert all(topo.link(t.src, t.dst) is not None for t in schedule.transfers)
+
+
+def test_dbt_closed_form_small_star() -> None:
+    """star(3), root 0, one chunk per tree: trees 0->2->1 and 0->1->2. Each hop costs
+    d = 2α + (S/2)/bw. broadcast: the root's uplink serializes its two halves, then the last hop: 3d.
+    allreduce: leaves exchange (d), both reach the root over its one downlink (2d), then down: 5d."""
+    bw, alpha, size = 100.0, 0.7, MiB
+    topo = gen.star(3, bw=bw, alpha=alpha)
+    d = 2 * alpha + size / 2 / (bw * 1e3)
+    for name, want in (("broadcast", 3 * d), ("reduce", 3 * d), ("allreduce", 5 * d)):
+        schedule, _, sim = run("dbt", topo, name, size, chunks=2)
+        assert schedule.notes["trees"] == [[-1, 2, 0], [-1, 0, 1]]
+        assert schedule.predicted_time_us == pytest.approx(want, rel=1e-9)
+        assert sim.time_us == pytest.approx(want, rel=1e-9)
+
+
+def test_double_binary_tree_is_complementary() -> None:
+    for m in (3, 4, 7, 8, 15, 16):
+        a, b = bl.double_binary_tree(m)
+        assert a.count(-1) == 1 and b.count(-1) == 1
+        interior_a = {p for p in a if p >= 0}
+        interior_b = {p for p in b if p >= 0}
+        assert len(interior_a & interior_b) <= 1, (m, a, b)
+        for tree in (a, b):
+            assert max(tree.count(p) for p in range(m)) <= 2
+
+
+def test_dbt_pipelines_large_sizes_and_rooted() -> None:
+    topo = load_topology("dgx-a100")
+    small, _, _ = run("dbt", topo, "allreduce", 64 * 1024)
+    large, _, _ = run("dbt", topo, "allreduce", 256 * MiB)
+    assert large.collective.chunk_factor > small.collective.chunk_factor
+    schedule, _, _ = run("dbt", topo, "broadcast", root=5)
+    assert all(t.dst != 5 for t in schedule.transfers)
+
+
+def test_direct_closed_form_and_relays() -> None:
+    """Fully connected: all N(N-1) pieces move at once on distinct links: α + (S/N)/bw."""
+    n, size = 8, 8 * MiB
+    topo = gen.fully_connected(n, bw=50, alpha=0.5)
+    schedule, _, sim = run("direct", topo, "alltoall", size)
+    want = 0.5 + size / n / 50e3
+    assert schedule.predicted_time_us == pytest.approx(want) and sim.time_us == pytest.approx(want)
+    # a ring relays through ranks (every hop a real link, checked by check_schedule)
+    schedule, _, _ = run("direct", gen.ring(6), "alltoall")
+    assert len(schedule.transfers) > 6 * 5
+
+
+def test_reductions_are_never_relayed() -> None:
+    with pytest.raises(SynthError, match="does not apply"):
+        run("rdh", gen.ring(8), "reducescatter")
+
+
+def test_hierarchical_two_box_rails() -> None:
+    """2 boxes of 4 behind NICs: inter-box transfers only between GPU g of each box (rail g)."""
+    topo = gen.boxes_behind_nics(2, 4)
+    boxes = [tuple(b) for b in topo.machines]
+    rail = {r: g for box in boxes for g, r in enumerate(box)}
+    box_of = {r: b for b, box in enumerate(boxes) for r in box}
+    for name in ("allreduce", "allgather", "reducescatter"):
+        schedule, _, sim = run("hierarchical", topo, name, 4 * MiB)
+        cross = [t for t in schedule.transfers if box_of[t.src] != box_of[t.dst]]
+        assert cross, name
+        assert all(rail[t.src] == rail[t.dst] for t in cross), name
+        ring, _, ring_sim = run("nccl", topo, name, 4 * MiB) if name != "allreduce" else (None, None, None)
+        if ring_sim is not None:
+            assert sim.time_us > 0 and ring_sim.time_us > 0
+    with pytest.raises(SynthError, match="multi-box"):
+        run("hierarchical", load_topology("dgx1"), "allreduce")
+
+
+def test_nccl_picks_tree_small_ring_large() -> None:
+    topo = load_topology("dgx2")
+    small = bl.NCCL.run(topo, Collective("allreduce", 16), 4096, SynthOptions())
+    large = bl.NCCL.run(topo, Collective("allreduce", 16), 2**30, SynthOptions())
+    assert small.notes["nccl_algorithm"] == "dbt" and large.notes["nccl_algorithm"] == "ring"
+    assert small.method == large.method == "nccl"
+    a2a = bl.NCCL.run(topo, Collective("alltoall", 16), MiB, SynthOptions())
+    assert a2a.notes["nccl_algorithm"] == "direct"
+
+
+def test_embed_respects_fixed_and_routes() -> None:
+    topo = gen.ring(4)
+    routes = bl.pair_routes(topo)
+    # a 4-cycle 0-1-2-3-0 on logical nodes, with logical 0 pinned to rank 2
+    place = bl.embed(routes, 4, [(0, 1), (1, 2), (2, 3), (3, 0)], fixed={0: 2})
+    assert place is not None and place[0] == 2
+    for a, b in [(0, 1), (1, 2), (2, 3), (3, 0)]:
+        assert topo.link(place[a], place[b]) is not None
+    # a star on logical nodes (one centre with 3 leaves) cannot embed in a 4-ring
+    assert bl.embed(routes, 4, [(0, 1), (0, 2), (0, 3)]) is None
