@@ -275,8 +275,7 @@ def plot_link_heatmap(sim: SimResult, topology: Topology, path: str | Path, *, t
     n = len(labels)
     size = min(14.0, max(5.0, 0.32 * n + 2.5))
     fig, ax = plt.subplots(figsize=(size + 1.2, size))
-    cmap = plt.get_cmap("magma_r").copy()
-    cmap.set_bad("#eeeeee")
+    cmap = plt.get_cmap("magma_r").with_extremes(bad="#eeeeee")
     image = ax.imshow(np.ma.masked_invalid(mat), cmap=cmap, vmin=0.0, vmax=1.0, interpolation="nearest")
     if n <= 24:
         for i in range(n):
