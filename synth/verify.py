@@ -303,7 +303,8 @@ class _Verifier:
         conn_wait: dict[tuple, int] = {}
         work = deque(range(ntb))
         reduce_ = self._reduce
-        trace = self.trace = [] if self.races else None
+        small = ntb * self.p.num_steps() <= RACE_CHECK_BUDGET
+        trace = self.trace = [] if self.races and small else None
         while work:
             g = work.popleft()
             r, tb = self.tbs[g]
