@@ -364,6 +364,23 @@ def check_algorithm(fab: Fabric, problem: CopyProblem, algo: Algorithm) -> None:
             raise SynthError(f"internal: pareto leaves chunk {c} short of a destination")
 
 
+def algorithm_from_steps(fab: Fabric, problem: CopyProblem, steps: list[tuple[int, list[tuple[int, int, int]]]],
+                         chunks: int = 1) -> Algorithm:
+    """An algorithm given SCCL-style, as ``[(rounds, [(chunk, src, dst), ...]) per step]`` (msccl-tools'
+    ``Algorithm.steps``), checked against this encoding's constraints (:func:`check_algorithm`)."""
+    index = {(int(u), int(v)): j for j, (u, v) in enumerate(zip(fab.vl.src, fab.vl.dst))}
+    sends = []
+    for s, (_rounds, step_sends) in enumerate(steps, start=1):
+        for c, u, v in step_sends:
+            if (u, v) not in index:
+                raise SynthError(f"step {s} sends chunk {c} over {u} -> {v}, which is not a link")
+            sends.append((s, c, index[(u, v)]))
+    rps = tuple(int(r) for r, _ in steps)
+    algo = Algorithm(chunks, len(steps), sum(rps), rps, tuple(sorted(sends)), 0.0)
+    check_algorithm(fab, problem, algo)
+    return algo
+
+
 # ---- collectives -> copy problems --------------------------------------------------------------------
 @dataclass(frozen=True)
 class Plan:
