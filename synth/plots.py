@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -180,10 +181,12 @@ def topology_layout(topology: Topology) -> dict[int, tuple[float, float]]:
     return pos
 
 
-def plot_topology(topology: Topology, path: str | Path, *, title: str | None = None) -> Path:
+def plot_topology(topology: Topology, path: str | Path, *, title: str | None = None,
+                  highlight: Collection[int] | None = None) -> Path:
     """Draw a topology: ranks as circles, switches as squares, one line per connected node pair
     whose width and colour give its bandwidth (GB/s per direction; both directions are shown when
-    they differ). Written atomically to ``path``."""
+    they differ). ``highlight`` (node ids, e.g. a cut set S) outlines those nodes in red and draws
+    the pairs crossing its boundary red and dashed. Written atomically to ``path``."""
     plt = _pyplot()
     from matplotlib.colors import Normalize
     from matplotlib.lines import Line2D
@@ -209,10 +212,18 @@ def plot_topology(topology: Topology, path: str | Path, *, title: str | None = N
             label = f"{a:g}/{b:g}" if a and b else f"{a or b:g}→"
             ax.text((x1 + x2) / 2, (y1 + y2) / 2, label, fontsize=6, ha="center", va="center", zorder=4,
                     bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8})
+    marked = set(highlight or ())
+    if marked:
+        for (u, v) in pairs:
+            if (u in marked) != (v in marked):
+                (x1, y1), (x2, y2) = pos[u], pos[v]
+                ax.plot([x1, x2], [y1, y2], color="#d62828", linewidth=1.6, linestyle=(0, (4, 2)), zorder=2)
     rank_size = 260 if topology.num_ranks <= 32 else 90
     rx = [pos[r][0] for r in topology.ranks]
     ry = [pos[r][1] for r in topology.ranks]
-    ax.scatter(rx, ry, s=rank_size, c="#f4a259", edgecolors="black", linewidths=0.8, zorder=3, marker="o")
+    ax.scatter(rx, ry, s=rank_size, c="#f4a259", zorder=3, marker="o",
+               edgecolors=["#d62828" if r in marked else "black" for r in topology.ranks],
+               linewidths=[2.4 if r in marked else 0.8 for r in topology.ranks])
     if topology.num_ranks <= 64:
         for r in topology.ranks:
             ax.text(pos[r][0], pos[r][1], str(r), fontsize=7 if r < 100 else 5, ha="center", va="center",
@@ -220,7 +231,8 @@ def plot_topology(topology: Topology, path: str | Path, *, title: str | None = N
     if topology.switches:
         sw = list(range(topology.num_ranks, topology.num_nodes))
         ax.scatter([pos[s][0] for s in sw], [pos[s][1] for s in sw], s=rank_size * 0.9, c="#8ecae6",
-                   edgecolors="black", linewidths=0.8, marker="s", zorder=3)
+                   edgecolors=["#d62828" if s in marked else "black" for s in sw],
+                   linewidths=[2.4 if s in marked else 0.8 for s in sw], marker="s", zorder=3)
         small = len(sw) > 12
         for s in sw:
             ax.text(pos[s][0], pos[s][1] + (0.38 if pos[s][1] > 0 else -0.38), str(topology.node_name(s)),
@@ -235,7 +247,11 @@ def plot_topology(topology: Topology, path: str | Path, *, title: str | None = N
     if topology.switches:
         handles.append(Line2D([], [], marker="s", linestyle="", markerfacecolor="#8ecae6",
                               markeredgecolor="black", markersize=9, label="switch / NIC (forwards only)"))
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.0, -0.02), ncol=2, fontsize=8, frameon=False)
+    if marked:
+        handles.append(Line2D([], [], marker="o", linestyle=(0, (4, 2)), color="#d62828", markerfacecolor="white",
+                              markeredgecolor="#d62828", markeredgewidth=2, markersize=9,
+                              label="highlighted set and the links crossing its boundary"))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.0, -0.02), ncol=3, fontsize=8, frameon=False)
     alphas = sorted({link.alpha for link in topology.links})
     alpha_txt = ", ".join(f"{a:g}" for a in alphas[:4]) + (" …" if len(alphas) > 4 else "")
     ax.set_title(title or f"{topology.name}: {topology.num_ranks} ranks, {len(topology.switches)} switches, "
