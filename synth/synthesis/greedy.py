@@ -354,8 +354,10 @@ def copy_problem(collective: Collective) -> tuple[CopyProblem, bool]:
     if collective.name == "allreduce":
         raise ValueError("allreduce is two phases; use allreduce_owners")
     sources = tuple(collective.chunk_sources(c) for c in chunks)
-    return CopyProblem(n, sources, tuple(tuple(sorted(set(dests.get(c, ())) - set(s)))
-                                         for c, s in zip(chunks, sources)), tuple(chunks)), False
+    targets = tuple(tuple(sorted(set(dests.get(c, ())) - set(s))) for c, s in zip(chunks, sources))
+    keep = [i for i, t in enumerate(targets) if t]     # chunks already in place need no transfer
+    return CopyProblem(n, tuple(sources[i] for i in keep), tuple(targets[i] for i in keep),
+                       tuple(chunks[i] for i in keep)), False
 
 
 def allreduce_owners(collective: Collective) -> CopyProblem:

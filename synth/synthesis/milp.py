@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -71,6 +71,12 @@ from synth.synthesis.greedy import (
 )
 from synth.topology.model import Topology
 
+# Above this many send variables with all routes, single-destination chunks (alltoall, gather,
+# scatter) are restricted to shortest paths (options.extra["milp_routes"]: auto | all | shortest).
+ROUTE_PRUNE_ABOVE = 60_000
+# Used when SynthOptions.time_limit is None, so `-m milp` never runs for hours (seconds, all phases).
+DEFAULT_TIME_LIMIT_S = 120.0
+
 
 # ---- epochs ----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -80,11 +86,13 @@ class Epochs:
     m0: int
 
 
-def choose_epochs(vl: VirtualLinks, chunk_bytes: float, num_chunks: int, tau: float | None = None) -> Epochs:
-    """τ and m_j as in the module docstring."""
+def choose_epochs(vl: VirtualLinks, chunk_bytes: float, num_chunks: int, tau: float | None = None,
+                  max_batch: int | None = None) -> Epochs:
+    """τ and m_j as in the module docstring (m0 at most ``max_batch``, default ``num_chunks``)."""
     ser = chunk_bytes / (vl.bw * 1e3)          # µs per chunk on each virtual link
     if tau is None:
-        m0 = int(max(1, min(num_chunks, math.floor(0.25 * float(vl.alpha.min()) / float(ser.max()) + 1e-9))))
+        fit = math.floor(0.25 * float(vl.alpha.min()) / float(ser.max()) + 1e-9)
+        m0 = int(max(1, min(max_batch or num_chunks, fit)))
         tau = float((vl.alpha + m0 * ser).max())
     else:
         m0 = 1
@@ -226,6 +234,16 @@ def lower_bound_epochs(vl: VirtualLinks, problem: CopyProblem, ep: Epochs, dist:
         if len(s) == 1 and d:
             only[s[0]] += 1
     lb = max(lb, int(np.max(np.ceil(only / np.maximum(cap_out, 1)))))
+    # link load: every chunk-hop needs one virtual-link transfer, which holds its first physical
+    # link; per epoch at most sum_r cap_out[r] chunk-hops move (single-destination chunks need
+    # dist(source, dest) hops, multi-destination ones one arrival per destination)
+    hops_needed = 0
+    for s, d in zip(problem.sources, problem.dests):
+        if len(d) == 1:
+            hops_needed += int(dist[list(s), d[0]].min())
+        else:
+            hops_needed += len(d)
+    lb = max(lb, math.ceil(hops_needed / max(1, int(cap_out.sum())) - 1e-9))
     # holders of a chunk grow at most (1 + d)-fold per epoch, d = most physical out-links of a rank
     firsts = [len(set(first[vl.src == r].tolist())) for r in range(n)]
     grow = 1 + max(firsts)
@@ -248,7 +266,8 @@ class Built:
 
 
 def build_model(vl: VirtualLinks, problem: CopyProblem, ep: Epochs, horizon: int, lb: int,
-                dist: np.ndarray, dd: np.ndarray, start: list[tuple[int, int, int]] | None = None) -> Built:
+                dist: np.ndarray, dd: np.ndarray, start: list[tuple[int, int, int]] | None = None,
+                shortest: bool = True) -> Built:
     """The time-expanded MILP of the module docstring as a :class:`synth.solvers.Model`."""
     from synth.solvers import Model
 
@@ -261,6 +280,8 @@ def build_model(vl: VirtualLinks, problem: CopyProblem, ep: Epochs, horizon: int
         earliest[c] = dist[list(s)].min(axis=0)
     earliest[src_set] = 0
     model = Model("te-milp")
+    single = np.array([len(d) == 1 for d in problem.dests])
+    total = np.array([dd[c, list(s)].min() for c, s in enumerate(problem.sources)])
 
     # x[c, j, k]: k in [earliest(c, u), K - 1 - dd(c, v)], v not a source of c
     cs, js, ks = [], [], []
@@ -269,6 +290,10 @@ def build_model(vl: VirtualLinks, problem: CopyProblem, ep: Epochs, horizon: int
         lo = earliest[:, u]
         hi = K - 1 - dd[:, v]
         ok = (~src_set[:, v]) & (lo <= hi)
+        if shortest:
+            # single-destination chunks only move along shortest paths toward their destination
+            # (the sender on a shortest source-destination path, the receiver one hop closer)
+            ok &= ~single | ((dd[:, v] == dd[:, u] - 1) & (earliest[:, u] + dd[:, u] == total))
         for c in np.flatnonzero(ok):
             span = np.arange(lo[c], hi[c] + 1)
             cs.append(np.full(len(span), c))
@@ -284,6 +309,9 @@ def build_model(vl: VirtualLinks, problem: CopyProblem, ep: Epochs, horizon: int
     # h[c, r, k] for non-sources, k in [earliest, K]; index table (nc, n, K+1) -> column or -1
     h_idx = np.full((nc, n, K + 1), -1, dtype=np.int64)
     mask = (~src_set)[:, :, None] & (np.arange(K + 1)[None, None, :] >= earliest[:, :, None])
+    if shortest:   # single-destination chunks are only ever held on their shortest paths
+        off_path = single[:, None] & (earliest + dd != total[:, None])
+        mask &= ~off_path[:, :, None]
     count = int(mask.sum())
     h_cols = model.add_binaries(count)
     h_idx[mask] = h_cols
@@ -386,6 +414,8 @@ def build_model(vl: VirtualLinks, problem: CopyProblem, ep: Epochs, horizon: int
         arrive = np.full((nc, n), K + 1, dtype=np.int64)
         arrive[src_set] = 0
         lookup = {tuple(key): i for i, key in enumerate(x_keys.tolist())}
+        if any((c, j, k) not in lookup for c, j, k in start):
+            return Built(model, x_keys, x_col, K, lb, model.num_vars)   # outside the pruned model: no start
         for c, j, k in start:
             values[x_col[lookup[(c, j, k)]]] = 1.0
             values[y_col[np.searchsorted(jk, j * (K + 1) + k)]] = 1.0
@@ -510,7 +540,8 @@ def solve_phase(vl: VirtualLinks, problem: CopyProblem, chunk_bytes: float, opti
     dist = hop_distances(vl, problem.num_ranks)
     dd = dest_distance(problem, dist)
     greedy = best_greedy(vl, problem, chunk_bytes, options.seed, int(options.extra.get("greedy_tries", 4)), dist)
-    ep = choose_epochs(vl, chunk_bytes, problem.num_chunks, options.extra.get("tau_us"))
+    ep = choose_epochs(vl, chunk_bytes, problem.num_chunks, options.extra.get("tau_us"),
+                       max_batch=problem.num_ranks)
     warm = clean_sends(vl, problem, replay(vl, problem, greedy, ep, dd))
     batched = clean_sends(vl, problem, epoch_greedy(vl, problem, ep, dd, options.seed))
     if _epochs_of(vl, problem, batched) < _epochs_of(vl, problem, warm):
@@ -529,7 +560,13 @@ def solve_phase(vl: VirtualLinks, problem: CopyProblem, chunk_bytes: float, opti
         notes.update(model_vars=0, model_rows=0, solve_s=0.0, proved_by="lower bound = warm start")
         return PhaseResult(plan, groups, "optimal", horizon * ep.tau, lb * ep.tau, 0.0, notes)
     use_start = bool(options.extra.get("milp_warm_start", True))
-    built = build_model(vl, problem, ep, horizon, lb, dist, dd, start=warm if use_start else None)
+    routes = options.extra.get("milp_routes", "auto")
+    shortest = routes == "shortest" or (routes == "auto" and _count_sends(vl, problem, horizon, dist, dd)
+                                        > ROUTE_PRUNE_ABOVE)
+    notes["routes"] = ("single-destination chunks on shortest paths only" if shortest else "all routes")
+    built = build_model(vl, problem, ep, horizon, lb, dist, dd, start=warm if use_start else None,
+                        shortest=shortest)
+    notes["warm_start"] = bool(built.model.start)
     notes.update(model_vars=built.model.num_vars, model_rows=built.model.num_rows,
                  build_s=time.perf_counter() - t0)
     result = solve(built.model, options.solver, time_limit=time_limit, gap=options.gap, threads=options.threads)
@@ -573,6 +610,20 @@ def _prefer_faster(vl: VirtualLinks, problem: CopyProblem, plan: Plan, groups: n
     return plan, groups
 
 
+def _count_sends(vl: VirtualLinks, problem: CopyProblem, horizon: int, dist: np.ndarray, dd: np.ndarray) -> int:
+    """How many x[c, j, k] variables the model has with all routes (the sizing rule's input)."""
+    nc, n = problem.num_chunks, problem.num_ranks
+    src_set = np.zeros((nc, n), dtype=bool)
+    for c, s in enumerate(problem.sources):
+        src_set[c, list(s)] = True
+    earliest = np.stack([dist[list(s)].min(axis=0) for s in problem.sources])
+    earliest[src_set] = 0
+    lo = earliest[:, vl.src]
+    hi = horizon - 1 - dd[:, vl.dst]
+    span = np.where(~src_set[:, vl.dst], np.maximum(0, hi - lo + 1), 0)
+    return int(span.sum())
+
+
 def _epochs_of(vl: VirtualLinks, problem: CopyProblem, sends: list[tuple[int, int, int]]) -> int:
     return 1 + max((k for _c, _j, k in sends), default=-1)
 
@@ -587,6 +638,8 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
         raise SynthError(f"collective has {coll.num_ranks} ranks but topology {topology.name} has "
                          f"{topology.num_ranks}")
     chunk_bytes = coll.chunk_bytes(size_bytes)
+    if options.time_limit is None:
+        options = replace(options, time_limit=DEFAULT_TIME_LIMIT_S)
     phases: list[tuple[str, PhaseResult]] = []
     transfers: list[Transfer] = []
     if coll.num_ranks > 1:
@@ -617,7 +670,8 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
     gap = None if phases else 0.0
     if bound is not None and objective > 0:
         gap = max(0.0, (objective - bound) / objective)
-    notes = {"status": status, "solver": options.solver, "solver_objective_us": objective,
+    notes = {"status": status, "solver": options.solver, "time_limit_s": options.time_limit,
+             "solver_objective_us": objective,
              "solver_bound_us": bound, "solver_gap": gap, "synthesis_s": time.perf_counter() - t0,
              "phases": {name: {"status": p.status, **p.notes} for name, p in phases}}
     if coll.name == "allreduce":
