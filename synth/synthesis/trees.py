@@ -57,6 +57,7 @@ MAX_CHANNELS = 32           # MSCCL
 MAX_STEPS_PER_TB = 64       # MSCCL
 MAX_CHUNKS = 512            # chunks per root piece considered by the cost model
 MAX_TRANSFERS = 3_000_000   # keep schedules within memory/time budgets
+REFINE_JOBS = 60_000        # time other pipeline depths only below this many transfers
 
 
 # ---------------------------------------------------------------------------------------------
@@ -473,17 +474,21 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
 
     per_root_bytes = _per_root_bytes(name, n, size_bytes)
     chunks, messages = _choose_chunks(topology, collective, plans, per_root_bytes, options.chunks)
-    coll = Collective(name, n, _chunk_factor(name, n, chunks), root, collective.inplace)
-    chunk_bytes = coll.chunk_bytes(size_bytes)
-    transfers: list[Transfer] = []
-    offset = 0.0
-    for phase, forest in enumerate(plans):
-        jobs = _phase_jobs(coll, forest, phase, chunks, messages)
-        if len(jobs.msg) > MAX_TRANSFERS:
-            raise SynthError(f"--chunks {chunks} makes {len(jobs.msg)} transfers; use fewer chunks")
-        part, makespan = _timed_phase(jobs, forest, topology, chunk_bytes, offset, coll.is_reduction)
-        transfers += part
-        offset += makespan
+    best = _timed(topology, collective, plans, chunks, messages, size_bytes)
+    if messages is not None:
+        # The closed form is rough about pipeline fill; where schedules are cheap, time the
+        # neighbouring pipeline depths too and keep the fastest (the list schedule is the model).
+        k = chunks // messages
+        for p in (messages // 2, messages * 2, messages * 4):
+            jobs_estimate = p * sum(len(t.edges) for f in plans for t in f.trees)
+            if p < 1 or k * p > MAX_CHUNKS or jobs_estimate > REFINE_JOBS:
+                continue
+            if _steps_per_pair(plans, p) > MAX_CHANNELS * MAX_STEPS_PER_TB:
+                continue
+            trial = _timed(topology, collective, plans, k * p, p, size_bytes)
+            if trial[1] < best[1] * (1 - 1e-9):
+                best, chunks, messages = trial, k * p, p
+    coll, offset, transfers = best
     bound_us = sum(f.bandwidth_time_us(per_root_bytes) for f in plans)
     notes = {
         "trees_per_root": [f.k for f in plans],
@@ -496,6 +501,34 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
     transfers.sort()
     return Schedule(coll, topology.name, tuple(transfers), method=method, size_bytes=float(size_bytes),
                     predicted_time_us=offset, notes=notes)
+
+
+def _timed(topology: Topology, collective: Collective, plans: list[Forest], chunks: int, messages: int | None,
+           size_bytes: float) -> tuple[Collective, float, list[Transfer]]:
+    """All phases, one after the other: (collective with its chunk factor, makespan, transfers)."""
+    name, n = collective.name, topology.num_ranks
+    coll = Collective(name, n, _chunk_factor(name, n, chunks), collective.root, collective.inplace)
+    chunk_bytes = coll.chunk_bytes(size_bytes)
+    transfers: list[Transfer] = []
+    offset = 0.0
+    for phase, forest in enumerate(plans):
+        jobs = _phase_jobs(coll, forest, phase, chunks, messages)
+        if len(jobs.msg) > MAX_TRANSFERS:
+            raise SynthError(f"--chunks {chunks} makes {len(jobs.msg)} transfers; use fewer chunks")
+        part, makespan = _timed_phase(jobs, forest, topology, chunk_bytes, offset, coll.is_reduction)
+        transfers += part
+        offset += makespan
+    return coll, offset, transfers
+
+
+def _steps_per_pair(plans: list[Forest], messages: int) -> int:
+    """Most messages one rank pair carries when every distinct tree sends ``messages``."""
+    load: dict[tuple[int, int], int] = defaultdict(int)
+    for forest in plans:
+        for tree in forest.trees:
+            for edge in tree.edges:
+                load[edge] += messages
+    return max(load.values(), default=0)
 
 
 def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: float, offset: float,
