@@ -2,6 +2,7 @@
 
 Usage: python benchmarks/bench_pareto.py [--cases dgx1:allgather,dgx2:allgather,dgx1:alltoall]
        [--max-chunks 8] [--max-steps 8] [--time-limit 300] [--threads 2] [--size 1MiB] [--monotonic]
+       [--exhaustive]
 
 For each case: the lower bounds, every instance tried (C, S, R, sat/unsat/unknown, seconds), the Pareto
 frontier with each point's α-β time at SIZE, and whether each point's schedule lowers and verifies.
@@ -30,12 +31,13 @@ def run_case(topo_name: str, coll: str, args) -> dict:
     t0 = time.perf_counter()
     exp = explore(topology, coll, max_steps=args.max_steps, max_chunks=args.max_chunks,
                   time_limit=args.time_limit, size_bytes=size, assume_monotonic=args.monotonic,
-                  threads=args.threads)
+                  threads=args.threads, exhaustive=args.exhaustive)
     wall = time.perf_counter() - t0
     print(f"\n== {coll} on {topology.name}: S >= {exp.steps_lb}, R/C >= {exp.rounds_per_chunk_lb} "
           f"(unit {exp.unit_GBps:g} GB/s); {len(exp.tried)} instances in {wall:.2f} s; {exp.stopped}")
     for t in exp.tried:
-        print(f"   C={t['chunks']:<2} S={t['steps']:<2} R={t['rounds']:<3} {t['status']:<7} {t['solve_s']:8.2f} s")
+        print(f"   C={t['chunks']:<2} S={t['steps']:<2} R={t['rounds']:<3} {t['status']:<7} {t['solve_s']:8.2f} s"
+              f"{'  (exhaustive pass)' if t.get('pass') else ''}")
     print(f"   {'C':>3} {'S':>3} {'R':>4} {'R/C':>6} {'time_us@' + args.size:>14} {'solve_s':>8} verified  sim_us")
     for p in exp.points:
         program = lower(p.schedule)
@@ -59,6 +61,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--size", default="1MiB")
     parser.add_argument("--monotonic", action="store_true", help="SCCL's monotonic-feasibility assumption")
+    parser.add_argument("--exhaustive", action="store_true", help="second pass: exact frontier for C <= max")
     args = parser.parse_args()
     rows = [run_case(*case.split(":"), args) for case in args.cases.split(",")]
     print("\nsummary")

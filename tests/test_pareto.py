@@ -122,6 +122,17 @@ def test_dgx1_allgather_frontier_matches_sccl(dgx1):
     assert exp.bandwidth_optimal and exp.points[-1].bandwidth_cost == Fraction(7, 6)
 
 
+def test_exhaustive_pass_tries_what_sccl_skips():
+    """Ring-8 broadcast: SCCL's pass stops chunk count 4 at R = 5 with S = 5; the exhaustive pass also
+    asks whether 4 steps can reach a ratio below 2 (R = 6, 7 with C = 4: both infeasible)."""
+    base = explore(ring(8), "broadcast", max_chunks=4)
+    full = explore(ring(8), "broadcast", max_chunks=4, exhaustive=True)
+    extra = [(t["chunks"], t["steps"], t["rounds"], t["status"]) for t in full.tried if t.get("pass")]
+    assert extra == [(4, 4, 6, "unsat"), (4, 4, 7, "unsat")]
+    assert [(p.chunks, p.steps, p.rounds) for p in full.points] == [(p.chunks, p.steps, p.rounds)
+                                                                     for p in base.points] == [(2, 4, 4), (4, 5, 5)]
+
+
 def test_dgx2_allgather_is_one_step(capsys):
     points = pareto_frontier(load_topology("dgx2"), "allgather", max_chunks=2, time_limit=120)
     assert [(p.chunks, p.steps, p.rounds) for p in points] == [(1, 1, 15)]

@@ -22,11 +22,14 @@ from synth.errors import SynthError
 @click.option("--root", type=int, default=0, show_default=True, help="Root rank of rooted collectives.")
 @click.option("--assume-monotonic", is_flag=True,
               help="SCCL's monotonic-feasibility assumption: skip S at ratios below one it failed at.")
+@click.option("--exhaustive", is_flag=True,
+              help="After SCCL's search, try every ratio R/C below the best found for each S (exact frontier "
+                   "for C <= --max-chunks).")
 @click.option("--threads", type=int, default=None, help="CP-SAT workers (default 2).")
 @json_option
 @guarded
 def command(topology_name: str, collective: str, max_steps: int, max_chunks: int, time_limit: float, size: str,
-            root: int, assume_monotonic: bool, threads: int | None, as_json: bool) -> None:
+            root: int, assume_monotonic: bool, exhaustive: bool, threads: int | None, as_json: bool) -> None:
     """The latency (steps) / bandwidth (rounds per chunk) Pareto frontier of k-synchronous algorithms."""
     from synth.collectives import Collective, canonical_name
     from synth.units import format_size, parse_size
@@ -50,7 +53,8 @@ def command(topology_name: str, collective: str, max_steps: int, max_chunks: int
 
     coll = Collective(name, topology.num_ranks, 1, root=root)
     exp = explore(topology, coll, max_steps=max_steps, max_chunks=max_chunks, time_limit=time_limit,
-                  size_bytes=size_bytes, assume_monotonic=assume_monotonic, threads=threads)
+                  size_bytes=size_bytes, assume_monotonic=assume_monotonic, threads=threads,
+                  exhaustive=exhaustive)
     rows = [{"chunks": p.chunks, "steps": p.steps, "rounds": p.rounds, "synthesis_s": round(p.synthesis_s, 3),
              "bandwidth_cost": str(p.bandwidth_cost), "bandwidth_cost_value": float(p.bandwidth_cost),
              "time_us": predicted_time_us(p, size_bytes)} for p in exp.points]

@@ -467,12 +467,14 @@ def _solve_collective(fab: Fabric, rfab: Fabric | None, collective: Collective, 
 def explore(topology: Topology, collective: Collective | str, *, max_steps: int = DEFAULT_MAX_STEPS,
             max_chunks: int = DEFAULT_MAX_CHUNKS, time_limit: float | None = DEFAULT_TIME_LIMIT,
             size_bytes: float = float(1 << 30), assume_monotonic: bool = False, threads: int | None = None,
-            seed: int = 0, chunk_counts: list[int] | None = None) -> Exploration:
+            seed: int = 0, chunk_counts: list[int] | None = None, exhaustive: bool = False) -> Exploration:
     """SCCL's latency-bandwidth trade-off search (see the module docstring).
 
     ``time_limit`` is the budget in seconds for the whole search; an instance still undecided when it
     runs out is logged ``unknown`` and the search stops. Schedules of the Pareto points are timed at
-    ``size_bytes``. ``chunk_counts`` restricts the chunk counts tried (default ``1..max_chunks``)."""
+    ``size_bytes``. ``chunk_counts`` restricts the chunk counts tried (default ``1..max_chunks``).
+    ``exhaustive`` adds a second pass (:func:`_complete`) that makes the frontier exact for
+    ``C <= max_chunks`` and ``S <= max_steps``; SCCL's search alone can miss a point."""
     t_start = time.perf_counter()
     if isinstance(collective, str):
         collective = Collective(collective, topology.num_ranks)
@@ -551,6 +553,9 @@ def explore(topology: Topology, collective: Collective | str, *, max_steps: int 
             break
     if not exp.stopped:
         exp.stopped = f"reached max chunks {max_chunks}"
+    if exhaustive and exp.stopped != "time limit" and chunk_counts is None:
+        _complete(exp, found, algos, fab, rfab, collective, steps_lb, rpc_lb, phase_max_steps, max_chunks,
+                  scale, left, threads, seed)
     for key in prune_pareto(found):
         phase_algos, coll, phs, took = algos[key]
         c, s, r = key
@@ -559,6 +564,45 @@ def explore(topology: Topology, collective: Collective | str, *, max_steps: int 
     exp.points.sort(key=lambda p: (p.steps, p.bandwidth_cost))
     exp.total_s = time.perf_counter() - t_start
     return exp
+
+
+def _complete(exp: Exploration, found: list[tuple[int, int, int]], algos: dict, fab: Fabric, rfab: Fabric | None,
+              collective: Collective, steps_lb: int, rpc_lb: Fraction, max_steps: int, max_chunks: int, scale: int,
+              left, threads: int | None, seed: int) -> None:
+    """Second pass: for each S up to the largest S found, try every ratio R/C (C <= max_chunks, R >= S)
+    below the best ratio found with at most S steps, smallest first; the first feasible one is the
+    least bandwidth cost for S. SCCL stops a chunk count at its least R, so it never tries e.g. a
+    larger R with fewer steps at that C, which can be Pareto-optimal."""
+    tried = {(t["chunks"], t["steps"] // scale, t["rounds"] // scale) for t in exp.tried}
+    top = min(max_steps, max((s for _, s, _ in found), default=0))
+    for steps in range(steps_lb, top + 1):
+        best = min((Fraction(r, c) for c, s, r in found if s <= steps), default=None)
+        if best is None:
+            continue
+        cands = sorted({(Fraction(r, c), c, r) for c in range(1, max_chunks + 1)
+                        for r in range(max(steps, math.ceil(rpc_lb * c)), math.ceil(best * c) + 1)
+                        if Fraction(r, c) < best})
+        for _rpc, c, r in cands:
+            if (c, steps, r) in tried or _dominated(found, steps, Fraction(r, c)):
+                continue
+            remaining = left()
+            if remaining is not None and remaining <= 0:
+                exp.stopped = "time limit"
+                return
+            t0 = time.perf_counter()
+            status, phase_algos, coll, phs = _solve_collective(fab, rfab, collective, c, steps, r, remaining,
+                                                               threads, seed)
+            took = time.perf_counter() - t0
+            tried.add((c, steps, r))
+            exp.tried.append({"chunks": c, "steps": scale * steps, "rounds": scale * r, "status": status,
+                              "solve_s": round(took, 3), "pass": "exhaustive"})
+            if status == "sat":
+                found.append((c, steps, r))
+                algos[(c, steps, r)] = (phase_algos, coll, phs, took)
+                break
+            if status != "unsat":
+                exp.stopped = "time limit"
+                return
 
 
 def prune_pareto(found: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
@@ -672,7 +716,7 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
     """The frontier point with the least α-β time at ``size_bytes`` (module docstring).
 
     ``options.chunks`` fixes C (then the least R, then least S, with exactly C chunks);
-    ``options.extra`` may set ``max_steps``, ``max_chunks`` and ``assume_monotonic``."""
+    ``options.extra`` may set ``max_steps``, ``max_chunks``, ``assume_monotonic`` and ``exhaustive``."""
     extra = options.extra or {}
     chunks = options.chunks
     if chunks and collective.name == "allreduce":
@@ -686,7 +730,7 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
                   time_limit=options.time_limit if options.time_limit is not None else DEFAULT_TIME_LIMIT,
                   size_bytes=size_bytes, assume_monotonic=bool(extra.get("assume_monotonic", False)),
                   threads=options.threads, seed=options.seed,
-                  chunk_counts=[chunks] if chunks else None)
+                  chunk_counts=[chunks] if chunks else None, exhaustive=bool(extra.get("exhaustive", False)))
     if not exp.points:
         raise SynthError(f"pareto found no algorithm for {collective.name} on {topology.name} "
                          f"({exp.stopped or 'no feasible instance'})")
