@@ -330,12 +330,13 @@ def test_nccl_backend_runs_ring_programs():
 
 # ---- programs written by the synthesis pipeline ----------------------------------------------------
 
-FAST_METHODS = ("ring", "trees")
+FAST_METHODS = ("ring", "trees", "greedy", "dbt", "rdh", "direct", "nccl")
 
 
 def test_synthesized_dgx1_programs_execute_correctly():
     """Every collective each fast registered method supports, synthesized for dgx1 (8 GPUs),
-    then executed on 8 gloo ranks in one launch."""
+    then executed on 8 gloo ranks in one launch (a method that declines an instance is skipped:
+    that is the synthesizer's business, not the executor's)."""
     pipeline = pytest.importorskip("synth.pipeline")
     from synth.synthesis.registry import METHODS
 
@@ -344,12 +345,16 @@ def test_synthesized_dgx1_programs_execute_correctly():
         if method not in METHODS:
             continue
         for coll in sorted(METHODS[method].collectives):
-            programs.append(pipeline.synthesize("dgx1", coll, 1 << 20, method=method).program)
+            try:
+                programs.append(pipeline.synthesize("dgx1", coll, 1 << 20, method=method).program)
+            except SynthError:
+                continue
     if not programs:
         pytest.skip("no fast synthesis method registered yet")
-    results = execute_many(programs, size_bytes=1 << 20, iters=1, warmup=0, dtype="int32")
+    results = execute_many(programs, size_bytes=1 << 20, iters=1, warmup=0, dtype="int32", timeout=600)
     _assert_all_ok(results)
     assert all(r.ranks == 8 for r in results)
+    assert {r.collective for r in results} == set(samples.SAMPLES)
 
 
 @pytest.mark.skipif(shutil.which("torchrun") is None or shutil.which("synth") is None, reason="needs torchrun")
