@@ -382,14 +382,6 @@ def algorithm_from_steps(fab: Fabric, problem: CopyProblem, steps: list[tuple[in
 
 
 # ---- collectives -> copy problems --------------------------------------------------------------------
-@dataclass(frozen=True)
-class Plan:
-    """How a collective maps onto copy problems: (problem at C = 1, reversed?) per phase."""
-
-    phases: tuple[tuple[CopyProblem, bool], ...]
-    name: str
-
-
 def _base_collective(collective: Collective, chunks: int) -> Collective:
     c = chunks * collective.num_ranks if collective.name == "allreduce" else chunks
     return Collective(collective.name, collective.num_ranks, c, collective.root, collective.inplace)
