@@ -52,12 +52,23 @@ def _assert_all_ok(results):
 @pytest.mark.skipif(not FIXTURES.exists(), reason="msccl fixtures not available")
 def test_every_msccl_fixture_executes_on_4_ranks():
     paths = sorted(FIXTURES.glob("*.xml"))
-    assert len(paths) >= 4
     programs = [load_program(p) for p in paths]
+    programs = [p for p in programs if p.num_ranks == 4]
+    assert len(programs) >= 4
     results = execute_many(programs, size_bytes=SMALL, iters=2, warmup=1, dtype="float32")
     _assert_all_ok(results)
     assert {r.collective for r in results} >= {"allgather", "allreduce", "alltoall"}
     assert all(r.ranks == 4 and r.backend == "gloo" for r in results)
+
+
+LOCAL_FIXTURE = Path(__file__).parent / "fixtures" / "sccl_dgx1_allgather_steps2.xml"
+
+
+@pytest.mark.skipif(not LOCAL_FIXTURE.exists(), reason="SCCL fixture not available")
+def test_sccl_published_dgx1_allgather_executes_on_8_ranks():
+    res = execute(load_program(LOCAL_FIXTURE), size_bytes=8 * 6 * 4 * 16, iters=1, warmup=0, dtype="int64")
+    _assert_all_ok([res])
+    assert res.ranks == 8
 
 
 def test_hand_built_programs_for_all_eight_collectives_int32():
