@@ -138,6 +138,13 @@ def test_dgx2_allgather_is_one_step(capsys):
     assert [(p.chunks, p.steps, p.rounds) for p in points] == [(1, 1, 15)]
 
 
+def test_time_limit_stops_cleanly(dgx1):
+    exp = explore(dgx1, "allgather", time_limit=1e-3)
+    assert exp.stopped == "time limit" and exp.points == []
+    with pytest.raises(SynthError, match="positive"):
+        explore(dgx1, "allgather", time_limit=0)
+
+
 def test_max_steps_below_bound_finds_nothing(dgx1):
     exp = explore(dgx1, "allgather", max_steps=1)
     assert exp.points == [] and "at least 2 steps" in exp.stopped
