@@ -341,28 +341,43 @@ def _dbt(topology: Topology, collective: Collective, size_bytes: float, options:
     _check(topology, collective, options)
     name, n = collective.name, topology.num_ranks
     root = collective.root if name != "allreduce" else 0
-    m = n - 1
-    trees = double_binary_tree(m) if m >= 1 else ([], [])
-    # logical 0 = the root on top; logical p+1 = tree position p
-    parents: list[list[int]] = []
-    for tree in trees:
-        parents.append([-1] + [0 if q < 0 else q + 1 for q in tree])
-    edges = {(v, par[v]) for par in parents for v in range(1, n)}
     routes = pair_routes(topology)
-    place = embed(routes, n, edges, fixed={0: root}, first=[(root + i) % n for i in range(n)])
+    if name == "allreduce":
+        # NCCL: both trees span every rank and have different roots, so no rank carries both halves
+        trees = double_binary_tree(n)
+        parents = [list(tree) for tree in trees]          # logical node = tree position
+        place = embed(routes, n, {(v, par[v]) for par in parents for v in range(n) if par[v] >= 0},
+                      first=list(range(n)))
+    else:
+        # rooted: the root on top (logical 0) of two trees over the others (logical p+1 = position p)
+        trees = double_binary_tree(n - 1)
+        parents = [[-1] + [0 if q < 0 else q + 1 for q in tree] for tree in trees]
+        place = embed(routes, n, {(v, par[v]) for par in parents for v in range(1, n)}, fixed={0: root},
+                      first=[(root + i) % n for i in range(n)])
     if place is not None:
         rank_parent = [[-1] * n for _ in trees]     # tree t: rank -> parent rank (-1 at the root)
         for t, par in enumerate(parents):
-            for v in range(1, n):
-                rank_parent[t][place[v]] = place[par[v]]
+            for v in range(n):
+                if par[v] >= 0:
+                    rank_parent[t][place[v]] = place[par[v]]
     else:
         # the in-order trees do not fit the fabric (e.g. a hypercube, a ring): grow two binary spanning
-        # trees over its links instead, tree B avoiding tree A's interior ranks as parents
+        # trees over its links instead, tree B avoiding tree A's interior ranks as parents (and, for
+        # allreduce, rooted at one of tree A's deepest leaves)
         tree_a = spanning_binary_tree(routes, n, root)
-        tree_b = spanning_binary_tree(routes, n, root, avoid={p for p in tree_a if p >= 0} - {root})
-        if tree_a is None or tree_b is None:
+        if tree_a is None:
             raise SynthError(f"dbt does not apply to {topology.name!r}: no binary spanning tree over its links "
                              "and switch routes")
+        interior = {p for p in tree_a if p >= 0}
+        root_b = root
+        if name == "allreduce":
+            def depth_a(r: int) -> int:
+                return 0 if tree_a[r] < 0 else 1 + depth_a(tree_a[r])
+            root_b = max((r for r in range(n) if r not in interior), key=lambda r: (depth_a(r), -r))
+        tree_b = spanning_binary_tree(routes, n, root_b, avoid=interior - {root})
+        if tree_b is None:
+            raise SynthError(f"dbt does not apply to {topology.name!r}: no second binary spanning tree over its "
+                             "links and switch routes")
         rank_parent = [tree_a, tree_b]
     children = [[[] for _ in range(n)] for _ in trees]
     for t in range(len(trees)):
@@ -376,7 +391,8 @@ def _dbt(topology: Topology, collective: Collective, size_bytes: float, options:
     def depth(t: int, r: int) -> int:
         return 0 if rank_parent[t][r] < 0 else 1 + depth(t, rank_parent[t][r])
 
-    top_h = max(height(t, root) for t in range(len(trees)))
+    roots = [rank_parent[t].index(-1) for t in range(len(trees))]
+    top_h = max(height(t, roots[t]) for t in range(len(trees)))
     if options.chunks is not None:
         chunks = options.chunks
     else:
@@ -407,11 +423,12 @@ def _dbt(topology: Topology, collective: Collective, size_bytes: float, options:
             if name in ("allreduce", "broadcast"):
                 chunk = coll.contribution(root, k) if name == "broadcast" else k
                 base = top_h + 1 if name == "allreduce" else 0
-                got: dict[int, list[int]] = {root: [d for c in children[t][root] for d in up[(c, k)]]}
+                top = roots[t]
+                got: dict[int, list[int]] = {top: [d for c in children[t][top] for d in up[(c, k)]]}
                 for r in pre:
                     for c in children[t][r]:
                         got[c] = plan.send(base + m_ + depth(t, r), r, c, [chunk], False, t, got[r])
-    return plan.schedule("dbt", size_bytes, {"trees": [list(p) for p in rank_parent], "root": root,
+    return plan.schedule("dbt", size_bytes, {"trees": [list(p) for p in rank_parent], "roots": roots,
                                              "chunks_per_tree": counts})
 
 
