@@ -433,6 +433,18 @@ def _dbt(topology: Topology, collective: Collective, size_bytes: float, options:
 
 
 # ---- rdh: recursive doubling / halving ----------------------------------------------------------
+def _box_interleaved(topology: Topology) -> list[int]:
+    """logical -> rank with the box index in the low logical bits (GPU g of box b is logical
+    g·B + b): the butterfly then crosses boxes in the rounds that move the least data (the last
+    halving round, the first doubling round). The identity when there are no equal boxes."""
+    boxes = [tuple(b) for b in topology.machines]
+    n = topology.num_ranks
+    if len(boxes) < 2 or len({len(b) for b in boxes}) != 1 or sorted(r for b in boxes for r in b) != list(range(n)):
+        return list(range(n))
+    nb = len(boxes)
+    return [boxes[i % nb][i // nb] for i in range(n)]
+
+
 def _rdh(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions) -> Schedule:
     _check(topology, collective, options)
     name, n = collective.name, topology.num_ranks
@@ -441,7 +453,7 @@ def _rdh(topology: Topology, collective: Collective, size_bytes: float, options:
     bits = [1 << i for i in range(p.bit_length() - 1)]
     edges = {(i, i ^ b) for i in range(p) for b in bits} | {(i, p + i) for i in range(extras)}
     routes = pair_routes(topology)
-    place = embed(routes, n, edges, first=list(range(n)))
+    place = embed(routes, n, edges, first=_box_interleaved(topology))
     if place is None:
         if name == "allgather":
             place = list(range(n))   # copies may be relayed by ranks
