@@ -25,7 +25,7 @@ one has both ``S' <= S`` and ``R'/C' <= R/C`` with one of them strict.
 
 ``b_e`` is link ``e``'s bandwidth in units of ``bw_unit`` (the largest bandwidth that divides them
 all: on DGX-1, 25 GB/s, so ``b_e`` is the NVLink count 1 or 2 of the msccl-tools link matrix). Ranks
-without a direct link talk over a fixed switch route (:func:`synth.synthesis.greedy.virtual_links`),
+without a direct link talk over a fixed switch route (:func:`direct_first_links`),
 and that route uses every physical link on it. On a switch fabric this gives SCCL's switch constraints:
 on DGX-2 each GPU's link to the NVSwitch has ``b = 1``, so a GPU sends at most one chunk and receives at
 most one chunk per round through the switch (SCCL §5.1).
@@ -115,8 +115,24 @@ def bandwidth_unit(bws: np.ndarray) -> tuple[float, np.ndarray, bool]:
     return low, np.maximum(1, np.floor(bws / low + 1e-9)).astype(np.int64), False
 
 
-def fabric(topology: Topology) -> Fabric:
+def direct_first_links(topology: Topology) -> VirtualLinks:
+    """One virtual link per ordered rank pair: the direct link where there is one (as SCCL and the
+    simulator use it), else the switch route of :func:`synth.synthesis.greedy.virtual_links`."""
     vl = virtual_links(topology)
+    index = {(link.src, link.dst): i for i, link in enumerate(topology.links)}
+    alpha, bw, phys = vl.alpha.copy(), vl.bw.copy(), vl.phys.copy()
+    routes = list(vl.route)
+    for j, (u, v) in enumerate(zip(vl.src.tolist(), vl.dst.tolist())):
+        link = topology.link(u, v)
+        if link is not None and routes[j]:
+            alpha[j], bw[j], routes[j] = link.alpha, link.bw, ()
+            phys[j] = -1
+            phys[j, 0] = index[(u, v)]
+    return VirtualLinks(vl.src, vl.dst, alpha, bw, tuple(routes), phys, vl.num_phys)
+
+
+def fabric(topology: Topology) -> Fabric:
+    vl = direct_first_links(topology)
     _, _, bw, _ = topology.arrays
     unit, mult, exact = bandwidth_unit(np.asarray(bw, dtype=float))
     return Fabric(vl, mult, unit, exact, hop_distances(vl, topology.num_ranks))
