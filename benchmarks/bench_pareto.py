@@ -56,7 +56,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default="dgx1:allgather,dgx1:reducescatter,dgx2:allgather,dgx1:alltoall")
     parser.add_argument("--max-chunks", type=int, default=8)
-    parser.add_argument("--max-steps", type=int, default=8)
+    parser.add_argument("--max-steps", type=int, default=None)
     parser.add_argument("--time-limit", type=float, default=300.0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--size", default="1MiB")

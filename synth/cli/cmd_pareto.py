@@ -13,7 +13,8 @@ from synth.errors import SynthError
 @click.option("-t", "--topology", "topology_name", required=True, help="Topology name (built-in) or file.")
 @click.option("-c", "--collective", required=True, help="allgather, reducescatter, allreduce, alltoall, broadcast, "
               "reduce, gather or scatter.")
-@click.option("--max-steps", type=int, default=8, show_default=True, help="Largest step count S tried.")
+@click.option("--max-steps", type=int, default=None,
+              help="Largest step count S tried (default: max(8, least steps + 4) per phase).")
 @click.option("--max-chunks", type=int, default=8, show_default=True, help="Largest chunk count C tried.")
 @click.option("--time-limit", type=float, default=120.0, show_default=True,
               help="Budget in seconds for the whole search.")
@@ -28,14 +29,14 @@ from synth.errors import SynthError
 @click.option("--threads", type=int, default=None, help="CP-SAT workers (default 2).")
 @json_option
 @guarded
-def command(topology_name: str, collective: str, max_steps: int, max_chunks: int, time_limit: float, size: str,
+def command(topology_name: str, collective: str, max_steps: int | None, max_chunks: int, time_limit: float, size: str,
             root: int, assume_monotonic: bool, exhaustive: bool, threads: int | None, as_json: bool) -> None:
     """The latency (steps) / bandwidth (rounds per chunk) Pareto frontier of k-synchronous algorithms."""
     from synth.collectives import Collective, canonical_name
     from synth.units import format_size, parse_size
 
     name = canonical_name(collective)
-    if max_steps < 1:
+    if max_steps is not None and max_steps < 1:
         raise SynthError(f"--max-steps must be at least 1, got {max_steps}")
     if max_chunks < 1:
         raise SynthError(f"--max-chunks must be at least 1, got {max_chunks}")
@@ -63,7 +64,8 @@ def command(topology_name: str, collective: str, max_steps: int, max_chunks: int
                    "size_bytes": size_bytes, "frontier": rows, "steps_lower_bound": exp.steps_lb,
                    "rounds_per_chunk_lower_bound": str(exp.rounds_per_chunk_lb),
                    "bandwidth_unit_GBps": exp.unit_GBps, "bandwidth_optimal": exp.bandwidth_optimal,
-                   "stopped": exp.stopped, "total_s": round(exp.total_s, 3), "tried": exp.tried})
+                   "stopped": exp.stopped, "undecided": exp.undecided, "total_s": round(exp.total_s, 3),
+                   "tried": exp.tried})
         return
     from rich.table import Table
 

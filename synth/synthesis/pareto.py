@@ -447,6 +447,7 @@ class Exploration:
     bandwidth_optimal: bool = False
     total_s: float = 0.0
     stopped: str = ""
+    undecided: int = 0            # instances that hit the per-instance time limit
 
 
 def _dominated(found: list[tuple[int, int, int]], steps: int, rpc: Fraction) -> bool:
@@ -472,14 +473,17 @@ def _solve_collective(fab: Fabric, rfab: Fabric | None, collective: Collective, 
     return "sat", algos, coll, phases
 
 
-def explore(topology: Topology, collective: Collective | str, *, max_steps: int = DEFAULT_MAX_STEPS,
+def explore(topology: Topology, collective: Collective | str, *, max_steps: int | None = None,
             max_chunks: int = DEFAULT_MAX_CHUNKS, time_limit: float | None = DEFAULT_TIME_LIMIT,
             size_bytes: float = float(1 << 30), assume_monotonic: bool = False, threads: int | None = None,
-            seed: int = 0, chunk_counts: list[int] | None = None, exhaustive: bool = False) -> Exploration:
+            seed: int = 0, chunk_counts: list[int] | None = None, exhaustive: bool = False,
+            instance_time_limit: float | None = None) -> Exploration:
     """SCCL's latency-bandwidth trade-off search (see the module docstring).
 
-    ``time_limit`` is the budget in seconds for the whole search; an instance still undecided when it
-    runs out is logged ``unknown`` and the search stops. Schedules of the Pareto points are timed at
+    ``time_limit`` is the budget in seconds for the whole search; one instance gets at most
+    ``instance_time_limit`` (default a quarter of the budget): an instance still undecided then is
+    logged ``unknown`` and treated as not found (the search goes on). ``max_steps`` defaults to
+    ``max(8, S_lb + 4)`` steps per phase. Schedules of the Pareto points are timed at
     ``size_bytes``. ``chunk_counts`` restricts the chunk counts tried (default ``1..max_chunks``).
     ``exhaustive`` adds a second pass (:func:`_complete`) that makes the frontier exact for
     ``C <= max_chunks`` and ``S <= max_steps``; SCCL's search alone can miss a point."""
@@ -491,7 +495,7 @@ def explore(topology: Topology, collective: Collective | str, *, max_steps: int 
                          f"{topology.num_ranks}")
     if collective.name not in COLLECTIVES:
         raise SynthError(f"pareto does not support {collective.name}")
-    if max_steps < 1 or max_chunks < 1:
+    if (max_steps is not None and max_steps < 1) or max_chunks < 1:
         raise SynthError("pareto needs max steps >= 1 and max chunks >= 1")
     if time_limit is not None and time_limit <= 0:
         raise SynthError(f"time limit must be positive, got {time_limit}")
@@ -507,7 +511,10 @@ def explore(topology: Topology, collective: Collective | str, *, max_steps: int 
         steps_lb = max(steps_lb, steps_lower_bound(f, problem))
         rpc_lb = max(rpc_lb, rounds_per_chunk_lower_bound(f, problem))
     exp = Exploration(topology.name, collective.name, scale * steps_lb, scale * rpc_lb, fab.unit_GBps, fab.exact)
-    phase_max_steps = max_steps // scale
+    phase_max_steps = max_steps // scale if max_steps is not None else max(DEFAULT_MAX_STEPS, steps_lb + 4)
+    max_steps = scale * phase_max_steps if max_steps is None else max_steps
+    per_instance = instance_time_limit if instance_time_limit is not None else (
+        None if time_limit is None else time_limit / 4)
     found: list[tuple[int, int, int]] = []          # per-phase (C, S, R)
     algos: dict[tuple[int, int, int], tuple[list[Algorithm], Collective, list, float]] = {}
     step_rpc_lb: dict[int, Fraction] = {}
@@ -537,8 +544,9 @@ def explore(topology: Topology, collective: Collective | str, *, max_steps: int 
                     exp.stopped = "time limit"
                     break
                 t0 = time.perf_counter()
+                cap = remaining if per_instance is None else min(per_instance, remaining or per_instance)
                 status, phase_algos, coll, phs = _solve_collective(
-                    fab, rfab, collective, chunks, steps, rounds, remaining, threads, seed)
+                    fab, rfab, collective, chunks, steps, rounds, cap, threads, seed)
                 took = time.perf_counter() - t0
                 exp.tried.append({"chunks": chunks, "steps": scale * steps, "rounds": scale * rounds,
                                   "status": status, "solve_s": round(took, 3)})
@@ -549,9 +557,11 @@ def explore(topology: Topology, collective: Collective | str, *, max_steps: int 
                     break
                 if status == "unsat":
                     step_rpc_lb[steps] = max(step_rpc_lb.get(steps, Fraction(0)), rpc)
-                else:
+                elif (left() or 1.0) <= 0:
                     exp.stopped = "time limit"
                     break
+                else:
+                    exp.undecided += 1
             rounds += 1
         if exp.stopped:
             break
@@ -563,7 +573,7 @@ def explore(topology: Topology, collective: Collective | str, *, max_steps: int 
         exp.stopped = f"reached max chunks {max_chunks}"
     if exhaustive and exp.stopped != "time limit" and chunk_counts is None:
         _complete(exp, found, algos, fab, rfab, collective, steps_lb, rpc_lb, phase_max_steps, max_chunks,
-                  scale, left, threads, seed)
+                  scale, left, threads, seed, per_instance)
     for key in prune_pareto(found):
         phase_algos, coll, phs, took = algos[key]
         c, s, r = key
@@ -576,7 +586,7 @@ def explore(topology: Topology, collective: Collective | str, *, max_steps: int 
 
 def _complete(exp: Exploration, found: list[tuple[int, int, int]], algos: dict, fab: Fabric, rfab: Fabric | None,
               collective: Collective, steps_lb: int, rpc_lb: Fraction, max_steps: int, max_chunks: int, scale: int,
-              left, threads: int | None, seed: int) -> None:
+              left, threads: int | None, seed: int, per_instance: float | None) -> None:
     """Second pass: for each S up to the largest S found, try every ratio R/C (C <= max_chunks, R >= S)
     below the best ratio found with at most S steps, smallest first; the first feasible one is the
     least bandwidth cost for S. SCCL stops a chunk count at its least R, so it never tries e.g. a
@@ -598,7 +608,8 @@ def _complete(exp: Exploration, found: list[tuple[int, int, int]], algos: dict, 
                 exp.stopped = "time limit"
                 return
             t0 = time.perf_counter()
-            status, phase_algos, coll, phs = _solve_collective(fab, rfab, collective, c, steps, r, remaining,
+            cap = remaining if per_instance is None else min(per_instance, remaining or per_instance)
+            status, phase_algos, coll, phs = _solve_collective(fab, rfab, collective, c, steps, r, cap,
                                                                threads, seed)
             took = time.perf_counter() - t0
             tried.add((c, steps, r))
@@ -609,8 +620,10 @@ def _complete(exp: Exploration, found: list[tuple[int, int, int]], algos: dict, 
                 algos[(c, steps, r)] = (phase_algos, coll, phs, took)
                 break
             if status != "unsat":
-                exp.stopped = "time limit"
-                return
+                exp.undecided += 1
+                if (left() or 1.0) <= 0:
+                    exp.stopped = "time limit"
+                    return
 
 
 def prune_pareto(found: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
@@ -733,7 +746,7 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
             raise SynthError(f"pareto allreduce needs --chunks to be a multiple of the {collective.num_ranks} "
                              f"ranks (C chunks per owner), got {chunks}")
         chunks //= collective.num_ranks
-    exp = explore(topology, collective, max_steps=int(extra.get("max_steps", DEFAULT_MAX_STEPS)),
+    exp = explore(topology, collective, max_steps=extra.get("max_steps"),
                   max_chunks=int(extra.get("max_chunks", DEFAULT_MAX_CHUNKS)),
                   time_limit=options.time_limit if options.time_limit is not None else DEFAULT_TIME_LIMIT,
                   size_bytes=size_bytes, assume_monotonic=bool(extra.get("assume_monotonic", False)),
