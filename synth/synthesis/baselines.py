@@ -337,12 +337,72 @@ def spanning_binary_tree(routes: dict[Pair, tuple[int, ...]], n: int, root: int,
     return parent
 
 
+def _box_chain_trees(topology: Topology, routes: dict[Pair, tuple[int, ...]], root: int,
+                     two_heads: bool) -> list[list[int]] | None:
+    """NCCL's multi-node trees: a double binary tree over the boxes, and inside each box a chain
+    (the box's ring order) whose head links to the parent box's head over the head's NIC rail.
+    Tree B runs the chain the other way, from a head half-way round the ring when ``two_heads``
+    (allreduce: the two trees then cross boxes on different rails); both trees start at ``root``'s
+    box and chain from ``root`` otherwise. None without equal boxes or when an edge is not routable."""
+    boxes = [tuple(b) for b in topology.machines]
+    n = topology.num_ranks
+    if len(boxes) < 2 or len({len(b) for b in boxes}) != 1 or sorted(r for b in boxes for r in b) != list(range(n)):
+        return None
+    g, nb = len(boxes[0]), len(boxes)
+    home = next(b for b, box in enumerate(boxes) if root in box)
+    box_trees = double_binary_tree(nb)
+    rings = []
+    for box in boxes:
+        if g == 1:
+            rings.append(list(box))
+            continue
+        try:
+            found = find_rings(_box_topology(topology, box), max_rings=1)
+        except SynthError:
+            return None
+        rings.append([box[v] for v in found[0].order])
+    out = []
+    for t, btree in enumerate(box_trees):
+        # box-tree position p holds box p (allreduce: the two trees' roots are in different boxes), or,
+        # for a rooted collective, the root position holds the root's box and the rest follow in order
+        pos_box = {p: p for p in range(nb)}
+        if not two_heads:
+            top = btree.index(-1)
+            rest = [b for b in range(nb) if b != home]
+            pos_box = {p: (home if p == top else rest.pop(0)) for p in range(nb)}
+        parent = [-1] * n
+        heads = {}
+        for p in range(nb):
+            ring = rings[pos_box[p]]
+            if two_heads:
+                start, step = (0, 1) if t == 0 else (g // 2, -1)
+            else:
+                start, step = (ring.index(root) if pos_box[p] == home else 0), (1 if t == 0 else -1)
+            chain = [ring[(start + step * i) % g] for i in range(g)]
+            heads[p] = chain[0]
+            for a, c in zip(chain, chain[1:]):
+                parent[c] = a
+        for p in range(nb):
+            if btree[p] >= 0:
+                parent[heads[p]] = heads[btree[p]]
+        for c, a in enumerate(parent):
+            if a >= 0 and ((a, c) not in routes or (c, a) not in routes):
+                return None
+        out.append(parent)
+    return out
+
+
 def _dbt(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions) -> Schedule:
     _check(topology, collective, options)
     name, n = collective.name, topology.num_ranks
     root = collective.root if name != "allreduce" else 0
     routes = pair_routes(topology)
-    if name == "allreduce":
+    boxed = _box_chain_trees(topology, routes, root, name == "allreduce")
+    if boxed is not None:
+        trees = boxed
+        rank_parent = [list(tree) for tree in boxed]
+        place = None
+    elif name == "allreduce":
         # NCCL: both trees span every rank and have different roots, so no rank carries both halves
         trees = double_binary_tree(n)
         parents = [list(tree) for tree in trees]          # logical node = tree position
@@ -354,7 +414,9 @@ def _dbt(topology: Topology, collective: Collective, size_bytes: float, options:
         parents = [[-1] + [0 if q < 0 else q + 1 for q in tree] for tree in trees]
         place = embed(routes, n, {(v, par[v]) for par in parents for v in range(1, n)}, fixed={0: root},
                       first=[(root + i) % n for i in range(n)])
-    if place is not None:
+    if boxed is not None:
+        pass
+    elif place is not None:
         rank_parent = [[-1] * n for _ in trees]     # tree t: rank -> parent rank (-1 at the root)
         for t, par in enumerate(parents):
             for v in range(n):
