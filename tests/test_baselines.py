@@ -201,3 +201,32 @@ def test_embed_respects_fixed_and_routes() -> None:
         assert topo.link(place[a], place[b]) is not None
     # a star on logical nodes (one centre with 3 leaves) cannot embed in a 4-ring
     assert bl.embed(routes, 4, [(0, 1), (0, 2), (0, 3)]) is None
+
+
+def test_dbt_multi_box_chains_cross_on_rails() -> None:
+    """Boxed fabric: trees over boxes, chains inside; box-crossing edges join heads of one rail, and
+    the two allreduce trees cross on different rails."""
+    topo = load_topology("dgx-a100-2node")
+    boxes = [tuple(b) for b in topo.machines]
+    box_of = {r: b for b, box in enumerate(boxes) for r in box}
+    local = {r: i for box in boxes for i, r in enumerate(box)}
+    schedule, _, _ = run("dbt", topo, "allreduce", 64 * MiB)
+    rails = []
+    for tree in schedule.notes["trees"]:
+        cross = [(c, p) for c, p in enumerate(tree) if p >= 0 and box_of[c] != box_of[p]]
+        assert len(cross) == 1 and local[cross[0][0]] == local[cross[0][1]]
+        rails.append(local[cross[0][0]])
+        assert sum(1 for p in tree if p < 0) == 1
+    assert rails[0] != rails[1]
+
+
+def test_auto_tries_the_baselines() -> None:
+    """``-m auto`` runs the baselines at latency-bound sizes and keeps the fastest verified program."""
+    from synth.pipeline import synthesize
+
+    res = synthesize(load_topology("dgx-a100"), "allreduce", 64 * 1024, "auto")
+    tried = {row["method"]: row for row in res.tried}
+    assert {"ring", "dbt", "rdh"} <= set(tried)
+    assert res.time_us == pytest.approx(min(r["time_us"] for r in tried.values() if "time_us" in r))
+    res = synthesize(load_topology("dgx-a100-2node"), "allgather", 256 * MiB, "auto")
+    assert "hierarchical" in {row["method"] for row in res.tried}

@@ -16,19 +16,25 @@ serialization and lowering orders the steps by them.
 Algorithms:
 
 - ``dbt`` (NCCL's double binary tree; Sanders, Speck & Träff, "Two-tree algorithms for full
-  bandwidth broadcast, reduction and scan", Parallel Computing 2009): the N-1 ranks other than the
-  root form two complementary in-order binary trees (tree B is tree A shifted or mirrored, whichever
-  leaves fewer ranks interior in both), both hanging under the root; each tree carries half the
-  chunks, pipelined chunk by chunk. allreduce = reduce up both trees then broadcast down (root 0);
-  broadcast = down only; reduce = up only. Chunks per tree p = sqrt((2H-1)·S/(2·bw·α)) (the
-  minimiser of (2H-1+p)(α + S/(2p·bw)) for tree height H), at most 16.
+  bandwidth broadcast, reduction and scan", Parallel Computing 2009): two complementary in-order
+  binary trees (tree B is tree A shifted or mirrored, whichever leaves fewer ranks interior in
+  both), each carrying half the chunks, pipelined chunk by chunk. allreduce: both trees span every
+  rank and have different roots; reduce up, then broadcast down. broadcast / reduce: the root sits
+  on top of two trees over the other ranks (down only / up only). On boxed fabrics (``machines``)
+  the trees are NCCL's multi-node ones: a double binary tree over the boxes and, inside each box, a
+  chain in ring order whose head talks to the parent box's head over its NIC rail (tree B runs the
+  chain the other way, from another head, so the trees cross boxes on different rails). Where the
+  in-order trees do not embed (a hypercube, a ring), two binary spanning trees are grown over the
+  links, tree B avoiding tree A's interior ranks. Chunks per tree p = sqrt(h·S/(2·bw·α)) (the
+  minimiser of (h+p)(α + S/(2p·bw)) for h hops of pipeline fill), at most 16.
 - ``rdh`` (Thakur, Rabenseifner & Gropp, "Optimization of collective communication operations in
   MPICH", IJHPCA 2005): allgather by recursive doubling (log2 N steps, the data doubles each step),
   reducescatter by recursive halving, allreduce by Rabenseifner's algorithm (halving RS then
   doubling AG). For N not a power of two, P = 2^⌊log2 N⌋ core ranks run the algorithm and each of
   the N-P extra ranks folds into a core partner first (sends its data, reducing) and is unfolded at
   the end (receives the result). On a fully connected fabric allgather takes
-  log2(N)·α + (N-1)/N·S/bw.
+  log2(N)·α + (N-1)/N·S/bw. On boxed fabrics the box index fills the low butterfly bits, so the
+  rounds that cross boxes are the ones that move the least data.
 - ``direct``: all-pairs for alltoall and allgather: in round d = 1..N-1 rank r sends its piece for
   (r+d) mod N straight to it (switch routes) or relayed along a shortest rank path.
 - ``hierarchical`` (multi-box fabrics, ``machines`` set, equal boxes): intra-box multi-rings (the
