@@ -31,12 +31,27 @@ the start of epoch k.
 
 **Objective.** min Σ_{k<K} (1 − done[k]) = the number of epochs until every postcondition holds.
 
-**Sizing.** The horizon K is the greedy (TACOS) schedule replayed into epochs, which is also the
-warm start (``Model.set_start``). x[c,j,k] exists only if k ≥ earliest(c, src_j) (hop distance from
-the chunk's sources) and k + 1 + dist(dst_j, nearest destination of c) ≤ K; h[c,r,k] only for
-k ≥ earliest(c, r). A combinatorial lower bound (max earliest arrival; per rank, chunks needed /
-chunks its in-links carry per epoch) fixes done[k] = 0 below it, which tightens the LP and proves
-optimality outright when the greedy schedule meets it.
+**Sizing.** The horizon K is the better of two warm starts replayed into epochs: the α-β greedy
+(TACOS) plan, and an epoch-level batching greedy (which finds recursive-doubling-like schedules when
+latency-bound); it is passed to the solver with ``Model.set_start``. x[c,j,k] exists only if
+k ≥ earliest(c, src_j) (hop distance from the chunk's sources) and k + 1 + dist(dst_j, nearest
+destination of c) ≤ K; h[c,r,k] only for k ≥ earliest(c, r). When the model with all routes
+would exceed ``ROUTE_PRUNE_ABOVE`` send variables (``options.extra['milp_routes']``: auto | all |
+shortest), single-destination chunks (alltoall, gather, scatter) may only move along shortest
+paths, which makes "optimal" mean optimal among shortest-path routings (noted in the result).
+Combinatorial lower bounds fix done[k] = 0 below them, which tightens the LP and proves optimality
+outright when a warm start meets them: the largest earliest arrival; per rank, chunks needed over
+chunks its in-links can bring per epoch, and chunks only it holds over what its out-links carry;
+total chunk-hops over the chunk-hops all ranks' out-links carry per epoch; and holders of a chunk
+growing at most (1 + d)-fold per epoch (d = most physical out-links of a rank).
+No symmetry-breaking constraints are added (the warm start and bounds did more in our tests).
+
+**Continuous time.** The epoch solution is compacted (each batch starts when its chunks are at the
+sender and its links are free, in epoch order; a batch is sent as runs of consecutive chunk ids,
+one α each, since an MSCCL step moves contiguous chunks). If the α-β greedy plan is still faster
+(the epoch grid rounds every transfer up to τ, which loses on heterogeneous links), it is returned
+instead and ``notes['phases'][...]['kept']`` says so; the solver figures in the notes always refer
+to the epoch model.
 
 **Reductions** (reducescatter, reduce) use the reverse-graph trick: the copy problem is solved on
 the reversed topology and the schedule is reversed in time with reducing sends (each rank sends its
