@@ -230,3 +230,12 @@ def test_auto_tries_the_baselines() -> None:
     assert res.time_us == pytest.approx(min(r["time_us"] for r in tried.values() if "time_us" in r))
     res = synthesize(load_topology("dgx-a100-2node"), "allgather", 256 * MiB, "auto")
     assert "hierarchical" in {row["method"] for row in res.tried}
+
+
+def test_direct_inplace_alltoall_exchanges_pairs() -> None:
+    """In place, round d exchanges the pairs r + q = d (mod N), so no slot is overwritten early."""
+    schedule, _, _ = run("direct", load_topology("dgx-a100"), "alltoall", inplace=True)
+    starts = {(t.src, t.dst): t.group for t in schedule.transfers}
+    assert len(starts) == 8 * 7
+    with pytest.raises(SynthError, match="in-place alltoall"):
+        run("direct", gen.ring(6), "alltoall", inplace=True)

@@ -604,6 +604,19 @@ def _direct(topology: Topology, collective: Collective, size_bytes: float, optio
     coll = Collective(name, n, options.chunks or 1, root=collective.root, inplace=collective.inplace)
     C = coll.chunk_factor
     plan = Plan(topology, coll, size_bytes)
+    if coll.inplace and name == "alltoall":
+        # in place, a piece received overwrites the slot of the piece for its sender: exchange pairs
+        # (r + q = d mod N) in round d, so each slot is read by the send as it is overwritten
+        for d in range(n):
+            for r in range(n):
+                q = (d - r) % n
+                if q == r:
+                    continue
+                if (r, q) not in plan.routes:
+                    raise SynthError(f"direct in-place alltoall needs every rank pair adjacent or switch-routed; "
+                                     f"ranks {r} and {q} of {topology.name!r} are not")
+                plan.send(d, r, q, [coll.contribution(r, q * C + k) for k in range(C)])
+        return plan.schedule("direct", size_bytes)
     for d in range(1, n):
         for r in range(n):
             q = (r + d) % n
