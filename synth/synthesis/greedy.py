@@ -324,11 +324,23 @@ def effective_collective(collective: Collective, options: SynthOptions) -> Colle
     return Collective(collective.name, collective.num_ranks, c, collective.root, collective.inplace)
 
 
+def _schedule_chunks(collective: Collective) -> tuple[int, ...]:
+    """Closed forms of :attr:`Collective.schedule_chunks` (which builds the O(N² C) postcondition)."""
+    n, c, root, name = collective.num_ranks, collective.chunk_factor, collective.root, collective.name
+    if collective.is_reduction:
+        return tuple(range(collective.input_chunks))
+    if name in ("allgather", "gather", "alltoall"):
+        return tuple(range(n * collective.input_chunks))
+    if name == "broadcast":
+        return tuple(range(root * c, (root + 1) * c))
+    return tuple(range(root * n * c, (root + 1) * n * c))     # scatter
+
+
 def _destinations(collective: Collective) -> dict[int, list[int]]:
     """schedule chunk -> ranks that must hold its final value (closed forms of
     :attr:`Collective.postcondition`, which is O(N² C) to build)."""
     n, c, root, name = collective.num_ranks, collective.chunk_factor, collective.root, collective.name
-    chunks = collective.schedule_chunks
+    chunks = _schedule_chunks(collective)
     everyone = list(range(n))
     if name in ("allgather", "broadcast", "allreduce"):
         return {k: everyone for k in chunks}
@@ -345,7 +357,7 @@ def copy_problem(collective: Collective) -> tuple[CopyProblem, bool]:
     graph and reverse it in time" (reductions). Allreduce is handled by the caller (two phases)."""
     n = collective.num_ranks
     everyone = tuple(range(n))
-    chunks = collective.schedule_chunks
+    chunks = _schedule_chunks(collective)
     dests = _destinations(collective)
     if collective.name in ("reducescatter", "reduce"):
         owners = [dests[c][0] for c in chunks]
@@ -363,32 +375,30 @@ def copy_problem(collective: Collective) -> tuple[CopyProblem, bool]:
 def allreduce_owners(collective: Collective) -> CopyProblem:
     """Allreduce phase problem: chunk k is reduced to (and then broadcast from) rank k mod N."""
     n = collective.num_ranks
-    chunks = collective.schedule_chunks
+    chunks = _schedule_chunks(collective)
     return CopyProblem(n, tuple((k % n,) for k in chunks),
                        tuple(tuple(r for r in range(n) if r != k % n) for k in chunks), tuple(chunks))
 
 
 def plan_transfers(vl: VirtualLinks, problem: CopyProblem, plan: Plan, *, reverse: bool, offset: float = 0.0,
                    groups: np.ndarray | None = None, group_base: int = 0) -> list[Transfer]:
-    """Schedule transfers from a plan; ``reverse`` turns it around in time and direction (reduce sends)."""
+    """Schedule transfers from a plan, sorted by (start, end, chunk, src, dst); ``reverse`` turns it
+    around in time and direction (reducing sends)."""
     total = plan.makespan
     ids = np.asarray(problem.chunk_ids, dtype=np.int64)
-    chunk = ids[plan.chunks].tolist() if len(plan.chunks) else []
-    u, v = vl.src[plan.links].tolist(), vl.dst[plan.links].tolist()
-    group = [-1] * len(chunk) if groups is None else (group_base + np.asarray(groups)).tolist()
-    routes = [vl.route[j] for j in plan.links.tolist()]
+    chunk = ids[plan.chunks] if len(plan.chunks) else np.zeros(0, dtype=np.int64)
+    u, v = vl.src[plan.links], vl.dst[plan.links]
+    group = np.full(len(chunk), -1) if groups is None else group_base + np.asarray(groups)
     if reverse:
-        s = (offset + total - plan.ends).tolist()
-        e = (offset + total - plan.starts).tolist()
-        return [Transfer(a, b, c, y, x, True, r[::-1], 0, g)
-                for a, b, c, x, y, r, g in zip(s, e, chunk, u, v, routes, group)]
-    s = (offset + plan.starts).tolist()
-    e = (offset + plan.ends).tolist()
-    return [Transfer(a, b, c, x, y, False, r, 0, g) for a, b, c, x, y, r, g in zip(s, e, chunk, u, v, routes, group)]
-
-
-def _order(t: Transfer) -> tuple:
-    return (t.start, t.end, t.chunk, t.src, t.dst)
+        s, e, u, v = offset + total - plan.ends, offset + total - plan.starts, v, u
+    else:
+        s, e = offset + plan.starts, offset + plan.ends
+    order = np.lexsort((v, u, chunk, e, s))
+    links = plan.links[order].tolist()
+    routes = [vl.route[j][::-1] if reverse else vl.route[j] for j in links]
+    return [Transfer(a, b, c, x, y, reverse, r, 0, g) for a, b, c, x, y, r, g in
+            zip(s[order].tolist(), e[order].tolist(), chunk[order].tolist(), u[order].tolist(),
+                v[order].tolist(), routes, group[order].tolist())]
 
 
 def synthesize(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions) -> Schedule:
@@ -415,7 +425,7 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
             vl = virtual_links(topology.reversed() if reverse else topology)
             plan = best_greedy(vl, problem, chunk_bytes, options.seed, tries)
             transfers += plan_transfers(vl, problem, plan, reverse=reverse)
-    transfers.sort(key=_order)
+    # phases are sorted and follow each other in time, so the whole list is sorted
     makespan = max((t.end for t in transfers), default=0.0)
     return Schedule(coll, topology.name, tuple(transfers), method="greedy", size_bytes=float(size_bytes),
                     predicted_time_us=makespan,
