@@ -80,3 +80,11 @@ def test_compare_bad_input_exit_2(args: tuple[str, ...], needle: str) -> None:
     assert res.exit_code == 2
     assert needle in res.output
     assert "Traceback" not in res.output
+
+
+def test_compare_rooted_and_table_marks_bound() -> None:
+    doc = compare_json("-t", "dgx-a100", "-c", "broadcast", "-s", "1MiB", "--root", "3", "--methods", "ring,dbt,nccl")
+    assert doc["root"] == 3 and all(r["error"] is None for r in doc["rows"])
+    assert all(r["ratio_to_bound"] >= 1 - 1e-9 for r in doc["rows"])
+    res = invoke("compare", "-t", "dgx-a100", "-c", "broadcast", "-s", "1MiB", "--root", "3", "--methods", "ring,dbt")
+    assert res.exit_code == 0 and "bound" in res.output and "dbt" in res.output
