@@ -31,10 +31,11 @@ def compare_rows(topology, collective: str, size_bytes: float, methods: list[str
         t0 = time.perf_counter()
         try:
             res = synthesize(topology, collective, size_bytes, m, options, root)
-        except SynthError as exc:
+        except (SynthError, Exception) as exc:   # noqa: BLE001 - one method's failure is one row
+            error = str(exc) if isinstance(exc, SynthError) else f"internal: {type(exc).__name__}: {exc}"
             rows.append({"method": m, "status": "error", "time_us": None, "algbw_GBps": None, "busbw_GBps": None,
                          "ratio_to_bound": None, "gap": None, "synthesis_s": time.perf_counter() - t0,
-                         "chunks": None, "error": str(exc)})
+                         "chunks": None, "error": error})
             continue
         bound = bound_us if bound_us is not None else res.bound_us
         ratio = res.time_us / bound if bound and bound > 0 else None
@@ -94,7 +95,7 @@ def command(topology_name: str, collective: str, size: str, root: int, methods: 
         from synth.bounds import compute_bounds
 
         bound = compute_bounds(topology, Collective(name, topology.num_ranks, root=root), size_bytes)
-    except SynthError:
+    except Exception:  # noqa: BLE001 - the table still compares the methods without a bound
         bound = None
     bound_us = float(bound.time_bound_us) if bound is not None else None
     options = SynthOptions(solver=solver, time_limit=time_limit)
