@@ -88,3 +88,20 @@ def test_compare_rooted_and_table_marks_bound() -> None:
     assert all(r["ratio_to_bound"] >= 1 - 1e-9 for r in doc["rows"])
     res = invoke("compare", "-t", "dgx-a100", "-c", "broadcast", "-s", "1MiB", "--root", "3", "--methods", "ring,dbt")
     assert res.exit_code == 0 and "bound" in res.output and "dbt" in res.output
+
+
+def test_compare_method_crash_is_a_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    import synth.pipeline as pipeline
+
+    real = pipeline.synthesize
+
+    def flaky(topology, collective, size_bytes, method="auto", *args, **kwargs):
+        if method == "dbt":
+            raise RuntimeError("boom")
+        return real(topology, collective, size_bytes, method, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "synthesize", flaky)
+    doc = compare_json("-t", "dgx-a100", "-c", "allreduce", "-s", "1MiB", "--methods", "ring,dbt")
+    rows = {r["method"]: r for r in doc["rows"]}
+    assert rows["dbt"]["error"] == "internal: RuntimeError: boom" and rows["ring"]["error"] is None
+    assert doc["best"] == "ring"
