@@ -57,7 +57,9 @@ MAX_CHANNELS = 32           # MSCCL
 MAX_STEPS_PER_TB = 64       # MSCCL
 MAX_CHUNKS = 512            # chunks per root piece considered by the cost model
 MAX_TRANSFERS = 3_000_000   # keep schedules within memory/time budgets
+LARGE_RANKS = 256           # beyond this, one fast tree per root (synth.synthesis.scale)
 REFINE_JOBS = 60_000        # time other pipeline depths only below this many transfers
+LEVEL_JOBS = 200_000        # beyond this many transfers, vectorised level timing
 
 
 # ---------------------------------------------------------------------------------------------
@@ -103,7 +105,13 @@ class Forest:
 
 def plan_forest(topology: Topology, roots: tuple[int, ...], *, reverse: bool = False,
                 max_trees: int = DEFAULT_MAX_TREES) -> Forest:
-    """Optimal forest for broadcasts from ``roots`` (reduce towards them if ``reverse``)."""
+    """Optimal forest for broadcasts from ``roots`` (reduce towards them if ``reverse``).
+
+    Beyond ``LARGE_RANKS`` ranks the fast constructions of :mod:`synth.synthesis.scale` replace
+    the exact packing (one tree per root; the rate they reach is reported, not certified).
+    """
+    if topology.num_ranks > LARGE_RANKS:
+        return _large_forest(topology, roots, reverse)
     fabric_topology = topology.reversed() if reverse else topology
     fabric = integer_fabric(fabric_topology)
     weights = {r: 1 for r in roots}
@@ -126,6 +134,20 @@ def plan_forest(topology: Topology, roots: tuple[int, ...], *, reverse: bool = F
             routes.append(tuple(_draw_units(pools[edge], tree.mult)))
         trees.append(PlannedTree(tree.root, tree.mult, tuple(tree.edges), tuple(routes)))
     return Forest(tuple(trees), k, ratio, optimal, fabric.unit_GBps, reverse, topology.num_ranks)
+
+
+def _large_forest(topology: Topology, roots: tuple[int, ...], reverse: bool) -> Forest:
+    from synth.synthesis import scale
+
+    fabric_topology = topology.reversed() if reverse else topology
+    if topology.switches and topology.machines:
+        raw = scale.box_trees(fabric_topology, roots)
+    else:
+        raw = scale.balanced_bfs_trees(fabric_topology, roots)
+    ratio, unit = scale.achieved_ratio(topology, raw, reverse)
+    trees = tuple(PlannedTree(r, 1, tuple(edges), tuple(((route, 1),) for route in routes))
+                  for r, edges, routes in raw)
+    return Forest(trees, 1, ratio, ratio, unit, reverse, topology.num_ranks)
 
 
 def _allowed(topology: Topology, reverse: bool) -> set[tuple[int, ...]] | None:
@@ -333,6 +355,76 @@ def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float) -> tuple[
     return order, start, end
 
 
+def level_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Vectorised timing for very large forests (one dependency per transfer, as broadcasts have).
+
+    Tree levels are timed one after another; within a level each link serves its transfers in
+    order of readiness (FIFO, as the simulator does): ``s_i = max(r_i, s_{i-1} + d_{i-1})``, i.e.
+    ``s_i = C_i + max_{j<=i}(r_j - C_j)`` with ``C`` the prefix sum of durations on the link, a
+    grouped running maximum. A routed transfer is serialised on the first and the last link of
+    its route (its sender's and receiver's ports), the links that saturate on switch fabrics.
+    Returns (order by start, start, end).
+    """
+    link_index = {(link.src, link.dst): i for i, link in enumerate(topology.links)}
+    _, _, bw, alpha = topology.arrays
+    n = len(jobs.msg)
+    first = np.zeros(n, dtype=np.int64)
+    last = np.zeros(n, dtype=np.int64)
+    duration = np.zeros(n)
+    cache: dict[tuple, tuple[int, int, float]] = {}
+    for i in range(n):
+        key = (jobs.src[i], jobs.dst[i], jobs.route[i], len(jobs.msg[i]))
+        hit = cache.get(key)
+        if hit is None:
+            nodes = (jobs.src[i], *jobs.route[i], jobs.dst[i])
+            links = [link_index[(a, b)] for a, b in zip(nodes, nodes[1:])]
+            nbytes = len(jobs.msg[i]) * chunk_bytes
+            hit = cache[key] = (links[0], links[-1],
+                                float(alpha[links].sum()) + nbytes / (float(bw[links].min()) * 1e3))
+        first[i], last[i], duration[i] = hit
+    dep = np.fromiter((d[0] if d else -1 for d in jobs.deps), dtype=np.int64, count=n)
+    level = np.zeros(n, dtype=np.int64)
+    for i in np.nonzero(dep >= 0)[0].tolist():   # parents are created before their children
+        level[i] = level[dep[i]] + 1
+    free = np.zeros(len(topology.links))
+    start = np.zeros(n)
+    end = np.zeros(n)
+    for d in range(int(level.max()) + 1 if n else 0):
+        idx = np.nonzero(level == d)[0]
+        ready = np.where(dep[idx] >= 0, end[np.maximum(dep[idx], 0)], 0.0)
+        s = _serialize(ready, first[idx], duration[idx], free)
+        routed = last[idx] != first[idx]
+        if routed.any():
+            s2 = _serialize(s[routed], last[idx][routed], duration[idx][routed], free)
+            s[routed] = s2
+        start[idx] = s
+        end[idx] = s + duration[idx]
+    order = np.lexsort((level, start))
+    return order, start, end
+
+
+def _serialize(ready: np.ndarray, link: np.ndarray, duration: np.ndarray, free: np.ndarray) -> np.ndarray:
+    """FIFO-by-readiness start times on each link (see :func:`level_schedule`); updates ``free``."""
+    order = np.lexsort((ready, link))
+    r, lk, d = ready[order], link[order], duration[order]
+    head = np.ones(len(lk), dtype=bool)
+    head[1:] = lk[1:] != lk[:-1]
+    r = r.copy()
+    r[head] = np.maximum(r[head], free[lk[head]])
+    group = np.cumsum(head) - 1
+    csum = np.cumsum(d) - d                       # prefix sums, restarted per group below
+    csum -= (csum[head])[group]
+    big = (float(np.abs(r).max()) + float(csum.max()) + 1.0) * 4 if len(r) else 1.0
+    s = np.maximum.accumulate(r - csum + group * big) - group * big + csum
+    s = np.maximum(s, r)                          # no rounding below readiness
+    out = np.empty_like(s)
+    out[order] = s
+    tail = np.ones(len(lk), dtype=bool)
+    tail[:-1] = lk[1:] != lk[:-1]
+    free[lk[tail]] = (s + d)[tail]
+    return out
+
+
 def _pick(queue: list, hops: list[list[int]], free: np.ndarray, t: float, width: int = 8) -> tuple[int, float]:
     """Among the ``width`` best-keyed ready transfers of a link, the one that can start first
     (a routed transfer may wait for the far links of its route; a direct one never does)."""
@@ -498,7 +590,7 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
         "messages_per_tree": messages,
         "tree_bandwidth_time_us": bound_us,
     }
-    transfers.sort()
+    transfers.sort(key=lambda t: (t.start, t.end))
     return Schedule(coll, topology.name, tuple(transfers), method=method, size_bytes=float(size_bytes),
                     predicted_time_us=offset, notes=notes)
 
@@ -537,7 +629,11 @@ def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: f
     mirrored in time (t -> T - t) and direction: the broadcast becomes a reduction (or a gather)
     with the same makespan, and link serialization and data dependencies carry over."""
     fabric = topology.reversed() if forest.reversed else topology
-    order, start, end = list_schedule(jobs, fabric, chunk_bytes)
+    if len(jobs.msg) > LEVEL_JOBS and all(len(d) <= 1 for d in jobs.deps):
+        order, start, end = level_schedule(jobs, fabric, chunk_bytes)
+        order = order.tolist()
+    else:
+        order, start, end = list_schedule(jobs, fabric, chunk_bytes)
     makespan = float(end.max()) if len(end) else 0.0
     out = []
     for i in order:
@@ -580,11 +676,13 @@ def _choose_chunks(topology: Topology, collective: Collective, plans: list[Fores
     """
     name = collective.name
     n = topology.num_ranks
+    k = max(f.k for f in plans)
+    if requested is None and n > LARGE_RANKS:
+        return k, 1   # every link already carries hundreds of messages: no pipelining needed
     usages = [_usage(f, topology) for f in plans]
     limit = MAX_CHANNELS * MAX_STEPS_PER_TB
     roots = list(range(n)) if name in ("allgather", "reducescatter", "allreduce") else [collective.root]
     spread = (n - 1) if name in ("scatter", "gather") else 1
-    k = max(f.k for f in plans)
 
     def counts(forest: Forest, c: int) -> np.ndarray:
         total = np.zeros(len(forest.trees), dtype=np.int64)
