@@ -1,14 +1,14 @@
 """Step/round Pareto synthesis (SCCL: Cai et al., "Synthesizing Optimal Collective Algorithms",
-PPoPP'21, §3-§4), encoded for OR-Tools CP-SAT instead of Z3.
+PPoPP'21; msccl-tools ``path_encoding.py``, ``strategies.py``), encoded for OR-Tools CP-SAT, not Z3.
 
-**k-synchronous algorithms (SCCL §3.1).** An algorithm runs in ``S`` synchronous *steps*. Every
+**k-synchronous algorithms (SCCL).** An algorithm runs in ``S`` synchronous *steps*. Every
 rank's piece is split into ``C`` chunks. Step ``s`` lasts ``r_s >= 1`` *rounds*, and ``R = Σ r_s``.
 In one round a link of relative bandwidth ``b`` carries ``b`` chunks. Under the α-β model a step
 costs ``α + r_s · chunk_bytes / bw_unit``, so an algorithm costs ``S·α + (R/C) · piece_bytes / bw_unit``:
 ``S`` is its latency cost and ``R/C`` its bandwidth cost. An algorithm is Pareto-optimal when no other
 one has both ``S' <= S`` and ``R'/C' <= R/C`` with one of them strict.
 
-**Encoding (SCCL §4.1, msccl-tools ``path_encoding.py``), for one instance (C, S, R).** For a chunk
+**Encoding (msccl-tools ``path_encoding.py``), for one instance (C, S, R).** For a chunk
 ``c`` and a rank ``n``, SCCL's integer ``time[c,n]`` is the step after which ``n`` first holds ``c``
 (0 at sources). We write it in order/one-hot form, which CP-SAT propagates well:
 ``recv[c,n,s]`` (``n`` first gets ``c`` in step ``s``), so ``time[c,n] = Σ_s s·recv[c,n,s]``, and
@@ -28,24 +28,26 @@ all: on DGX-1, 25 GB/s, so ``b_e`` is the NVLink count 1 or 2 of the msccl-tools
 without a direct link talk over a fixed switch route (:func:`direct_first_links`),
 and that route uses every physical link on it. On a switch fabric this gives SCCL's switch constraints:
 on DGX-2 each GPU's link to the NVSwitch has ``b = 1``, so a GPU sends at most one chunk and receives at
-most one chunk per round through the switch (SCCL §5.1).
+most one chunk per round through the switch (as msccl-tools' ``hub_and_spoke`` per-node switch limits).
 
 Pruning (valid for every solution, not heuristics): ``recv[c,n,s] = 0`` for ``s`` below the hop
 distance from ``c``'s sources to ``n``; a rank that is not a destination of ``c`` receives it only if it can
 still forward it to a destination in time; the ``C`` interchangeable chunks of one piece arrive in
 non-decreasing order at one fixed rank (symmetry breaking: any solution can be relabelled so).
 
-**Combining collectives (SCCL §4.3).** ReduceScatter and Reduce are solved as their non-combining dual
+**Combining collectives (SCCL's non-combining dual, msccl-tools ``ncd_reduction.py``).**
+ReduceScatter and Reduce are solved as their non-combining dual
 (broadcast of each output chunk from its owner) on the reversed topology. The dual's sends are
 inverted: a copy ``u -> v`` in dual step ``s`` becomes a reducing send ``v -> u`` in step ``S+1-s``.
 Allreduce has no dual (SCCL's "CNR"): it is a ReduceScatter followed by an Allgather, each solved with
 the same (C, S, R), which gives (C, 2S, 2R).
 
-**Frontier (SCCL §4.4, msccl-tools ``solve_all_latency_bandwidth_tradeoffs``).** Lower bounds first:
+**Frontier (msccl-tools ``strategies.solve_all_latency_bandwidth_tradeoffs``).** Lower bounds first:
 ``S >= S_lb`` (the largest hop distance from a chunk's sources to a destination) and ``R/C >= ρ``,
-where ρ is SCCL's multi-commodity LP relaxation (each destination receives every chunk in full; a rank
-forwards no more of a chunk than it received; ``Σ flows on e <= b_e·ρ``). For DGX-1 Allgather these are
-2 steps and 7/6. Then for ``C = 1, 2, ...`` and ``R = ⌈ρ·C⌉, ...`` with ``gcd(C, R) = 1`` (other
+where ρ is the larger of SCCL's flow LP (:func:`rounds_per_chunk_lower_bound`) and the exact
+bandwidth bound of :mod:`synth.bounds` in round units (:func:`cut_rounds_per_chunk`). For DGX-1
+Allgather these are 2 steps and 7/6, as in SCCL.
+Then for ``C = 1, 2, ...`` and ``R = ⌈ρ·C⌉, ...`` with ``gcd(C, R) = 1`` (other
 fractions were tried with fewer chunks), the least ``S`` in ``S_lb..min(R, max_steps)`` that is
 feasible is found. (SCCL skips a fraction with ``gcd(C, R) = g > 1`` outright; since ``r_s >= 1`` forces
 ``S <= R``, the reduced instance never tried ``S > R/g``, so we try those step counts.)
@@ -150,7 +152,8 @@ def _phys_users(fab: Fabric) -> list[list[int]]:
 
 # ---- lower bounds ---------------------------------------------------------------------------------
 def steps_lower_bound(fab: Fabric, problem: CopyProblem) -> int:
-    """SCCL §4.4: S >= max over chunks c and destinations d of the hop distance from c's sources to d."""
+    """SCCL (msccl-tools ``steps_bound.py``): S >= max over chunks c and destinations d of the hop
+    distance from c's sources to d."""
     best = 0
     for src, dst in zip(problem.sources, problem.dests):
         if dst:
@@ -229,6 +232,28 @@ def rounds_per_chunk_lower_bound(fab: Fabric, problem: CopyProblem) -> Fraction:
     frac = Fraction(value).limit_denominator(1000)
     if float(frac) > value + 1e-7:       # keep it a lower bound
         frac = Fraction(math.floor(value * 1000 + 1e-6), 1000)
+    return frac
+
+
+def cut_rounds_per_chunk(topology: Topology, name: str, root: int, unit_GBps: float) -> Fraction:
+    """R/C lower bound from the exact α-free bandwidth bound of :func:`synth.bounds.compute_bounds`
+    (ForestColl cut for allgather/reducescatter, rooted max-flow, alltoall concurrent-flow LP).
+
+    A k-synchronous algorithm moves at most ``b_e·r_s`` chunks over link ``e`` in a step that lasts
+    ``r_s·chunk/bw_unit``, so its bandwidth time ``R·chunk/bw_unit`` is at least that bound: with C = 1,
+    ``ρ = bound_us · bw_unit / chunk_bytes``. SCCL's LP lets ranks justify each other's copies (a
+    circulation), which behind a bottleneck can be far too low (two DGX-1 boxes on one NIC: 15/13
+    rounds per chunk instead of 8); this bound has no such hole. The fraction returned never exceeds
+    the float value by more than 1e-9 (relative)."""
+    from synth.bounds import compute_bounds
+
+    coll = Collective(name, topology.num_ranks, 1, root=root)
+    size = float(1 << 30)
+    bound = compute_bounds(topology, coll, size).bandwidth_bound_us
+    value = bound * unit_GBps * 1e3 / coll.chunk_bytes(size)
+    frac = Fraction(value).limit_denominator(1000)
+    if float(frac) > value * (1 + 1e-9):
+        frac = Fraction(math.floor(value * 1000), 1000)
     return frac
 
 
@@ -510,6 +535,8 @@ def explore(topology: Topology, collective: Collective | str, *, max_steps: int 
         assert f is not None
         steps_lb = max(steps_lb, steps_lower_bound(f, problem))
         rpc_lb = max(rpc_lb, rounds_per_chunk_lower_bound(f, problem))
+    for name in (("reducescatter", "allgather") if collective.name == "allreduce" else (collective.name,)):
+        rpc_lb = max(rpc_lb, cut_rounds_per_chunk(topology, name, collective.root, fab.unit_GBps))
     exp = Exploration(topology.name, collective.name, scale * steps_lb, scale * rpc_lb, fab.unit_GBps, fab.exact)
     phase_max_steps = max_steps // scale if max_steps is not None else max(DEFAULT_MAX_STEPS, steps_lb + 4)
     max_steps = scale * phase_max_steps if max_steps is None else max_steps
