@@ -664,19 +664,39 @@ def _hierarchical(topology: Topology, collective: Collective, size_bytes: float,
             a, c = boxes[b][gi], boxes[(b + 1) % nb][gi]
             if (a, c) not in routes or (c, a) not in routes:
                 raise SynthError(f"hierarchical: rail {gi} ranks {a} and {c} share no link or switch route")
-    rings: list[list[tuple[int, ...]]] = []       # per box: ring orders (global ranks)
-    weights: list[list[int]] = []
-    for box in boxes:
-        if g == 1:
-            rings.append([tuple(box)])
-            weights.append([1])
-            continue
-        found = find_rings(_box_topology(topology, box))
-        # allreduce cuts every (rail, box) block over the rings: keep the chunk count near MAX_CHUNKS
-        w = ring_weights(found, max(1, MAX_CHUNKS // (g * nb)) if name == "allreduce" else MAX_WEIGHT)
-        keep = [i for i, x in enumerate(w) if x > 0]
-        rings.append([tuple(box[v] for v in found[i].order) for i in keep])
-        weights.append([w[i] for i in keep])
+    found_per_box = [None if g == 1 else find_rings(_box_topology(topology, box)) for box in boxes]
+    # fewer, fatter rings pay fewer α at small sizes; more rings move more bytes at large ones: try
+    # a few ring-weight budgets and keep the fastest prediction (allreduce also caps its chunk count)
+    caps = [MAX_WEIGHT, 4, 1]
+    if name == "allreduce":
+        caps = [min(c, max(1, MAX_CHUNKS // (g * nb))) for c in caps]
+    best: Schedule | None = None
+    for cap in dict.fromkeys(caps):
+        rings: list[list[tuple[int, ...]]] = []       # per box: ring orders (global ranks)
+        weights: list[list[int]] = []
+        for box, found in zip(boxes, found_per_box, strict=True):
+            if found is None:
+                rings.append([tuple(box)])
+                weights.append([1])
+                continue
+            w = ring_weights(found, cap)
+            if sum(w) == 0:                           # a budget below the ring count keeps the fastest ring
+                w = [1] + [0] * (len(found) - 1)
+            keep = [i for i, x in enumerate(w) if x > 0]
+            rings.append([tuple(box[v] for v in found[i].order) for i in keep])
+            weights.append([w[i] for i in keep])
+        schedule = _hierarchical_build(topology, collective, size_bytes, options, boxes, rings, weights)
+        if best is None or schedule.predicted_time_us < best.predicted_time_us - 1e-9:
+            best = schedule
+    assert best is not None
+    return best
+
+
+def _hierarchical_build(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
+                        boxes: list[tuple[int, ...]], rings: list[list[tuple[int, ...]]],
+                        weights: list[list[int]]) -> Schedule:
+    name, n = collective.name, topology.num_ranks
+    g, nb = len(boxes[0]), len(boxes)
     wsum = max(sum(w) for w in weights)
     if options.chunks is not None:
         chunks = options.chunks
