@@ -76,6 +76,21 @@ def test_lower_bounds(dgx1):
     assert rounds_per_chunk_lower_bound(fabric(dgx1), _problem(dgx1, "scatter")) == Fraction(7, 6)
 
 
+def test_cut_bound_closes_the_sccl_lp_hole():
+    """Two DGX-1 boxes behind one 12.5 GB/s NIC each: 8 chunks must cross the NIC, so R/C >= 8. SCCL's
+    LP lets ranks justify each other's copies and says much less; the cut bound gets 8."""
+    from synth.synthesis.pareto import cut_rounds_per_chunk
+
+    ndv2 = load_topology("ndv2-2node")
+    fab = fabric(ndv2)
+    assert fab.unit_GBps == 12.5
+    assert rounds_per_chunk_lower_bound(fab, _problem(ndv2, "allgather")) < 2
+    assert cut_rounds_per_chunk(ndv2, "allgather", 0, fab.unit_GBps) == 8
+    assert explore(ndv2, "allgather", time_limit=1e-3).rounds_per_chunk_lb == 8
+    dgx1 = load_topology("dgx1")
+    assert cut_rounds_per_chunk(dgx1, "alltoall", 0, 25.0) == Fraction(8, 3)
+
+
 # ---- instances -----------------------------------------------------------------------------------------
 def test_instance_sat_unsat_and_independent_check(dgx1):
     fab = fabric(dgx1)
