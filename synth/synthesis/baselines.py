@@ -39,8 +39,10 @@ Algorithms:
   (r+d) mod N straight to it (switch routes) or relayed along a shortest rank path.
 - ``hierarchical`` (multi-box fabrics, ``machines`` set, equal boxes): intra-box multi-rings (the
   ring module's packing on each box) and inter-box rings over NIC rails (rail g = GPU g of each
-  box). allreduce = intra RS, per-rail ring allreduce, intra AG; allgather = per-rail ring AG then
-  intra AG of the rail bundles; reducescatter = intra RS of the rail bundles then per-rail ring RS.
+  box; the ring weight budget, 1, 4 or 16 chunks per piece, is whichever predicts fastest: fewer
+  rings pay fewer α at small sizes). allreduce = intra RS, per-rail ring allreduce, intra AG;
+  allgather = per-rail ring AG then intra AG of the rail bundles; reducescatter = intra RS of the
+  rail bundles then per-rail ring RS.
 - ``nccl``: what NCCL would run. NCCL's tuner models each algorithm's time as latency + size / bw
   and takes the smallest; we do the same with the α-β predictions of its two algorithms: for
   allreduce the faster of ``ring`` and ``dbt`` (so tree for small sizes, ring for large ones),
