@@ -635,17 +635,21 @@ def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: f
     else:
         order, start, end = list_schedule(jobs, fabric, chunk_bytes)
     makespan = float(end.max()) if len(end) else 0.0
+    starts, ends = start.tolist(), end.tolist()
+    if forest.reversed:  # mirror: t -> T - t, and every transfer runs the other way
+        starts, ends = [makespan - e for e in ends], [makespan - x for x in starts]
     out = []
+    append = out.append
     for i in order:
-        group = i if len(jobs.msg[i]) > 1 else -1
+        msg = jobs.msg[i]
+        group = i if len(msg) > 1 else -1
+        s, e = starts[i] + offset, ends[i] + offset
         if forest.reversed:
-            s, e = makespan - end[i], makespan - start[i]
-            src, dst, route = jobs.dst[i], jobs.src[i], tuple(reversed(jobs.route[i]))
-            red = reducing
+            src, dst, route, red = jobs.dst[i], jobs.src[i], jobs.route[i][::-1], reducing
         else:
-            s, e, src, dst, route, red = start[i], end[i], jobs.src[i], jobs.dst[i], jobs.route[i], False
-        for chunk in jobs.msg[i]:
-            out.append(Transfer(float(s + offset), float(e + offset), chunk, src, dst, red, route, group=group))
+            src, dst, route, red = jobs.src[i], jobs.dst[i], jobs.route[i], False
+        for chunk in msg:
+            append(Transfer(s, e, chunk, src, dst, red, route, group=group))
     return out, makespan
 
 
