@@ -79,15 +79,19 @@ def test_rdh_closed_form_fully_connected_power_of_two() -> None:
 
 
 def test_rdh_non_power_of_two_folds_extras() -> None:
-    """N = 6: four core ranks run the butterfly, ranks 4 and 5 fold into 0 and 1 and are unfolded."""
+    """N = 6: four core ranks run the butterfly, two extra ranks fold into core partners (placed next
+    to them, so a core's pieces stay contiguous) and are unfolded."""
     topo = gen.fully_connected(6)
     for name in ("allgather", "reducescatter", "allreduce"):
         schedule, _, sim = run("rdh", topo, name)
         assert schedule.notes["core"] == 4 and schedule.notes["extras"] == 2
-        extra_peers = {(t.src, t.dst) for t in schedule.transfers if 4 in (t.src, t.dst) or 5 in (t.src, t.dst)}
-        assert extra_peers == {(4, 0), (0, 4), (5, 1), (1, 5)}
+        place = schedule.notes["placement"]
+        assert place == [0, 2, 4, 5, 1, 3]      # core i <-> extra 4+i are ranks 2i, 2i+1
+        extras = {place[4], place[5]}
+        extra_peers = {(t.src, t.dst) for t in schedule.transfers if extras & {t.src, t.dst}}
+        assert extra_peers == {(1, 0), (0, 1), (3, 2), (2, 3)}
         if name in ("reducescatter", "allreduce"):
-            assert all(t.reduce for t in schedule.transfers if t.src in (4, 5))
+            assert all(t.reduce for t in schedule.transfers if t.src in extras)
     # odd sizes and a torus (relays) too
     run("rdh", gen.fully_connected(7), "allreduce")
     run("rdh", gen.fully_connected(5), "reducescatter", chunks=3)

@@ -523,7 +523,11 @@ def _rdh(topology: Topology, collective: Collective, size_bytes: float, options:
     bits = [1 << i for i in range(p.bit_length() - 1)]
     edges = {(i, i ^ b) for i in range(p) for b in bits} | {(i, p + i) for i in range(extras)}
     routes = pair_routes(topology)
-    place = embed(routes, n, edges, first=_box_interleaved(topology))
+    # each extra rank sits next to its core partner (core i <-> extra p+i at positions 2i, 2i+1), so the
+    # pieces a core holds stay contiguous in the buffers (one step per exchange)
+    base = _box_interleaved(topology)
+    position = [2 * v if v < extras else extras + v if v < p else 2 * (v - p) + 1 for v in range(n)]
+    place = embed(routes, n, edges, first=[base[position[v]] for v in range(n)])
     if place is None:
         if name == "allgather":
             place = list(range(n))   # copies may be relayed by ranks
