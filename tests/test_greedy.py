@@ -77,3 +77,17 @@ def test_scales_to_256_ranks_fast():
     # every rank receives 255 chunks over 4 in-links: at least 64 rounds
     one = 0.5 + (1 << 20) / 256 / 50e3
     assert 64 * one - 1e-6 <= schedule.makespan < 2 * 64 * one
+
+
+@pytest.mark.parametrize("name", COLLECTIVES)
+def test_every_program_verifies(name):
+    pipeline = pytest.importorskip("synth.pipeline")
+    for topo in (ring(5), star(4), torus2(2, 3)):
+        for inplace in (False, True):
+            if inplace and name == "alltoall":
+                with pytest.raises(SynthError, match="in-place alltoall"):
+                    pipeline.synthesize(topo, name, 1 << 20, "greedy", SynthOptions(), inplace=True)
+                continue
+            result = pipeline.synthesize(topo, name, 1 << 20, "greedy", SynthOptions(), root=1, inplace=inplace)
+            assert result.status == "heuristic"
+            assert result.time_us > 0

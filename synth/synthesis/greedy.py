@@ -213,7 +213,7 @@ def greedy_copy(vl: VirtualLinks, problem: CopyProblem, chunk_bytes: float, seed
             want = need & ~inflight
             if any_sparse:
                 best = np.where(hold | inflight, dd, big).min(axis=1)
-                relay = sparse[:, None] & (dd < best[:, None]) & ~hold & ~inflight
+                relay = sparse[:, None] & (dd < best[:, None]) & (dd > 0) & ~hold & ~inflight
                 useful = want | relay
                 prio = want.sum(axis=1) * 4.0 + np.minimum(best, n) * 2.0 + noise
             else:
@@ -352,6 +352,14 @@ def _destinations(collective: Collective) -> dict[int, list[int]]:
     return {k: [collective.split_contribution(k)[1] // c] for k in chunks}
 
 
+def check_supported(collective: Collective) -> None:
+    """In-place alltoall needs scratch staging (each rank's slot q is both the chunk it sends to q and
+    the one it receives from q), which the copy-problem model cannot express."""
+    if collective.name == "alltoall" and collective.inplace:
+        raise SynthError("in-place alltoall is not supported by greedy/milp (it needs scratch staging); "
+                         "use the out-of-place form")
+
+
 def copy_problem(collective: Collective) -> tuple[CopyProblem, bool]:
     """The copy problem whose plan implements ``collective``; the flag says "run it on the reversed
     graph and reverse it in time" (reductions). Allreduce is handled by the caller (two phases)."""
@@ -405,6 +413,7 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
     """TACOS-style greedy schedule for any of the eight collectives (see the module docstring)."""
     t0 = time.perf_counter()
     coll = effective_collective(collective, options)
+    check_supported(coll)
     if coll.num_ranks != topology.num_ranks:
         raise SynthError(f"collective has {coll.num_ranks} ranks but topology {topology.name} has "
                          f"{topology.num_ranks}")

@@ -77,6 +77,7 @@ from synth.synthesis.greedy import (
     VirtualLinks,
     allreduce_owners,
     best_greedy,
+    check_supported,
     copy_problem,
     dest_distance,
     effective_collective,
@@ -649,6 +650,7 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
     objective, bound and gap (in µs of the epoch model)."""
     t0 = time.perf_counter()
     coll = effective_collective(collective, options)
+    check_supported(coll)
     if coll.num_ranks != topology.num_ranks:
         raise SynthError(f"collective has {coll.num_ranks} ranks but topology {topology.name} has "
                          f"{topology.num_ranks}")
