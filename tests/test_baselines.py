@@ -243,3 +243,11 @@ def test_direct_inplace_alltoall_exchanges_pairs() -> None:
     assert len(starts) == 8 * 7
     with pytest.raises(SynthError, match="in-place alltoall"):
         run("direct", gen.ring(6), "alltoall", inplace=True)
+
+
+def test_dbt_multi_box_rooted_chains_start_at_root() -> None:
+    """Rooted on a boxed fabric: both trees chain from the root, and boxes join on the root's rail."""
+    topo = load_topology("dgx-a100-2node")
+    schedule, _, _ = run("dbt", topo, "broadcast", root=3)
+    for tree in schedule.notes["trees"]:
+        assert tree[3] == -1 and tree[11] == 3      # rank 11 is GPU 3 of box 1 (the same rail)

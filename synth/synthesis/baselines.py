@@ -378,14 +378,19 @@ def _box_chain_trees(topology: Topology, routes: dict[Pair, tuple[int, ...]], ro
             top = btree.index(-1)
             rest = [b for b in range(nb) if b != home]
             pos_box = {p: (home if p == top else rest.pop(0)) for p in range(nb)}
+        # every box's chain starts at the same local index (one NIC rail per tree): the root's for a
+        # rooted collective; for allreduce GPU ring[0] (tree A) and the one half-way round (tree B)
+        if two_heads:
+            head_local = boxes[0].index(rings[0][0 if t == 0 else g // 2])
+        else:
+            head_local = boxes[home].index(root)
+        step = 1 if t == 0 else -1
         parent = [-1] * n
         heads = {}
         for p in range(nb):
-            ring = rings[pos_box[p]]
-            if two_heads:
-                start, step = (0, 1) if t == 0 else (g // 2, -1)
-            else:
-                start, step = (ring.index(root) if pos_box[p] == home else 0), (1 if t == 0 else -1)
+            b = pos_box[p]
+            ring = rings[b]
+            start = ring.index(boxes[b][head_local])
             chain = [ring[(start + step * i) % g] for i in range(g)]
             heads[p] = chain[0]
             for a, c in zip(chain, chain[1:]):
