@@ -331,10 +331,10 @@ def plot_gaps(rows: list[dict], path: str | Path, *, title: str | None = None) -
     ncols = min(3, len(panels))
     nrows = math.ceil(len(panels) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols + 1.8, 3.9 * nrows), squeeze=False)
-    methods = sorted({r["method"] for r in ok})
-    cmap = plt.get_cmap("tab10" if len(methods) <= 10 else "tab20")
-    color = {m: cmap(i % cmap.N) for i, m in enumerate(methods)}
-    markers = "osD^v<>phX*"
+    methods = list(dict.fromkeys(r["method"] for r in ok))  # sweep order (registry order)
+    palette = [plt.get_cmap("tab10")(i) for i in range(10)] + ["#7f3b08", "#01665e", "#c51b7d", "#4d4d4d"]
+    color = {m: palette[i % len(palette)] for i, m in enumerate(methods)}
+    markers = "osD^v<>phX*Pd"
     for k, (topo, coll) in enumerate(panels):
         ax = axes[k // ncols][k % ncols]
         bound: dict[float, float] = {}
@@ -349,8 +349,10 @@ def plot_gaps(rows: list[dict], path: str | Path, *, title: str | None = None) -
             pts = sorted((r["size_bytes"], r["algbw_GBps"]) for r in ok
                          if (r["topology"], r["collective"], r["method"]) == (topo, coll, m))
             if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=markers[i % len(markers)], markersize=4,
-                        linewidth=1.1, color=color[m], label=m, alpha=0.9)
+                # earlier methods get bigger markers so that identical curves stay visible
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=markers[i % len(markers)],
+                        markersize=max(3.0, 8.0 - 0.45 * i), linewidth=1.2, color=color[m], label=m, alpha=0.85,
+                        linestyle="-" if i < 10 else (0, (5, 2)))
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("SIZE (bytes)")
