@@ -7,8 +7,10 @@ Collectives:
 - allgather: every rank broadcasts its piece over its ``k`` trees;
 - broadcast / scatter: the root's trees (scatter sends each rank's piece down the root->rank path of
   the trees; the rate is then the broadcast forest's, optimal for broadcast, a heuristic for scatter);
-- reducescatter / reduce / gather: the same on the *reversed* fabric, run backwards: data flows
-  leaf -> root along each tree and ranks combine (reduce) or relay (gather) on the way;
+- reducescatter / reduce / gather: the broadcast schedule planned and timed on the *reversed*
+  fabric, then mirrored in time (t -> T - t) and direction: data flows leaf -> root along each
+  tree and ranks combine (reduce) or relay (gather) on the way; the makespan, link serialization
+  and data dependencies carry over unchanged;
 - allreduce: the optimal reducescatter (every rank owns ``1/N`` of the buffer) then the optimal
   allgather of the reduced pieces, in one schedule.
 
@@ -22,7 +24,16 @@ tree. For a candidate ``C`` with chunk size ``b = M/C`` we predict
 term grows with ``C`` through α, the second shrinks; we take the ``C`` minimising it, bounded by
 MSCCL's limits (≤ 32 channels × 64 steps per connection). Timings in the Schedule come from an
 in-order list schedule: transfers in pipeline-round order, each starting when its data is ready
-and every link of its route is free (one transfer at a time per link direction, SPEC).
+and every link of its route is free (one transfer at a time per link direction, SPEC). Where
+schedules are cheap the neighbouring pipeline depths are timed too and the fastest is kept.
+
+Routes: an MSCCL program names peers, not paths, so a planned arc through switches may only use
+the path a send between those ranks takes (:func:`packing.canonical_paths`, the simulator's rule);
+switch splitting is restricted to such paths, which can cost rate on fabrics whose fixed paths leave
+links idle (e.g. a second spine).
+
+Scale: beyond ``LARGE_RANKS`` ranks one tree per root comes from :mod:`synth.synthesis.scale`
+and huge schedules are timed level by level (:func:`level_schedule`).
 """
 
 from __future__ import annotations
