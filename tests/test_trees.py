@@ -145,3 +145,43 @@ def test_capped_trees_stay_feasible_and_close():
     capped = plan_forest(topology, (0, 1, 2), max_trees=1)
     assert capped.k == 1 and capped.ratio >= exact.optimal
     _verified(topology, "allgather", 2**20, max_trees=1)
+
+
+def _boxes(nb: int = 3, per: int = 4) -> Topology:
+    """``nb`` boxes of ``per`` ranks on a box switch (100 GB/s), one NIC per rank (10 GB/s) to one
+    IB switch: the shape of DGX pods, small."""
+    n = nb * per
+    switches = [f"b{b}" for b in range(nb)] + [f"nic{r}" for r in range(n)] + ["ib"]
+    box_sw = {b: n + b for b in range(nb)}
+    nic = {r: n + nb + r for r in range(n)}
+    ib = n + nb + n
+    edges = [(r, box_sw[r // per], 100) for r in range(n)] + [(r, nic[r], 10) for r in range(n)]
+    edges += [(nic[r], ib, 10) for r in range(n)]
+    links = []
+    for a, b, bw in edges:
+        links += [Link(a, b, bw, 0.5), Link(b, a, bw, 0.5)]
+    machines = tuple(tuple(range(b * per, (b + 1) * per)) for b in range(nb))
+    return Topology("boxes3", n, tuple(links), tuple(switches), machines)
+
+
+@pytest.mark.parametrize("name", ["allgather", "reducescatter", "allreduce"])
+def test_large_scale_path_verifies(monkeypatch, name):
+    import synth.synthesis.trees as trees_module
+
+    monkeypatch.setattr(trees_module, "LARGE_RANKS", 4)
+    monkeypatch.setattr(trees_module, "LEVEL_JOBS", 0)   # exercise the vectorised timing too
+    for topology in (_boxes(), _bidir(9, [(i, (i + 1) % 9, 50) for i in range(9)]
+                                      + [(i, (i + 3) % 9, 50) for i in range(9)], name="circ9")):
+        schedule, _ = _verified(topology, name, 2**24)
+        assert schedule.notes["trees_per_root"][0] == 1
+
+
+def test_box_trees_meet_the_box_cut():
+    from synth.synthesis.scale import achieved_ratio, box_trees
+
+    topology = _boxes()
+    ratio, unit = achieved_ratio(topology, box_trees(topology, tuple(range(12))), False)
+    # each box must receive the 8 remote pieces over its 4 NICs of 10 GB/s: 2 pieces per 10 GB/s
+    assert float(ratio / unit) == pytest.approx(2 / 10)
+    exact = plan_forest(topology, tuple(range(12)))
+    assert float(exact.optimal / exact.unit_GBps) == pytest.approx(2 / 10)

@@ -6,11 +6,11 @@ few hundred ranks. Here one spanning tree per root is built directly, in near-li
 - **Boxes behind switches** (``topology.machines`` with switch routes between boxes, e.g. DGX
   boxes whose GPUs have one NIC each): a three-level tree per root ``r`` in box ``b``:
   ``r`` -> its box-mates; box-mate with local index ``i`` -> the GPU of the same local index in
-  the remote boxes ``b'`` whose rotated position ``j`` has ``j mod |b| == i``; each such GPU -> its
-  own box-mates. Every box then receives every remote piece exactly once, spread evenly over its
-  NICs, which meets the box cut ``|R \\ box| / B⁺(box)`` when the NICs are the bottleneck
-  (the hierarchical schedule of Blink / NCCL's tree, balanced over NICs; ForestColl §6 notes that
-  the optimal trees on such fabrics have this shape).
+  the remote boxes ``b'`` whose position ``j`` (rotated by ``r``'s local index) has
+  ``j mod |b| == i``; each such GPU -> its own box-mates. Every box then receives every remote
+  piece exactly once, spread evenly over its NICs, which meets the box cut
+  ``|R \\ box| / B⁺(box)`` when the NICs are the bottleneck (a hierarchical broadcast in the
+  manner of Blink and NCCL's trees, balanced over the NICs).
 - **Switchless graphs** (tori, meshes, hypercubes): a BFS tree per root whose parent choice is
   load-aware: each newly reached rank takes, among its parents in the previous BFS layer, the link
   with the least load so far (per unit of bandwidth). On vertex-transitive graphs this spreads the
@@ -84,10 +84,11 @@ def box_trees(topology: Topology, roots: tuple[int, ...]) -> list[tuple[int, lis
     for r in roots:
         b = box_of[r]
         mates = boxes[b]
+        me = mates.index(r)
         edges = [(r, m) for m in mates if m != r]
         for j in range(1, nb):
             remote = boxes[(b + j) % nb]
-            i = (j - 1) % len(mates)
+            i = (j - 1 + me) % len(mates)   # rotate with the root, so every NIC gets its share
             sender = mates[i]
             receiver = remote[i % len(remote)]
             edges.append((sender, receiver))
