@@ -167,7 +167,7 @@ def topology_layout(topology: Topology) -> dict[int, tuple[float, float]]:
         for sgn, items in rows.items():
             items.sort()
             y = (top + 1.4 * tier) if sgn > 0 else (bottom - 1.4 * tier)
-            spacing = 0.9 if sgn > 0 else 1.6
+            spacing = (0.9 if sgn > 0 else 1.6) if tier == 1 else 3.0  # NICs sit over their GPUs; spines spread
             xs = [x for x, _ in items]
             for i in range(1, len(xs)):  # keep neighbours in a tier apart, then re-centre the tier
                 xs[i] = max(xs[i], xs[i - 1] + spacing)
