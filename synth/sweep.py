@@ -31,8 +31,9 @@ COLUMNS: tuple[str, ...] = (
     "topology", "collective", "method", "size_bytes", "status", "time_us", "algbw_GBps", "busbw_GBps",
     "bound_us", "gap", "synthesis_s", "error",
     # context after the required columns
-    "ranks", "solver", "chunks", "verified",
+    "ranks", "solver", "chunks", "verified", "picked",
 )
+REQUIRED = COLUMNS[:12]
 NUMERIC = ("size_bytes", "time_us", "algbw_GBps", "busbw_GBps", "bound_us", "gap", "synthesis_s")
 INTEGER = ("ranks", "chunks")
 OK_STATUSES = frozenset({"optimal", "feasible", "heuristic"})
@@ -116,7 +117,9 @@ class RowCache:
         except (OSError, ValueError):
             return None
         row = doc.get("row") if isinstance(doc, dict) else None
-        return row if isinstance(row, dict) and set(COLUMNS) <= set(row) else None
+        if not isinstance(row, dict) or not set(REQUIRED) <= set(row):
+            return None
+        return {**dict.fromkeys(COLUMNS), **row}  # context columns added later read as None
 
     def put(self, key: str, row: dict) -> None:
         from synth.fileio import atomic_write_text
@@ -206,7 +209,7 @@ def run_row(task: SweepTask, options: SynthOptions, *, root: int = 0, bound_us: 
     bound = res.bound_us if res.bound_us is not None else bound_us
     gap = (res.time_us - bound) / res.time_us if bound is not None and res.time_us > 0 else None
     row.update(
-        method=task.method if task.method != "auto" else f"auto:{res.method}",
+        picked=res.method,  # the method that produced the program (differs from ``method`` for auto)
         status=res.status, time_us=res.time_us, algbw_GBps=res.algbw_GBps, busbw_GBps=res.busbw_GBps,
         bound_us=bound, gap=gap, synthesis_s=res.synthesis_s, solver=res.solver,
         chunks=res.collective.chunk_factor, verified=True,  # the pipeline verifies before it simulates

@@ -79,6 +79,27 @@ def test_explicit_method_that_does_not_support_the_collective(crash_method):
     assert row["status"] == "unsupported" and "does not support broadcast" in row["error"]
 
 
+def test_auto_rows_keep_the_method_name_and_record_the_pick():
+    row = sw.run_sweep([gen.ring(4)], ["allgather"], [1000], ["auto"], cache_dir=None).rows[0]
+    ref = pipeline.synthesize(gen.ring(4), "allgather", 1000, "auto")
+    assert row["method"] == "auto" and row["picked"] == ref.method
+    assert row["time_us"] == pytest.approx(ref.time_us)
+
+
+def test_cache_entries_without_newer_context_columns_still_hit(tmp_path):
+    cache = tmp_path / "c"
+    sw.run_sweep([gen.ring(4)], ["allgather"], [1000], ["ring"], cache_dir=cache)
+    (entry,) = cache.rglob("*.json")
+    doc = json.loads(entry.read_text())
+    del doc["row"]["picked"]
+    entry.write_text(json.dumps(doc))
+    again = sw.run_sweep([gen.ring(4)], ["allgather"], [1000], ["ring"], cache_dir=cache)
+    assert again.cached == 1 and again.rows[0]["picked"] is None and again.rows[0]["time_us"] > 0
+    del doc["row"]["gap"]  # a required column missing: recomputed
+    entry.write_text(json.dumps(doc))
+    assert sw.run_sweep([gen.ring(4)], ["allgather"], [1000], ["ring"], cache_dir=cache).computed == 1
+
+
 def test_unknown_names_fail_before_any_work():
     with pytest.raises(SynthError, match="unknown method"):
         sw.plan([gen.ring(4)], ["allgather"], [1000], ["nosuch"])

@@ -115,7 +115,10 @@ def _print_table(result, path: str) -> None:
         if row["error"]:
             failures.append(row)
             status = f"{status} [{len(failures)}]"
-        table.add_row(row["topology"], row["collective"], _size(row["size_bytes"]), row["method"], status,
+        method = row["method"]
+        if row.get("picked") and row["picked"] != method:
+            method = f"{method}→{row['picked']}"
+        table.add_row(row["topology"], row["collective"], _size(row["size_bytes"]), method, status,
                       _fmt(row["time_us"], ".2f"), _fmt(row["algbw_GBps"], ".2f"), _fmt(row["bound_us"], ".2f"),
                       _fmt(row["gap"], ".1%"))
     con = Console(highlight=False)
