@@ -223,45 +223,75 @@ ProgressFn = Callable[[SweepTask, dict, bool], None]
 
 def run_sweep(topologies: Sequence[Topology], collectives: Sequence[str], sizes: Sequence[int],
               methods: Sequence[str], options: SynthOptions | None = None, *, root: int = 0,
-              cache_dir: str | Path | None = DEFAULT_CACHE_DIR, retry_failed: bool = False,
+              cache_dir: str | Path | None = DEFAULT_CACHE_DIR, retry_failed: bool = False, jobs: int = 1,
               on_start: Callable[[SweepTask], None] | None = None,
               on_row: ProgressFn | None = None) -> SweepResult:
     """Run the grid. ``cache_dir=None`` disables the cache; ``retry_failed`` recomputes cached failures.
 
-    ``on_start(task)`` is called before a row is computed and ``on_row(task, row, cached)`` after each
-    row (progress bars).
+    ``jobs > 1`` computes rows in that many worker processes (spawned, so solver threads of the parent
+    are never forked); rows come back in grid order either way. ``on_start(task)`` is called when a
+    row is started and ``on_row(task, row, cached)`` when it is done (progress bars).
     """
+    if jobs < 1:
+        raise SynthError(f"jobs must be at least 1, got {jobs}")
     options = options or SynthOptions()
     tasks = plan(topologies, collectives, sizes, methods)
     cache = RowCache(cache_dir) if cache_dir is not None else None
     bounds: dict[tuple[str, str, int], float | None] = {}
-    rows: list[dict] = []
-    computed = cached = 0
+    rows: list[dict | None] = [None] * len(tasks)
+    pending: list[tuple[int, str, float | None]] = []
+    cached = 0
     t0 = time.perf_counter()
     version = _version()
-    for task in tasks:
+    for i, task in enumerate(tasks):
         key = cache_key(task.topology, task.collective, task.size_bytes, task.method,
                         options, version) + f"-r{root}"
         hit = cache.get(key) if cache else None
         if hit is not None and (not retry_failed or hit["status"] in OK_STATUSES | {"unsupported"}):
-            rows.append(hit)
+            rows[i] = hit
             cached += 1
             if on_row:
                 on_row(task, hit, True)
             continue
-        if on_start:
-            on_start(task)
         bkey = (topology_hash(task.topology), task.collective, task.size_bytes)
-        if bkey not in bounds:
+        if bkey not in bounds:  # one bound per cell, shared by its methods
             bounds[bkey] = _bound(task.topology, task.collective, task.size_bytes, root)
-        row = run_row(task, options, root=root, bound_us=bounds[bkey])
-        computed += 1
+        pending.append((i, key, bounds[bkey]))
+
+    def done(i: int, key: str, row: dict) -> None:
         if cache:
             cache.put(key, row)
-        rows.append(row)
+        rows[i] = row
         if on_row:
-            on_row(task, row, False)
-    return SweepResult(rows, computed=computed, cached=cached, wall_s=time.perf_counter() - t0)
+            on_row(tasks[i], row, False)
+
+    if jobs == 1 or len(pending) <= 1:
+        for i, key, bound in pending:
+            if on_start:
+                on_start(tasks[i])
+            done(i, key, run_row(tasks[i], options, root=root, bound_us=bound))
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(max_workers=min(jobs, len(pending)),
+                                 mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {}
+            for i, key, bound in pending:
+                futures[pool.submit(run_row, tasks[i], options, root=root, bound_us=bound)] = (i, key, bound)
+                if on_start:
+                    on_start(tasks[i])
+            for future in as_completed(futures):
+                i, key, bound = futures[future]
+                try:
+                    row = future.result()
+                except Exception as exc:  # a worker that died (e.g. out of memory) is one failed row
+                    row = _empty_row(tasks[i])
+                    row.update(status="error", error=f"internal: worker failed: {type(exc).__name__}: {exc}",
+                               bound_us=bound)
+                done(i, key, row)
+    return SweepResult([r for r in rows if r is not None], computed=len(pending), cached=cached,
+                       wall_s=time.perf_counter() - t0)
 
 
 # ---- tables ---------------------------------------------------------------------------------------

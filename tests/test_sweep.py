@@ -127,6 +127,19 @@ def test_cache_skips_finished_rows(tmp_path, monkeypatch):
     assert third.rows[2]["status"] == "error" and "recomputed" in third.rows[2]["error"]
 
 
+def test_parallel_rows_equal_sequential_rows(tmp_path):
+    grid = ([gen.ring(4), gen.fully_connected(4)], ["allgather", "allreduce"], [1000, 10**6], ["ring", "greedy"])
+    seq = sw.run_sweep(*grid, cache_dir=None)
+    par = sw.run_sweep(*grid, cache_dir=tmp_path / "c", jobs=2)
+    assert par.computed == len(seq.rows) == 16
+    strip = [{k: v for k, v in r.items() if k != "synthesis_s"} for r in seq.rows]
+    assert [{k: v for k, v in r.items() if k != "synthesis_s"} for r in par.rows] == strip
+    again = sw.run_sweep(*grid, cache_dir=tmp_path / "c", jobs=2)
+    assert again.cached == 16 and again.computed == 0
+    with pytest.raises(SynthError, match="jobs"):
+        sw.run_sweep(*grid, cache_dir=None, jobs=0)
+
+
 def test_cache_key_depends_on_content_options_and_version():
     a, b = gen.ring(4), gen.ring(4, bw=25)
     opts = SynthOptions()
@@ -200,9 +213,11 @@ def test_cli_sweep_json_and_table(tmp_path, monkeypatch):
     assert [r["size_bytes"] for r in table] == [1000, 10**6, 1000, 10**6]
     again = json.loads(invoke(*args).output)
     assert again["computed"] == 0 and again["cached"] == 4
-    plain = invoke("sweep", "-t", str(topo), "-c", "allgather", "-s", "1K", "-m", "ring", "-o", "out.json")
+    plain = invoke("sweep", "-t", str(topo), "-c", "allgather", "-s", "1K,2K", "-m", "ring", "-o", "out.json",
+                   "-j", "2")
     assert plain.exit_code == 0 and "gap" in plain.output and "out.json" in plain.output
-    assert json.loads((tmp_path / "out.json").read_text())["format"] == "synth-sweep"
+    doc = json.loads((tmp_path / "out.json").read_text())
+    assert doc["format"] == "synth-sweep" and [r["size_bytes"] for r in doc["rows"]] == [1000, 2000]
 
 
 @pytest.mark.parametrize("args, message", [
@@ -211,6 +226,7 @@ def test_cli_sweep_json_and_table(tmp_path, monkeypatch):
     (["-t", "nosuch-topology", "-o", "r.csv"], "nosuch-topology"),
     (["-t", "ring-8", "-s", "1Q", "-o", "r.csv"], "invalid size"),
     (["-t", "ring-8", "--time-limit", "0", "-o", "r.csv"], "--time-limit"),
+    (["-t", "ring-8", "-j", "0", "-o", "r.csv"], "--jobs"),
 ])
 def test_cli_bad_input_exit_2_and_no_file(tmp_path, monkeypatch, args, message):
     monkeypatch.chdir(tmp_path)

@@ -31,10 +31,12 @@ from synth.errors import SynthError
               help="Row cache directory.")
 @click.option("--no-cache", is_flag=True, help="Compute every row (and do not store them).")
 @click.option("--retry-failed", is_flag=True, help="Recompute rows whose cached status is an error.")
+@click.option("-j", "--jobs", type=int, default=1, show_default=True, help="Rows computed in parallel (processes).")
 @json_option
 @guarded
 def command(topologies: str, collectives: str, sizes: str, methods: str, output: str, time_limit: float | None,
-            solver: str, root: int, cache_dir: str, no_cache: bool, retry_failed: bool, as_json: bool) -> None:
+            solver: str, root: int, cache_dir: str, no_cache: bool, retry_failed: bool, jobs: int,
+            as_json: bool) -> None:
     """Sweep topologies × collectives × sizes × methods; write time, algbw, busbw, bound and gap per row."""
     from pathlib import Path
 
@@ -45,6 +47,8 @@ def command(topologies: str, collectives: str, sizes: str, methods: str, output:
 
     if Path(output).suffix.lower() not in (".csv", ".json"):
         raise SynthError(f"--out {output}: the results table must end in .csv or .json")
+    if jobs < 1:
+        raise SynthError(f"--jobs must be at least 1, got {jobs}")
     if time_limit is not None and time_limit <= 0:
         raise SynthError(f"--time-limit must be positive, got {time_limit}")
     topos = [load_topology(name) for name in parse_list(topologies)]
@@ -60,8 +64,6 @@ def command(topologies: str, collectives: str, sizes: str, methods: str, output:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from synth.units import format_size
-
     err = Console(stderr=True, highlight=False)
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=err, transient=True, disable=not err.is_terminal)
@@ -70,13 +72,13 @@ def command(topologies: str, collectives: str, sizes: str, methods: str, output:
 
         def on_start(task) -> None:
             progress.update(bar, description=f"{task.topology.name} {task.collective} "
-                                             f"{format_size(task.size_bytes)} {task.method}")
+                                             f"{_size(task.size_bytes)} {task.method}")
 
         def on_row(task, row, cached) -> None:
             progress.advance(bar)
 
         result = run_sweep(topos, colls, size_list, meths, options, root=root,
-                           cache_dir=None if no_cache else cache_dir, retry_failed=retry_failed,
+                           cache_dir=None if no_cache else cache_dir, retry_failed=retry_failed, jobs=jobs,
                            on_start=on_start, on_row=on_row)
     path = write_table(result.rows, output)
     if as_json:
