@@ -102,7 +102,7 @@ def bench_greedy_scale(ranks: list[int]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--topologies", nargs="+", default=["dgx1", "dgx2", "dgx-a100", "ring-8"])
+    ap.add_argument("--topologies", nargs="*", default=["dgx1", "dgx2", "dgx-a100", "ring-8"])
     ap.add_argument("--collectives", nargs="+", default=["allgather", "alltoall", "allreduce"])
     ap.add_argument("--sizes", nargs="+", default=["1KB", "1MB", "64MB"])
     ap.add_argument("--time-limit", type=float, default=60.0)
