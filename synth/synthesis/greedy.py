@@ -1,4 +1,4 @@
-"""Greedy time-expanded link-chunk matching (TACOS, Won et al., MICRO'24, §4).
+"""Greedy time-expanded link-chunk matching (TACOS, Won et al., MICRO'24).
 
 TACOS grows a collective over a time-expanded network: whenever a link is free, it is matched to
 a chunk its source holds and its destination still needs, and the chunk arrives one link-time

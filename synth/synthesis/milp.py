@@ -1,4 +1,4 @@
-"""Exact time-expanded MILP (TE-CCL, Liu et al., SIGCOMM'24, §3-4; TACCL, Shah et al., NSDI'23, §5).
+"""Exact time-expanded MILP (TE-CCL, Liu et al., SIGCOMM'24; TACCL, Shah et al., NSDI'23).
 
 Time is cut into epochs of length τ. The model decides which chunk crosses which rank-to-rank
 *virtual link* in which epoch; a chunk sent in epoch k is usable at its receiver from epoch k+1.
