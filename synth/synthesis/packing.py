@@ -416,34 +416,59 @@ class Tree:
 
 def pack_arborescences(num_ranks: int, cap: dict[tuple[int, int], int], weights: dict[int, int],
                        k: int) -> list[Tree]:
-    """``k·w_r`` spanning out-arborescences per root within integer capacities (module step 3)."""
+    """``k·w_r`` spanning out-arborescences per root within integer capacities (module step 3).
+
+    All trees grow together, one arc per turn (round robin), each from its shallowest node that
+    can take one: growing one tree to completion first leaves the last trees only leftover arcs
+    and makes them deep (long pipelines); growing them together keeps every tree shallow. The
+    extension test keeps every tree completable whatever the order (Bérczi & Frank).
+    """
     cap = {key: c for key, c in cap.items() if c > 0}
     out: dict[int, list[int]] = {}
     for (x, y) in sorted(cap):
         out.setdefault(x, []).append(y)
-    pending: deque[Tree] = deque(Tree(r, k * w, [], {r}) for r, w in sorted(weights.items()) if w > 0)
+    active: deque[Tree] = deque(Tree(r, k * w, [], {r}) for r, w in sorted(weights.items()) if w > 0)
+    depths: dict[int, dict[int, int]] = {id(t): {t.root: 0} for t in active}
+    refused: dict[int, set[tuple[int, int]]] = {id(t): set() for t in active}
     done: list[Tree] = []
-    while pending:
-        tree = pending.popleft()
-        queue = deque(sorted(tree.nodes))
-        while queue and len(tree.nodes) < num_ranks:
-            x = queue.popleft()
-            for y in out.get(x, ()):
-                if y in tree.nodes or cap.get((x, y), 0) == 0:
-                    continue
-                copies = _extension_copies(num_ranks, cap, tree, list(pending), x, y)
-                if copies == 0:
-                    continue
-                if copies < tree.mult:
-                    pending.append(Tree(tree.root, tree.mult - copies, list(tree.edges), set(tree.nodes)))
-                    tree.mult = copies
-                tree.edges.append((x, y))
-                tree.nodes.add(y)
-                cap[(x, y)] -= copies
-                queue.append(y)
-        if len(tree.nodes) < num_ranks:
+    while active:
+        tree = active.popleft()
+        depth = depths[id(tree)]
+        arc = None
+        for retry in (False, True):   # skip arcs refused before, unless nothing else fits
+            for x in sorted(tree.nodes, key=lambda v: (depth[v], v)):
+                for y in out.get(x, ()):
+                    if y in tree.nodes or cap.get((x, y), 0) == 0:
+                        continue
+                    if not retry and (x, y) in refused[id(tree)]:
+                        continue
+                    copies = _extension_copies(num_ranks, cap, tree, list(active), x, y)
+                    if copies == 0:
+                        refused[id(tree)].add((x, y))
+                        continue
+                    arc = (x, y, copies)
+                    break
+                if arc is not None:
+                    break
+            if arc is not None:
+                break
+        if arc is None:
             raise SynthError(f"internal error: arborescence packing stuck at root {tree.root}")
-        done.append(tree)
+        x, y, copies = arc
+        if copies < tree.mult:
+            rest = Tree(tree.root, tree.mult - copies, list(tree.edges), set(tree.nodes))
+            depths[id(rest)] = dict(depth)
+            refused[id(rest)] = set(refused[id(tree)])
+            active.append(rest)
+            tree.mult = copies
+        tree.edges.append((x, y))
+        tree.nodes.add(y)
+        depth[y] = depth[x] + 1
+        cap[(x, y)] -= copies
+        if len(tree.nodes) < num_ranks:
+            active.append(tree)
+        else:
+            done.append(tree)
     return done
 
 

@@ -39,6 +39,7 @@ and huge schedules are timed level by level (:func:`level_schedule`).
 from __future__ import annotations
 
 import math
+import time
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from fractions import Fraction
@@ -267,9 +268,14 @@ def add_broadcast(jobs: _Jobs, forest: Forest, tree_index: int, chunks: list[tup
     jobs the root must wait for. ``wanted[j]``: if given, message ``j`` only travels on edges
     leading to those ranks (scatter)."""
     tree = forest.trees[tree_index]
-    depth = tree.depth
+    height = _heights(tree)
     count = len(chunks)
+    total = sum(len(c) for c in chunks)
+    done = 0
     for j, chunk in enumerate(chunks):
+        size = len(chunk) / total
+        done += len(chunk)
+        finish = done / total
         arrived: dict[int, int] = {}
         needed = _needed_nodes(tree, wanted[j]) if wanted is not None else None
         for e, (parent, child) in enumerate(tree.edges):
@@ -280,10 +286,23 @@ def add_broadcast(jobs: _Jobs, forest: Forest, tree_index: int, chunks: list[tup
                 deps = (arrived[parent],)
             else:
                 deps = tuple(sorted({d for c in chunk for d in (root_deps or {}).get(c, ())}))
-            # rotate the order of children by the sender so that concurrent senders fan out to
-            # different receivers (a permutation per slot on a switch, as in the classic shift)
-            key = (phase, j + depth[parent], depth[parent], (dst - src) % forest.num_ranks, tree_index, e)
+            # critical path first: a message's urgency is its position in the tree's data minus the
+            # hops still ahead of it (height of the subtree it enters), so deep subtrees are fed
+            # early and the last transfers on each link are leaf deliveries (short drain); ties rotate
+            # by the sender so concurrent senders fan out to different receivers (a switch shift)
+            key = (phase, finish - height[child] * size, -height[child], (dst - src) % forest.num_ranks,
+                   tree_index, e)
             arrived[child] = jobs.add(chunk, src, dst, route, False, deps, key)
+
+
+def _heights(tree: PlannedTree) -> dict[int, int]:
+    """Height of the subtree below each node (0 for a leaf)."""
+    height = {tree.root: 0}
+    for _parent, child in tree.edges:
+        height.setdefault(child, 0)
+    for parent, child in reversed(tree.edges):  # parents precede children: reversed, children first
+        height[parent] = max(height.get(parent, 0), height[child] + 1)
+    return height
 
 
 def _needed_nodes(tree: PlannedTree, targets) -> set[int]:
@@ -301,7 +320,7 @@ def _needed_nodes(tree: PlannedTree, targets) -> set[int]:
 # ---------------------------------------------------------------------------------------------
 def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float) -> tuple[list[int], np.ndarray, np.ndarray]:
     """Work-conserving list schedule: whenever a link is free it starts the ready transfer with the
-    smallest pipeline key (round ``j + depth``) among those whose route begins on it.
+    smallest key (critical path first, see :func:`add_broadcast`) among those whose route begins on it.
 
     A transfer holds every link of its route for ``Σα + b / min bw`` (SPEC cost model); it starts
     once its data has arrived and all its links are free. Returns (order by start, start, end).
@@ -577,20 +596,11 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
 
     per_root_bytes = _per_root_bytes(name, n, size_bytes)
     chunks, messages = _choose_chunks(topology, collective, plans, per_root_bytes, options.chunks)
+    deadline = None if options.time_limit is None else time.monotonic() + options.time_limit
     best = _timed(topology, collective, plans, chunks, messages, size_bytes)
     if messages is not None:
-        # The closed form is rough about pipeline fill; where schedules are cheap, time the
-        # neighbouring pipeline depths too and keep the fastest (the list schedule is the model).
-        k = chunks // messages
-        for p in (messages // 2, messages * 2, messages * 4):
-            jobs_estimate = p * sum(len(t.edges) for f in plans for t in f.trees)
-            if p < 1 or k * p > MAX_CHUNKS or jobs_estimate > REFINE_JOBS:
-                continue
-            if _steps_per_pair(plans, p) > MAX_CHANNELS * MAX_STEPS_PER_TB:
-                continue
-            trial = _timed(topology, collective, plans, k * p, p, size_bytes)
-            if trial[1] < best[1] * (1 - 1e-9):
-                best, chunks, messages = trial, k * p, p
+        best, chunks, messages = _refine_depth(topology, collective, plans, size_bytes, best, chunks, messages,
+                                               deadline)
     coll, offset, transfers = best
     bound_us = sum(f.bandwidth_time_us(per_root_bytes) for f in plans)
     notes = {
@@ -604,6 +614,45 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
     transfers.sort(key=lambda t: (t.start, t.end))
     return Schedule(coll, topology.name, tuple(transfers), method=method, size_bytes=float(size_bytes),
                     predicted_time_us=offset, notes=notes)
+
+
+PIPELINE_GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+
+
+def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest], size_bytes: float, best,
+                  chunks: int, messages: int, deadline: float | None):
+    """Hill-climb the pipeline depth ``P`` (messages per tree) on :data:`PIPELINE_GRID`, timing each
+    candidate with the list schedule (the closed form is rough about fill and drain), while
+    schedules are cheap and the time limit allows; returns (best timed, chunks, messages)."""
+    k = chunks // messages
+    timed = {messages: best[1]}
+
+    def feasible(p: int) -> bool:
+        jobs_estimate = p * sum(len(t.edges) for f in plans for t in f.trees)
+        return (k * p <= MAX_CHUNKS and jobs_estimate <= REFINE_JOBS
+                and _steps_per_pair(plans, p) <= MAX_CHANNELS * MAX_STEPS_PER_TB)
+
+    def neighbours(p: int) -> list[int]:
+        below = [g for g in PIPELINE_GRID if g < p]
+        above = [g for g in PIPELINE_GRID if g > p]
+        return below[-1:] + above[:1]
+
+    current = messages
+    while True:
+        moved = False
+        for p in neighbours(current):
+            if p in timed or not feasible(p):
+                continue
+            if deadline is not None and time.monotonic() > deadline:
+                return best, chunks, messages
+            trial = _timed(topology, collective, plans, k * p, p, size_bytes)
+            timed[p] = trial[1]
+            if trial[1] < best[1] * (1 - 1e-9):
+                best, chunks, messages = trial, k * p, p
+                moved = True
+        if not moved or messages == current:
+            return best, chunks, messages
+        current = messages
 
 
 def _timed(topology: Topology, collective: Collective, plans: list[Forest], chunks: int, messages: int | None,
@@ -750,7 +799,8 @@ def _best(cost, limit: int, upper: int) -> int:
 def _messages(chunk_ids: list[int], parts: int | None) -> list[tuple[int, ...]]:
     if parts is None:
         return [(c,) for c in chunk_ids]
-    return [tuple(int(c) for c in part) for part in np.array_split(np.array(chunk_ids), min(parts, len(chunk_ids)))]
+    body = [tuple(int(c) for c in part) for part in np.array_split(np.array(chunk_ids), min(parts, len(chunk_ids)))]
+    return body
 
 
 def _phase_jobs(coll: Collective, forest: Forest, phase: int, chunks: int, parts: int | None) -> _Jobs:
