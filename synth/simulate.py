@@ -4,10 +4,17 @@ Cost model (SPEC "Cost model"):
 
 - a transfer of ``b`` bytes over one link costs ``alpha + b / bw`` (bw in GB/s = 1e3 bytes/µs);
   a step with ``cnt`` > 1 moves ``cnt`` contiguous chunks as one transfer and pays one α;
-- a link direction carries one transfer at a time; transfers that want it are served first come,
-  first served in order of the time they became ready (ties: the order they became ready in the
-  simulation, which is deterministic). A transfer reserves its links when it is served, so a later
-  transfer never jumps ahead of an earlier one on a link (no backfilling into gaps);
+- a link direction carries one transfer at a time. Transfers are placed one by one in the order
+  they became ready (ties: the order they became ready in the simulation, which is deterministic);
+  a transfer ready at t is booked at the earliest s >= t at which every link of its route is free
+  over all of [s, s + duration) given the bookings already made (gap-aware, "backfilling": a
+  later-ready short transfer may use an idle gap before a booking that an earlier transfer made
+  further in the future, e.g. one that waits for the busy second hop of its route). A booking is
+  never moved once made, so the earlier-ready transfer keeps its place;
+- FIFO per connection (src rank, dst rank, chan): a message never starts before the message booked
+  before it on the same connection started. Both use the same route and so cannot overlap, so
+  messages on a connection go out one after another in the order they became ready (with one
+  threadblock per connection, as MSCCL requires, this already follows from step order);
 - a send between ranks that share no link is routed along the shortest path (fewest hops, then
   smallest summed α, then smallest node ids). Paths whose intermediate nodes are all switches are
   preferred; when no such path exists (a foreign program on a sparse topology) the path may cross
@@ -29,14 +36,19 @@ sender does not wait for its receiver.
 
 Implementation: steps are flattened into integer lists. Finishing a step eagerly releases the
 steps that wait on it (a counter per step); only transfers go through the event heap, keyed by the
-time they became ready. Heap pops are therefore in non-decreasing ready time, which is exactly the
-FIFO-by-readiness order the links serve in, and each transfer costs one push and one pop.
+time they became ready. Heap pops are therefore in non-decreasing ready time, which is the
+placement order above, and each transfer costs one push and one pop. Each link keeps its bookings
+as a flat sorted list [s0, e0, s1, e1, ...] (see :func:`_fit`); a transfer whose route is idle from
+its ready time on (the common case) just starts, otherwise a bisection finds the first gap that
+fits on every link. Since nothing is booked before the current time, bookings that end by then are
+dropped, so memory is bounded by the bookings still in the future.
 """
 
 from __future__ import annotations
 
 import gc
 import heapq
+from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from synth.errors import SynthError
@@ -167,6 +179,65 @@ class Router:
         return f"{self.topology.node_name(link.src)}->{self.topology.node_name(link.dst)}"
 
 
+# ---- link reservations -----------------------------------------------------------------------------
+def _fit(bounds: list[float], s: float, dur: float) -> tuple[float, int]:
+    """Earliest start ``>= s`` of a free span of length ``dur`` on one link, and the index at which
+    the booking [start, start + dur) goes into ``bounds``.
+
+    ``bounds`` is the link's bookings flattened as [s0, e0, s1, e1, ...]: the intervals are disjoint
+    and sorted, so the flat list is non-decreasing and one bisection finds whether ``s`` falls
+    inside a booking (odd insertion point) or inside a gap (even).
+    """
+    p = bisect_right(bounds, s)
+    if p & 1:  # s is inside booking p // 2: the earliest candidate is its end
+        s = bounds[p]
+        p += 1
+    n = len(bounds)
+    while p < n and s + dur > bounds[p]:  # does not fit before the next booking: try after it
+        s = bounds[p + 1]
+        p += 2
+    return s, p
+
+
+def _book(booked: list[list[float]], link_free: list[float], links: tuple[int, ...], now: float,
+          not_before: float, dur: float) -> tuple[float, float]:
+    """Book [start, start + dur) on every link of ``links`` at the earliest ``start >= max(now,
+    not_before)`` at which all of them are free (gap-aware: a booking may go before later ones).
+
+    ``now`` is the current simulation time: no later booking can start before it, so bookings that
+    end by ``now`` are dropped first, which bounds the lists by the bookings still in the future.
+    """
+    for lid in links:
+        bounds = booked[lid]
+        q = bisect_right(bounds, now) & ~1
+        if q:
+            del bounds[:q]
+    start = now if now >= not_before else not_before
+    if len(links) == 1:
+        bounds = booked[links[0]]
+        start, p = _fit(bounds, start, dur)
+        end = start + dur
+        bounds[p:p] = (start, end)
+        if end > link_free[links[0]]:
+            link_free[links[0]] = end
+        return start, end
+    moved = True
+    while moved:  # raise start until one pass over the route finds every link free at it
+        moved = False
+        for lid in links:
+            s, _ = _fit(booked[lid], start, dur)
+            if s > start:
+                start, moved = s, True
+    end = start + dur
+    for lid in links:
+        bounds = booked[lid]
+        _, p = _fit(bounds, start, dur)
+        bounds[p:p] = (start, end)
+        if end > link_free[lid]:
+            link_free[lid] = end
+    return start, end
+
+
 # ---- simulation ------------------------------------------------------------------------------------
 def simulate(
     program: Program,
@@ -280,6 +351,10 @@ def _simulate(program: Program, topology: Topology, size_bytes: float | None, ch
         else:
             lst.append(g)
 
+    conn_of = [0] * total  # send step -> index of its connection (for the FIFO rule)
+    for c, s_list in enumerate(sends_on.values()):
+        for s in s_list:
+            conn_of[s] = c
     matched = [-1] * total  # send step -> its receive step
     for key in sends_on.keys() | recvs_on.keys():
         s_list, r_list = sends_on.get(key, []), recvs_on.get(key, [])
@@ -294,7 +369,9 @@ def _simulate(program: Program, topology: Topology, size_bytes: float | None, ch
     # releasing a successor at time t is inlined below: raise its ready time, count one prerequisite.
     ready = [0.0] * total
     fin = [-1.0] * total
-    link_free = [0.0] * len(topology.links)
+    link_free = [0.0] * len(topology.links)  # end of the last booking on each link
+    booked: list[list[float]] = [[] for _ in topology.links]  # see _book
+    conn_start = [0.0] * len(sends_on)  # start of the last booked message on each connection
     link_busy = [0.0] * len(topology.links)
     route_links = [r[0] for r in routes]
     route_alpha = [r[1] for r in routes]
@@ -337,15 +414,31 @@ def _simulate(program: Program, topology: Topology, size_bytes: float | None, ch
         t, _, g = heappop(heap)
         r = send_route[g]
         links = route_links[r]
-        start = t
-        for lid in links:
-            if link_free[lid] > start:
-                start = link_free[lid]
-        end = start + route_alpha[r] + cnt[g] * chunk / route_bw[r]
-        dur = end - start
-        for lid in links:
-            link_free[lid] = end
+        dur = route_alpha[r] + cnt[g] * chunk / route_bw[r]
+        if len(links) == 1:
+            lid = links[0]
+            if link_free[lid] <= t:  # fast path: the link is idle from t on, all its bookings are past
+                start = t
+                end = t + dur
+                booked[lid] = [t, end]
+                link_free[lid] = end
+            else:
+                start, end = _book(booked, link_free, links, t, conn_start[conn_of[g]], dur)
             link_busy[lid] += dur
+        else:
+            for lid in links:
+                if link_free[lid] > t:
+                    start, end = _book(booked, link_free, links, t, conn_start[conn_of[g]], dur)
+                    break
+            else:  # every link of the route is idle from t on
+                start = t
+                end = t + dur
+                for lid in links:
+                    booked[lid] = [t, end]
+                    link_free[lid] = end
+            for lid in links:
+                link_busy[lid] += dur
+        conn_start[conn_of[g]] = start
         fin[g] = end
         if starts is not None:
             starts[g] = start

@@ -538,3 +538,131 @@ def test_builtin_switch_topology_ring_and_contention():
     res = simulate(prog("gather", 8, gpus), topo, SIZE)  # gather SIZE = 8 chunks
     assert close(res.time_us, 7 * t_us(SIZE / 8, 300.0, 1.4))
     assert close(res.link_utilization["nvswitch->0"], 1.0)
+
+
+# ---- gap-aware (backfilling) link reservations ----------------------------------------------------
+def star_with(n: int, extra: tuple[Link, ...] = ()) -> Topology:
+    """Ranks 0..n-1 each linked to one switch (node n) at 50 GB/s, α 0.5, plus ``extra`` links."""
+    return Topology(f"star{n}", n, tuple(x for r in range(n) for x in both(r, n)) + extra, switches=("sw",))
+
+
+def test_later_ready_transfer_backfills_first_hop_gap():
+    """Chunk 1 MB: a 2-hop route costs 1 + 20·cnt µs, the direct link 3->2 costs 20.5 µs.
+
+    A = 0->1 (cnt 4) holds sw->1 over [0, 81). B = 2->1 (ready at 0, after A) needs sw->1 too, so
+    it is booked on 2->sw and sw->1 over [81, 102): a far-future booking on B's first hop. D = 3->2
+    over the direct link [0, 20.5) makes C = 2->0 (2->sw, sw->0) ready at 20.5; C (21 µs) fits into
+    2->sw's idle gap [20.5, 81) and runs over [20.5, 41.5). Without backfilling it would wait for
+    B and end at 123; with it the makespan is B's end, 102."""
+    topo = star_with(4, tuple(both(3, 2)))
+    s = Step("s", "i", 0, "o", 0)
+    r = Step("r", "i", 0, "o", 0)
+    gpus = {0: [tb(0, send=1, steps=[Step("s", "i", 0, "o", 0, cnt=4)]), tb(1, recv=2, steps=[r])],
+            1: [tb(0, recv=0, steps=[Step("r", "i", 0, "o", 0, cnt=4)]), tb(1, recv=2, steps=[r])],
+            2: [tb(0, send=1, steps=[s]), tb(1, send=0, recv=3, steps=[r, s])],
+            3: [tb(0, send=2, steps=[s])]}
+    res = simulate(prog("broadcast", 4, gpus, c=4), topo, 4e6, chunk_bytes=1e6)
+    spans = {(e[0], e[1]): (e[3], e[4], e[5]) for e in res.events}
+    assert spans[(0, 0)][:2] == pytest.approx((0.0, 81.0)) and spans[(0, 0)][2] == ("0->sw", "sw->1")
+    assert spans[(2, 0)][:2] == pytest.approx((81.0, 102.0))  # B waits for sw->1
+    assert spans[(3, 0)][:2] == pytest.approx((0.0, 20.5)) and spans[(3, 0)][2] == ("3->2",)
+    assert spans[(2, 1)][:2] == pytest.approx((20.5, 41.5))  # C backfills 2->sw before B
+    assert spans[(2, 1)][2] == ("2->sw", "sw->0")
+    assert res.time_us == pytest.approx(102.0)
+    assert res.link_utilization["2->sw"] == pytest.approx(42.0 / 102.0)
+
+
+def test_connection_fifo_survives_backfilling():
+    """Two threadblocks of rank 3 share connection 3->2 chan 0. sw->2 carries X = 0->2 over [0, 21)
+    and Y = 1->2 over [61, 82) (Y waits behind W = 1->0, cnt 3, on 1->sw over [0, 61)). M1 (cnt 4,
+    81 µs) fits no gap and is booked over [82, 163); M2 (cnt 1) would fit into sw->2's gap
+    [21, 61) but must not start before M1 on the same connection, and then shares M1's links: it
+    runs over [163, 184)."""
+    topo = star_with(4)
+    s = Step("s", "i", 0, "o", 0)
+    r = Step("r", "i", 0, "o", 0)
+    gpus = {0: [tb(0, send=2, steps=[s]), tb(1, recv=1, steps=[r])],
+            1: [tb(0, send=0, steps=[Step("s", "i", 0, "o", 0, cnt=3)]), tb(1, send=2, steps=[s])],
+            2: [tb(0, recv=0, steps=[r]), tb(1, recv=1, steps=[r]),
+                tb(2, recv=3, steps=[Step("r", "i", 0, "o", 0, cnt=4)]), tb(3, recv=3, steps=[r])],
+            3: [tb(0, send=2, steps=[Step("s", "i", 0, "o", 0, cnt=4)]), tb(1, send=2, steps=[s])]}
+    res = simulate(prog("broadcast", 4, gpus, c=4), topo, 4e6, chunk_bytes=1e6)
+    spans = {(e[0], e[1]): (e[3], e[4]) for e in res.events}
+    assert spans[(0, 0)] == pytest.approx((0.0, 21.0))
+    assert spans[(1, 0)] == pytest.approx((0.0, 61.0))
+    assert spans[(1, 1)] == pytest.approx((61.0, 82.0))
+    assert spans[(3, 0)] == pytest.approx((82.0, 163.0))
+    assert spans[(3, 1)] == pytest.approx((163.0, 184.0))
+    # On another channel M2 is a different connection and backfills the gap.
+    gpus[3][1] = tb(1, send=2, chan=1, steps=[s])
+    gpus[2][3] = tb(3, recv=3, chan=1, steps=[r])
+    res = simulate(prog("broadcast", 4, gpus, c=4), topo, 4e6, chunk_bytes=1e6)
+    spans = {(e[0], e[1]): (e[3], e[4]) for e in res.events}
+    assert spans[(3, 1)] == pytest.approx((21.0, 42.0))
+    assert res.time_us == pytest.approx(163.0)
+
+
+def two_leaf_fabric() -> Topology:
+    """Ranks 0-2 behind leaf0, 3-5 behind leaf1, both leaves under one spine (slower uplinks), and a
+    direct link 0<->1: routes of 1 to 4 hops with different α and bottlenecks."""
+    links = [x for r in range(6) for x in both(r, 6 + r // 3)]
+    links += both(6, 8, 25.0, 1.0) + both(7, 8, 25.0, 1.0) + both(0, 1, 50.0, 0.3)
+    return Topology("two-leaf", 6, tuple(links), switches=("leaf0", "leaf1", "spine"))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(1, 5), st.integers(0, 1),
+                          st.lists(st.integers(1, 4), min_size=1, max_size=4), st.integers(-1, 3)),
+                min_size=1, max_size=10))
+def test_random_backfilled_bookings_are_consistent(tbs):
+    """Random send threadblocks (with dependencies on earlier threadblocks of the same rank) on a
+    multi-hop fabric: no link ever carries two transfers at once, every transfer starts at or after
+    its ready time (the end of the previous step of its threadblock and of its dependency), costs
+    Σα + b/min bw, starts at its ready time or at the end of a transfer sharing a link with it
+    (nothing idles without cause), and messages on one connection start in the order they were
+    booked."""
+    topo = two_leaf_fabric()
+    info = {f"{topo.node_name(x.src)}->{topo.node_name(x.dst)}": x for x in topo.links}
+    gpus: dict[int, list[Threadblock]] = {}
+    for src, off, chan, cnts, dep in tbs:
+        dst = (src + off) % 6
+        mine = gpus.setdefault(src, [])
+        tid = len(mine)
+        steps = []
+        for k, c in enumerate(cnts):
+            if k == 0 and 0 <= dep < tid and mine[dep].send >= 0:  # wait for the last step of a send tb
+                steps.append(Step("s", "i", 0, "o", 0, cnt=c, depid=dep, deps=len(mine[dep].steps) - 1))
+            else:
+                steps.append(Step("s", "i", 0, "o", 0, cnt=c))
+        mine.append(tb(tid, send=dst, chan=chan, steps=steps))
+        theirs = gpus.setdefault(dst, [])
+        theirs.append(tb(len(theirs), recv=src, chan=chan, steps=[Step("r", "i", 0, "o", 0, cnt=c) for c in cnts]))
+    chunk = 1e6
+    res = simulate(prog("broadcast", 6, gpus, c=4), topo, 4e6, chunk_bytes=chunk)
+    ends = {(e[0], e[1], e[2]): e[4] for e in res.events}
+    assert len(ends) == sum(len(c) for *_x, c, _d in tbs)
+    by_link: dict[str, list[tuple[float, float]]] = {}
+    for *_owner, start, end, route in res.events:
+        for name in route:
+            by_link.setdefault(name, []).append((start, end))
+    for spans in by_link.values():
+        spans.sort()
+        for (_, e1), (s2, _) in zip(spans, spans[1:]):
+            assert s2 >= e1 - 1e-9
+    all_ends = [e for spans in by_link.values() for _, e in spans]
+    last_start: dict[tuple[int, int, int], float] = {}
+    for rank, tid, step, start, end, route in res.events:
+        st_ = gpus[rank][tid].steps[step]
+        ready = ends[(rank, tid, step - 1)] if step else 0.0
+        if st_.depid >= 0:
+            ready = max(ready, ends[(rank, st_.depid, st_.deps)])
+        assert start >= ready - 1e-9
+        hops = [info[name] for name in route]
+        cost = sum(h.alpha for h in hops) + st_.cnt * chunk / (min(h.bw for h in hops) * 1e3)
+        assert end - start == pytest.approx(cost)
+        shared = {e for name in route for _, e in by_link[name]}
+        assert start == pytest.approx(ready) or any(start == pytest.approx(e) for e in shared)
+        conn = (rank, gpus[rank][tid].send, gpus[rank][tid].chan)
+        assert start >= last_start.get(conn, 0.0)
+        last_start[conn] = start
+    assert res.time_us == pytest.approx(max(all_ends))
