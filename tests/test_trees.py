@@ -185,3 +185,31 @@ def test_box_trees_meet_the_box_cut():
     assert float(ratio / unit) == pytest.approx(2 / 10)
     exact = plan_forest(topology, tuple(range(12)))
     assert float(exact.optimal / exact.unit_GBps) == pytest.approx(2 / 10)
+
+
+def test_packing_keeps_trees_shallow():
+    # dgx1 has diameter 2; growing one tree to completion before the next left the last trees
+    # only leftover arcs (depth 5); growing all trees together keeps them within 4 hops
+    from synth.topology.io import load_topology
+
+    forest = plan_forest(load_topology("dgx1"), tuple(range(8)))
+    assert max(max(t.depth.values()) for t in forest.trees) <= 4
+
+
+def test_torus_allgather_within_one_percent_of_the_cut_bound():
+    # critical-path-first link priority + shallow packing: every link busy to the end
+    from synth.topology import generators
+
+    topology = generators.torus([4, 4])
+    size = 2**30
+    schedule, sim = _verified(topology, "allgather", size)
+    cut_us = size / 16 * 15 / (4 * 50 * 1e3)   # each rank receives 15 pieces over 4 links of 50 GB/s
+    assert cut_us / sim.time_us > 0.99
+    assert schedule.predicted_time_us == pytest.approx(sim.time_us, rel=1e-6)
+
+
+def test_time_limit_stops_the_depth_search():
+    schedule, _ = _verified(ring(6), "allgather", 2**30, time_limit=0.0)
+    assert schedule.notes["depth_trials"] == 0
+    schedule, _ = _verified(ring(6), "allgather", 2**30)
+    assert schedule.notes["depth_trials"] >= 1

@@ -427,14 +427,20 @@ def pack_arborescences(num_ranks: int, cap: dict[tuple[int, int], int], weights:
     out: dict[int, list[int]] = {}
     for (x, y) in sorted(cap):
         out.setdefault(x, []).append(y)
+    keys = sorted(cap)
+    slot = {key: i for i, key in enumerate(keys)}
+    arcs = (np.array([a for a, _ in keys], dtype=np.int64), np.array([b for _, b in keys], dtype=np.int64),
+            np.array([cap[key] for key in keys], dtype=np.int64))
     active: deque[Tree] = deque(Tree(r, k * w, [], {r}) for r, w in sorted(weights.items()) if w > 0)
     depths: dict[int, dict[int, int]] = {id(t): {t.root: 0} for t in active}
+    node_arr: dict[int, np.ndarray] = {id(t): np.array([t.root], dtype=np.int64) for t in active}
     refused: dict[int, set[tuple[int, int]]] = {id(t): set() for t in active}
     done: list[Tree] = []
     while active:
         tree = active.popleft()
         depth = depths[id(tree)]
         arc = None
+        others = list(active)
         for retry in (False, True):   # skip arcs refused before, unless nothing else fits
             for x in sorted(tree.nodes, key=lambda v: (depth[v], v)):
                 for y in out.get(x, ()):
@@ -442,7 +448,8 @@ def pack_arborescences(num_ranks: int, cap: dict[tuple[int, int], int], weights:
                         continue
                     if not retry and (x, y) in refused[id(tree)]:
                         continue
-                    copies = _extension_copies(num_ranks, cap, tree, list(active), x, y)
+                    copies = _extension_copies(num_ranks, cap, tree, others, x, y, arcs,
+                                               [node_arr[id(o)] for o in others])
                     if copies == 0:
                         refused[id(tree)].add((x, y))
                         continue
@@ -458,13 +465,16 @@ def pack_arborescences(num_ranks: int, cap: dict[tuple[int, int], int], weights:
         if copies < tree.mult:
             rest = Tree(tree.root, tree.mult - copies, list(tree.edges), set(tree.nodes))
             depths[id(rest)] = dict(depth)
+            node_arr[id(rest)] = node_arr[id(tree)]
             refused[id(rest)] = set(refused[id(tree)])
             active.append(rest)
             tree.mult = copies
         tree.edges.append((x, y))
         tree.nodes.add(y)
         depth[y] = depth[x] + 1
+        node_arr[id(tree)] = np.append(node_arr[id(tree)], y)
         cap[(x, y)] -= copies
+        arcs[2][slot[(x, y)]] -= copies
         if len(tree.nodes) < num_ranks:
             active.append(tree)
         else:
@@ -473,26 +483,30 @@ def pack_arborescences(num_ranks: int, cap: dict[tuple[int, int], int], weights:
 
 
 def _extension_copies(num_ranks: int, cap: dict[tuple[int, int], int], tree: Tree, others: list[Tree],
-                      x: int, y: int) -> int:
-    """How many copies of ``tree`` may take arc ``(x, y)`` and keep all trees completable."""
+                      x: int, y: int, arcs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+                      node_arrays: list[np.ndarray] | None = None) -> int:
+    """How many copies of ``tree`` may take arc ``(x, y)`` and keep all trees completable.
+
+    ``arcs``: (tails, heads, capacities) of ``cap`` as arrays, and ``node_arrays``: the node sets
+    of ``others`` as arrays, if the caller keeps them."""
     limit = min(tree.mult, cap[(x, y)])
-    tails, heads, caps = [], [], []
-    for (a, b), c in cap.items():
-        if c > 0:
-            tails.append(a)
-            heads.append(b)
-            caps.append(c)
-    base = num_ranks
-    others_sum = 0
-    for i, other in enumerate(others):
-        node = base + i
-        for v in other.nodes:
-            tails.append(node)
-            heads.append(v)
-            caps.append(INF)
-        tails.append(x)
-        heads.append(node)
-        caps.append(other.mult)
-        others_sum += other.mult
-    flow = max_flow(base + len(others), tails, heads, caps, x, y)
+    if arcs is None:
+        keys = list(cap)
+        arcs = (np.array([a for a, _ in keys], dtype=np.int64), np.array([b for _, b in keys], dtype=np.int64),
+                np.array([cap[key] for key in keys], dtype=np.int64))
+    tails, heads, caps = arcs
+    live = caps > 0
+    parts_t, parts_h, parts_c = [tails[live]], [heads[live]], [caps[live]]
+    if others:
+        sizes = np.array([len(o.nodes) for o in others], dtype=np.int64)
+        ids = num_ranks + np.arange(len(others), dtype=np.int64)
+        parts_t += [np.repeat(ids, sizes), np.full(len(others), x, dtype=np.int64)]
+        if node_arrays is None:
+            node_arrays = [np.fromiter(o.nodes, dtype=np.int64, count=len(o.nodes)) for o in others]
+        parts_h += [np.concatenate(node_arrays), ids]
+        parts_c += [np.full(int(sizes.sum()), INF, dtype=np.int64),
+                    np.array([o.mult for o in others], dtype=np.int64)]
+    others_sum = sum(o.mult for o in others)
+    flow = max_flow(num_ranks + len(others), np.concatenate(parts_t), np.concatenate(parts_h),
+                    np.concatenate(parts_c), x, y)
     return max(0, min(limit, flow - others_sum))

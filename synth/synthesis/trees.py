@@ -582,6 +582,8 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
                         planner, method: str) -> Schedule:
     """Plan the forests a collective needs with ``planner(roots, reverse)`` and pipeline them."""
     name, n, root = collective.name, topology.num_ranks, collective.root
+    # --time-limit: the planning always completes; the pipeline-depth search stops early
+    deadline = None if options.time_limit is None else time.monotonic() + options.time_limit
     all_ranks = tuple(range(n))
     if name == "allgather":
         plans = [planner(all_ranks, False)]
@@ -596,11 +598,12 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
 
     per_root_bytes = _per_root_bytes(name, n, size_bytes)
     chunks, messages = _choose_chunks(topology, collective, plans, per_root_bytes, options.chunks)
-    deadline = None if options.time_limit is None else time.monotonic() + options.time_limit
-    best = _timed(topology, collective, plans, chunks, messages, size_bytes)
+    trials = 0
+    best = _timed(topology, collective, plans, chunks, messages, size_bytes, build=messages is None)
     if messages is not None:
-        best, chunks, messages = _refine_depth(topology, collective, plans, size_bytes, best, chunks, messages,
-                                               deadline)
+        best, chunks, messages, trials = _refine_depth(topology, collective, plans, size_bytes, best, chunks,
+                                                       messages, deadline)
+        best = _timed(topology, collective, plans, chunks, messages, size_bytes)
     coll, offset, transfers = best
     bound_us = sum(f.bandwidth_time_us(per_root_bytes) for f in plans)
     notes = {
@@ -609,6 +612,7 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
         "rate_ratio": [float(f.optimal / f.ratio) for f in plans],
         "chunks_per_root": chunks,
         "messages_per_tree": messages,
+        "depth_trials": trials,
         "tree_bandwidth_time_us": bound_us,
     }
     transfers.sort(key=lambda t: (t.start, t.end))
@@ -623,7 +627,7 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
                   chunks: int, messages: int, deadline: float | None):
     """Hill-climb the pipeline depth ``P`` (messages per tree) on :data:`PIPELINE_GRID`, timing each
     candidate with the list schedule (the closed form is rough about fill and drain), while
-    schedules are cheap and the time limit allows; returns (best timed, chunks, messages)."""
+    schedules are cheap and the time limit allows; returns (best timed, chunks, messages, trials)."""
     k = chunks // messages
     timed = {messages: best[1]}
 
@@ -638,26 +642,31 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
         return below[-1:] + above[:1]
 
     current = messages
+    last_trial = 0.0
     while True:
         moved = False
         for p in neighbours(current):
             if p in timed or not feasible(p):
                 continue
-            if deadline is not None and time.monotonic() > deadline:
-                return best, chunks, messages
-            trial = _timed(topology, collective, plans, k * p, p, size_bytes)
+            began = time.monotonic()
+            if deadline is not None and began + last_trial > deadline:   # the next one would not fit
+                return best, chunks, messages, len(timed) - 1
+            trial = _timed(topology, collective, plans, k * p, p, size_bytes, build=False)
+            last_trial = time.monotonic() - began
             timed[p] = trial[1]
             if trial[1] < best[1] * (1 - 1e-9):
                 best, chunks, messages = trial, k * p, p
                 moved = True
         if not moved or messages == current:
-            return best, chunks, messages
+            break
         current = messages
+    return best, chunks, messages, len(timed) - 1
 
 
 def _timed(topology: Topology, collective: Collective, plans: list[Forest], chunks: int, messages: int | None,
-           size_bytes: float) -> tuple[Collective, float, list[Transfer]]:
-    """All phases, one after the other: (collective with its chunk factor, makespan, transfers)."""
+           size_bytes: float, build: bool = True) -> tuple[Collective, float, list[Transfer]]:
+    """All phases, one after the other: (collective with its chunk factor, makespan, transfers;
+    the transfers only if ``build``)."""
     name, n = collective.name, topology.num_ranks
     coll = Collective(name, n, _chunk_factor(name, n, chunks), collective.root, collective.inplace)
     chunk_bytes = coll.chunk_bytes(size_bytes)
@@ -667,7 +676,7 @@ def _timed(topology: Topology, collective: Collective, plans: list[Forest], chun
         jobs = _phase_jobs(coll, forest, phase, chunks, messages)
         if len(jobs.msg) > MAX_TRANSFERS:
             raise SynthError(f"--chunks {chunks} makes {len(jobs.msg)} transfers; use fewer chunks")
-        part, makespan = _timed_phase(jobs, forest, topology, chunk_bytes, offset, coll.is_reduction)
+        part, makespan = _timed_phase(jobs, forest, topology, chunk_bytes, offset, coll.is_reduction, build)
         transfers += part
         offset += makespan
     return coll, offset, transfers
@@ -684,7 +693,7 @@ def _steps_per_pair(plans: list[Forest], messages: int) -> int:
 
 
 def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: float, offset: float,
-                 reducing: bool) -> tuple[list[Transfer], float]:
+                 reducing: bool, build: bool = True) -> tuple[list[Transfer], float]:
     """Time one phase's broadcasts on its planning fabric; a reversed forest's schedule is then
     mirrored in time (t -> T - t) and direction: the broadcast becomes a reduction (or a gather)
     with the same makespan, and link serialization and data dependencies carry over."""
@@ -695,6 +704,8 @@ def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: f
     else:
         order, start, end = list_schedule(jobs, fabric, chunk_bytes)
     makespan = float(end.max()) if len(end) else 0.0
+    if not build:
+        return [], makespan
     starts, ends = start.tolist(), end.tolist()
     if forest.reversed:  # mirror: t -> T - t, and every transfer runs the other way
         starts, ends = [makespan - e for e in ends], [makespan - x for x in starts]
