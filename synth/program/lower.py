@@ -22,15 +22,24 @@ contiguous in the buffers at both ends become one step with ``cnt`` > 1 (one α,
 A connection that needs more than ``max_steps_per_tb`` steps is spread round-robin over extra
 channels (``chan + k * nchannels``).
 
+Implementation: schedules reach millions of transfers (trees on 1024 ranks), so every per-transfer
+stage works on numpy arrays (one entry per transfer, op or buffer access; groups found by
+``lexsort``); only the final :class:`Step` objects and the few local copies are built in Python.
+Ops are numbered: transfer ``i`` (in (start, end, channel, group, chunk) order) is send op ``2i``
+and receive op ``2i + 1``; local copies follow. Buffers are coded ``i``=0, ``o``=1, ``s``=2.
+
 Reference for the step/threadblock semantics: msccl-tools (microsoft/msccl-tools, ``ir.py``) and
 the MSCCL runtime's XML loader (Azure/msccl-executor-nccl).
 """
 
 from __future__ import annotations
 
+import gc
 import math
-from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from operator import attrgetter
+
+import numpy as np
 
 from synth.collectives import Collective
 from synth.errors import SynthError
@@ -42,391 +51,726 @@ MAX_CHANNELS = 32       # MSCCL: at most 32 channels
 MAX_DEP_TB = 127        # MSCCL: depended-on threadblock ids <= 127
 _EPS = 1e-9
 
-Loc = tuple[str, int]   # (buffer, offset) on one rank, after in-place aliasing
+BUFFERS = ("i", "o", "s")
+I_BUF, O_BUF, S_BUF = 0, 1, 2
+SEND, RECV, LOCAL = 0, 1, 2          # op kinds; also the threadblock order within a channel
+KIND_NAMES = ("send", "recv", "local")
+OP_TYPES = ("s", "r", "rrc", "cpy")
+T_SEND, T_RECV, T_RRC, T_CPY = 0, 1, 2, 3
 
 
+def _tol(t: np.ndarray) -> np.ndarray:
+    return _EPS * np.maximum(1.0, np.abs(t))
+
+
+# ---------------------------------------------------------------------------------------------
+# collective geometry, by formula (Collective.postcondition is O(N²·C) for allgather)
+# ---------------------------------------------------------------------------------------------
+def chunk_count(coll: Collective) -> int:
+    """Size of the schedule-chunk id space (valid ids are a subset of ``range(chunk_count)``)."""
+    return coll.input_chunks if coll.is_reduction else coll.num_ranks * coll.input_chunks
+
+
+def valid_chunks(coll: Collective, chunk: np.ndarray) -> np.ndarray:
+    """Mask of ids in ``coll.schedule_chunks``: every contribution of a source rank is needed by the
+    postcondition of each copy collective; reductions move input slots."""
+    ok = (chunk >= 0) & (chunk < chunk_count(coll))
+    if coll.name in ("broadcast", "scatter"):
+        ok &= chunk // coll.input_chunks == coll.root
+    return ok
+
+
+def destination_slot(coll: Collective, rank: np.ndarray, chunk: np.ndarray) -> np.ndarray:
+    """Output slot where ``chunk``'s final value must be on ``rank`` (-1: nowhere), i.e.
+    ``coll.chunk_destinations(chunk).get(rank, -1)`` for arrays of (rank, valid chunk)."""
+    n, c, ic, root = coll.num_ranks, coll.chunk_factor, coll.input_chunks, coll.root
+    rank = np.asarray(rank, dtype=np.int64)
+    chunk = np.asarray(chunk, dtype=np.int64)
+    everyone = np.ones(rank.shape, dtype=bool)
+    name = coll.name
+    if name == "allgather":
+        slot, wanted = chunk, everyone
+    elif name == "gather":
+        slot, wanted = chunk, rank == root
+    elif name == "broadcast":
+        slot, wanted = chunk % ic, everyone
+    elif name in ("alltoall", "scatter"):
+        origin, s = np.divmod(chunk, ic)
+        slot = origin * c + s % c if name == "alltoall" else s % c
+        wanted = s // c == rank
+    elif name == "allreduce":
+        slot, wanted = chunk, everyone
+    elif name == "reduce":
+        slot, wanted = chunk, rank == root
+    elif name == "reducescatter":
+        slot, wanted = chunk % c, chunk // c == rank
+    else:  # pragma: no cover - Collective validates names
+        raise SynthError(f"lowering does not know collective {name}")
+    del n
+    return np.where(wanted, slot, -1)
+
+
+def destination_pairs(coll: Collective) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """All (chunk, rank, output slot) of the postcondition, ordered by chunk then rank."""
+    chunks = np.flatnonzero(valid_chunks(coll, np.arange(chunk_count(coll))))
+    n = coll.num_ranks
+    if coll.name in ("gather", "reduce"):
+        ranks = np.full(len(chunks), coll.root, dtype=np.int64)
+    elif coll.name in ("alltoall", "scatter", "reducescatter"):
+        s = chunks % coll.input_chunks if coll.name != "reducescatter" else chunks
+        ranks = s // coll.chunk_factor
+    else:
+        chunks, ranks = np.repeat(chunks, n), np.tile(np.arange(n), len(chunks))
+    return chunks, ranks, destination_slot(coll, ranks, chunks)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where buffers ``i`` and ``o`` of every rank live after in-place aliasing: (code, base[rank])."""
+
+    i_code: int
+    i_base: np.ndarray
+    o_code: int
+    o_base: np.ndarray
+
+    @staticmethod
+    def of(coll: Collective) -> _Layout:
+        def one(buffer: str, own: int) -> tuple[int, np.ndarray]:
+            aliases = [coll.alias(r, buffer) for r in range(coll.num_ranks)]
+            if aliases[0] is None:
+                return own, np.zeros(coll.num_ranks, dtype=np.int64)
+            return BUFFERS.index(aliases[0][0]), np.array([a[1] for a in aliases], dtype=np.int64)
+
+        return _Layout(*one("i", I_BUF), *one("o", O_BUF))
+
+    def input(self, rank: np.ndarray, offset: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return np.full(len(rank), self.i_code, dtype=np.int64), offset + self.i_base[rank]
+
+    def output(self, rank: np.ndarray, offset: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return np.full(len(rank), self.o_code, dtype=np.int64), offset + self.o_base[rank]
+
+
+def initial_holds(coll: Collective, layout: _Layout, rank: np.ndarray, code: np.ndarray,
+                  off: np.ndarray) -> np.ndarray:
+    """Chunk each slot holds before any step (precondition), -1 for none."""
+    slot = off - layout.i_base[rank]
+    held = (code == layout.i_code) & (slot >= 0) & (slot < coll.input_chunks)
+    if coll.name in ("broadcast", "scatter"):
+        held &= rank == coll.root
+    chunk = slot if coll.is_reduction else rank * coll.input_chunks + slot
+    return np.where(held, chunk, -1)
+
+
+# ---------------------------------------------------------------------------------------------
+# small array helpers
+# ---------------------------------------------------------------------------------------------
+def _group_starts(keys: np.ndarray) -> np.ndarray:
+    """For sorted ``keys``: boolean mask of the first element of every run of equal keys."""
+    first = np.ones(len(keys), dtype=bool)
+    first[1:] = keys[1:] != keys[:-1]
+    return first
+
+
+def _rank_in_group(first: np.ndarray) -> np.ndarray:
+    """Position of each element within its run (runs given by ``_group_starts``)."""
+    idx = np.arange(len(first))
+    return idx - np.maximum.accumulate(np.where(first, idx, 0))
+
+
+def _first_come_slots(rank: np.ndarray, chunk: np.ndarray, nchunks: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Scratch slot per request (requests in order): each rank numbers its distinct chunks 0, 1, ...
+    in order of first request. Returns (slot per request, slots used per rank)."""
+    if len(rank) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    key = rank * nchunks + chunk
+    uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    by_first = np.argsort(first, kind="stable")
+    owner = uniq[by_first] // nchunks
+    by_rank = np.argsort(owner, kind="stable")
+    counts = np.bincount(owner, minlength=n)
+    starts = np.cumsum(counts) - counts
+    slot_by_first = np.empty(len(uniq), dtype=np.int64)
+    slot_by_first[by_rank] = np.arange(len(uniq)) - starts[owner[by_rank]]
+    slot_of_uniq = np.empty(len(uniq), dtype=np.int64)
+    slot_of_uniq[by_first] = slot_by_first
+    return slot_of_uniq[inverse.ravel()], counts
+
+
+# ---------------------------------------------------------------------------------------------
+# the transfers as arrays
+# ---------------------------------------------------------------------------------------------
 @dataclass
-class _Op:
-    """One step before threadblock assignment."""
+class _Transfers:
+    """Schedule transfers sorted by (start, end, channel, group, chunk), one array per field."""
 
-    rank: int
-    kind: str                     # "send" | "recv" | "local"
-    type: str                     # s | r | rrc | cpy
-    src: Loc
-    dst: Loc
-    time: float
-    conn: tuple[int, int, int] | None = None   # (src rank, dst rank, schedule channel)
-    group: int = -1
-    reduce: bool = False
-    cnt: int = 1
-    deps: set[int] = field(default_factory=set)
-    alive: bool = True
+    start: np.ndarray
+    end: np.ndarray
+    chunk: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    reduce: np.ndarray
+    channel: np.ndarray
+    group: np.ndarray
+
+    @staticmethod
+    def of(schedule: Schedule) -> _Transfers:
+        ts = schedule.transfers
+
+        def column(name: str, dtype) -> np.ndarray:
+            return np.fromiter(map(attrgetter(name), ts), dtype=dtype, count=len(ts))
+
+        start, end = column("start", float), column("end", float)
+        chunk, src, dst = column("chunk", np.int64), column("src", np.int64), column("dst", np.int64)
+        reduce = column("reduce", bool)
+        channel, group = column("channel", np.int64), column("group", np.int64)
+        order = np.lexsort((chunk, group, channel, end, start))   # stable, like the sorted() it replaces
+        return _Transfers(*(a[order] for a in (start, end, chunk, src, dst, reduce, channel, group)))
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def check(self, coll: Collective) -> None:
+        """Reject transfers that name bad ranks/chunks; reports the first bad one, in order."""
+        n = coll.num_ranks
+        checks = [
+            (~((self.src >= 0) & (self.src < n) & (self.dst >= 0) & (self.dst < n)),
+             lambda i: f"schedule transfer {self.src[i]}->{self.dst[i]} names a rank outside 0..{n - 1}"),
+            (self.src == self.dst,
+             lambda i: f"schedule transfer of chunk {self.chunk[i]} from rank {self.src[i]} to itself"),
+            (~valid_chunks(coll, self.chunk),
+             lambda i: f"schedule moves chunk {self.chunk[i]}, which {coll.name} does not have"),
+            (self.reduce & (not coll.is_reduction),
+             lambda i: f"schedule reduces chunk {self.chunk[i]} but {coll.name} is not a reduction"),
+            (self.channel < 0, lambda i: f"schedule transfer uses negative channel {self.channel[i]}"),
+            (self.end < self.start - _tol(self.start),
+             lambda i: f"schedule transfer of chunk {self.chunk[i]} ends before it starts"),
+        ]
+        bad = np.zeros(len(self), dtype=bool)
+        for mask, _ in checks:
+            bad |= mask
+        if not bad.any():
+            return
+        i = int(np.argmax(bad))
+        for mask, message in checks:
+            if mask[i]:
+                raise SynthError(message(i))
 
 
-def _tol(t: float) -> float:
-    return _EPS * max(1.0, abs(t))
+# ---------------------------------------------------------------------------------------------
+# ops: placement of every send, receive and local copy
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class _Ops:
+    """One entry per op (before merging): rank, kind, type, src/dst (buffer code, offset), time."""
+
+    rank: np.ndarray
+    kind: np.ndarray
+    type: np.ndarray
+    src_buf: np.ndarray
+    src_off: np.ndarray
+    dst_buf: np.ndarray
+    dst_off: np.ndarray
+    time: np.ndarray
+    local_chunk: np.ndarray      # chunk of each local copy (ops 2T..)
+
+    def __len__(self) -> int:
+        return len(self.rank)
 
 
-class _Lowering:
-    def __init__(self, schedule: Schedule, max_steps_per_tb: int) -> None:
-        self.schedule = schedule
-        self.coll: Collective = schedule.collective
-        self.max_steps = max_steps_per_tb
-        self.ops: list[_Op] = []
-        self.scratch_next: dict[int, int] = defaultdict(int)
-        self.scratch: dict[tuple[int, int], Loc] = {}
-        self.transfers = sorted(schedule.transfers, key=lambda t: (t.start, t.end, t.channel, t.group, t.chunk))
-        self._check_transfers()
+def _interleave(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    out = np.empty(2 * len(a), dtype=np.result_type(a, b))
+    out[0::2], out[1::2] = a, b
+    return out
 
-    # ---- input checks -----------------------------------------------------------------------
-    def _check_transfers(self) -> None:
-        coll = self.coll
-        valid = set(coll.schedule_chunks)
-        for t in self.transfers:
-            if not (0 <= t.src < coll.num_ranks and 0 <= t.dst < coll.num_ranks):
-                raise SynthError(f"schedule transfer {t.src}->{t.dst} names a rank outside 0..{coll.num_ranks - 1}")
-            if t.src == t.dst:
-                raise SynthError(f"schedule transfer of chunk {t.chunk} from rank {t.src} to itself")
-            if t.chunk not in valid:
-                raise SynthError(f"schedule moves chunk {t.chunk}, which {coll.name} does not have")
-            if t.reduce and not coll.is_reduction:
-                raise SynthError(f"schedule reduces chunk {t.chunk} but {coll.name} is not a reduction")
-            if t.channel < 0:
-                raise SynthError(f"schedule transfer uses negative channel {t.channel}")
-            if t.end < t.start - _tol(t.start):
-                raise SynthError(f"schedule transfer of chunk {t.chunk} ends before it starts")
 
-    # ---- placement --------------------------------------------------------------------------
-    def resolve(self, rank: int, buffer: str, offset: int) -> Loc:
-        alias = self.coll.alias(rank, buffer)
-        return (alias[0], alias[1] + offset) if alias else (buffer, offset)
+def _arrival_order(tr: _Transfers) -> np.ndarray:
+    """Receives in (end, start, index) order: scratch slots of one stream come out contiguous."""
+    return np.lexsort((np.arange(len(tr)), tr.start, tr.end))
 
-    def scratch_slot(self, rank: int, chunk: int) -> Loc:
-        key = (rank, chunk)
-        if key not in self.scratch:
-            self.scratch[key] = ("s", self.scratch_next[rank])
-            self.scratch_next[rank] += 1
-        return self.scratch[key]
 
-    def copy_home(self, rank: int, chunk: int) -> Loc:
-        """Where a copy-collective chunk lives on ``rank``."""
-        origin, slot = self.coll.split_contribution(chunk)
-        if rank == origin:
-            return self.resolve(rank, "i", slot)
-        dests = self.dests[chunk]
-        if rank in dests:
-            return self.resolve(rank, "o", dests[rank])
-        return self.scratch_slot(rank, chunk)
+def _copy_placement(coll: Collective, layout: _Layout, tr: _Transfers, arrival: np.ndarray):
+    """(send loc, receive loc, scratch per rank) for copy collectives: origin's input slot,
+    destination's output slot, else a scratch slot numbered in arrival order."""
+    ic = coll.input_chunks
 
-    # ---- build ops --------------------------------------------------------------------------
-    def build(self) -> None:
-        coll = self.coll
-        # chunk -> {rank: output slot} in one pass (Collective.chunk_destinations scans per chunk)
-        self.dests: dict[int, dict[int, int]] = {c: {} for c in coll.schedule_chunks}
-        for (rank, slot), contribs in coll.postcondition.items():
-            if coll.is_reduction:
-                self.dests[coll.split_contribution(next(iter(contribs)))[1]][rank] = slot
-            else:
-                for c in contribs:
-                    self.dests.setdefault(c, {})[rank] = slot
-        # per (rank, loc): access events (time, write-first rank, seq, op index, mode, chunk)
-        self.access: dict[tuple[int, Loc], list[tuple[float, int, int, int, str, int]]] = defaultdict(list)
-        seq = 0
+    def home(rank: np.ndarray, chunk: np.ndarray):
+        origin, slot = np.divmod(chunk, ic)
+        dest = destination_slot(coll, rank, chunk)
+        ib, io = layout.input(rank, slot)
+        ob, oo = layout.output(rank, np.maximum(dest, 0))
+        mine = origin == rank
+        code = np.where(mine, ib, np.where(dest >= 0, ob, S_BUF))
+        off = np.where(mine, io, np.where(dest >= 0, oo, -1))
+        return code, off
 
-        def touch(rank: int, loc: Loc, time: float, op: int, mode: str, chunk: int) -> None:
-            nonlocal seq
-            self.access[(rank, loc)].append((time, 0 if "w" in mode else 1, seq, op, mode, chunk))
-            seq += 1
+    s_code, s_off = home(tr.src, tr.chunk)
+    r_code, r_off = home(tr.dst, tr.chunk)
+    # scratch requests: receives in arrival order, then (inconsistent schedules only) sends
+    need_r = arrival[r_code[arrival] == S_BUF]
+    need_s = np.flatnonzero(s_code == S_BUF)
+    req_rank = np.concatenate([tr.dst[need_r], tr.src[need_s]])
+    req_chunk = np.concatenate([tr.chunk[need_r], tr.chunk[need_s]])
+    slots, used = _first_come_slots(req_rank, req_chunk, chunk_count(coll), coll.num_ranks)
+    r_off[need_r] = slots[:len(need_r)]
+    s_off[need_s] = slots[len(need_r):]
+    return (s_code, s_off), (r_code, r_off), used
 
-        # Receives are placed in arrival order so scratch slots of one stream are contiguous.
-        recv_loc: dict[int, Loc] = {}
-        copies_received: dict[tuple[int, int], list[tuple[float, Loc]]] = defaultdict(list)
-        for idx, t in sorted(enumerate(self.transfers), key=lambda it: (it[1].end, it[1].start, it[0])):
-            if coll.is_reduction:
-                if t.reduce:
-                    loc = self.resolve(t.dst, "i", t.chunk)
-                else:
-                    dest = self.dests[t.chunk].get(t.dst)
-                    loc = self.resolve(t.dst, "o", dest) if dest is not None else self.scratch_slot(t.dst, t.chunk)
-                    copies_received[(t.dst, t.chunk)].append((t.end, loc))
-            else:
-                loc = self.copy_home(t.dst, t.chunk)
-            recv_loc[idx] = loc
 
-        for idx, t in enumerate(self.transfers):
-            if coll.is_reduction:
-                if t.reduce:
-                    src_loc = self.resolve(t.src, "i", t.chunk)
-                else:
-                    src_loc = self.resolve(t.src, "i", t.chunk)
-                    for end, loc in copies_received.get((t.src, t.chunk), []):
-                        if end <= t.start + _tol(t.start):
-                            src_loc = loc
-            else:
-                src_loc = self.copy_home(t.src, t.chunk)
-            dst_loc = recv_loc[idx]
-            conn = (t.src, t.dst, t.channel)
-            send = _Op(t.src, "send", "s", src_loc, dst_loc, t.start, conn, t.group, t.reduce)
-            rtype = "rrc" if t.reduce else "r"
-            recv = _Op(t.dst, "recv", rtype, dst_loc if t.reduce else src_loc, dst_loc, t.end, conn, t.group, t.reduce)
-            self.ops.append(send)
-            touch(t.src, src_loc, t.start, len(self.ops) - 1, "r", t.chunk)
-            self.ops.append(recv)
-            touch(t.dst, dst_loc, t.end, len(self.ops) - 1, "rw" if t.reduce else "w", t.chunk)
+def _latest_copy(c_key, c_end, c_pos, q_key, q_limit) -> np.ndarray:
+    """For each query (key, limit): index into the copies of the copy with that key, end <= limit
+    and the latest arrival position (-1 if none)."""
+    nc, nq = len(c_key), len(q_key)
+    key = np.concatenate([c_key, q_key])
+    value = np.concatenate([c_end, q_limit])
+    is_query = np.concatenate([np.zeros(nc, dtype=bool), np.ones(nq, dtype=bool)])
+    pos = np.concatenate([c_pos, np.zeros(nq, dtype=np.int64)])
+    order = np.lexsort((pos, is_query, value, key))
+    item = np.where(is_query[order], -1, order)           # copy index, or -1 for queries
+    last = np.maximum.accumulate(np.where(item >= 0, np.arange(len(order)), -1)) if len(order) else item
+    found = np.where(last >= 0, item[np.maximum(last, 0)], -1)
+    found = np.where((found >= 0) & (key[order][np.maximum(last, 0)] == key[order]), found, -1)
+    result = np.full(nq, -1, dtype=np.int64)
+    queries = is_query[order]
+    result[order[queries] - nc] = found[queries]
+    return result
 
-        # Local copies.
-        if coll.is_reduction:
-            last_reduce: dict[tuple[int, int], float] = {}
-            for t in self.transfers:
-                if t.reduce:
-                    key = (t.dst, t.chunk)
-                    last_reduce[key] = max(last_reduce.get(key, 0.0), t.end)
-            for chunk in coll.schedule_chunks:
-                for rank, slot in self.dests[chunk].items():
-                    if copies_received.get((rank, chunk)):
-                        continue
-                    acc, fin = self.resolve(rank, "i", chunk), self.resolve(rank, "o", slot)
-                    if acc == fin:
-                        continue
-                    time = last_reduce.get((rank, chunk), 0.0)
-                    self.ops.append(_Op(rank, "local", "cpy", acc, fin, time))
-                    touch(rank, acc, time, len(self.ops) - 1, "r", chunk)
-                    touch(rank, fin, time, len(self.ops) - 1, "w", chunk)
-        else:
-            for chunk in coll.schedule_chunks:
-                origin, slot = coll.split_contribution(chunk)
-                dest = self.dests[chunk].get(origin)
-                if dest is None:
-                    continue
-                src, dst = self.resolve(origin, "i", slot), self.resolve(origin, "o", dest)
-                if src == dst:
-                    continue
-                self.ops.append(_Op(origin, "local", "cpy", src, dst, -1.0))
-                touch(origin, src, -1.0, len(self.ops) - 1, "r", chunk)
-                touch(origin, dst, -1.0, len(self.ops) - 1, "w", chunk)
 
-    def dependencies(self) -> None:
-        """RAW / WAW / WAR dependencies from the access order of every slot."""
-        coll = self.coll
-        # What each slot holds before any step runs: contributions (copy) or partial sums (reduce).
-        initial: dict[tuple[int, Loc], int] = {}
-        for (rank, slot), contribution in coll.precondition.items():
-            chunk = slot if coll.is_reduction else contribution
-            initial[(rank, self.resolve(rank, "i", slot))] = chunk
-        for (rank, loc), events in self.access.items():
-            events.sort(key=lambda e: (e[0], e[1], e[2]))
-            holds = initial.get((rank, loc))
-            last_write: int | None = None
-            reads: list[int] = []
-            for _time, _w, _seq, op, mode, chunk in events:
-                if "r" in mode:
-                    if holds is None:
-                        raise SynthError(f"schedule sends chunk {chunk} from rank {rank} before it arrives there")
-                    if holds != chunk:
-                        raise SynthError(
-                            f"lowering: rank {rank} slot {loc[0]}[{loc[1]}] holds chunk {holds} when chunk {chunk} "
-                            "is read from it (in-place buffer conflict)")
-                if last_write is not None:
-                    self.ops[op].deps.add(last_write)
-                if "w" in mode:
-                    self.ops[op].deps.update(reads)
-                    last_write, reads, holds = op, [], chunk
-                else:
-                    reads.append(op)
+def _reduction_placement(coll: Collective, layout: _Layout, tr: _Transfers, arrival: np.ndarray):
+    """(send loc, receive loc, scratch per rank) for reductions: partial sums in input slot ``j``;
+    a copy of the final value goes to the output slot (scratch on a relay) and later non-reducing
+    sends of that chunk read the latest such copy that has arrived."""
+    r_code, r_off = layout.input(tr.dst, tr.chunk)
+    s_code, s_off = layout.input(tr.src, tr.chunk)
+    copy = ~tr.reduce
+    dest = destination_slot(coll, tr.dst, tr.chunk)
+    ob, oo = layout.output(tr.dst, np.maximum(dest, 0))
+    r_code = np.where(copy, np.where(dest >= 0, ob, S_BUF), r_code)
+    r_off = np.where(copy, np.where(dest >= 0, oo, -1), r_off)
+    need = arrival[r_code[arrival] == S_BUF]
+    slots, used = _first_come_slots(tr.dst[need], tr.chunk[need], chunk_count(coll), coll.num_ranks)
+    r_off[need] = slots
+    # non-reducing sends read the latest copy received by then (else the partial sum in i[j])
+    nchunks = chunk_count(coll)
+    copies = arrival[copy[arrival]]
+    queries = np.flatnonzero(copy)
+    hit = _latest_copy(tr.dst[copies] * nchunks + tr.chunk[copies], tr.end[copies], np.arange(len(copies)),
+                       tr.src[queries] * nchunks + tr.chunk[queries], tr.start[queries] + _tol(tr.start[queries]))
+    got = queries[hit >= 0]
+    src_of = copies[hit[hit >= 0]]
+    s_code[got], s_off[got] = r_code[src_of], r_off[src_of]
+    return (s_code, s_off), (r_code, r_off), used
 
-    # ---- merging ------------------------------------------------------------------------------
-    def merge(self) -> None:
-        """Merge grouped, consecutive, contiguous transfers of a connection into one step."""
-        by_conn: dict[tuple[int, int, int], list[int]] = defaultdict(list)
-        for i, op in enumerate(self.ops):
-            if op.kind == "send":
-                by_conn[op.conn].append(i)
-        replaced: dict[int, int] = {}
-        self.conn_ops: dict[tuple[int, int, int], list[tuple[int, int]]] = {}
-        for conn, sends in by_conn.items():
-            # send op i is followed by its recv op i + 1 (built in pairs)
-            sends.sort(key=lambda i: (self.ops[i].time, self.ops[i].group, self.ops[i].src[1], i))
-            pairs: list[tuple[int, int]] = []
-            for s in sends:
-                r = s + 1
-                if pairs:
-                    ps, pr = pairs[-1]
-                    a, b = self.ops[ps], self.ops[s]
-                    ra, rb = self.ops[pr], self.ops[r]
-                    if (a.group >= 0 and a.group == b.group and a.reduce == b.reduce
-                            and a.cnt + b.cnt <= MAX_CNT
-                            and b.src == (a.src[0], a.src[1] + a.cnt)
-                            and rb.dst == (ra.dst[0], ra.dst[1] + ra.cnt)
-                            and rb.src == (ra.src[0], ra.src[1] + ra.cnt)):
-                        a.cnt += b.cnt
-                        ra.cnt += rb.cnt
-                        a.deps |= b.deps
-                        ra.deps |= rb.deps
-                        a.time = max(a.time, b.time)
-                        ra.time = max(ra.time, rb.time)
-                        b.alive = rb.alive = False
-                        replaced[s], replaced[r] = ps, pr
-                        continue
-                pairs.append((s, r))
-            self.conn_ops[conn] = pairs
-        # Local copies: merge contiguous ones with the same dependencies.
-        self.local_ops: dict[int, list[int]] = defaultdict(list)
-        for i, op in enumerate(self.ops):
-            if op.kind == "local":
-                self.local_ops[op.rank].append(i)
-        for rank, idxs in self.local_ops.items():
-            idxs.sort(key=lambda i: (self.ops[i].time, self.ops[i].src, i))
-            kept: list[int] = []
-            for i in idxs:
-                if kept:
-                    a, b = self.ops[kept[-1]], self.ops[i]
-                    if (a.deps == b.deps and a.cnt + b.cnt <= MAX_CNT
-                            and b.src == (a.src[0], a.src[1] + a.cnt) and b.dst == (a.dst[0], a.dst[1] + a.cnt)):
-                        a.cnt += b.cnt
-                        b.alive = False
-                        replaced[i] = kept[-1]
-                        continue
-                kept.append(i)
-            self.local_ops[rank] = kept
 
-        def find(i: int) -> int:
-            while i in replaced:
-                i = replaced[i]
-            return i
+def _local_copies(coll: Collective, layout: _Layout, tr: _Transfers):
+    """Local ``cpy`` ops: (rank, chunk, src loc, dst loc, time), ordered by chunk then rank."""
+    if coll.is_reduction:
+        chunks, ranks, slots = destination_pairs(coll)
+        nch = chunk_count(coll)
+        copy = ~tr.reduce
+        got_copy = np.zeros(coll.num_ranks * nch, dtype=bool)
+        got_copy[tr.dst[copy] * nch + tr.chunk[copy]] = True
+        last_reduce = np.zeros(coll.num_ranks * nch)
+        np.maximum.at(last_reduce, tr.dst[tr.reduce] * nch + tr.chunk[tr.reduce], tr.end[tr.reduce])
+        keep = ~got_copy[ranks * nch + chunks]
+        chunks, ranks, slots = chunks[keep], ranks[keep], slots[keep]
+        src, dst = layout.input(ranks, chunks), layout.output(ranks, slots)
+        time = last_reduce[ranks * nch + chunks]
+    else:
+        chunks = np.flatnonzero(valid_chunks(coll, np.arange(chunk_count(coll))))
+        ranks, in_slot = np.divmod(chunks, coll.input_chunks)
+        slots = destination_slot(coll, ranks, chunks)
+        keep = slots >= 0
+        chunks, ranks, slots, in_slot = chunks[keep], ranks[keep], slots[keep], in_slot[keep]
+        src, dst = layout.input(ranks, in_slot), layout.output(ranks, slots)
+        time = np.full(len(chunks), -1.0)
+    differ = (src[0] != dst[0]) | (src[1] != dst[1])
+    return (ranks[differ], chunks[differ], src[0][differ], src[1][differ], dst[0][differ], dst[1][differ],
+            time[differ])
 
-        for i, op in enumerate(self.ops):
-            if op.alive:
-                op.deps = {find(d) for d in op.deps} - {i}
 
-    # ---- threadblocks -----------------------------------------------------------------------
-    def assign(self) -> dict[int, tuple]:
-        """Op -> threadblock key, splitting connections over channels until every tb fits."""
-        base = max((conn[2] for conn in self.conn_ops), default=0) + 1
-        split = {conn: 1 for conn in self.conn_ops}
-        for _ in range(64):
-            tb_of: dict[int, tuple] = {}
-            position: dict[int, int] = {}
-            members: dict[tuple, list[int]] = defaultdict(list)
-            for conn, pairs in self.conn_ops.items():
-                src, dst, chan = conn
-                m = split[conn]
-                for k, (s, r) in enumerate(pairs):
-                    ch = chan + (k % m) * base
-                    for op, key in ((s, (src, "send", ch, dst)), (r, (dst, "recv", ch, src))):
-                        tb_of[op] = key
-                        position[op] = len(members[key])
-                        members[key].append(op)
-            for rank, idxs in self.local_ops.items():
-                count, part = 0, 0
-                for i in idxs:
-                    need = 1 + max(0, len(self.ops[i].deps) - 1)
-                    if count and count + need > self.max_steps:
-                        part, count = part + 1, 0
-                    key = (rank, "local", 0, part)
-                    tb_of[i] = key
-                    position[i] = len(members[key])
-                    members[key].append(i)
-                    count += need
-            # Count steps (with nops) per tb.
-            over: dict[tuple[int, int, int], int] = {}
-            for key, ops in members.items():
-                steps = sum(1 + max(0, len(self._effective_deps(op, tb_of, position)) - 1) for op in ops)
-                if steps > self.max_steps and key[1] != "local":
-                    op = self.ops[ops[0]]
-                    over[op.conn] = max(over.get(op.conn, 0), steps)
-            if not over:
-                self.tb_of, self.position, self.members = tb_of, position, members
-                return tb_of
-            for conn, steps in over.items():
-                m = split[conn]
-                split[conn] = max(m + 1, math.ceil(m * steps / self.max_steps))
-                if conn[2] + (split[conn] - 1) * base >= MAX_CHANNELS:
-                    raise SynthError(
-                        f"lowering: connection {conn[0]}->{conn[1]} needs {len(self.conn_ops[conn])} steps, more than "
-                        f"{MAX_CHANNELS} channels of {self.max_steps} steps hold; use a smaller --chunks")
-        raise SynthError("lowering: could not fit the threadblocks within the MSCCL step limit; use a smaller --chunks")
+def build_ops(coll: Collective, layout: _Layout, tr: _Transfers) -> tuple[_Ops, np.ndarray]:
+    """All ops (send 2i, receive 2i+1, then local copies) and the scratch slots used per rank."""
+    arrival = _arrival_order(tr)
+    place = _reduction_placement if coll.is_reduction else _copy_placement
+    (s_code, s_off), (r_code, r_off), scratch = place(coll, layout, tr, arrival)
+    l_rank, l_chunk, l_sb, l_so, l_db, l_do, l_time = _local_copies(coll, layout, tr)
+    # a receive's "src" is the sender's location (its own accumulator for rrc), as msccl-tools writes it
+    rs_code = np.where(tr.reduce, r_code, s_code)
+    rs_off = np.where(tr.reduce, r_off, s_off)
+    nl = len(l_rank)
+    ops = _Ops(
+        rank=np.concatenate([_interleave(tr.src, tr.dst), l_rank]),
+        kind=np.concatenate([np.tile([SEND, RECV], len(tr)), np.full(nl, LOCAL)]).astype(np.int64),
+        type=np.concatenate([_interleave(np.full(len(tr), T_SEND), np.where(tr.reduce, T_RRC, T_RECV)),
+                             np.full(nl, T_CPY)]).astype(np.int64),
+        src_buf=np.concatenate([_interleave(s_code, rs_code), l_sb]),
+        src_off=np.concatenate([_interleave(s_off, rs_off), l_so]),
+        dst_buf=np.concatenate([_interleave(r_code, r_code), l_db]),
+        dst_off=np.concatenate([_interleave(r_off, r_off), l_do]),
+        time=np.concatenate([_interleave(tr.start, tr.end), l_time]),
+        local_chunk=l_chunk,
+    )
+    return ops, scratch
 
-    def _effective_deps(self, op: int, tb_of: dict[int, tuple], position: dict[int, int]) -> list[int]:
-        """Cross-tb dependencies, keeping only the latest one per threadblock."""
-        mine = tb_of[op]
-        latest: dict[tuple, int] = {}
-        for d in self.ops[op].deps:
-            key = tb_of[d]
-            if key == mine:
-                if position[d] > position[op]:
-                    raise SynthError(f"lowering: rank {self.ops[op].rank} has a threadblock that waits on its own "
-                                     "later step (the schedule's order is inconsistent)")
+
+# ---------------------------------------------------------------------------------------------
+# dependencies from buffer accesses
+# ---------------------------------------------------------------------------------------------
+def _accesses(ops: _Ops, tr: _Transfers):
+    """Every buffer access: (op, rank, buffer, offset, time, reads, writes, chunk), in op order
+    (a local copy reads its source, then writes its destination)."""
+    t = len(tr)
+    nl = len(ops) - 2 * t
+    local = np.arange(2 * t, len(ops))
+    op = np.concatenate([np.arange(2 * t), _interleave(local, local)])
+    # send reads its src; receive writes its dst (rrc reads it too); a copy reads src then writes dst
+    use_dst = np.concatenate([np.tile([False, True], t), np.tile([False, True], nl)])
+    buf = np.where(use_dst, ops.dst_buf[op], ops.src_buf[op])
+    off = np.where(use_dst, ops.dst_off[op], ops.src_off[op])
+    writes = use_dst
+    reads = ~use_dst | (ops.type[op] == T_RRC)
+    chunk = np.concatenate([np.repeat(tr.chunk, 2), np.repeat(ops.local_chunk, 2)])
+    return op, ops.rank[op], buf, off, ops.time[op], reads, writes, chunk
+
+
+def dependencies(coll: Collective, layout: _Layout, ops: _Ops, tr: _Transfers) -> tuple[np.ndarray, np.ndarray]:
+    """RAW / WAW / WAR dependency edges (op, op it waits for) from the access order of every slot:
+    by time, writes before reads at equal times, then in op order. Raises on reads of a slot that
+    does not hold the chunk (not arrived yet, or overwritten in place)."""
+    op, rank, buf, off, time, reads, writes, chunk = _accesses(ops, tr)
+    if len(op) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    width = int(off.max()) + 1
+    slot = (rank * 3 + buf) * width + off
+    order = np.lexsort((np.arange(len(op)), ~writes, time, slot))
+    slot, op, rank, buf, off = slot[order], op[order], rank[order], buf[order], off[order]
+    reads, writes, chunk = reads[order], writes[order], chunk[order]
+    first = _group_starts(slot)
+    idx = np.arange(len(op))
+    start = np.maximum.accumulate(np.where(first, idx, 0))
+    end = np.empty(len(op), dtype=np.int64)                 # one past the group's last access
+    starts = np.flatnonzero(first)
+    end[:] = np.repeat(np.append(starts[1:], len(op)), np.diff(np.append(starts, len(op))))
+    last_write = np.maximum.accumulate(np.where(writes, idx, -1))
+    prev_write = np.concatenate([[-1], last_write[:-1]])
+    prev_write[prev_write < start] = -1
+    holds = np.where(prev_write >= 0, chunk[np.maximum(prev_write, 0)],
+                     initial_holds(coll, layout, rank, buf, off))
+    _check_reads(reads, holds, chunk, first, order, rank, buf, off)
+    raw = prev_write >= 0
+    next_write = np.minimum.accumulate(np.where(writes, idx, len(op))[::-1])[::-1]
+    next_write = np.concatenate([next_write[1:], [len(op)]])
+    war = reads & ~writes & (next_write < end)
+    waiter = np.concatenate([op[raw], op[next_write[war]]])
+    waited = np.concatenate([op[prev_write[raw]], op[war]])
+    return waiter, waited
+
+
+def _check_reads(reads, holds, chunk, first, order, rank, buf, off) -> None:
+    """Raise for the first bad read (slots in order of first access, then access order)."""
+    bad = reads & (holds != chunk)
+    if not bad.any():
+        return
+    group = np.cumsum(first) - 1
+    first_touch = np.minimum.reduceat(order, np.flatnonzero(first))[group]
+    p = np.flatnonzero(bad)[np.lexsort((np.flatnonzero(bad), first_touch[bad]))[0]]
+    if holds[p] < 0:
+        raise SynthError(f"schedule sends chunk {chunk[p]} from rank {rank[p]} before it arrives there")
+    raise SynthError(f"lowering: rank {rank[p]} slot {BUFFERS[buf[p]]}[{off[p]}] holds chunk {holds[p]} when chunk "
+                     f"{chunk[p]} is read from it (in-place buffer conflict)")
+
+
+# ---------------------------------------------------------------------------------------------
+# merging
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class _Merged:
+    """After merging: ``rep[op]`` = the op it was merged into (itself if it survives), ``cnt`` of
+    survivors, the connection chains (sends in connection order) and the local copies per rank."""
+
+    rep: np.ndarray
+    cnt: np.ndarray
+    conn_src: np.ndarray       # per surviving send, in (connection, order) order
+    conn_dst: np.ndarray
+    conn_chan: np.ndarray
+    conn_id: np.ndarray        # dense connection id per surviving send
+    conn_index: np.ndarray     # k: index of the send within its connection
+    sends: np.ndarray          # surviving send ops in that order
+    locals_by_rank: dict[int, list[int]]
+
+
+def _merge_sends(ops: _Ops, tr: _Transfers, rep: np.ndarray, cnt: np.ndarray):
+    """Chain grouped sends that are consecutive on a connection and contiguous at both ends."""
+    t = len(tr)
+    send = 2 * np.arange(t)
+    order = np.lexsort((send, ops.src_off[send], tr.group, tr.start, tr.channel, tr.dst, tr.src))
+    s, r = send[order], send[order] + 1
+    conn = (tr.src[order], tr.dst[order], tr.channel[order])
+    new_conn = _group_starts(conn[0]) | _group_starts(conn[1]) | _group_starts(conn[2])
+    grp, red = tr.group[order], tr.reduce[order]
+
+    def follows(buf: np.ndarray, off: np.ndarray) -> np.ndarray:
+        b, o = buf[:-1], off[:-1]
+        return (buf[1:] == b) & (off[1:] == o + 1)
+
+    joins = np.zeros(len(s), dtype=bool)
+    if len(s) > 1:
+        joins[1:] = (~new_conn[1:] & (grp[1:] >= 0) & (grp[1:] == grp[:-1]) & (red[1:] == red[:-1])
+                     & follows(ops.src_buf[s], ops.src_off[s]) & follows(ops.dst_buf[r], ops.dst_off[r])
+                     & follows(ops.src_buf[r], ops.src_off[r]))
+    run_pos = _rank_in_group(~joins)
+    head = ~joins | (run_pos % MAX_CNT == 0)            # cnt < 72: long runs restart every 71
+    head_idx = np.maximum.accumulate(np.where(head, np.arange(len(s)), 0))
+    rep[s], rep[r] = s[head_idx], r[head_idx]
+    counts = np.bincount(head_idx, minlength=len(s))
+    cnt[s[head]], cnt[r[head]] = counts[head], counts[head]
+    kept = np.flatnonzero(head)
+    conn_id = np.cumsum(new_conn) - 1
+    k = _rank_in_group(new_conn[kept])                  # a connection's first send always survives
+    return s[kept], conn[0][kept], conn[1][kept], conn[2][kept], conn_id[kept], k
+
+
+def _merge_locals(ops: _Ops, t: int, raw_deps: dict[int, frozenset[int]], rep: np.ndarray,
+                  cnt: np.ndarray) -> dict[int, list[int]]:
+    """Merge contiguous local copies of a rank (by time, source) that wait on the same ops."""
+    local = np.arange(2 * t, len(ops))
+    order = local[np.lexsort((local, ops.src_off[local], ops.src_buf[local], ops.time[local], ops.rank[local]))]
+    by_rank: dict[int, list[int]] = {}
+    empty: frozenset[int] = frozenset()
+    rank, sb, so, db, do = (a.tolist() for a in (ops.rank, ops.src_buf, ops.src_off, ops.dst_buf, ops.dst_off))
+    for i in order.tolist():
+        kept = by_rank.setdefault(rank[i], [])
+        if kept:
+            a = kept[-1]
+            n = int(cnt[a])
+            if (raw_deps.get(a, empty) == raw_deps.get(i, empty) and n + 1 <= MAX_CNT
+                    and sb[i] == sb[a] and so[i] == so[a] + n and db[i] == db[a] and do[i] == do[a] + n):
+                cnt[a] += 1
+                rep[i] = a
                 continue
-            if key not in latest or position[d] > position[latest[key]]:
-                latest[key] = d
-        return sorted(latest.values(), key=lambda d: (str(tb_of[d]), position[d]))
+        kept.append(i)
+    return by_rank
 
-    # ---- emit ---------------------------------------------------------------------------------
-    def emit(self, name: str) -> Program:
-        coll = self.coll
-        eff = {op: self._effective_deps(op, self.tb_of, self.position) for op in self.tb_of}
-        depended = {d for deps in eff.values() for d in deps}
-        kind_order = {"send": 0, "recv": 1, "local": 2}
-        gpus: list[Gpu] = []
-        nchannels = 1
-        per_rank: dict[int, list[tuple]] = defaultdict(list)
-        for key in self.members:
-            per_rank[key[0]].append(key)
-        for rank in range(coll.num_ranks):
-            keys = per_rank.get(rank, [])
-            # Depended-on threadblocks first so their ids stay within MSCCL's limit.
-            keys.sort(key=lambda k: (0 if any(op in depended for op in self.members[k]) else 1,
-                                     k[2], kind_order[k[1]], k[3]))
-            tb_id = {k: i for i, k in enumerate(keys)}
-            # Step index of every op after nop insertion.
-            step_index: dict[int, int] = {}
-            for k in keys:
-                s = 0
-                for op in self.members[k]:
-                    s += max(0, len(eff[op]) - 1)
-                    step_index[op] = s
-                    s += 1
-            tbs: list[Threadblock] = []
-            for k in keys:
-                steps: list[Step] = []
-                for op in self.members[k]:
-                    deps = eff[op]
-                    for d in deps[1:]:
-                        steps.append(Step("nop", "i", 0, "o", 0, 0, tb_id[self.tb_of[d]], step_index[d], False))
-                    o = self.ops[op]
-                    first = deps[0] if deps else None
-                    steps.append(Step(o.type, o.src[0], o.src[1], o.dst[0], o.dst[1], o.cnt,
-                                      tb_id[self.tb_of[first]] if first is not None else -1,
-                                      step_index[first] if first is not None else -1,
-                                      op in depended))
-                    if op in depended and tb_id[k] > MAX_DEP_TB:
-                        raise SynthError(f"lowering: rank {rank} needs more than {MAX_DEP_TB + 1} depended-on "
-                                         "threadblocks (MSCCL limit); use a smaller --chunks or fewer channels")
-                send = k[3] if k[1] == "send" else -1
-                recv = k[3] if k[1] == "recv" else -1
-                tbs.append(Threadblock(tb_id[k], send, recv, k[2], tuple(steps)))
-                nchannels = max(nchannels, k[2] + 1)
-            i_chunks = 0 if coll.alias(rank, "i") else coll.input_chunks
-            o_chunks = 0 if coll.alias(rank, "o") else coll.output_chunks
-            gpus.append(Gpu(rank, i_chunks, o_chunks, self.scratch_next.get(rank, 0), tuple(tbs)))
-        sched = self.schedule
-        size = float(sched.size_bytes) if sched.size_bytes else None
-        return Program(
-            name=name,
-            collective=coll.name,
-            num_ranks=coll.num_ranks,
-            gpus=tuple(gpus),
-            inplace=coll.inplace,
-            nchannels=nchannels,
-            nchunksperloop=max(1, max((max(g.i_chunks, g.o_chunks) for g in gpus), default=1)),
-            root=coll.root,
-            topology=sched.topology or None,
-            chunk_factor=coll.chunk_factor,
-            size_bytes=size,
-            chunk_bytes=coll.chunk_bytes(size) if size else None,
-            predicted_time_us=float(sched.predicted_time_us or sched.makespan),
-            extra={"method": sched.method} if sched.method else {},
-        )
+
+def merge(ops: _Ops, tr: _Transfers, waiter: np.ndarray, waited: np.ndarray) -> tuple[_Merged, np.ndarray, np.ndarray]:
+    """Merge ops and carry the dependency edges over to the survivors (deduplicated, no self-edges)."""
+    t = len(tr)
+    rep = np.arange(len(ops))
+    cnt = np.ones(len(ops), dtype=np.int64)
+    sends, src, dst, chan, conn_id, k = _merge_sends(ops, tr, rep, cnt)
+    is_local = waiter >= 2 * t
+    raw: dict[int, set[int]] = {}
+    for a, b in zip(waiter[is_local].tolist(), waited[is_local].tolist(), strict=True):
+        raw.setdefault(a, set()).add(b)
+    locals_by_rank = _merge_locals(ops, t, {a: frozenset(b) for a, b in raw.items()}, rep, cnt)
+    a, b = rep[waiter], rep[waited]
+    keep = a != b
+    edges = np.unique(np.stack([a[keep], b[keep]], axis=1), axis=0) if keep.any() else np.zeros((0, 2), np.int64)
+    merged = _Merged(rep, cnt, src, dst, chan, conn_id, k, sends, locals_by_rank)
+    return merged, edges[:, 0], edges[:, 1]
+
+
+# ---------------------------------------------------------------------------------------------
+# threadblocks
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class _Assignment:
+    """Threadblock of every surviving op: ``tb[op]`` indexes ``keys`` (-1 for merged-away ops);
+    ``position[op]`` is its index in the threadblock; ``keys`` are (rank, kind, chan, peer/part)."""
+
+    tb: np.ndarray
+    position: np.ndarray
+    keys: list[tuple[int, int, int, int]]
+    conn_of_tb: np.ndarray      # connection id of each tb (-1 for local tbs)
+
+
+def _place(ops: _Ops, m: _Merged, split: np.ndarray, base: int, deps_count: np.ndarray, max_steps: int) -> _Assignment:
+    """Threadblocks for a given per-connection split (round-robin over ``chan + j * base``)."""
+    nsend = len(m.sends)
+    ways = split[m.conn_id]
+    ch = m.conn_chan + (m.conn_index % ways) * base
+    pos = m.conn_index // ways
+    # local copies: a rank's copies fill local threadblocks of at most max_steps steps (nops included)
+    l_ops, l_rank, l_part, l_pos = [], [], [], []
+    for rank, idxs in m.locals_by_rank.items():
+        count, part, p = 0, 0, 0
+        for i in idxs:
+            need = 1 + max(0, int(deps_count[i]) - 1)
+            if count and count + need > max_steps:
+                part, count, p = part + 1, 0, 0
+            l_ops.append(i), l_rank.append(rank), l_part.append(part), l_pos.append(p)
+            count += need
+            p += 1
+    op = np.concatenate([m.sends, m.sends + 1, np.array(l_ops, dtype=np.int64)])
+    rank = np.concatenate([m.conn_src, m.conn_dst, np.array(l_rank, dtype=np.int64)])
+    kind = np.concatenate([np.full(nsend, SEND), np.full(nsend, RECV), np.full(len(l_ops), LOCAL)])
+    chan = np.concatenate([ch, ch, np.zeros(len(l_ops), dtype=np.int64)])
+    peer = np.concatenate([m.conn_dst, m.conn_src, np.array(l_part, dtype=np.int64)])
+    position = np.concatenate([pos, pos, np.array(l_pos, dtype=np.int64)])
+    conn = np.concatenate([m.conn_id, m.conn_id, np.full(len(l_ops), -1)])
+    wide = int(max(chan.max(initial=0), 0)) + 1
+    far = int(max(peer.max(initial=0), rank.max(initial=0))) + 1
+    code = ((rank * 3 + kind) * wide + chan) * far + peer
+    uniq, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    tb = np.full(len(ops), -1, dtype=np.int64)
+    tb[op] = inverse.ravel()
+    at = np.full(len(ops), -1, dtype=np.int64)
+    at[op] = position
+    keys = list(zip(*(a[first].tolist() for a in (rank, kind, chan, peer)), strict=True))
+    return _Assignment(tb, at, keys, conn[first])
+
+
+def effective_deps(a: _Assignment, waiter: np.ndarray, waited: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cross-threadblock dependencies, keeping only the latest op per threadblock waited on, ordered
+    per waiter by the threadblock key's text (as the reference implementation sorted them).
+    Returns (waiter, waited) sorted by waiter, then that order."""
+    ta, tb = a.tb[waiter], a.tb[waited]
+    same = ta == tb
+    late = same & (a.position[waited] > a.position[waiter])
+    if late.any():
+        rank = a.keys[ta[np.flatnonzero(late)[0]]][0]
+        raise SynthError(f"lowering: rank {rank} has a threadblock that waits on its own "
+                         "later step (the schedule's order is inconsistent)")
+    w, d, t = waiter[~same], waited[~same], tb[~same]
+    text = np.argsort(np.argsort([str((k[0], KIND_NAMES[k[1]], k[2], k[3])) for k in a.keys], kind="stable"))
+    order = np.lexsort((a.position[d], t, w))
+    w, d, t = w[order], d[order], t[order]
+    last = np.ones(len(w), dtype=bool)
+    last[:-1] = (w[1:] != w[:-1]) | (t[1:] != t[:-1])      # latest op per (waiter, tb)
+    w, d, t = w[last], d[last], t[last]
+    order = np.lexsort((text[t] if len(t) else t, w))
+    return w[order], d[order]
+
+
+def assign(ops: _Ops, m: _Merged, waiter: np.ndarray, waited: np.ndarray, max_steps: int) -> _Assignment:
+    """Split connections over channels until every send/receive threadblock fits ``max_steps``."""
+    nconn = int(m.conn_id.max(initial=-1)) + 1
+    base = int(m.conn_chan.max(initial=0)) + 1
+    split = np.ones(nconn, dtype=np.int64)
+    deps_count = np.bincount(waiter, minlength=len(ops))
+    chan_of_conn = np.zeros(nconn, dtype=np.int64)
+    chan_of_conn[m.conn_id] = m.conn_chan
+    first_send = np.full(nconn, np.iinfo(np.int64).max)
+    np.minimum.at(first_send, m.conn_id, m.sends)
+    for _ in range(64):
+        a = _place(ops, m, split, base, deps_count, max_steps)
+        w, _ = effective_deps(a, waiter, waited)
+        nops = np.maximum(np.bincount(w, minlength=len(ops)) - 1, 0)
+        alive = a.tb >= 0
+        steps = np.bincount(a.tb[alive], weights=1 + nops[alive], minlength=len(a.keys))
+        over = (steps > max_steps) & (a.conn_of_tb >= 0)
+        if not over.any():
+            return a
+        need = np.zeros(nconn)
+        np.maximum.at(need, a.conn_of_tb[over], steps[over])
+        # connections in order of their first transfer (which one an error names)
+        for conn in sorted(np.flatnonzero(need).tolist(), key=lambda c: first_send[c]):
+            ways = int(split[conn])
+            split[conn] = max(ways + 1, math.ceil(ways * need[conn] / max_steps))
+            if chan_of_conn[conn] + (split[conn] - 1) * base >= MAX_CHANNELS:
+                i = int(np.flatnonzero(m.conn_id == conn)[0])
+                total = int((m.conn_id == conn).sum())
+                raise SynthError(
+                    f"lowering: connection {m.conn_src[i]}->{m.conn_dst[i]} needs {total} steps, more than "
+                    f"{MAX_CHANNELS} channels of {max_steps} steps hold; use a smaller --chunks")
+    raise SynthError("lowering: could not fit the threadblocks within the MSCCL step limit; use a smaller --chunks")
+
+
+# ---------------------------------------------------------------------------------------------
+# emit
+# ---------------------------------------------------------------------------------------------
+def emit(coll: Collective, schedule: Schedule, ops: _Ops, m: _Merged, a: _Assignment, waiter: np.ndarray,
+         waited: np.ndarray, scratch: np.ndarray, name: str) -> Program:
+    """Number threadblocks per rank (depended-on ones first), place nops, build the Program."""
+    w, d = effective_deps(a, waiter, waited)
+    ntb = len(a.keys)
+    keys = np.array(a.keys, dtype=np.int64).reshape(-1, 4)
+    depended = np.zeros(len(ops), dtype=bool)
+    depended[d] = True
+    alive = np.flatnonzero(a.tb >= 0)
+    tb_depended = np.zeros(ntb, dtype=bool)
+    tb_depended[a.tb[alive[depended[alive]]]] = True
+    # threadblock ids per rank: depended-on first (MSCCL's id limit), then channel, kind, peer
+    tb_order = np.lexsort((keys[:, 3], keys[:, 1], keys[:, 2], ~tb_depended, keys[:, 0])) if ntb else np.zeros(0, int)
+    tb_id = np.empty(ntb, dtype=np.int64)
+    tb_id[tb_order] = _rank_in_group(_group_starts(keys[tb_order, 0])) if ntb else tb_order
+    # step index of every op after nop insertion
+    n_deps = np.bincount(w, minlength=len(ops))
+    nops = np.maximum(n_deps - 1, 0)
+    members = alive[np.lexsort((a.position[alive], a.tb[alive]))]
+    width = 1 + nops[members]
+    tb_first = _group_starts(a.tb[members])
+    csum = np.cumsum(width)
+    before = csum - width
+    run_base = np.maximum.accumulate(np.where(tb_first, before, 0))
+    step_index = np.full(len(ops), -1, dtype=np.int64)
+    step_index[members] = before - run_base + nops[members]
+    too_far = depended[members] & (tb_id[a.tb[members]] > MAX_DEP_TB)
+    if too_far.any():
+        rank = int(ops.rank[members[np.flatnonzero(too_far)[0]]])
+        raise SynthError(f"lowering: rank {rank} needs more than {MAX_DEP_TB + 1} depended-on "
+                         "threadblocks (MSCCL limit); use a smaller --chunks or fewer channels")
+    steps_of_tb = _build_steps(ops, m, a, members, w, d, tb_id, step_index, depended)
+    per_rank: list[list[Threadblock]] = [[] for _ in range(coll.num_ranks)]
+    for t in tb_order.tolist():
+        rank, kind, chan, peer = a.keys[t]
+        send = peer if kind == SEND else -1
+        recv = peer if kind == RECV else -1
+        per_rank[rank].append(Threadblock(int(tb_id[t]), send, recv, chan, steps_of_tb[t]))
+    nchannels = max(1, int(keys[:, 2].max(initial=0)) + 1) if ntb else 1
+    gpus = []
+    for rank in range(coll.num_ranks):
+        i_chunks = 0 if coll.alias(rank, "i") else coll.input_chunks
+        o_chunks = 0 if coll.alias(rank, "o") else coll.output_chunks
+        gpus.append(Gpu(rank, i_chunks, o_chunks, int(scratch[rank]), tuple(per_rank[rank])))
+    size = float(schedule.size_bytes) if schedule.size_bytes else None
+    return Program(
+        name=name,
+        collective=coll.name,
+        num_ranks=coll.num_ranks,
+        gpus=tuple(gpus),
+        inplace=coll.inplace,
+        nchannels=nchannels,
+        nchunksperloop=max(1, max((max(g.i_chunks, g.o_chunks) for g in gpus), default=1)),
+        root=coll.root,
+        topology=schedule.topology or None,
+        chunk_factor=coll.chunk_factor,
+        size_bytes=size,
+        chunk_bytes=coll.chunk_bytes(size) if size else None,
+        predicted_time_us=float(schedule.predicted_time_us or schedule.makespan),
+        extra={"method": schedule.method} if schedule.method else {},
+    )
+
+
+def _build_steps(ops: _Ops, m: _Merged, a: _Assignment, members: np.ndarray, w: np.ndarray, d: np.ndarray,
+                 tb_id: np.ndarray, step_index: np.ndarray, depended: np.ndarray) -> list[tuple[Step, ...]]:
+    """The Step tuples of every threadblock (index = tb), nops before the step they guard."""
+    dep_start = np.searchsorted(w, members)
+    dep_stop = np.searchsorted(w, members, side="right")
+    dep_tb = tb_id[a.tb[d]].tolist()
+    dep_step = step_index[d].tolist()
+    out: list[list[Step]] = [[] for _ in range(len(a.keys))]
+    # Steps are frozen and many repeat (same offsets and dependency on other ranks): share them.
+    cache: dict[tuple, Step] = {}
+    cols = zip(members.tolist(), a.tb[members].tolist(), dep_start.tolist(), dep_stop.tolist(),
+               ops.type[members].tolist(), ops.src_buf[members].tolist(), ops.src_off[members].tolist(),
+               ops.dst_buf[members].tolist(), ops.dst_off[members].tolist(), m.cnt[members].tolist(),
+               depended[members].tolist(), strict=True)
+    for _op, t, lo, hi, typ, sb, so, db, do, cnt, hasdep in cols:
+        steps = out[t]
+        for j in range(lo + 1, hi):
+            key = (-1, dep_tb[j], dep_step[j])
+            nop = cache.get(key)
+            if nop is None:
+                nop = cache[key] = Step("nop", "i", 0, "o", 0, 0, key[1], key[2], False)
+            steps.append(nop)
+        depid, deps = (dep_tb[lo], dep_step[lo]) if hi > lo else (-1, -1)
+        key = (typ, sb, so, db, do, cnt, depid, deps, hasdep)
+        step = cache.get(key)
+        if step is None:
+            step = cache[key] = Step(OP_TYPES[typ], BUFFERS[sb], so, BUFFERS[db], do, cnt, depid, deps, hasdep)
+        steps.append(step)
+    return [tuple(s) for s in out]
 
 
 def lower(schedule: Schedule, *, name: str | None = None, max_steps_per_tb: int = 64) -> Program:
@@ -438,12 +782,24 @@ def lower(schedule: Schedule, *, name: str | None = None, max_steps_per_tb: int 
     """
     if max_steps_per_tb < 2:
         raise SynthError("max_steps_per_tb must be at least 2")
-    state = _Lowering(schedule, max_steps_per_tb)
-    state.build()
-    state.dependencies()
-    state.merge()
-    state.assign()
-    coll = schedule.collective
-    default = f"{coll.name}-{schedule.method or 'schedule'}-{schedule.topology or 'topology'}"
-    return state.emit(name or default)
+    # millions of small arrays and Steps: the cyclic GC would rescan them over and over
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _lower(schedule, name, max_steps_per_tb)
+    finally:
+        if enabled:
+            gc.enable()
 
+
+def _lower(schedule: Schedule, name: str | None, max_steps_per_tb: int) -> Program:
+    coll = schedule.collective
+    tr = _Transfers.of(schedule)
+    tr.check(coll)
+    layout = _Layout.of(coll)
+    ops, scratch = build_ops(coll, layout, tr)
+    waiter, waited = dependencies(coll, layout, ops, tr)
+    merged, waiter, waited = merge(ops, tr, waiter, waited)
+    assignment = assign(ops, merged, waiter, waited, max_steps_per_tb)
+    default = f"{coll.name}-{schedule.method or 'schedule'}-{schedule.topology or 'topology'}"
+    return emit(coll, schedule, ops, merged, assignment, waiter, waited, scratch, name or default)
