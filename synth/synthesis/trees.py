@@ -625,42 +625,58 @@ PIPELINE_GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 
 def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest], size_bytes: float, best,
                   chunks: int, messages: int, deadline: float | None):
-    """Hill-climb the pipeline depth ``P`` (messages per tree) on :data:`PIPELINE_GRID`, timing each
-    candidate with the list schedule (the closed form is rough about fill and drain), while
-    schedules are cheap and the time limit allows; returns (best timed, chunks, messages, trials)."""
-    k = chunks // messages
-    timed = {messages: best[1]}
+    """Search the pipeline depth, timing each candidate with the list schedule (the closed form is
+    rough about fill and drain), while schedules are cheap and the time limit allows.
 
-    def feasible(p: int) -> bool:
-        jobs_estimate = p * sum(len(t.edges) for f in plans for t in f.trees)
-        return (k * p <= MAX_CHUNKS and jobs_estimate <= REFINE_JOBS
-                and _steps_per_pair(plans, p) <= MAX_CHANNELS * MAX_STEPS_PER_TB)
+    Two message shapes are tried, each hill-climbed on :data:`PIPELINE_GRID`: ``P`` messages per
+    distinct tree (``C = k·P`` chunks per root; a tree of multiplicity ``m`` sends messages of
+    ``m`` chunks), and one chunk per message (``C = k·P``; a tree of multiplicity ``m`` sends
+    ``m·P`` equal messages, so every link pays α in proportion to its bytes, not to the number of
+    trees crossing it). Returns (best timed, chunks, messages or None, candidates timed).
+    """
+    k = chunks // messages
+    timed: dict[tuple[bool, int], float] = {(True, messages): best[1]}
+    choice = (True, messages)
+    last_trial = 0.0
+
+    def feasible(per_tree: bool, p: int) -> bool:
+        if k * p > MAX_CHUNKS:
+            return False
+        per_edge = (lambda t: p) if per_tree else (lambda t: t.mult * p)
+        jobs_estimate = sum(per_edge(t) * len(t.edges) for f in plans for t in f.trees)
+        load: dict[tuple[int, int], int] = defaultdict(int)
+        for f in plans:
+            for t in f.trees:
+                for edge in t.edges:
+                    load[edge] += per_edge(t)
+        return jobs_estimate <= REFINE_JOBS and max(load.values(), default=0) <= MAX_CHANNELS * MAX_STEPS_PER_TB
 
     def neighbours(p: int) -> list[int]:
         below = [g for g in PIPELINE_GRID if g < p]
         above = [g for g in PIPELINE_GRID if g > p]
         return below[-1:] + above[:1]
 
-    current = messages
-    last_trial = 0.0
-    while True:
-        moved = False
-        for p in neighbours(current):
-            if p in timed or not feasible(p):
-                continue
-            began = time.monotonic()
-            if deadline is not None and began + last_trial > deadline:   # the next one would not fit
-                return best, chunks, messages, len(timed) - 1
-            trial = _timed(topology, collective, plans, k * p, p, size_bytes, build=False)
-            last_trial = time.monotonic() - began
-            timed[p] = trial[1]
-            if trial[1] < best[1] * (1 - 1e-9):
-                best, chunks, messages = trial, k * p, p
-                moved = True
-        if not moved or messages == current:
-            break
-        current = messages
-    return best, chunks, messages, len(timed) - 1
+    for per_tree, first in ((True, messages), (False, 4)):
+        current = first
+        while True:
+            moved = False
+            for p in ([current] if (per_tree, current) not in timed else []) + neighbours(current):
+                if (per_tree, p) in timed or not feasible(per_tree, p):
+                    continue
+                began = time.monotonic()
+                if deadline is not None and began + last_trial > deadline:   # the next one would not fit
+                    return best, k * choice[1], choice[1] if choice[0] else None, len(timed) - 1
+                trial = _timed(topology, collective, plans, k * p, p if per_tree else None, size_bytes, build=False)
+                last_trial = time.monotonic() - began
+                timed[(per_tree, p)] = trial[1]
+                if trial[1] < best[1] * (1 - 1e-9):
+                    best, choice = trial, (per_tree, p)
+                    if p != current:
+                        moved = True
+            if not moved:
+                break
+            current = choice[1]
+    return best, k * choice[1], choice[1] if choice[0] else None, len(timed) - 1
 
 
 def _timed(topology: Topology, collective: Collective, plans: list[Forest], chunks: int, messages: int | None,
