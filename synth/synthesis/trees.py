@@ -692,7 +692,9 @@ def _timed(topology: Topology, collective: Collective, plans: list[Forest], chun
         jobs = _phase_jobs(coll, forest, phase, chunks, messages)
         if len(jobs.msg) > MAX_TRANSFERS:
             raise SynthError(f"--chunks {chunks} makes {len(jobs.msg)} transfers; use fewer chunks")
-        part, makespan = _timed_phase(jobs, forest, topology, chunk_bytes, offset, coll.is_reduction, build)
+        # each phase on its own channel: an allreduce's two phases fill a threadblock each
+        part, makespan = _timed_phase(jobs, forest, topology, chunk_bytes, offset, coll.is_reduction, build,
+                                      channel=phase)
         transfers += part
         offset += makespan
     return coll, offset, transfers
@@ -709,7 +711,7 @@ def _steps_per_pair(plans: list[Forest], messages: int) -> int:
 
 
 def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: float, offset: float,
-                 reducing: bool, build: bool = True) -> tuple[list[Transfer], float]:
+                 reducing: bool, build: bool = True, channel: int = 0) -> tuple[list[Transfer], float]:
     """Time one phase's broadcasts on its planning fabric; a reversed forest's schedule is then
     mirrored in time (t -> T - t) and direction: the broadcast becomes a reduction (or a gather)
     with the same makespan, and link serialization and data dependencies carry over."""
@@ -736,7 +738,7 @@ def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: f
         else:
             src, dst, route, red = jobs.src[i], jobs.dst[i], jobs.route[i], False
         for chunk in msg:
-            append(Transfer(s, e, chunk, src, dst, red, route, group=group))
+            append(Transfer(s, e, chunk, src, dst, red, route, channel, group))
     return out, makespan
 
 
