@@ -180,6 +180,8 @@ class Router:
 
 
 # ---- link reservations -----------------------------------------------------------------------------
+_PRUNE_AT = 16  # flat-list length past which a link's finished bookings are dropped (see _book)
+
 def _fit(bounds: list[float], s: float, dur: float) -> tuple[float, int]:
     """Earliest start ``>= s`` of a free span of length ``dur`` on one link, and the index at which
     the booking [start, start + dur) goes into ``bounds``.
@@ -199,40 +201,87 @@ def _fit(bounds: list[float], s: float, dur: float) -> tuple[float, int]:
     return s, p
 
 
+def _insert(bounds: list[float], p: int, start: float, end: float) -> None:
+    """Put booking [start, end) at index ``p`` of ``bounds`` (as found by :func:`_fit`), merged with
+    a booking that ends exactly at ``start`` or starts exactly at ``end``: back-to-back bookings
+    become one interval, so a saturated link is a single entry and the gap walk skips it at once."""
+    joins_prev = p > 0 and bounds[p - 1] == start
+    joins_next = p < len(bounds) and bounds[p] == end
+    if joins_prev:
+        if joins_next:
+            del bounds[p - 1:p + 1]
+        else:
+            bounds[p - 1] = end
+    elif joins_next:
+        bounds[p] = start
+    else:
+        bounds[p:p] = (start, end)
+
+
 def _book(booked: list[list[float]], link_free: list[float], links: tuple[int, ...], now: float,
           not_before: float, dur: float) -> tuple[float, float]:
     """Book [start, start + dur) on every link of ``links`` at the earliest ``start >= max(now,
     not_before)`` at which all of them are free (gap-aware: a booking may go before later ones).
 
     ``now`` is the current simulation time: no later booking can start before it, so bookings that
-    end by ``now`` are dropped first, which bounds the lists by the bookings still in the future.
+    end by ``now`` can be dropped; that is done once a list has grown past a few entries, which
+    bounds each list by the bookings still in the future plus a constant.
     """
-    for lid in links:
-        bounds = booked[lid]
-        q = bisect_right(bounds, now) & ~1
-        if q:
-            del bounds[:q]
     start = now if now >= not_before else not_before
-    if len(links) == 1:
-        bounds = booked[links[0]]
+    lists = [booked[lid] for lid in links]
+    for bounds in lists:
+        if len(bounds) > _PRUNE_AT:
+            q = bisect_right(bounds, now) & ~1
+            if q:
+                del bounds[:q]
+    if len(lists) == 1:
+        bounds = lists[0]
         start, p = _fit(bounds, start, dur)
         end = start + dur
-        bounds[p:p] = (start, end)
+        _insert(bounds, p, start, end)
         if end > link_free[links[0]]:
             link_free[links[0]] = end
         return start, end
-    moved = True
-    while moved:  # raise start until one pass over the route finds every link free at it
-        moved = False
-        for lid in links:
-            s, _ = _fit(booked[lid], start, dur)
-            if s > start:
-                start, moved = s, True
+    # Visit the links round-robin, raising start to each one's earliest fit, until every link in a
+    # row has accepted the same start (the fit on one link is _fit, inlined: this is the hot path).
+    k = len(lists)
+    places = [0] * k
+    i = accepted = 0
+    while accepted < k:
+        bounds = lists[i]
+        p = bisect_right(bounds, start)
+        n = len(bounds)
+        if p & 1:  # start is inside a booking: try its end
+            s = bounds[p]
+            p += 1
+        elif p < n and start + dur > bounds[p]:  # inside a gap too short: try the next booking's end
+            s = bounds[p + 1]
+            p += 2
+        else:  # free over [start, start + dur)
+            accepted += 1
+            places[i] = p
+            i = i + 1 if i + 1 < k else 0
+            continue
+        while p < n and s + dur > bounds[p]:
+            s = bounds[p + 1]
+            p += 2
+        start = s
+        accepted = 1
+        places[i] = p
+        i = i + 1 if i + 1 < k else 0
     end = start + dur
-    for lid in links:
-        bounds = booked[lid]
-        _, p = _fit(bounds, start, dur)
-        bounds[p:p] = (start, end)
+    for i in range(k):  # _insert, inlined
+        bounds, p = lists[i], places[i]
+        if p and bounds[p - 1] == start:
+            if p < len(bounds) and bounds[p] == end:
+                del bounds[p - 1:p + 1]
+            else:
+                bounds[p - 1] = end
+        elif p < len(bounds) and bounds[p] == end:
+            bounds[p] = start
+        else:
+            bounds[p:p] = (start, end)
+        lid = links[i]
         if end > link_free[lid]:
             link_free[lid] = end
     return start, end
