@@ -642,8 +642,10 @@ def effective_deps(a: _Assignment, waiter: np.ndarray, waited: np.ndarray) -> tu
     return w[order], d[order]
 
 
-def assign(ops: _Ops, m: _Merged, waiter: np.ndarray, waited: np.ndarray, max_steps: int) -> _Assignment:
-    """Split connections over channels until every send/receive threadblock fits ``max_steps``."""
+def assign(ops: _Ops, m: _Merged, waiter: np.ndarray, waited: np.ndarray,
+           max_steps: int) -> tuple[_Assignment, np.ndarray, np.ndarray]:
+    """Split connections over channels until every send/receive threadblock fits ``max_steps``.
+    Returns the assignment and its effective dependencies (see :func:`effective_deps`)."""
     nconn = int(m.conn_id.max(initial=-1)) + 1
     base = int(m.conn_chan.max(initial=0)) + 1
     split = np.ones(nconn, dtype=np.int64)
@@ -654,13 +656,13 @@ def assign(ops: _Ops, m: _Merged, waiter: np.ndarray, waited: np.ndarray, max_st
     np.minimum.at(first_send, m.conn_id, m.sends)
     for _ in range(64):
         a = _place(ops, m, split, base, deps_count, max_steps)
-        w, _ = effective_deps(a, waiter, waited)
+        w, d = effective_deps(a, waiter, waited)
         nops = np.maximum(np.bincount(w, minlength=len(ops)) - 1, 0)
         alive = a.tb >= 0
         steps = np.bincount(a.tb[alive], weights=1 + nops[alive], minlength=len(a.keys))
         over = (steps > max_steps) & (a.conn_of_tb >= 0)
         if not over.any():
-            return a
+            return a, w, d
         need = np.zeros(nconn)
         np.maximum.at(need, a.conn_of_tb[over], steps[over])
         # connections in order of their first transfer (which one an error names)
@@ -679,10 +681,10 @@ def assign(ops: _Ops, m: _Merged, waiter: np.ndarray, waited: np.ndarray, max_st
 # ---------------------------------------------------------------------------------------------
 # emit
 # ---------------------------------------------------------------------------------------------
-def emit(coll: Collective, schedule: Schedule, ops: _Ops, m: _Merged, a: _Assignment, waiter: np.ndarray,
-         waited: np.ndarray, scratch: np.ndarray, name: str) -> Program:
-    """Number threadblocks per rank (depended-on ones first), place nops, build the Program."""
-    w, d = effective_deps(a, waiter, waited)
+def emit(coll: Collective, schedule: Schedule, ops: _Ops, m: _Merged, a: _Assignment, w: np.ndarray,
+         d: np.ndarray, scratch: np.ndarray, name: str) -> Program:
+    """Number threadblocks per rank (depended-on ones first), place nops, build the Program.
+    ``w``/``d``: the effective dependencies (waiter, waited) of the assignment."""
     ntb = len(a.keys)
     keys = np.array(a.keys, dtype=np.int64).reshape(-1, 4)
     depended = np.zeros(len(ops), dtype=bool)
@@ -710,7 +712,7 @@ def emit(coll: Collective, schedule: Schedule, ops: _Ops, m: _Merged, a: _Assign
         rank = int(ops.rank[members[np.flatnonzero(too_far)[0]]])
         raise SynthError(f"lowering: rank {rank} needs more than {MAX_DEP_TB + 1} depended-on "
                          "threadblocks (MSCCL limit); use a smaller --chunks or fewer channels")
-    steps_of_tb = _build_steps(ops, m, a, members, w, d, tb_id, step_index, depended)
+    steps_of_tb = _build_steps(ops, m, a, members, w, d, tb_id, step_index, depended, nops)
     per_rank: list[list[Threadblock]] = [[] for _ in range(coll.num_ranks)]
     for t in tb_order.tolist():
         rank, kind, chan, peer = a.keys[t]
@@ -742,35 +744,56 @@ def emit(coll: Collective, schedule: Schedule, ops: _Ops, m: _Merged, a: _Assign
     )
 
 
+def _unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(rows, axis=0, return_inverse=True)``, fast: rows packed into one int64 key by
+    mixed radix when the columns' ranges allow (they do for any MSCCL-sized program)."""
+    if len(rows) == 0:
+        return rows, np.zeros(0, dtype=np.int64)
+    low = rows.min(axis=0)
+    radix = (rows.max(axis=0) - low + 1).tolist()
+    if math.prod(radix) >= 2**62:
+        uniq, inverse = np.unique(rows, axis=0, return_inverse=True)
+        return uniq, inverse.ravel()
+    key = np.zeros(len(rows), dtype=np.int64)
+    for col, r in enumerate(radix):
+        key = key * r + (rows[:, col] - low[col])
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    return rows[first], inverse.ravel()
+
+
 def _build_steps(ops: _Ops, m: _Merged, a: _Assignment, members: np.ndarray, w: np.ndarray, d: np.ndarray,
-                 tb_id: np.ndarray, step_index: np.ndarray, depended: np.ndarray) -> list[tuple[Step, ...]]:
-    """The Step tuples of every threadblock (index = tb), nops before the step they guard."""
-    dep_start = np.searchsorted(w, members)
-    dep_stop = np.searchsorted(w, members, side="right")
-    dep_tb = tb_id[a.tb[d]].tolist()
-    dep_step = step_index[d].tolist()
-    out: list[list[Step]] = [[] for _ in range(len(a.keys))]
-    # Steps are frozen and many repeat (same offsets and dependency on other ranks): share them.
-    cache: dict[tuple, Step] = {}
-    cols = zip(members.tolist(), a.tb[members].tolist(), dep_start.tolist(), dep_stop.tolist(),
-               ops.type[members].tolist(), ops.src_buf[members].tolist(), ops.src_off[members].tolist(),
-               ops.dst_buf[members].tolist(), ops.dst_off[members].tolist(), m.cnt[members].tolist(),
-               depended[members].tolist(), strict=True)
-    for _op, t, lo, hi, typ, sb, so, db, do, cnt, hasdep in cols:
-        steps = out[t]
-        for j in range(lo + 1, hi):
-            key = (-1, dep_tb[j], dep_step[j])
-            nop = cache.get(key)
-            if nop is None:
-                nop = cache[key] = Step("nop", "i", 0, "o", 0, 0, key[1], key[2], False)
-            steps.append(nop)
-        depid, deps = (dep_tb[lo], dep_step[lo]) if hi > lo else (-1, -1)
-        key = (typ, sb, so, db, do, cnt, depid, deps, hasdep)
-        step = cache.get(key)
-        if step is None:
-            step = cache[key] = Step(OP_TYPES[typ], BUFFERS[sb], so, BUFFERS[db], do, cnt, depid, deps, hasdep)
-        steps.append(step)
-    return [tuple(s) for s in out]
+                 tb_id: np.ndarray, step_index: np.ndarray, depended: np.ndarray,
+                 nops: np.ndarray) -> list[tuple[Step, ...]]:
+    """The Step tuples of every threadblock (index = tb), nops before the step they guard.
+
+    Every step is first one integer row (type, src, dst, cnt, depid, deps, hasdep), laid out in
+    threadblock order; identical rows (common: same offsets and dependency shape on every rank)
+    share one frozen :class:`Step`, so Python builds only the distinct ones."""
+    width = 1 + nops[members]
+    rows = np.zeros((int(width.sum()), 9), dtype=np.int64)
+    rows[:, 0], rows[:, 3] = len(OP_TYPES), O_BUF      # default: nop "i"[0] -> "o"[0], cnt 0
+    rows[:, 6:8] = -1
+    own = np.cumsum(width) - 1                           # row of each member's own step
+    rows[own, 0] = ops.type[members]
+    rows[own, 1], rows[own, 2] = ops.src_buf[members], ops.src_off[members]
+    rows[own, 3], rows[own, 4] = ops.dst_buf[members], ops.dst_off[members]
+    rows[own, 5], rows[own, 8] = m.cnt[members], depended[members]
+    # effective deps of each waiter (w sorted): the first goes in the step, the others in nops before it
+    own_of = np.zeros(len(ops), dtype=np.int64)
+    own_of[members] = own
+    k = _rank_in_group(_group_starts(w))
+    row = np.where(k == 0, own_of[w], own_of[w] - nops[w] + k - 1)
+    rows[row, 6], rows[row, 7] = tb_id[a.tb[d]], step_index[d]
+    uniq, inverse = _unique_rows(rows)
+    names = (*OP_TYPES, "nop")
+    shared = [Step(names[t], BUFFERS[sb], so, BUFFERS[db], do, cnt, depid, deps, bool(hasdep))
+              for t, sb, so, db, do, cnt, depid, deps, hasdep in uniq.tolist()]
+    table = np.empty(len(shared), dtype=object)
+    table[:] = shared
+    flat = table[inverse].tolist()
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(a.tb[members], weights=width, minlength=len(a.keys)))])
+    bounds = bounds.astype(np.int64).tolist()
+    return [tuple(flat[bounds[t]:bounds[t + 1]]) for t in range(len(a.keys))]
 
 
 def lower(schedule: Schedule, *, name: str | None = None, max_steps_per_tb: int = 64) -> Program:
@@ -800,6 +823,6 @@ def _lower(schedule: Schedule, name: str | None, max_steps_per_tb: int) -> Progr
     ops, scratch = build_ops(coll, layout, tr)
     waiter, waited = dependencies(coll, layout, ops, tr)
     merged, waiter, waited = merge(ops, tr, waiter, waited)
-    assignment = assign(ops, merged, waiter, waited, max_steps_per_tb)
+    assignment, waiter, waited = assign(ops, merged, waiter, waited, max_steps_per_tb)
     default = f"{coll.name}-{schedule.method or 'schedule'}-{schedule.topology or 'topology'}"
     return emit(coll, schedule, ops, merged, assignment, waiter, waited, scratch, name or default)
