@@ -420,14 +420,17 @@ def pack_arborescences(num_ranks: int, cap: dict[tuple[int, int], int], weights:
 
     All trees grow together, one arc per turn (round robin), each from its shallowest node that
     can take one: growing one tree to completion first leaves the last trees only leftover arcs
-    and makes them deep (long pipelines); growing them together keeps every tree shallow. The
-    extension test keeps every tree completable whatever the order (Bérczi & Frank).
+    and makes them deep (long pipelines); growing them together keeps every tree shallow. Among
+    nodes of equal depth the one with the most unused out-capacity (as a fraction) goes first,
+    and its least-used arcs are tried first, so no arc is exhausted early while others idle.
+    The extension test keeps every tree completable whatever the order (Bérczi & Frank).
     """
     cap = {key: c for key, c in cap.items() if c > 0}
     out: dict[int, list[int]] = {}
     for (x, y) in sorted(cap):
         out.setdefault(x, []).append(y)
     keys = sorted(cap)
+    cap0 = dict(cap)
     slot = {key: i for i, key in enumerate(keys)}
     arcs = (np.array([a for a, _ in keys], dtype=np.int64), np.array([b for _, b in keys], dtype=np.int64),
             np.array([cap[key] for key in keys], dtype=np.int64))
@@ -436,14 +439,18 @@ def pack_arborescences(num_ranks: int, cap: dict[tuple[int, int], int], weights:
     node_arr: dict[int, np.ndarray] = {id(t): np.array([t.root], dtype=np.int64) for t in active}
     refused: dict[int, set[tuple[int, int]]] = {id(t): set() for t in active}
     done: list[Tree] = []
+
+    def out_left(v: int) -> float:
+        return sum(cap[(v, y)] / cap0[(v, y)] for y in out.get(v, ()))
+
     while active:
         tree = active.popleft()
         depth = depths[id(tree)]
         arc = None
         others = list(active)
         for retry in (False, True):   # skip arcs refused before, unless nothing else fits
-            for x in sorted(tree.nodes, key=lambda v: (depth[v], v)):
-                for y in out.get(x, ()):
+            for x in sorted(tree.nodes, key=lambda v: (depth[v], -out_left(v), v)):
+                for y in sorted(out.get(x, ()), key=lambda v: (-cap[(x, v)] / cap0[(x, v)], v)):
                     if y in tree.nodes or cap.get((x, y), 0) == 0:
                         continue
                     if not retry and (x, y) in refused[id(tree)]:
