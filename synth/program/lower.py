@@ -125,7 +125,7 @@ def destination_pairs(coll: Collective) -> tuple[np.ndarray, np.ndarray, np.ndar
 
 
 @dataclass(frozen=True)
-class _Layout:
+class Layout:
     """Where buffers ``i`` and ``o`` of every rank live after in-place aliasing: (code, base[rank])."""
 
     i_code: int
@@ -134,14 +134,14 @@ class _Layout:
     o_base: np.ndarray
 
     @staticmethod
-    def of(coll: Collective) -> _Layout:
+    def of(coll: Collective) -> Layout:
         def one(buffer: str, own: int) -> tuple[int, np.ndarray]:
             aliases = [coll.alias(r, buffer) for r in range(coll.num_ranks)]
             if aliases[0] is None:
                 return own, np.zeros(coll.num_ranks, dtype=np.int64)
             return BUFFERS.index(aliases[0][0]), np.array([a[1] for a in aliases], dtype=np.int64)
 
-        return _Layout(*one("i", I_BUF), *one("o", O_BUF))
+        return Layout(*one("i", I_BUF), *one("o", O_BUF))
 
     def input(self, rank: np.ndarray, offset: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return np.full(len(rank), self.i_code, dtype=np.int64), offset + self.i_base[rank]
@@ -150,7 +150,7 @@ class _Layout:
         return np.full(len(rank), self.o_code, dtype=np.int64), offset + self.o_base[rank]
 
 
-def initial_holds(coll: Collective, layout: _Layout, rank: np.ndarray, code: np.ndarray,
+def initial_holds(coll: Collective, layout: Layout, rank: np.ndarray, code: np.ndarray,
                   off: np.ndarray) -> np.ndarray:
     """Chunk each slot holds before any step (precondition), -1 for none."""
     slot = off - layout.i_base[rank]
@@ -288,7 +288,7 @@ def _arrival_order(tr: _Transfers) -> np.ndarray:
     return np.lexsort((np.arange(len(tr)), tr.start, tr.end))
 
 
-def _copy_placement(coll: Collective, layout: _Layout, tr: _Transfers, arrival: np.ndarray):
+def _copy_placement(coll: Collective, layout: Layout, tr: _Transfers, arrival: np.ndarray):
     """(send loc, receive loc, scratch per rank) for copy collectives: origin's input slot,
     destination's output slot, else a scratch slot numbered in arrival order."""
     ic = coll.input_chunks
@@ -335,7 +335,7 @@ def _latest_copy(c_key, c_end, c_pos, q_key, q_limit) -> np.ndarray:
     return result
 
 
-def _reduction_placement(coll: Collective, layout: _Layout, tr: _Transfers, arrival: np.ndarray):
+def _reduction_placement(coll: Collective, layout: Layout, tr: _Transfers, arrival: np.ndarray):
     """(send loc, receive loc, scratch per rank) for reductions: partial sums in input slot ``j``;
     a copy of the final value goes to the output slot (scratch on a relay) and later non-reducing
     sends of that chunk read the latest such copy that has arrived."""
@@ -361,7 +361,7 @@ def _reduction_placement(coll: Collective, layout: _Layout, tr: _Transfers, arri
     return (s_code, s_off), (r_code, r_off), used
 
 
-def _local_copies(coll: Collective, layout: _Layout, tr: _Transfers):
+def _local_copies(coll: Collective, layout: Layout, tr: _Transfers):
     """Local ``cpy`` ops: (rank, chunk, src loc, dst loc, time), ordered by chunk then rank."""
     if coll.is_reduction:
         chunks, ranks, slots = destination_pairs(coll)
@@ -388,7 +388,7 @@ def _local_copies(coll: Collective, layout: _Layout, tr: _Transfers):
             time[differ])
 
 
-def build_ops(coll: Collective, layout: _Layout, tr: _Transfers) -> tuple[_Ops, np.ndarray]:
+def build_ops(coll: Collective, layout: Layout, tr: _Transfers) -> tuple[_Ops, np.ndarray]:
     """All ops (send 2i, receive 2i+1, then local copies) and the scratch slots used per rank."""
     arrival = _arrival_order(tr)
     place = _reduction_placement if coll.is_reduction else _copy_placement
@@ -433,7 +433,7 @@ def _accesses(ops: _Ops, tr: _Transfers):
     return op, ops.rank[op], buf, off, ops.time[op], reads, writes, chunk
 
 
-def dependencies(coll: Collective, layout: _Layout, ops: _Ops, tr: _Transfers) -> tuple[np.ndarray, np.ndarray]:
+def dependencies(coll: Collective, layout: Layout, ops: _Ops, tr: _Transfers) -> tuple[np.ndarray, np.ndarray]:
     """RAW / WAW / WAR dependency edges (op, op it waits for) from the access order of every slot:
     by time, writes before reads at equal times, then in op order. Raises on reads of a slot that
     does not hold the chunk (not arrived yet, or overwritten in place)."""
@@ -819,7 +819,7 @@ def _lower(schedule: Schedule, name: str | None, max_steps_per_tb: int) -> Progr
     coll = schedule.collective
     tr = _Transfers.of(schedule)
     tr.check(coll)
-    layout = _Layout.of(coll)
+    layout = Layout.of(coll)
     ops, scratch = build_ops(coll, layout, tr)
     waiter, waited = dependencies(coll, layout, ops, tr)
     merged, waiter, waited = merge(ops, tr, waiter, waited)
