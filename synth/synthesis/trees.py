@@ -71,6 +71,7 @@ MAX_CHUNKS = 512            # chunks per root piece considered by the cost model
 MAX_TRANSFERS = 3_000_000   # keep schedules within memory/time budgets
 LARGE_RANKS = 256           # beyond this, one fast tree per root (synth.synthesis.scale)
 REFINE_JOBS = 60_000        # time other pipeline depths only below this many transfers
+REPLAY = True
 LEVEL_JOBS = 200_000        # beyond this many transfers, vectorised level timing
 
 
@@ -318,12 +319,18 @@ def _needed_nodes(tree: PlannedTree, targets) -> set[int]:
 # ---------------------------------------------------------------------------------------------
 # timing: in-order list schedule with link serialization
 # ---------------------------------------------------------------------------------------------
-def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float) -> tuple[list[int], np.ndarray, np.ndarray]:
+def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
+                  chained: list[int] | None = None) -> tuple[list[int], np.ndarray, np.ndarray]:
     """Work-conserving list schedule: whenever a link is free it starts the ready transfer with the
     smallest key (critical path first, see :func:`add_broadcast`) among those whose route begins on it.
 
     A transfer holds every link of its route for ``Σα + b / min bw`` (SPEC cost model); it starts
     once its data has arrived and all its links are free. Returns (order by start, start, end).
+
+    With ``chained`` (per job, the job before it on its threadblock, or -1) the runtime's rule is
+    replayed instead: a send is ready when its data has arrived and the previous send of its
+    threadblock has delivered, and links take transfers in the order they became ready (the
+    simulator's rule, without its backfilling of gaps).
     """
     import heapq
 
@@ -346,6 +353,9 @@ def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float) -> tuple[
             hit = cache[hop_key] = (links, float(alpha[links].sum()) + nbytes / (float(bw[links].min()) * 1e3))
         hops.append(hit[0])
         duration[i] = hit[1]
+    if chained is not None:
+        deps_of = [d + (c,) if c >= 0 else d for d, c in zip(jobs.deps, chained)]
+        return _fifo_schedule(deps_of, jobs.key, hops, duration, len(topology.links))
     waiting = np.array([len(d) for d in jobs.deps], dtype=np.int64)
     dependents: list[list[int]] = [[] for _ in range(n)]
     for i, deps in enumerate(jobs.deps):
@@ -382,6 +392,46 @@ def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float) -> tuple[
     if (waiting > 0).any():
         raise SynthError("internal error: cyclic transfer dependencies")
     order = sorted(range(n), key=lambda i: (start[i], jobs.key[i]))
+    return order, start, end
+
+
+def _fifo_schedule(deps: list[tuple[int, ...]], keys: list[tuple], hops: list[list[int]], duration: np.ndarray,
+                   num_links: int) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """Transfers placed in the order they become ready, each at the earliest time all its links
+    are free (see :func:`list_schedule`); ties by key."""
+    import heapq
+
+    n = len(deps)
+    waiting = [len(d) for d in deps]
+    dependents: list[list[int]] = [[] for _ in range(n)]
+    for i, ds in enumerate(deps):
+        for d in ds:
+            dependents[d].append(i)
+    free = [0.0] * num_links
+    start = np.zeros(n)
+    end = np.zeros(n)
+    heap = [(0.0, keys[i], i) for i in range(n) if waiting[i] == 0]
+    heapq.heapify(heap)
+    placed = 0
+    while heap:
+        t, _, i = heapq.heappop(heap)
+        links = hops[i]
+        s = t
+        for link in links:
+            if free[link] > s:
+                s = free[link]
+        e = s + duration[i]
+        start[i], end[i] = s, e
+        for link in links:
+            free[link] = e
+        placed += 1
+        for j in dependents[i]:
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                heapq.heappush(heap, (max(end[d] for d in deps[j]), keys[j], j))
+    if placed < n:
+        raise SynthError("internal error: cyclic transfer dependencies")
+    order = sorted(range(n), key=lambda i: (start[i], keys[i]))
     return order, start, end
 
 
@@ -721,6 +771,22 @@ def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: f
         order = order.tolist()
     else:
         order, start, end = list_schedule(jobs, fabric, chunk_bytes)
+        if topology.switches and not forest.reversed and REPLAY:
+            # switch links are shared by many connections, and the runtime serves them in the
+            # order sends become ready, not by our priority: replay that rule (each connection's
+            # sends in priority order, spread round-robin over threadblocks of <= 64 steps)
+            count: dict[tuple[int, int], int] = defaultdict(int)
+            for i in order:
+                count[(jobs.src[i], jobs.dst[i])] += 1
+            width = {c: max(1, math.ceil(v / MAX_STEPS_PER_TB)) for c, v in count.items()}
+            seen: dict[tuple[int, int], list[int]] = defaultdict(list)
+            chained = [-1] * len(jobs.msg)
+            for i in order:
+                prev = seen[(jobs.src[i], jobs.dst[i])]
+                m = width[(jobs.src[i], jobs.dst[i])]
+                chained[i] = prev[-m] if len(prev) >= m else -1
+                prev.append(i)
+            order, start, end = list_schedule(jobs, fabric, chunk_bytes, chained)
     makespan = float(end.max()) if len(end) else 0.0
     if not build:
         return [], makespan
