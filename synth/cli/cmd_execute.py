@@ -7,7 +7,7 @@ import sys
 import click
 
 from synth.cli.common import emit_json, guarded, json_option, load_program_arg
-from synth.errors import CheckFailed
+from synth.errors import CheckFailed, SynthError
 
 DTYPE_CHOICES = ("float32", "float64", "int32", "int64", "bfloat16", "float16")
 
@@ -33,8 +33,14 @@ def command(prog: str, backend: str, size: str, dtype: str, iters: int, warmup: 
     check every output chunk of every rank against an independent reference, and report the median
     time per iteration (slowest rank) and algbw = SIZE / time. Exit 1 on wrong output or timeout.
     Under torchrun (RANK/WORLD_SIZE set) the torchrun world is used and rank 0 reports."""
+    import importlib.util
+
     from synth.execute.runner import execute
     from synth.units import parse_size
+
+    if importlib.util.find_spec("torch") is None:
+        raise SynthError("synth execute needs torch: pip install torch==2.13.0 (CPU) or "
+                         "pip install 'synth[exec]' (any torch >= 2.2)")
 
     program = load_program_arg(prog)
     result = execute(program, backend=backend, size_bytes=parse_size(size), dtype=dtype, iters=iters,

@@ -29,8 +29,10 @@ def _default_output(topology: str, collective: str, method: str) -> str:
 @click.option("--gap", type=float, default=None, help="Relative MIP gap at which exact methods stop.")
 @click.option("--threads", type=int, default=None, help="Solver threads.")
 @click.option("--inplace", is_flag=True, help="Emit an in-place program (MSCCL aliasing).")
-@click.option("--coll-spelling", type=click.Choice(["reduce_scatter", "reducescatter"]), default="reduce_scatter",
-              show_default=True, help="MSCCL `coll` spelling for reduce-scatter (original runtime / executor fork).")
+@click.option("--coll-spelling", type=click.Choice(["reduce_scatter", "reducescatter"]), default="reducescatter",
+              show_default=True,
+              help="MSCCL `coll` spelling for reduce-scatter: reducescatter for msccl-executor-nccl (the maintained "
+                   "runtime), reduce_scatter for the original microsoft/msccl runtime.")
 @click.option("-o", "--output", default=None, type=click.Path(dir_okay=False),
               help="Program file: .xml (MSCCL XML) or .json (default: ./TOPOLOGY-COLLECTIVE-METHOD.xml).")
 @click.option("--list-methods", is_flag=True, help="List the registered methods and exit.")

@@ -543,5 +543,11 @@ def save_topology(topology: Topology, path: str | os.PathLike) -> Path:
     """Write a topology atomically; ``.json`` gives JSON, anything else YAML."""
     from synth.fileio import atomic_write_text
 
-    fmt = "json" if Path(path).suffix.lower() == ".json" else "yaml"
-    return atomic_write_text(path, dump_topology(topology, fmt))
+    suffix = Path(path).suffix.lower()
+    if suffix not in (".json", ".yaml", ".yml"):
+        raise SynthError(f"{path}: unknown topology file extension {suffix or '(none)'!r}; use .yaml, .yml or .json")
+    fmt = "json" if suffix == ".json" else "yaml"
+    try:
+        return atomic_write_text(path, dump_topology(topology, fmt))
+    except OSError as exc:
+        raise SynthError(f"{path}: cannot write topology file ({exc.strerror or exc})") from None

@@ -1,0 +1,65 @@
+"""Behaviour a new user hits at the edges: file modes, output paths, missing extras, runtime spellings."""
+
+import os
+import stat
+
+from click.testing import CliRunner
+
+from synth.cli import cli
+from synth.fileio import atomic_write_text
+
+
+def test_atomic_write_honours_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        path = atomic_write_text(tmp_path / "out.txt", "x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_generate_rejects_unknown_extension(tmp_path):
+    target = tmp_path / "r.txt"
+    result = CliRunner().invoke(cli, ["topology", "generate", "ring", "-n", "4", "-o", str(target)])
+    assert result.exit_code == 2
+    assert "extension" in result.output and "Traceback" not in result.output
+    assert not target.exists()
+
+
+def test_generate_unwritable_path_is_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = CliRunner().invoke(cli, ["topology", "generate", "ring", "-n", "4", "-o", str(blocker / "r.yaml")])
+    assert result.exit_code == 2
+    assert "cannot write topology file" in result.output
+    assert "internal error" not in result.output
+
+
+def test_execute_without_torch_names_the_extra(monkeypatch, tmp_path):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    fixture = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "fixtures", "msccl", "allgather_ring_4.xml")
+    program = tmp_path / "p.xml"
+    if os.path.exists(fixture):
+        program.write_text(open(fixture).read())
+    else:  # a clean clone without shared/: write a program with synth itself
+        CliRunner().invoke(cli, ["synthesize", "-t", "ring-8", "-c", "allgather", "-m", "ring", "-o", str(program)])
+    result = CliRunner().invoke(cli, ["execute", str(program), "-s", "1K"])
+    assert result.exit_code == 2
+    assert "needs torch" in result.output
+
+
+def test_reducescatter_default_spelling_is_the_maintained_runtimes(tmp_path):
+    out = tmp_path / "rs.xml"
+    result = CliRunner().invoke(cli, ["synthesize", "-t", "ring-8", "-c", "reducescatter", "-m", "ring", "-s", "1M",
+                                      "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert 'coll="reducescatter"' in out.read_text()
+    out2 = tmp_path / "rs2.xml"
+    result = CliRunner().invoke(cli, ["synthesize", "-t", "ring-8", "-c", "reducescatter", "-m", "ring", "-s", "1M",
+                                      "--coll-spelling", "reduce_scatter", "-o", str(out2)])
+    assert result.exit_code == 0, result.output
+    assert 'coll="reduce_scatter"' in out2.read_text()
