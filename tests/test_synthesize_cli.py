@@ -60,7 +60,8 @@ def test_default_output_name_and_options(tmp_path, monkeypatch):
     written = tmp_path / "ring-8-reducescatter-ring.xml"
     assert payload["output"] == "ring-8-reducescatter-ring.xml" and written.exists()
     assert 'coll="reducescatter"' in written.read_text() and payload["chunks"] == 3
-    res = invoke("synthesize", "-t", "ring-8", "-c", "reducescatter", "-s", "1M", "-o", "rs.xml")
+    res = invoke("synthesize", "-t", "ring-8", "-c", "reducescatter", "-s", "1M", "--coll-spelling", "reduce_scatter",
+                 "-o", "rs.xml")
     assert res.exit_code == 0 and 'coll="reduce_scatter"' in (tmp_path / "rs.xml").read_text()
 
 
