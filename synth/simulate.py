@@ -38,10 +38,11 @@ Implementation: steps are flattened into integer lists. Finishing a step eagerly
 steps that wait on it (a counter per step); only transfers go through the event heap, keyed by the
 time they became ready. Heap pops are therefore in non-decreasing ready time, which is the
 placement order above, and each transfer costs one push and one pop. Each link keeps its bookings
-as a flat sorted list [s0, e0, s1, e1, ...] (see :func:`_fit`); a transfer whose route is idle from
-its ready time on (the common case) just starts, otherwise a bisection finds the first gap that
-fits on every link. Since nothing is booked before the current time, bookings that end by then are
-dropped, so memory is bounded by the bookings still in the future.
+as a flat sorted list [s0, e0, s1, e1, ...] with back-to-back bookings merged (see :func:`_fit`);
+a transfer whose route is idle from its ready time on (the common case) just starts, otherwise a
+bisection per link finds the first gap that fits on every link. Since nothing is booked before
+the current time, bookings that end by then are dropped once a list grows past a few entries, so
+memory is bounded by the bookings still in the future.
 """
 
 from __future__ import annotations

@@ -666,3 +666,40 @@ def test_random_backfilled_bookings_are_consistent(tbs):
         assert start >= last_start.get(conn, 0.0)
         last_start[conn] = start
     assert res.time_us == pytest.approx(max(all_ends))
+
+
+def test_link_booking_helpers():
+    """_fit finds the first gap long enough, _insert merges back-to-back bookings, and _book drops
+    bookings that ended before the current time, so a link's list stays short."""
+    from synth.simulate import _PRUNE_AT, _book, _fit, _insert
+
+    bounds = [0.0, 10.0, 15.0, 20.0, 40.0, 50.0]
+    assert _fit(bounds, 0.0, 5.0) == (10.0, 2)  # the gap [10, 15) fits exactly
+    assert _fit(bounds, 11.0, 5.0) == (20.0, 4)  # [11, 15) is too short, [20, 40) fits
+    assert _fit(bounds, 12.0, 25.0) == (50.0, 6)  # nothing fits before the last booking ends
+    assert _fit(bounds, 45.0, 1.0) == (50.0, 6)
+    assert _fit([], 3.0, 1.0) == (3.0, 0)
+    _insert(bounds, 2, 10.0, 15.0)  # fills the gap: three bookings become one
+    assert bounds == [0.0, 20.0, 40.0, 50.0]
+    _insert(bounds, 2, 20.0, 25.0)
+    assert bounds == [0.0, 25.0, 40.0, 50.0]
+    _insert(bounds, 2, 30.0, 40.0)
+    assert bounds == [0.0, 25.0, 30.0, 50.0]
+    _insert(bounds, 4, 60.0, 61.0)
+    assert bounds == [0.0, 25.0, 30.0, 50.0, 60.0, 61.0]
+
+    # Two links; link 1 is busy over [5, 8), so a 4 µs transfer ready at 2 starts at 8 on both.
+    booked: list[list[float]] = [[], [5.0, 8.0]]
+    free = [0.0, 8.0]
+    assert _book(booked, free, (0, 1), 2.0, 0.0, 4.0) == (8.0, 12.0)
+    assert booked == [[8.0, 12.0], [5.0, 12.0]] and free == [12.0, 12.0]
+    assert _book(booked, free, (0, 1), 2.0, 0.0, 3.0) == (2.0, 5.0)  # backfills before both
+    assert booked == [[2.0, 5.0, 8.0, 12.0], [2.0, 12.0]]
+    assert _book(booked, free, (0,), 2.0, 9.0, 1.0) == (12.0, 13.0)  # not before 9: after 12
+    # Many spaced bookings with the clock moving on: finished ones are dropped.
+    link: list[list[float]] = [[]]
+    for i in range(1000):
+        now = 3.0 * i
+        _book(link, [0.0], (0,), now, 0.0, 1.0 + (i % 2))
+        assert len(link[0]) <= _PRUNE_AT + 2
+        assert link[0][-2:] == [now, now + 1.0 + (i % 2)]
