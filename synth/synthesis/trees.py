@@ -622,10 +622,24 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
         return Schedule(Collective(name, 1, options.chunks or 1, collective.root, collective.inplace),
                         topology.name, (), method="trees", size_bytes=float(size_bytes))
 
+    symmetric = not topology.switches and _symmetric(topology)
+    cache: dict[tuple[int, ...], Forest] = {}
+
     def planner(roots: tuple[int, ...], reverse: bool) -> Forest:
-        return plan_forest(topology, roots, reverse=reverse, max_trees=max_trees)
+        if not symmetric:
+            return plan_forest(topology, roots, reverse=reverse, max_trees=max_trees)
+        # a switchless fabric equal to its reverse: the reduction trees are the broadcast trees
+        if roots not in cache:
+            cache[roots] = plan_forest(topology, roots, max_trees=max_trees)
+        return replace(cache[roots], reversed=reverse)
 
     return schedule_from_plans(topology, collective, size_bytes, options, planner, "trees")
+
+
+def _symmetric(topology: Topology) -> bool:
+    """Every link has a reverse twin of the same bandwidth and α."""
+    links = {(lk.src, lk.dst): (lk.bw, lk.alpha) for lk in topology.links}
+    return all(links.get((b, a)) == v for (a, b), v in links.items())
 
 
 def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
@@ -649,8 +663,9 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
     per_root_bytes = _per_root_bytes(name, n, size_bytes)
     chunks, messages = _choose_chunks(topology, collective, plans, per_root_bytes, options.chunks)
     trials = 0
-    best = _timed(topology, collective, plans, chunks, messages, size_bytes, build=messages is None)
-    if messages is not None:
+    search = messages is not None and (deadline is None or time.monotonic() < deadline)
+    best = _timed(topology, collective, plans, chunks, messages, size_bytes, build=not search)
+    if search:
         best, chunks, messages, trials = _refine_depth(topology, collective, plans, size_bytes, best, chunks,
                                                        messages, deadline)
         best = _timed(topology, collective, plans, chunks, messages, size_bytes)
