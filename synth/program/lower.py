@@ -83,7 +83,7 @@ def valid_chunks(coll: Collective, chunk: np.ndarray) -> np.ndarray:
 def destination_slot(coll: Collective, rank: np.ndarray, chunk: np.ndarray) -> np.ndarray:
     """Output slot where ``chunk``'s final value must be on ``rank`` (-1: nowhere), i.e.
     ``coll.chunk_destinations(chunk).get(rank, -1)`` for arrays of (rank, valid chunk)."""
-    n, c, ic, root = coll.num_ranks, coll.chunk_factor, coll.input_chunks, coll.root
+    c, ic, root = coll.chunk_factor, coll.input_chunks, coll.root
     rank = np.asarray(rank, dtype=np.int64)
     chunk = np.asarray(chunk, dtype=np.int64)
     everyone = np.ones(rank.shape, dtype=bool)
@@ -106,7 +106,6 @@ def destination_slot(coll: Collective, rank: np.ndarray, chunk: np.ndarray) -> n
         slot, wanted = chunk % c, chunk // c == rank
     else:  # pragma: no cover - Collective validates names
         raise SynthError(f"lowering does not know collective {name}")
-    del n
     return np.where(wanted, slot, -1)
 
 
