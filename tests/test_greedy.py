@@ -91,3 +91,61 @@ def test_every_program_verifies(name):
             result = pipeline.synthesize(topo, name, 1 << 20, "greedy", SynthOptions(), root=1, inplace=inplace)
             assert result.status == "heuristic"
             assert result.time_us > 0
+
+
+# Regression (QA): completion times a few ulps apart (α/β sums taken in different orders) were
+# applied as one event at the EARLIEST of them, so a forward could start before its chunk fully
+# arrived (lowering rejects it; reductions lost a contribution). Found at 64 MiB on mi250 and by a
+# random sweep on this 6-rank mixed-bandwidth ring with chords.
+def _mixed6() -> Topology:
+    spec = [(0, 1, 200, 0.5), (1, 2, 200, 1.0), (2, 3, 50, 1.0), (3, 4, 100, 0.7), (4, 5, 50, 0.7),
+            (5, 0, 50, 0.7), (5, 2, 100, 1.0)]
+    links = [Link(a, b, bw, al) for u, v, bw, al in spec for a, b in ((u, v), (v, u))]
+    return Topology("mixed6", 6, tuple(links))
+
+
+def _assert_sends_after_arrival(schedule) -> None:
+    """Exact (no epsilon) store-and-forward: every copy sent from a non-source rank starts at or
+    after the end of a transfer that delivered that chunk there."""
+    coll = schedule.collective
+    if coll.is_reduction:
+        return
+    arrived: dict[tuple[int, int], float] = {}
+    for t in schedule.transfers:
+        arrived[(t.dst, t.chunk)] = min(arrived.get((t.dst, t.chunk), float("inf")), t.end)
+    for t in schedule.transfers:
+        if t.src not in coll.chunk_sources(t.chunk):
+            assert arrived[(t.src, t.chunk)] <= t.start, t
+
+
+@pytest.mark.parametrize("name", ["allgather", "reducescatter", "allreduce"])
+def test_near_equal_completion_times_mixed6(name):
+    topo = _mixed6()
+    for size in (1 << 20, 64 << 20):
+        schedule = synthesize(topo, Collective(name, 6), size, SynthOptions())
+        check_schedule(schedule, topo)
+        _assert_sends_after_arrival(schedule)
+
+
+@pytest.mark.parametrize("topo_name", ["mi250", "ndv2-2node", "mi250-2node"])
+@pytest.mark.parametrize("name", ["allgather", "reducescatter", "allreduce"])
+def test_reference_topologies_at_64mib(topo_name, name):
+    from synth.topology.io import load_topology
+
+    topo = load_topology(topo_name)
+    schedule = synthesize(topo, Collective(name, topo.num_ranks), 64 << 20, SynthOptions())
+    check_schedule(schedule, topo)
+    _assert_sends_after_arrival(schedule)
+
+
+def test_near_equal_times_lower_and_verify():
+    # lowering orders by exact time; this is the CLI failure "sends chunk 0 from rank 12 before it arrives"
+    lower = pytest.importorskip("synth.program.lower")
+    verify = pytest.importorskip("synth.verify")
+    from synth.topology.io import load_topology
+
+    topo = load_topology("mi250")
+    for name in ("allgather", "reducescatter"):
+        schedule = synthesize(topo, Collective(name, 16), 64 << 20, SynthOptions())
+        result = verify.verify(lower.lower(schedule))
+        assert result.ok, result.errors[:3]

@@ -44,6 +44,8 @@ from synth.topology.model import Topology
 
 # Cap on the candidate virtual links examined per event (keeps huge switched fabrics fast).
 _MAX_CANDIDATES = 60_000
+# Relative tolerance under which completion times count as one event (float rounding only).
+_TIE_US = 1e-12
 
 
 # ---- virtual links ---------------------------------------------------------------------------------
@@ -222,7 +224,7 @@ def greedy_copy(vl: VirtualLinks, problem: CopyProblem, chunk_bytes: float, seed
                 prio = want.sum(axis=1) * 4.0 + noise
             rank_has = (hold & useful.any(axis=1)[:, None]).any(axis=0)
             rank_wants = useful.any(axis=0)
-            free = (busy_until[phys] <= now + 1e-12).all(axis=1)
+            free = (busy_until[phys] <= now).all(axis=1)
             cand = np.flatnonzero(free & rank_has[vl.src] & rank_wants[vl.dst])
             if not len(cand):
                 break
@@ -261,7 +263,7 @@ def greedy_copy(vl: VirtualLinks, problem: CopyProblem, chunk_bytes: float, seed
                     if seen[s] < 2 * out_deg[s] and seen[s] < 8:
                         seen[s] += 1
                         keep.append(i)
-                used = busy_until > now + 1e-12
+                used = busy_until > now
                 for i in keep:
                     p = phys[cand[i]]
                     if used[p].any():
@@ -283,9 +285,13 @@ def greedy_copy(vl: VirtualLinks, problem: CopyProblem, chunk_bytes: float, seed
             parts.append((np.full(len(cand), now), end, pick, cand))
         if not len(pend_end):
             raise SynthError("greedy: no useful transfer is possible; some destination is unreachable")
-        # advance to the next completion and apply every completion at that time
-        now = float(pend_end.min())
-        done = pend_end <= now + 1e-12
+        # Advance to the next completion and apply every completion at that time. Completions a few
+        # ulps apart (sums of α and β terms taken in different orders) form one event; ``now`` is the
+        # LATEST of them, so a send matched at ``now`` never starts before a chunk it forwards has
+        # fully arrived, nor on a link that is still busy (link freedom is then tested exactly).
+        first = float(pend_end.min())
+        done = pend_end <= first + _TIE_US * max(1.0, first)
+        now = float(pend_end[done].max())
         c, v = pend_c[done], pend_v[done]
         inflight[c, v] = False
         hold[c, v] = True
