@@ -123,11 +123,15 @@ def test_dbt_closed_form_small_star() -> None:
         (2, "allreduce", 2 * d, [[1, -1], [-1, 0]]),
         (3, "allreduce", 6 * d, [[1, -1, 1], [2, 2, -1]]),
     )
+    # The simulator books into idle link gaps (backfilling): in the 3-rank allreduce, rank 1's tree-B
+    # send 1->2 (ready at 0) takes switch->2's idle gap [0, d) instead of queueing behind 0->2 at [d, 2d),
+    # which saves one d: 5d simulated against the method's own 6d plan. The other cases have no such gap.
+    simulated = {(3, "allreduce"): 5 * d}
     for n, name, want, trees in cases:
         schedule, _, sim = run("dbt", gen.star(n, bw=bw, alpha=alpha), name, size, chunks=2)
         assert schedule.notes["trees"] == trees
         assert schedule.predicted_time_us == pytest.approx(want, rel=1e-9)
-        assert sim.time_us == pytest.approx(want, rel=1e-9)
+        assert sim.time_us == pytest.approx(simulated.get((n, name), want), rel=1e-9)
 
 
 def test_double_binary_tree_is_complementary() -> None:
