@@ -7,7 +7,8 @@ Usage::
         [--time-limit 60] [--solver highs] [--compare ring trees] [--greedy-scale 64 256 1024]
 
 For every (topology, collective, size) it runs ``milp`` and ``greedy`` through the pipeline (so each
-program is lowered, verified and simulated) and prints: the MILP status, epoch length τ, the epoch
+program is lowered, verified and simulated) and prints: the MILP status (``optimal`` only when the
+schedule meets the cost-model bound), its status in the epoch model, epoch length τ, the epoch
 objective and bound (µs of the epoch model) with the solver gap, model size, build+solve seconds,
 the predicted (schedule) time of milp and greedy, their simulated times, the exact lower bound of
 ``synth bounds`` and, with ``--compare``, the simulated time of other registered methods.
@@ -47,7 +48,7 @@ def run_pipeline(topology, collective, size, method, options):
 def bench_instances(args) -> None:
     from synth.topology.io import load_topology
 
-    cols = ["topology", "coll", "size", "status", "tau_us", "obj_us", "bound_us", "gap", "vars", "solve_s",
+    cols = ["topology", "coll", "size", "status", "model", "tau_us", "obj_us", "bound_us", "gap", "vars", "solve_s",
             "milp_pred", "greedy_pred", "milp_sim", "greedy_sim", "cut_bound"] + [f"{m}_sim" for m in args.compare]
     print(" | ".join(cols))
     for name in args.topologies:
@@ -66,7 +67,8 @@ def bench_instances(args) -> None:
                 tau = phases[0]["tau_us"]
                 nvars = sum(p.get("model_vars", 0) for p in phases)
                 solve_s = sum(p.get("solve_s", 0.0) for p in phases)
-                row = [name, coll, size_text, notes["status"], fmt(tau, 3), fmt(notes["solver_objective_us"]),
+                row = [name, coll, size_text, notes["status"],
+                       notes["model_status"].split()[0], fmt(tau, 3), fmt(notes["solver_objective_us"]),
                        fmt(notes["solver_bound_us"]), fmt(notes["solver_gap"], 3), str(nvars), fmt(solve_s, 1),
                        fmt(milp.schedule.predicted_time_us), fmt(greedy.schedule.predicted_time_us if greedy else None),
                        fmt(milp.time_us), fmt(greedy.time_us if greedy else None), fmt(milp.bound_us)]
