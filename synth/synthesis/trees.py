@@ -709,12 +709,14 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
             return False
         per_edge = (lambda t: p) if per_tree else (lambda t: t.mult * p)
         jobs_estimate = sum(per_edge(t) * len(t.edges) for f in plans for t in f.trees)
+        if jobs_estimate > REFINE_JOBS:
+            return False
         load: dict[tuple[int, int], int] = defaultdict(int)
         for f in plans:
             for t in f.trees:
                 for edge in t.edges:
                     load[edge] += per_edge(t)
-        return jobs_estimate <= REFINE_JOBS and max(load.values(), default=0) <= MAX_CHANNELS * MAX_STEPS_PER_TB
+        return max(load.values(), default=0) <= MAX_CHANNELS * MAX_STEPS_PER_TB
 
     def neighbours(p: int) -> list[int]:
         below = [g for g in PIPELINE_GRID if g < p]
