@@ -134,9 +134,9 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
                options: SynthOptions | None = None, root: int = 0, *, inplace: bool = False) -> SynthesisResult:
     """Synthesize, verify and time ``collective_name`` of ``size_bytes`` (SPEC SIZE) on ``topology``.
 
-    ``method="auto"`` tries :func:`synth.synthesis.auto.candidates` and keeps the fastest verified
-    program. Raises :class:`SynthError` when the method fails, times out without a schedule, or
-    produces a program that does not verify.
+    ``method="auto"`` runs :func:`synth.synthesis.auto.plan` within :func:`synth.synthesis.auto.budget_s`
+    seconds and keeps the fastest verified program. Raises :class:`SynthError` when the method fails,
+    times out without a schedule, or produces a program that does not verify.
     """
     from synth.simulate import simulate
 
@@ -153,28 +153,47 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
         raise SynthError(f"topology {topology.name!r} has {topology.num_ranks} rank; a collective needs at least 2")
 
     key = method.strip().lower()
+    budget = None
     if key == "auto":
-        from synth.synthesis.auto import candidates
+        from synth.synthesis import auto
 
-        names = candidates(topology, collective, size_bytes)
-        if not names:
+        plan = auto.plan(topology, collective, size_bytes, options)
+        if not plan:
             raise SynthError(f"no registered method supports {name}")
+        budget = auto.budget_s(options)
     else:
-        names = [key]
+        plan = [None]
 
     t0 = time.perf_counter()
     best = None
     tried: list[dict] = []
-    for m in names:
+    stop_at = _bound_us(topology, collective, size_bytes) if budget is not None else None
+    for cand in plan:
+        m, opts, row = key, options, {}
+        if cand is not None:  # auto: the candidate's own limit and chunks, within the total budget
+            m, row = cand.method, ({"chunks": cand.chunks} if cand.chunks is not None else {})
+            if best is not None and stop_at is not None and auto.close_enough(best[0].time_us, stop_at):
+                tried.append({"method": m, **row, "skipped": f"{best[5]} is within {auto.CLOSE_ENOUGH:.0%} "
+                              "of the lower bound"})
+                continue
+            if best is not None and cand.fallback:
+                tried.append({"method": m, **row, "skipped": "fallback only"})
+                continue
+            left = budget - (time.perf_counter() - t0)
+            # with no program yet, the next candidate still runs (briefly) rather than failing outright
+            opts = auto.candidate_options(options, cand, left if best is not None else max(left, auto.MIN_START_S))
+            if opts is None:
+                tried.append({"method": m, **row, "error": f"not started: the {budget:g} s time budget is spent"})
+                continue
         try:
-            schedule, program, seconds, status, solver = _run_one(topology, collective, size_bytes, m, options)
+            schedule, program, seconds, status, solver = _run_one(topology, collective, size_bytes, m, opts)
             sim = simulate(program, topology, size_bytes, record_events=False)
         except SynthError as exc:
             if key != "auto":
                 raise
-            tried.append({"method": m, "error": str(exc)})
+            tried.append({"method": m, **row, "error": str(exc)})
             continue
-        tried.append({"method": m, "time_us": sim.time_us, "synthesis_s": seconds})
+        tried.append({"method": m, **row, "time_us": sim.time_us, "synthesis_s": seconds})
         if best is None or sim.time_us < best[0].time_us:
             best = (sim, schedule, program, status, solver, m)
     elapsed = time.perf_counter() - t0

@@ -1,66 +1,229 @@
-"""``auto``: which registered methods are worth trying for a (topology, collective, size).
+"""``auto``: which registered methods to try for a (topology, collective, size), in what order, and
+for how long.
 
-The pipeline runs every candidate, verifies and simulates each result, and keeps the fastest. The
-rule here only decides which methods are cheap enough to try: each method may add a predicate to
-``RULES`` (name -> function(topology, collective, size_bytes) -> bool). A registered method with no
-rule is not tried by ``auto`` (only on explicit ``-m NAME``); ``ring`` is always tried, so auto has a
-verified fallback everywhere.
+The pipeline (:func:`synth.pipeline.synthesize`) runs the plan made here candidate by candidate,
+lowers, verifies and simulates each result, and keeps the fastest verified program. This module only
+decides *what* to run: it never imports the program, verify or simulate stages.
+
+**Size classes.** ``piece`` is the bytes one rank contributes (SIZE / N for allgather,
+reducescatter, alltoall, gather, scatter and allreduce; SIZE for broadcast and reduce). A case is
+*bandwidth-bound* when ``piece >= 1 MB`` (``BANDWIDTH_PIECE``) and *latency-bound* otherwise.
+
+**The rule** (``RULES``; a row is tried when its predicate holds and the method supports the
+collective; rows are in execution order, cheapest first, so a spent budget still leaves the cheap
+answers). Figures are simulated gaps ``(time - bound) / time`` from the full sweep of
+``notebooks/optimality_gaps.ipynb`` (dgx1, dgx-a100-2node, mi250, ndv2-2node × allgather,
+allreduce × 1 KB, 1 MB, 64 MB, 1 GB × every method, 10 s limit), plus the runs named below:
+
+========  ===============================================  =======  =====================================
+method    tried when                                        limit    why (measured)
+========  ===============================================  =======  =====================================
+ring      always; first up to 64 ranks, above that last     -        verified fallback everywhere; optimal
+          and only if nothing else produced a program                on dgx1 at 64 MB/1 GB (gap 1.3 %/0.1 %);
+                                                                     256-rank torus 1 KB allgather: 41 s
+                                                                     through the pipeline, 3.7x greedy
+direct    N <= 64 and (alltoall or latency-bound)           -        alltoall's natural pattern (dgx2 64 MiB
+                                                                     1.02x bound, dgx-a100 1.05x)
+rdh, dbt  N <= 64, latency-bound                            -        dbt best at 1 KB allreduce on
+nccl                                                                 dgx-a100-2node and ndv2-2node; rdh
+                                                                     35 s at 256 ranks (3x greedy's time)
+hierar.   multi-box, N <= 64                                -        best at 1 KB/1 MB on dgx-a100-2node
+greedy    N <= 256; above: alltoall/gather/scatter or       -        cheap (<0.5 s at 16 ranks, 15 s in all
+          latency-bound                                              at 256); best on mi250 1 KB/1 MB, dgx1
+                                                                     1 KB; won every >16-rank case the
+                                                                     milp author measured
+trees     bandwidth-bound (any N; the scale path above      -        best at 64 MB/1 GB on multi-box fabrics
+          256 ranks), or N <= 32 at any size                         (dgx-a100-2node 1 GB 10.1 % vs ring
+                                                                     54.5 %) and at 1 KB/1 MB on ndv2-2node
+lp        bandwidth-bound, no switches, N <= 32             20 s     best on mi250 64 MB (23.3 % vs trees
+                                                                     30.9 %); ties trees behind switches
+pareto    N <= 8, no switches, latency-bound                10 s     best at 1 MB on dgx1 (43.4 % vs ring
+                                                                     45.7 %); can stay undecided on NICs
+milp      N <= 16 and (alltoall, or latency-bound           30 s     optimal in 0.1 s on dgx1/mi250 1 KB
+          allgather/reducescatter/allreduce)                (10 s)   (gap 0.7 %); behind switches at 16
+                                                                     ranks it runs to any limit at 1 KB
+                                                                     without beating greedy, hence 10 s
+                                                                     there
+========  ===============================================  =======  =====================================
+
+**Alltoall chunking.** For bandwidth-bound alltoall on ≤ 8 switchless ranks, ``milp`` is also tried
+with 3 and then 2 chunks per piece (5 s each): splitting a piece lets the MILP route it over several
+paths. dgx1 alltoall 64 MiB (5 s limit each): 1 chunk 1.130x bound (0.2 s), 2 chunks 1.130x, 3
+chunks 1.0125x (9 s wall), 4 chunks 1.048x; ring-8: 1.003x / 1.006x. On 16 ranks and behind
+switches extra chunks never helped (dgx2 1.021x -> 1.042x, dgx-a100 1.050x -> 1.100x, mi250
+1.320x -> 1.330x, ndv2-2node 1.062x -> 1.054x at twice the time), so they are not tried there.
+``--chunks`` given by the user is used for every candidate instead.
+
+**Time budget.** The whole plan runs under ``--time-limit`` seconds (``DEFAULT_BUDGET_S`` = 60 when
+not given). Each candidate gets ``min(its limit, what is left)`` as its own ``time_limit`` (limits
+scale with the budget when the user gives more than the default), so one slow solver cannot eat the
+budget; candidates with no limit (heuristics) get what is left, which ``trees`` uses as a deadline.
+A candidate is skipped once less than ``MIN_START_S`` is left. Solver limits bound the solve, not
+model building and decoding, so the budget can be overrun by those (seconds on ≤ 16 ranks).
+
+**Early stop.** The pipeline stops the plan once the best verified program is within
+``CLOSE_ENOUGH`` (1 %) of the lower bound of :func:`synth.bounds.compute_bounds`: no later candidate
+can gain more. The rest are listed in ``tried`` as ``skipped``.
+
+**Quickstart** (``synth synthesize -t dgx1 -c allgather``, 1 GiB): ring first, 1.001x the bound, so
+nothing else runs. dgx1 allgather 1 KB: greedy reaches 1.007x after the baselines.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from synth.collectives import Collective
+from synth.synthesis.base import SynthOptions
 from synth.synthesis.registry import METHODS
 from synth.topology.model import Topology
 
-Rule = Callable[[Topology, Collective, float], bool]
+DEFAULT_BUDGET_S = 60.0      # total seconds for the whole plan when --time-limit is not given
+MIN_START_S = 0.5            # a candidate is not started with less than this left
+BANDWIDTH_PIECE = 1e6        # bytes per rank from which a case counts as bandwidth-bound
+BASELINE_MAX_RANKS = 64      # baselines (and ring first) up to this scale
+GREEDY_MAX_RANKS = 256       # greedy at every size and collective up to this scale
+ALLTOALL_EXTRA_CHUNKS = (3, 2)
+ALLTOALL_EXTRA_LIMIT_S = 5.0
+CLOSE_ENOUGH = 0.01          # stop once the best program is within 1 % of the lower bound
 
 
-def _always(topology: Topology, collective: Collective, size_bytes: float) -> bool:
-    return True
+@dataclass(frozen=True)
+class Instance:
+    """What the rule looks at."""
+
+    ranks: int
+    switches: bool
+    boxes: int
+    collective: str
+    piece_bytes: float
+
+    @property
+    def bandwidth_bound(self) -> bool:
+        return self.piece_bytes >= BANDWIDTH_PIECE
+
+    @property
+    def latency_bound(self) -> bool:
+        return not self.bandwidth_bound
 
 
-def _bandwidth_bound(topology: Topology, collective: Collective, size_bytes: float) -> bool:
-    """``trees`` (throughput-optimal, ForestColl): worth it once every rank's piece is large enough
-    that bandwidth dominates α (>= 256 KiB per pipelined piece) and the exact packing stays fast."""
-    pieces = topology.num_ranks if collective.name in ("allgather", "reducescatter", "allreduce") else 1
-    return size_bytes / pieces >= 256 * 1024 and topology.num_ranks <= 256
+def instance(topology: Topology, collective: Collective, size_bytes: float) -> Instance:
+    n = topology.num_ranks
+    per_rank = collective.name not in ("broadcast", "reduce")
+    return Instance(ranks=n, switches=bool(topology.switches), boxes=len(topology.machines),
+                    collective=collective.name, piece_bytes=size_bytes / n if per_rank else float(size_bytes))
 
 
-def _latency_bound(topology: Topology, collective: Collective, size_bytes: float) -> bool:
-    """Baselines with log-depth schedules (``dbt``, ``rdh``) win at latency-bound sizes (<= 16 MiB)."""
-    return size_bytes <= 16 * 2**20
+@dataclass(frozen=True)
+class Rule:
+    method: str
+    when: Callable[[Instance], bool]
+    limit_s: float | Callable[[Instance], float] | None = None   # per-candidate cap; None: no solver
+
+    def limit(self, inst: Instance) -> float | None:
+        return self.limit_s(inst) if callable(self.limit_s) else self.limit_s
 
 
-def _direct(topology: Topology, collective: Collective, size_bytes: float) -> bool:
-    """All-pairs: alltoall at any size (the natural pattern), allgather at latency-bound sizes."""
-    return collective.name == "alltoall" or size_bytes <= 16 * 2**20
+def _small(inst: Instance) -> bool:
+    return inst.ranks <= BASELINE_MAX_RANKS
 
 
-def _multi_box(topology: Topology, collective: Collective, size_bytes: float) -> bool:
-    """``hierarchical`` needs boxes (``machines``) to split the fabric into intra- and inter-box rings."""
-    return len(topology.machines) >= 2
+def _greedy(inst: Instance) -> bool:
+    return inst.ranks <= GREEDY_MAX_RANKS or inst.collective in ("alltoall", "gather", "scatter") or inst.latency_bound
 
 
-RULES: dict[str, Rule] = {
-    "ring": _always,
-    "trees": _bandwidth_bound,
-    "dbt": _latency_bound,
-    "rdh": _latency_bound,
-    "direct": _direct,
-    "hierarchical": _multi_box,
-}
+def _milp(inst: Instance) -> bool:
+    if inst.ranks > 16:
+        return False
+    return inst.collective == "alltoall" or (
+        inst.latency_bound and inst.collective in ("allgather", "reducescatter", "allreduce"))
+
+
+def _milp_limit(inst: Instance) -> float:
+    return 10.0 if inst.switches and inst.ranks > 8 else 30.0
+
+
+# Execution order = row order (cheapest first); above BASELINE_MAX_RANKS ``ring`` moves to the end
+# as a fallback (see ``plan``).
+RULES: tuple[Rule, ...] = (
+    Rule("ring", lambda i: True),
+    Rule("direct", lambda i: _small(i) and (i.collective == "alltoall" or i.latency_bound)),
+    Rule("rdh", lambda i: _small(i) and i.latency_bound),
+    Rule("dbt", lambda i: _small(i) and i.latency_bound),
+    Rule("nccl", lambda i: _small(i) and i.latency_bound),
+    Rule("hierarchical", lambda i: _small(i) and i.boxes >= 2),
+    Rule("greedy", _greedy),
+    Rule("trees", lambda i: i.bandwidth_bound or i.ranks <= 32),
+    Rule("lp", lambda i: i.bandwidth_bound and not i.switches and i.ranks <= 32, 20.0),
+    Rule("pareto", lambda i: i.ranks <= 8 and not i.switches and i.latency_bound, 10.0),
+    Rule("milp", _milp, _milp_limit),
+)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One run of the plan: a method, its own limit (seconds; None = no solver), its chunk count
+    (None = the user's or the method's choice), and whether it only runs when nothing before it
+    produced a program (``fallback``)."""
+
+    method: str
+    limit_s: float | None = None
+    chunks: int | None = None
+    fallback: bool = False
 
 
 def candidates(topology: Topology, collective: Collective, size_bytes: float) -> list[str]:
-    """Registered methods that support the collective and whose auto rule accepts this instance."""
-    out = []
-    for name in METHODS:
-        rule = RULES.get(name)
-        if rule is None or collective.name not in METHODS[name].collectives:
-            continue
-        if rule(topology, collective, size_bytes):
-            out.append(name)
+    """Registered methods, in execution order, that support the collective and whose rule accepts
+    this instance."""
+    inst = instance(topology, collective, size_bytes)
+    return [r.method for r in RULES
+            if r.method in METHODS and collective.name in METHODS[r.method].collectives and r.when(inst)]
+
+
+def plan(topology: Topology, collective: Collective, size_bytes: float,
+         options: SynthOptions | None = None) -> list[Candidate]:
+    """:func:`candidates` with each one's time limit and the alltoall chunk variants (module
+    docstring). Names without a rule (tests, plug-ins) run with no limit of their own."""
+    options = options or SynthOptions()
+    inst = instance(topology, collective, size_bytes)
+    out: list[Candidate] = []
+    names = candidates(topology, collective, size_bytes)
+    # Above BASELINE_MAX_RANKS the ring runs only if nothing else produced a program: 256-rank torus,
+    # 1 KB allgather: ring 41 s through the pipeline for 3.7x greedy's time (greedy 15 s).
+    demote = not _small(inst) and "ring" in names and len(names) > 1
+    if demote:
+        names = [n for n in names if n != "ring"] + ["ring"]
+    for name in names:
+        rule = next((r for r in RULES if r.method == name), None)
+        limit = rule.limit(inst) if rule is not None else None
+        out.append(Candidate(name, limit, fallback=demote and name == "ring"))
+        if (name == "milp" and options.chunks is None and inst.collective == "alltoall"
+                and inst.bandwidth_bound and inst.ranks <= 8 and not inst.switches):
+            out += [Candidate("milp", ALLTOALL_EXTRA_LIMIT_S, c) for c in ALLTOALL_EXTRA_CHUNKS]
     return out
+
+
+def budget_s(options: SynthOptions) -> float:
+    """The total seconds for the plan: ``--time-limit`` if given, else ``DEFAULT_BUDGET_S``."""
+    return float(options.time_limit) if options.time_limit is not None else DEFAULT_BUDGET_S
+
+
+def candidate_options(options: SynthOptions, cand: Candidate, left_s: float) -> SynthOptions | None:
+    """The options one candidate runs with, given ``left_s`` seconds of budget; None to skip it.
+
+    Its ``time_limit`` is ``min(limit × scale, left)`` where ``scale = max(1, budget / 60)`` lets a
+    larger user budget raise every limit; ``chunks`` is the candidate's own, else the user's."""
+    if left_s < MIN_START_S:
+        return None
+    limit = left_s
+    if cand.limit_s is not None:
+        limit = min(cand.limit_s * max(1.0, budget_s(options) / DEFAULT_BUDGET_S), left_s)
+    chunks = cand.chunks if cand.chunks is not None else options.chunks
+    return replace(options, time_limit=limit, chunks=chunks)
+
+
+def close_enough(time_us: float, bound_us: float) -> bool:
+    """True when a verified program is within ``CLOSE_ENOUGH`` of the lower bound: no later candidate
+    can gain more than that, so the plan stops there."""
+    return bound_us > 0 and time_us <= bound_us * (1 + CLOSE_ENOUGH)
