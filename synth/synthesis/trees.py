@@ -749,7 +749,8 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
 def _timed(topology: Topology, collective: Collective, plans: list[Forest], chunks: int, messages: int | None,
            size_bytes: float, build: bool = True) -> tuple[Collective, float, list[Transfer]]:
     """All phases, one after the other: (collective with its chunk factor, makespan, transfers;
-    the transfers only if ``build``)."""
+    the transfers only if ``build``, else a search score in place of the makespan, see
+    :func:`_timed_phase`)."""
     name, n = collective.name, topology.num_ranks
     coll = Collective(name, n, _chunk_factor(name, n, chunks), collective.root, collective.inplace)
     chunk_bytes = coll.chunk_bytes(size_bytes)
@@ -788,10 +789,12 @@ def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: f
         order = order.tolist()
     else:
         order, start, end = list_schedule(jobs, fabric, chunk_bytes)
-        if topology.switches and not forest.reversed and REPLAY:
-            # switch links are shared by many connections, and the runtime serves them in the
-            # order sends become ready, not by our priority: replay that rule (each connection's
-            # sends in priority order, spread round-robin over threadblocks of <= 64 steps)
+        if topology.switches and not forest.reversed and REPLAY and not build:
+            # Search score on switch fabrics. Links there are shared by many connections, and the
+            # runtime serves them in the order sends become ready, not by our priority; replay
+            # that rule (each connection's sends in priority order, spread round-robin over
+            # threadblocks of <= 64 steps, no backfilling) and score the mean of the two makespans
+            # (the simulator lies between them). The transfers keep the priority order's times.
             count: dict[tuple[int, int], int] = defaultdict(int)
             for i in order:
                 count[(jobs.src[i], jobs.dst[i])] += 1
@@ -803,7 +806,8 @@ def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: f
                 m = width[(jobs.src[i], jobs.dst[i])]
                 chained[i] = prev[-m] if len(prev) >= m else -1
                 prev.append(i)
-            order, start, end = list_schedule(jobs, fabric, chunk_bytes, chained)
+            _, _, replay_end = list_schedule(jobs, fabric, chunk_bytes, chained)
+            return [], (float(end.max()) + float(replay_end.max())) / 2
     makespan = float(end.max()) if len(end) else 0.0
     if not build:
         return [], makespan
