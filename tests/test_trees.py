@@ -213,3 +213,17 @@ def test_time_limit_stops_the_depth_search():
     assert schedule.notes["depth_trials"] == 0
     schedule, _ = _verified(ring(6), "allgather", 2**30)
     assert schedule.notes["depth_trials"] >= 1
+
+
+def test_dgx1_allreduce_within_one_percent_of_the_bound():
+    # heterogeneous NVLink (25/50 GB/s): one chunk per message keeps α in proportion to each
+    # link's bytes; both phases pipelined on their own channel match the simulator exactly
+    from synth.bounds import compute_bounds
+    from synth.topology.io import load_topology
+
+    topology = load_topology("dgx1")
+    size = 2**30
+    schedule, sim = _verified(topology, "allreduce", size)
+    bound_us = compute_bounds(topology, schedule.collective, size).time_bound_us
+    assert bound_us / sim.time_us > 0.99
+    assert schedule.predicted_time_us == pytest.approx(sim.time_us, rel=1e-6)
