@@ -43,7 +43,7 @@ def test_switch_fabrics_get_no_pareto_no_lp_and_a_short_milp_limit_at_16_ranks()
     plan = _plan(load_topology("dgx-a100-2node"), "allgather", KB)
     names = [c.method for c in plan]
     assert "hierarchical" in names and "pareto" not in names and "lp" not in names
-    assert {c.method: c.limit_s for c in plan}["milp"] == 10.0
+    assert {c.method: c.limit_s for c in plan}["milp"] == 5.0
     # 8 ranks behind one switch keep the long limit
     assert {c.method: c.limit_s for c in _plan(load_topology("dgx-a100"), "allgather", KB)}["milp"] == 30.0
 

@@ -35,15 +35,20 @@ greedy    N <= 256; above: alltoall/gather/scatter or       -        cheap (<0.5
 trees     bandwidth-bound (any N; the scale path above      -        best at 64 MB/1 GB on multi-box fabrics
           256 ranks), or N <= 32 at any size                         (dgx-a100-2node 1 GB 10.1 % vs ring
                                                                      54.5 %) and at 1 KB/1 MB on ndv2-2node
-lp        bandwidth-bound, no switches, N <= 32             20 s     best on mi250 64 MB (23.3 % vs trees
-                                                                     30.9 %); ties trees behind switches
+lp        bandwidth-bound, no switches, N <= 32             20 s     best on mi250 64 MB in the sweep (23.3 %
+                                                                     vs trees 30.9 %; today's trees: 224 us
+                                                                     vs lp 240 us); ties trees behind
+                                                                     switches, hence not tried there
 pareto    N <= 8, no switches, latency-bound                10 s     best at 1 MB on dgx1 (43.4 % vs ring
                                                                      45.7 %); can stay undecided on NICs
 milp      N <= 16 and (alltoall, or latency-bound           30 s     optimal in 0.1 s on dgx1/mi250 1 KB
-          allgather/reducescatter/allreduce)                (10 s)   (gap 0.7 %); behind switches at 16
-                                                                     ranks it runs to any limit at 1 KB
-                                                                     without beating greedy, hence 10 s
-                                                                     there
+          allgather/reducescatter/allreduce)                (5 s)    (gap 0.7 %); hypercube-16 alltoall 1 MB
+                                                                     1.575x bound vs greedy 1.925x (30 s);
+                                                                     behind switches at 16 ranks it runs
+                                                                     to its limit without beating greedy
+                                                                     (dgx-a100-2node 1 KB allgather, dgx2
+                                                                     1 KB allreduce, ndv2-2node 1 MB
+                                                                     allreduce: 10 s each), hence 5 s there
 ========  ===============================================  =======  =====================================
 
 **Alltoall chunking.** For bandwidth-bound alltoall on ≤ 8 switchless ranks, ``milp`` is also tried
@@ -141,7 +146,7 @@ def _milp(inst: Instance) -> bool:
 
 
 def _milp_limit(inst: Instance) -> float:
-    return 10.0 if inst.switches and inst.ranks > 8 else 30.0
+    return 5.0 if inst.switches and inst.ranks > 8 else 30.0
 
 
 # Execution order = row order (cheapest first); above BASELINE_MAX_RANKS ``ring`` moves to the end
