@@ -73,6 +73,8 @@ def test_large_scale_greedy_first_ring_only_as_a_fallback():
     plan = _plan(t256, "allgather", KB)
     assert [c.method for c in plan] == ["greedy", "ring"]
     assert plan[-1].fallback and not plan[0].fallback
+    assert [c.method for c in _plan(t256, "allgather", GiB)] == ["greedy", "ring"]   # exact packing too slow
+    assert [c.method for c in _plan(gen.torus((8, 16)), "allgather", GiB)] == ["greedy", "trees", "ring"]
     t1024 = gen.torus((32, 32))
     assert [c.method for c in _plan(t1024, "allgather", GiB)] == ["trees", "ring"]
     assert [c.method for c in _plan(t1024, "alltoall", GiB)] == ["greedy", "ring"]

@@ -32,9 +32,15 @@ greedy    N <= 256; above: alltoall/gather/scatter or       -        cheap (<0.5
           latency-bound                                              at 256); best on mi250 1 KB/1 MB, dgx1
                                                                      1 KB; won every >16-rank case the
                                                                      milp author measured
-trees     bandwidth-bound (any N; the scale path above      -        best at 64 MB/1 GB on multi-box fabrics
-          256 ranks), or N <= 32 at any size                         (dgx-a100-2node 1 GB 10.1 % vs ring
-                                                                     54.5 %) and at 1 KB/1 MB on ndv2-2node
+trees     N <= 32 at any size; bandwidth-bound at          -        best at 64 MB/1 GB on multi-box fabrics
+          N <= 128 or N > 256 (its fast scale path)                  (dgx-a100-2node 1 GB 10.1 % vs ring
+                                                                     54.5 %; dgx-a100-4node 1 GiB 1.05x
+                                                                     bound vs greedy 3.5x) and at 1 KB/1 MB
+                                                                     on ndv2-2node. The exact packing
+                                                                     takes 19 s at 128 ranks (8x16 torus),
+                                                                     164 s at 256 (16x16 torus, 1 GiB:
+                                                                     2.5 % better than greedy), ignoring
+                                                                     any limit, so 129-256 is greedy's
 lp        bandwidth-bound, no switches, N <= 32             20 s     best on mi250 64 MB in the sweep (23.3 %
                                                                      vs trees 30.9 %; today's trees: 224 us
                                                                      vs lp 240 us); ties trees behind
@@ -89,6 +95,8 @@ MIN_START_S = 0.5            # a candidate is not started with less than this le
 BANDWIDTH_PIECE = 1e6        # bytes per rank from which a case counts as bandwidth-bound
 BASELINE_MAX_RANKS = 64      # baselines (and ring first) up to this scale
 GREEDY_MAX_RANKS = 256       # greedy at every size and collective up to this scale
+EXACT_TREES_SLOW = 128       # trees' exact packing is skipped above this ...
+LARGE_TREES = 256            # ... up to where its fast scale path starts (trees.LARGE_RANKS)
 ALLTOALL_EXTRA_CHUNKS = (3, 2)
 ALLTOALL_EXTRA_LIMIT_S = 5.0
 CLOSE_ENOUGH = 0.01          # stop once the best program is within 1 % of the lower bound
@@ -159,7 +167,7 @@ RULES: tuple[Rule, ...] = (
     Rule("nccl", lambda i: _small(i) and i.latency_bound),
     Rule("hierarchical", lambda i: _small(i) and i.boxes >= 2),
     Rule("greedy", _greedy),
-    Rule("trees", lambda i: i.bandwidth_bound or i.ranks <= 32),
+    Rule("trees", lambda i: i.ranks <= 32 or (i.bandwidth_bound and not EXACT_TREES_SLOW < i.ranks <= LARGE_TREES)),
     Rule("lp", lambda i: i.bandwidth_bound and not i.switches and i.ranks <= 32, 20.0),
     Rule("pareto", lambda i: i.ranks <= 8 and not i.switches and i.latency_bound, 10.0),
     Rule("milp", _milp, _milp_limit),
