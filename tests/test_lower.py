@@ -221,7 +221,11 @@ GOLDEN = Path(__file__).parent / "fixtures" / "lower_golden.json.gz"
 def _golden_cases() -> list[dict]:
     """Schedules (trees, ring, greedy, dbt, rdh, nccl on dgx1 and a 3x3 torus; every collective, in and
     out of place, some with max_steps_per_tb=3) with the programs the original per-transfer lowering
-    (before the numpy rewrite, commit 6d3e663) produced for them, stored as dataclasses.asdict."""
+    (before the numpy rewrite, commit 6d3e663) produced for them, stored as dataclasses.asdict.
+    Five multi-channel allreduce cases (dgx1 trees x3, torus dbt, dgx1 nccl) were regenerated when
+    lowering started ordering sends that share a first link across threadblocks: their programs
+    differ only by those extra dependencies (depid/deps, nops, hasdep; the max_steps_per_tb=3 case
+    also spreads over more channels because of the nops)."""
     with gzip.open(GOLDEN, "rt") as f:
         return json.load(f)
 
@@ -272,3 +276,61 @@ def test_collective_geometry_by_formula_matches_conditions(name):
             expect[(rk, "io".index(buf), base + s)] = s if coll.is_reduction else contribution
         slots = zip(rank.tolist(), code.tolist(), off.tolist(), strict=True)
         assert held.tolist() == [expect.get(key, -1) for key in slots]
+
+
+# ---- sends sharing a first physical link keep the schedule's order ------------------------------
+def _star_relay_schedule(n: int = 4) -> Schedule:
+    """Broadcast from 0 behind one switch (node n): 0 sends to 2 first (2 relays to 3), then to 1.
+    The sends to 2 and 1 sit in different threadblocks but share rank 0's uplink (0, n)."""
+    coll = Collective("broadcast", n, 1, root=0)
+    sw = (n,)
+    out = (Transfer(0.0, 1.0, 0, 0, 2, route=sw), Transfer(1.0, 2.0, 0, 2, 3, route=sw),
+           Transfer(1.0, 2.0, 0, 0, 1, route=sw))
+    return Schedule(coll, "star", out, method="hand", size_bytes=1e6, predicted_time_us=2.0)
+
+
+def test_sends_sharing_an_uplink_wait_for_the_earlier_send():
+    from synth.simulate import simulate
+    from synth.topology.generators import star
+
+    prog = lower(_star_relay_schedule())
+    assert verify(prog).ok
+    to2, to1 = tb(prog, 0, send=2), tb(prog, 0, send=1)
+    assert [s.type for s in to2.steps] == ["s"] and to2.steps[0].hasdep and to2.steps[0].depid == -1
+    assert (to1.steps[0].depid, to1.steps[0].deps) == (to2.id, 0)
+    # the simulator now serves rank 0's uplink in the planned order: the relay 2->3 overlaps 0->1
+    topo = star(4)
+    one = simulate(prog, topo, 1e6).time_us
+    reversed_plan = dataclasses.replace(_star_relay_schedule(), transfers=(
+        Transfer(0.0, 1.0, 0, 0, 1, route=(4,)), Transfer(1.0, 2.0, 0, 0, 2, route=(4,)),
+        Transfer(2.0, 3.0, 0, 2, 3, route=(4,))))
+    assert one < simulate(lower(reversed_plan), topo, 1e6).time_us
+
+
+def test_direct_link_sends_on_two_channels_are_ordered_but_one_connection_needs_no_dep():
+    coll = Collective("allgather", 2, 2)
+    out = (Transfer(0.0, 1.0, 0, 0, 1, channel=1), Transfer(1.0, 2.0, 1, 0, 1, channel=0),
+           Transfer(0.0, 1.0, 2, 1, 0), Transfer(1.0, 2.0, 3, 1, 0))
+    prog = lower(Schedule(coll, "line", out, method="hand", size_bytes=1e6, predicted_time_us=2.0))
+    assert verify(prog).ok
+    ch1, ch0 = tb(prog, 0, send=1, chan=1), tb(prog, 0, send=1, chan=0)
+    assert ch1.steps[0].hasdep and (ch0.steps[0].depid, ch0.steps[0].deps) == (ch1.id, 0)
+    same = tb(prog, 1, send=0)                     # one connection: ordered by its threadblock alone
+    assert [s.depid for s in same.steps] == [-1, -1] and not any(s.hasdep for s in same.steps)
+
+
+def test_uplink_order_is_dropped_where_it_would_exceed_the_msccl_tb_id_limit():
+    """Root 0 scatters to 139 peers one after another through one switch: chaining its sends would
+    make 138 send threadblocks depended-on (> 128 ids), so that rank keeps them independent."""
+    n = 140
+    coll = Collective("scatter", n, 1, root=0)
+    out = tuple(Transfer(float(k), k + 1.0, k, 0, k, route=(n,)) for k in range(1, n))
+    prog = lower(Schedule(coll, "star", out, method="hand", size_bytes=1e6, predicted_time_us=n - 1.0))
+    assert verify(prog).ok
+    sends = [t for t in prog.gpus[0].threadblocks if t.send >= 0]
+    assert len(sends) == n - 1 and all(s.depid == -1 and not s.hasdep for t in sends for s in t.steps)
+    small = lower(Schedule(Collective("scatter", 8, 1, root=0), "star",
+                           tuple(Transfer(float(k), k + 1.0, k, 0, k, route=(8,)) for k in range(1, 8)),
+                           method="hand", size_bytes=1e6, predicted_time_us=7.0))
+    chained = [t for t in small.gpus[0].threadblocks if t.send >= 0 and t.steps[0].depid >= 0]
+    assert len(chained) == 6

@@ -17,7 +17,11 @@ Dependencies come from the buffer accesses at each rank, in schedule time order:
 a read waits for the last write of that slot (RAW), a write waits for the last write and for every
 read since (WAW, WAR: e.g. an ``rrc`` must not race a send of the same partial sum). The first
 cross-threadblock dependency goes in ``depid/deps``; extra ones become ``nop`` steps placed just
-before the step. Transfers of one ``group`` (>= 0) that are consecutive on a connection and
+before the step. A rank's sends that share the first physical link of their route (the uplink
+``(src, route[0])`` to a switch, or the direct link) but sit in different threadblocks also wait
+for the previous such send in schedule order (:func:`uplink_dependencies`), so the link serves them
+as planned rather than first come first served; dropped on ranks where it would need more than 128
+depended-on threadblocks (MSCCL limit). Transfers of one ``group`` (>= 0) that are consecutive on a connection and
 contiguous in the buffers at both ends become one step with ``cnt`` > 1 (one α, SPEC cost model).
 A connection that needs more than ``max_steps_per_tb`` steps is spread round-robin over extra
 channels (``chan + k * nchannels``).
@@ -210,6 +214,7 @@ class _Transfers:
     reduce: np.ndarray
     channel: np.ndarray
     group: np.ndarray
+    hop: np.ndarray          # first node after src: route[0] (a switch) or dst (direct link)
 
     @staticmethod
     def of(schedule: Schedule) -> _Transfers:
@@ -222,8 +227,9 @@ class _Transfers:
         chunk, src, dst = column("chunk", np.int64), column("src", np.int64), column("dst", np.int64)
         reduce = column("reduce", bool)
         channel, group = column("channel", np.int64), column("group", np.int64)
+        hop = np.fromiter((t.route[0] if t.route else t.dst for t in ts), dtype=np.int64, count=len(ts))
         order = np.lexsort((chunk, group, channel, end, start))   # stable, like the sorted() it replaces
-        return _Transfers(*(a[order] for a in (start, end, chunk, src, dst, reduce, channel, group)))
+        return _Transfers(*(a[order] for a in (start, end, chunk, src, dst, reduce, channel, group, hop)))
 
     def __len__(self) -> int:
         return len(self.start)
@@ -569,6 +575,36 @@ def merge(ops: _Ops, tr: _Transfers, waiter: np.ndarray, waited: np.ndarray) -> 
     return merged, edges[:, 0], edges[:, 1]
 
 
+def uplink_dependencies(ops: _Ops, tr: _Transfers, m: _Merged) -> tuple[np.ndarray, np.ndarray]:
+    """Edges (send, earlier send) that keep a rank's sends through one physical first link (its
+    uplink to a switch, ``(src, route[0])``, or the direct link ``(src, dst)``) in the schedule's
+    order when they sit in different threadblocks (other peer or channel).
+
+    Sends to different peers live in different threadblocks, so nothing else orders them: all
+    would be ready at once and the α-β simulator (one transfer at a time per link direction,
+    SPEC) would serve them first come first served instead of in the planned order. Each
+    surviving send waits for the previous one on its first link, in (start, group, source
+    offset, op) order -- the connections' own order, so a connection's sends stay in step and a
+    valid schedule's time order cannot form a cycle. Sends of the same connection are already
+    ordered by their threadblock and get no edge."""
+    s = m.sends
+    if len(s) < 2:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    i = s // 2
+    src, hop = tr.src[i], tr.hop[i]
+    order = np.lexsort((s, ops.src_off[s], tr.group[i], tr.start[i], hop, src))
+    s, src, hop, conn = s[order], src[order], hop[order], m.conn_id[order]
+    pair = (src[1:] == src[:-1]) & (hop[1:] == hop[:-1]) & (conn[1:] != conn[:-1])
+    return s[1:][pair], s[:-1][pair]
+
+
+def _depended_tbs_per_rank(a: _Assignment, d: np.ndarray, n: int) -> np.ndarray:
+    """Number of depended-on threadblocks of every rank (MSCCL: their ids must stay <= 127)."""
+    tbs = np.unique(a.tb[d]) if len(d) else np.zeros(0, dtype=np.int64)
+    ranks = np.array([a.keys[t][0] for t in tbs.tolist()], dtype=np.int64)
+    return np.bincount(ranks, minlength=n)
+
+
 # ---------------------------------------------------------------------------------------------
 # threadblocks
 # ---------------------------------------------------------------------------------------------
@@ -822,6 +858,15 @@ def _lower(schedule: Schedule, name: str | None, max_steps_per_tb: int) -> Progr
     ops, scratch = build_ops(coll, layout, tr)
     waiter, waited = dependencies(coll, layout, ops, tr)
     merged, waiter, waited = merge(ops, tr, waiter, waited)
-    assignment, waiter, waited = assign(ops, merged, waiter, waited, max_steps_per_tb)
+    up_w, up_d = uplink_dependencies(ops, tr, merged)
+    assignment, w, d = assign(ops, merged, np.concatenate([waiter, up_w]), np.concatenate([waited, up_d]),
+                              max_steps_per_tb)
+    crowded = _depended_tbs_per_rank(assignment, d, coll.num_ranks) > MAX_DEP_TB + 1
+    if crowded.any():
+        # uplink order is an optimisation: drop it on ranks where it would break MSCCL's tb-id limit
+        keep = ~crowded[ops.rank[up_d]]
+        assignment, w, d = assign(ops, merged, np.concatenate([waiter, up_w[keep]]),
+                                  np.concatenate([waited, up_d[keep]]), max_steps_per_tb)
+    waiter, waited = w, d
     default = f"{coll.name}-{schedule.method or 'schedule'}-{schedule.topology or 'topology'}"
     return emit(coll, schedule, ops, merged, assignment, waiter, waited, scratch, name or default)
