@@ -63,3 +63,32 @@ def test_reducescatter_default_spelling_is_the_maintained_runtimes(tmp_path):
                                       "--coll-spelling", "reduce_scatter", "-o", str(out2)])
     assert result.exit_code == 0, result.output
     assert 'coll="reduce_scatter"' in out2.read_text()
+
+
+def test_unknown_solver_is_refused_up_front(tmp_path):
+    out = tmp_path / "a.xml"
+    result = CliRunner().invoke(cli, ["synthesize", "-t", "ring-8", "-c", "allgather", "-m", "ring", "--solver",
+                                      "nosuch", "-o", str(out)])
+    assert result.exit_code == 2 and "unknown solver" in result.output
+    assert not out.exists()
+
+
+def test_optimal_needs_a_closed_gap():
+    from synth.pipeline import honest_status
+
+    assert honest_status("optimal", 0.0) == "optimal"
+    assert honest_status("optimal", 0.4) == "feasible"
+    assert honest_status("optimal", None) == "feasible"
+    assert honest_status("heuristic", 0.0) == "heuristic"
+
+
+def test_indivisible_size_is_noted_and_size_is_an_integer(tmp_path):
+    import json
+
+    out = tmp_path / "a.json"
+    result = CliRunner().invoke(cli, ["synthesize", "-t", "ring-8", "-c", "allgather", "-m", "ring", "-s", "1000",
+                                      "--chunks", "3", "--json", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["size_bytes"] == 1000 and isinstance(payload["size_bytes"], int)
+    assert any("equal chunks" in note for note in payload["notes"])

@@ -72,7 +72,8 @@ def command(topology_name: str | None, collective: str | None, size: str, method
     result = synthesize(topology, name, size_bytes, method, options, root, inplace=inplace)
     path = output or _default_output(topology.name, name, result.method)
     written = str(save_program(result.program, path, coll_spelling=coll_spelling))
-    if as_json:
+    if as_json:  # notes travel inside the JSON object
+
         emit_json(result.to_dict(output=written))
         return
     from synth.cli.common import console
@@ -92,6 +93,8 @@ def command(topology_name: str | None, collective: str | None, size: str, method
     for row in result.tried:
         if "error" in row:
             con.print(f"  (auto skipped {row['method']}: {row['error']})")
+    for note in result.notes:
+        con.print(f"note: {note}")
     con.print(f"verified, wrote {written}")
 
 
