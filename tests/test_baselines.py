@@ -201,7 +201,7 @@ def test_nccl_picks_tree_small_ring_large() -> None:
 
 def test_embed_respects_fixed_and_routes() -> None:
     topo = gen.ring(4)
-    routes = bl.pair_routes(topo)
+    routes = bl.rank_routes(topo)
     # a 4-cycle 0-1-2-3-0 on logical nodes, with logical 0 pinned to rank 2
     place = bl.embed(routes, 4, [(0, 1), (1, 2), (2, 3), (3, 0)], fixed={0: 2})
     assert place is not None and place[0] == 2

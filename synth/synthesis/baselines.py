@@ -4,7 +4,7 @@ all-pairs, hierarchical (intra-box / inter-box rails) and NCCL's own ring-or-tre
 Shared machinery. Each algorithm is written over *logical* nodes and placed on the ranks by
 :func:`embed` (the identity first, then a backtracking search under a step budget) so that every
 logical edge is a pair of ranks that talk both ways over a direct link or a switch-only route
-(:func:`synth.synthesis.ring.pair_routes`, the simulator's routing rule). Copy collectives may also
+(:func:`synth.topology.routes.rank_routes`, the simulator's routing rule). Copy collectives may also
 send between ranks that are not adjacent: the piece is relayed by the ranks on a shortest path
 (least loaded first), one transfer per hop. Reductions never are, since a relaying rank would hold
 someone else's partial sum in its own slot; a reduction whose pattern does not embed raises
@@ -62,8 +62,9 @@ from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.schedule import Schedule
 from synth.synthesis.base import MethodSpec, SynthOptions
-from synth.synthesis.ring import MAX_WEIGHT, _Timer, find_rings, pair_routes, ring_weights, split_counts
+from synth.synthesis.ring import MAX_WEIGHT, _Timer, find_rings, ring_weights, split_counts
 from synth.topology.model import Link, Topology
+from synth.topology.routes import rank_routes
 
 MAX_TREE_PIPELINE = 16     # chunks per tree (dbt)
 EMBED_STEPS = 50_000       # backtracking budget of :func:`embed`
@@ -185,7 +186,7 @@ class Plan:
     def __init__(self, topology: Topology, coll: Collective, size_bytes: float):
         self.topology = topology
         self.coll = coll
-        self.routes = pair_routes(topology)
+        self.routes = rank_routes(topology)
         self.timer = _Timer(topology, self.routes, coll.chunk_bytes(size_bytes))
         self.dests = {c: coll.chunk_destinations(c) for c in coll.schedule_chunks}
         self.load: dict[Pair, int] = defaultdict(int)
@@ -409,7 +410,7 @@ def _dbt(topology: Topology, collective: Collective, size_bytes: float, options:
     _check(topology, collective, options)
     name, n = collective.name, topology.num_ranks
     root = collective.root if name != "allreduce" else 0
-    routes = pair_routes(topology)
+    routes = rank_routes(topology)
     boxed = _box_chain_trees(topology, routes, root, name == "allreduce")
     if boxed is not None:
         trees = boxed
@@ -527,7 +528,7 @@ def _rdh(topology: Topology, collective: Collective, size_bytes: float, options:
     extras = n - p
     bits = [1 << i for i in range(p.bit_length() - 1)]
     edges = {(i, i ^ b) for i in range(p) for b in bits} | {(i, p + i) for i in range(extras)}
-    routes = pair_routes(topology)
+    routes = rank_routes(topology)
     # each extra rank sits next to its core partner (core i <-> extra p+i at positions 2i, 2i+1), so the
     # pieces a core holds stay contiguous in the buffers (one step per exchange)
     base = _box_interleaved(topology)
@@ -669,7 +670,7 @@ def _hierarchical(topology: Topology, collective: Collective, size_bytes: float,
     if any(len(b) != g for b in boxes) or sorted(r for b in boxes for r in b) != list(range(n)):
         raise SynthError(f"hierarchical needs equal boxes that cover every rank once ({topology.name!r})")
     nb = len(boxes)
-    routes = pair_routes(topology)
+    routes = rank_routes(topology)
     for gi in range(g):
         for b in range(nb):
             a, c = boxes[b][gi], boxes[(b + 1) % nb][gi]

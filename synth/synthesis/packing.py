@@ -196,43 +196,6 @@ def choose_capacities(fabric: Fabric, weights: dict[int, int], ratio: Fraction,
 # ---------------------------------------------------------------------------------------------
 # the routes programs can take
 # ---------------------------------------------------------------------------------------------
-def canonical_paths(topology: Topology) -> dict[tuple[int, int], tuple[int, ...]]:
-    """Node path a rank-to-rank send takes through switches: a direct link, else the shortest
-    switch-only path (fewest hops, then least Σα, then smallest ids; the rule of the simulator in
-    :mod:`synth.simulate`, standing in for the runtime's fixed transport per peer). An MSCCL program
-    names peers, not routes, so a tree arc may only use this path."""
-    import heapq
-
-    adj: list[list[tuple[int, float]]] = [[] for _ in range(topology.num_nodes)]
-    for link in topology.links:
-        adj[link.src].append((link.dst, link.alpha))
-    for out in adj:
-        out.sort()
-    paths: dict[tuple[int, int], tuple[int, ...]] = {}
-    for src in topology.ranks:
-        best: dict[int, tuple[int, float]] = {src: (0, 0.0)}
-        prev: dict[int, tuple[int, ...]] = {src: (src,)}
-        heap = [(0, 0.0, src)]
-        done: set[int] = set()
-        while heap:
-            hops, alpha, u = heapq.heappop(heap)
-            if u in done:
-                continue
-            done.add(u)
-            if u != src and topology.is_rank(u):
-                continue
-            for v, a in adj[u]:
-                cand = (hops + 1, alpha + a)
-                if v not in best or cand < best[v]:
-                    best[v] = cand
-                    prev[v] = prev[u] + (v,)
-                    heapq.heappush(heap, (cand[0], cand[1], v))
-        for v, path in prev.items():
-            if topology.is_rank(v) and v != src:
-                paths[(src, v)] = (src, v) if topology.link(src, v) is not None else path
-    return paths
-
-
 def allowed_subpaths(paths: dict[tuple[int, int], tuple[int, ...]]) -> set[tuple[int, ...]]:
     """Every contiguous piece (at least one arc) of a canonical path."""
     pieces: set[tuple[int, ...]] = set()

@@ -36,6 +36,7 @@ from synth.errors import SynthError
 from synth.schedule import Schedule, Transfer
 from synth.synthesis.base import MethodSpec, SynthOptions
 from synth.topology.model import Topology
+from synth.topology.routes import rank_routes
 
 MAX_RINGS = 8
 MAX_WEIGHT = 16          # total integer ring weight (chunks per piece with no pipelining)
@@ -60,41 +61,6 @@ class Ring:
 
 
 # ---- routes ---------------------------------------------------------------------------------------
-def pair_routes(topology: Topology) -> dict[tuple[int, int], tuple[int, ...]]:
-    """rank pair -> node path (src, switches..., dst): the direct link, else the switch-only path
-    with fewest hops, then least α (the simulator's routing rule)."""
-    import heapq
-
-    out: dict[tuple[int, int], tuple[int, ...]] = {}
-    n = topology.num_ranks
-    for src in range(n):
-        best: dict[int, tuple[int, float]] = {src: (0, 0.0)}
-        path: dict[int, tuple[int, ...]] = {src: (src,)}
-        heap = [(0, 0.0, src)]
-        done: set[int] = set()
-        while heap:
-            hops, alpha, u = heapq.heappop(heap)
-            if u in done:
-                continue
-            done.add(u)
-            if u != src and topology.is_rank(u):
-                continue   # ranks are endpoints here, never forwarders
-            for link in sorted(topology.out_links[u], key=lambda link: link.dst):
-                cand = (hops + 1, alpha + link.alpha)
-                if link.dst not in best or cand < best[link.dst]:
-                    best[link.dst] = cand
-                    path[link.dst] = path[u] + (link.dst,)
-                    heapq.heappush(heap, (cand[0], cand[1], link.dst))
-        for dst in range(n):
-            if dst == src:
-                continue
-            if topology.link(src, dst) is not None:
-                out[(src, dst)] = (src, dst)
-            elif dst in path:
-                out[(src, dst)] = path[dst]
-    return out
-
-
 def _links_of(path: tuple[int, ...]) -> Route:
     return tuple(zip(path[:-1], path[1:], strict=False))
 
@@ -157,7 +123,7 @@ def find_line(topology: Topology, max_steps: int = DFS_STEPS) -> tuple[int, ...]
     The fallback when no Hamiltonian cycle exists (e.g. an odd mesh such as 5x5, which is bipartite
     with unequal sides): the "line" algorithms send pieces both ways along it."""
     n = topology.num_ranks
-    routes = pair_routes(topology)
+    routes = rank_routes(topology)
     adj: list[list[int]] = [[] for _ in range(n)]
     for (a, b) in routes:
         if (b, a) in routes:
@@ -212,7 +178,7 @@ def find_rings(topology: Topology, max_rings: int = MAX_RINGS, max_steps: int = 
 
 def _pack_rings(topology: Topology, max_rings: int, max_steps: int, closers_last: bool) -> list[Ring]:
     n = topology.num_ranks
-    routes = pair_routes(topology)
+    routes = rank_routes(topology)
     cost = {pair: len(path) for pair, path in routes.items()}
     residual = {(link.src, link.dst): link.bw for link in topology.links}
     rings: list[Ring] = []
@@ -363,7 +329,7 @@ def _line_schedule(topology: Topology, collective: Collective, size_bytes: float
     """The fallback on a Hamiltonian path: pieces travel both ways along the line (one channel)."""
     n = topology.num_ranks
     name = collective.name
-    routes = pair_routes(topology)
+    routes = rank_routes(topology)
     bw = min(min(lk.bw for lk in (topology.link(a, b) for a, b in _links_of(routes[(line[i], line[i + 1])])))
              for i in range(n - 1))
     alpha = max((lk.alpha for lk in topology.links), default=0.0)
@@ -478,7 +444,7 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
     coll = Collective(name, n, chunks, root=collective.root, inplace=collective.inplace)
     if coll.inplace and name == "alltoall":
         raise SynthError("ring alltoall relays through the ranks and needs an out-of-place buffer")
-    routes = pair_routes(topology)
+    routes = rank_routes(topology)
     timer = _Timer(topology, routes, coll.chunk_bytes(size_bytes))
     C = coll.chunk_factor
     if name == "allreduce":

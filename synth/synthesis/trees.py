@@ -28,7 +28,7 @@ and every link of its route is free (one transfer at a time per link direction, 
 schedules are cheap the neighbouring pipeline depths are timed too and the fastest is kept.
 
 Routes: an MSCCL program names peers, not paths, so a planned arc through switches may only use
-the path a send between those ranks takes (:func:`packing.canonical_paths`, the simulator's rule);
+the path a send between those ranks takes (:func:`synth.topology.routes.rank_routes`, the simulator's rule);
 switch splitting is restricted to such paths, which can cost rate on fabrics whose fixed paths leave
 links idle (e.g. a second spine).
 
@@ -54,7 +54,6 @@ from synth.synthesis.packing import (
     Route,
     SplitError,
     allowed_subpaths,
-    canonical_paths,
     choose_capacities,
     integer_fabric,
     optimal_ratio,
@@ -62,6 +61,7 @@ from synth.synthesis.packing import (
     split_switches,
 )
 from synth.topology.model import Topology
+from synth.topology.routes import rank_routes
 
 SUPPORTED = frozenset({"allgather", "reducescatter", "allreduce", "broadcast", "reduce", "gather", "scatter"})
 DEFAULT_MAX_TREES = 256     # trees per root; the packing cost grows with distinct trees, not with k
@@ -168,7 +168,7 @@ def _allowed(topology: Topology, reverse: bool) -> set[tuple[int, ...]] | None:
     when planning on the reversed fabric, whose arcs run backwards in time)."""
     if not topology.switches:
         return None
-    pieces = allowed_subpaths(canonical_paths(topology))
+    pieces = allowed_subpaths(rank_routes(topology))
     return {piece[::-1] for piece in pieces} if reverse else pieces
 
 
