@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from synth.collectives import Collective, canonical_name
 from synth.errors import SynthError
@@ -40,6 +41,10 @@ _NOP, _S, _R, _RCS, _RRS, _RRC, _RRCS, _CPY, _RE = range(9)
 _KIND = {"nop": _NOP, "s": _S, "r": _R, "rcs": _RCS, "rrs": _RRS, "rrc": _RRC, "rrcs": _RRCS, "cpy": _CPY, "re": _RE}
 _READ_KINDS = frozenset({_S, _RRS, _RRC, _RRCS, _CPY, _RE})
 _WRITE_KINDS = frozenset({_R, _RCS, _RRC, _RRCS, _CPY, _RE})
+# Per step type: (kind, sends, receives, reads its local src, writes its dst).
+_TYPE_INFO = {t: (k, t in SENDS, t in RECEIVES, t in _READS_SRC, t in _WRITES_DST) for t, k in _KIND.items()}
+_UNKNOWN_TYPE = (_NOP, False, False, False, False)
+_STEP_FIELDS = attrgetter("type", "srcbuf", "srcoff", "dstbuf", "dstoff", "cnt", "depid", "deps")
 # The race check keeps a vector clock per threadblock (cost ~ threadblocks x executed steps, about
 # 0.4 s per million on one core): it runs under this budget and is skipped above it.
 RACE_CHECK_BUDGET = 6_000_000
@@ -96,23 +101,36 @@ def _describe(value) -> str:
 def expected_values(coll: Collective) -> dict[tuple[int, int], tuple[int, int]]:
     """``coll.postcondition`` in the verifier's encoding: (rank, output slot) -> (input slot, origin bitset).
 
-    Reductions are built directly (their postcondition sets have N elements each, so materialising
-    them costs O(N^2 C)); copy collectives convert their one-element sets.
+    Computed by formula per collective (the same rules as :mod:`synth.collectives`' postcondition and
+    ``destination_slot`` in :mod:`synth.program.lower`), never through ``coll.postcondition``, which
+    builds a frozenset per slot (O(N^2 C) sets for allgather/alltoall). With C chunks per piece:
+    allgather ``o[q*C+k]`` of every rank = input slot k of q; alltoall ``o[q*C+k]`` of r = input slot
+    r*C+k of q; broadcast ``o[k]`` = input slot k of the root; gather: the allgather slots on the root
+    only; scatter ``o[k]`` of r = input slot r*C+k of the root; allreduce ``o[k]`` = input slot k of all
+    ranks; reduce: the same on the root only; reducescatter ``o[k]`` of r = input slot r*C+k of all.
     """
-    n, c = coll.num_ranks, coll.chunk_factor
+    n, c, root = coll.num_ranks, coll.chunk_factor, coll.root
     every = (1 << n) - 1
-    if coll.name == "allreduce":
+    name = coll.name
+    if name == "allreduce":
         return {(r, k): (k, every) for r in range(n) for k in range(c)}
-    if coll.name == "reduce":
-        return {(coll.root, k): (k, every) for k in range(c)}
-    if coll.name == "reducescatter":
+    if name == "reduce":
+        return {(root, k): (k, every) for k in range(c)}
+    if name == "reducescatter":
         return {(r, k): (r * c + k, every) for r in range(n) for k in range(c)}
-    out = {}
-    for key, contribs in coll.postcondition.items():
-        (contribution,) = contribs
-        origin, slot = coll.split_contribution(contribution)
-        out[key] = (slot, 1 << origin)
-    return out
+    if name == "broadcast":
+        return {(r, k): (k, 1 << root) for r in range(n) for k in range(c)}
+    if name == "scatter":
+        return {(r, k): (r * c + k, 1 << root) for r in range(n) for k in range(c)}
+    # one value per (origin q, chunk k); allgather/gather place it at output slot q*C+k
+    if name in ("allgather", "gather"):
+        row = [((q * c + k), (k, 1 << q)) for q in range(n) for k in range(c)]
+        ranks = range(n) if name == "allgather" else (root,)
+        return {(r, slot): value for r in ranks for slot, value in row}
+    if name == "alltoall":
+        bit = [1 << q for q in range(n)]
+        return {(r, q * c + k): (r * c + k, bit[q]) for r in range(n) for q in range(n) for k in range(c)}
+    raise SynthError(f"verify does not know collective {name}")  # pragma: no cover - Collective validates names
 
 
 class _Errors(list):
@@ -207,43 +225,52 @@ class _Verifier:
                 ok_peer[role] = good
             self.send_ok.append(ok_peer["send"])
             self.recv_ok.append(ok_peer["recv"])
-        # per-step operand checks, dependency resolution and compiled step records for _run
+        # per-step operand checks, dependency resolution and compiled step records for _run. One pass
+        # per step with everything hoisted: the step's fields come out in one C-level attrgetter call,
+        # the type's properties in one dict lookup, and the full check runs in _step_problems only
+        # when the fast range test fails.
         self.deps: list[list] = []
         self.records: list[list[tuple]] = []
-        depended = {}
-        for g, (r, tb) in enumerate(self.tbs):
+        depended: dict[tuple[int, int], tuple[int, int]] = {}
+        gindex, tbs = self.gindex, self.tbs
+        lengths = [len(tb.steps) for _, tb in tbs]
+        for g, (r, tb) in enumerate(tbs):
             views = self.layout[r]
+            get_view = views.get
             dl, recs = [], []
             can_send, can_recv = self.send_ok[g], self.recv_ok[g]
-            gindex, tbs = self.gindex, self.tbs
-            for s, st in enumerate(tb.steps):
-                t = st.type
-                cnt = st.cnt
-                sv = views.get(st.srcbuf)
-                dv = views.get(st.dstbuf)
-                ok = t != "nop"
+            for s, (t, srcbuf, srcoff, dstbuf, dstoff, cnt, depid, deps) in enumerate(map(_STEP_FIELDS, tb.steps)):
+                info = _TYPE_INFO.get(t)
+                if info is None:
+                    err.add(f"rank {r} tb {tb.id} step {s}: unknown step type {t!r} (expected one of "
+                            f"{', '.join(_KIND)})")
+                    info = _UNKNOWN_TYPE
+                kind, is_send, is_recv, reads, writes = info
+                sv = get_view(srcbuf)
+                dv = get_view(dstbuf)
+                ok = kind != _NOP
                 problems = None
-                if ok and (cnt < 1 or (t in SENDS and not can_send) or (t in RECEIVES and not can_recv)
-                           or (t in _READS_SRC and (sv is None or st.srcoff < 0 or st.srcoff + cnt > sv[3]))
-                           or (t in _WRITES_DST and (dv is None or st.dstoff < 0 or st.dstoff + cnt > dv[3]))):
-                    ok, problems = self._step_problems(r, tb, st)
+                if ok and (cnt < 1 or (is_send and not can_send) or (is_recv and not can_recv)
+                           or (reads and (sv is None or srcoff < 0 or srcoff + cnt > sv[3]))
+                           or (writes and (dv is None or dstoff < 0 or dstoff + cnt > dv[3]))):
+                    ok, problems = self._step_problems(r, tb, tb.steps[s])
                 dep = None
-                if st.depid != -1:  # the runtimes ignore deps when depid is -1
-                    target = gindex.get((r, st.depid))
-                    if target is None or not 0 <= st.deps < len(tbs[target][1].steps):
-                        problems = (problems or []) + [f"depends on tb {st.depid} step {st.deps}, which does not "
+                if depid != -1:  # the runtimes ignore deps when depid is -1
+                    target = gindex.get((r, depid))
+                    if target is None or not 0 <= deps < lengths[target]:
+                        problems = (problems or []) + [f"depends on tb {depid} step {deps}, which does not "
                                                        f"exist on rank {r}"]
                     else:
-                        dep = (target, st.deps)
+                        dep = (target, deps)
                         if dep not in depended:
                             depended[dep] = (tb.id, s)
                 if problems:
                     for problem in problems:
                         err.add(f"rank {r} tb {tb.id} step {s} ({t}): {problem}")
-                recs.append((_KIND[t] if ok else _NOP, can_recv and t in RECEIVES, can_send and t in SENDS,
+                recs.append((kind if ok else _NOP, can_recv and is_recv, can_send and is_send,
                              cnt if cnt > 0 else 0,
-                             sv[0] if sv else None, sv[2] + st.srcoff if sv else 0,
-                             dv[0] if dv else None, dv[1] if dv else None, dv[2] + st.dstoff if dv else 0, dep))
+                             sv[0] if sv else None, sv[2] + srcoff if sv else 0,
+                             dv[0] if dv else None, dv[1] if dv else None, dv[2] + dstoff if dv else 0, dep))
                 dl.append(dep)
             self.deps.append(dl)
             self.records.append(recs)

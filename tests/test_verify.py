@@ -294,6 +294,16 @@ def test_double_counting_reduction_detected():
     assert any("double counts ranks [0]" in e and "rank 0 tb" in e for e in result.errors), result.errors
 
 
+def test_unknown_step_type_is_an_error_not_a_crash():
+    program = direct_program("allreduce", n=3, c=1)
+    gpu = program.gpus[0]
+    odd = Threadblock(len(gpu.threadblocks), -1, -1, 0, (Step("copy", "i", 0, "o", 0),))
+    bad = program.with_(gpus=(Gpu(0, gpu.i_chunks, gpu.o_chunks, 0, gpu.threadblocks + (odd,)),) + program.gpus[1:])
+    result = verify(bad)
+    assert not result.ok
+    assert any("unknown step type 'copy'" in e and "rank 0 tb" in e for e in result.errors), result.errors
+
+
 def test_cnt_mismatch_and_leftover_messages():
     program = ring_allgather(3)
     st = list(program.gpus[0].threadblocks[0].steps)
@@ -358,13 +368,18 @@ def test_unknown_collective_is_bad_input():
 
 
 @pytest.mark.parametrize("name", COLLECTIVES)
-def test_expected_values_match_postcondition(name):
-    coll = Collective(name, 5, 3, root=3)
-    expected = expected_values(coll)
-    assert set(expected) == set(coll.postcondition)
-    for key, contribs in coll.postcondition.items():
-        slot, bits = expected[key]
-        assert {coll.contribution(q, slot) for q in range(5) if bits >> q & 1} == set(contribs)
+@pytest.mark.parametrize("inplace", [False, True])
+@pytest.mark.parametrize("chunks", [1, 2, 3])
+def test_expected_values_match_postcondition(name, inplace, chunks):
+    """The formula-based expected values equal Collective.postcondition exactly (keys and sets)."""
+    for n, root in ((1, 0), (2, 1), (5, 3), (6, 0)):
+        coll = Collective(name, n, chunks, root=root, inplace=inplace)
+        expected = expected_values(coll)
+        assert set(expected) == set(coll.postcondition)
+        for key, contribs in coll.postcondition.items():
+            slot, bits = expected[key]
+            assert 0 <= slot < coll.input_chunks and 0 < bits < 1 << n
+            assert {coll.contribution(q, slot) for q in range(n) if bits >> q & 1} == set(contribs)
 
 
 def test_large_ring_is_fast():
