@@ -234,8 +234,12 @@ class _Verifier:
         depended: dict[tuple[int, int], tuple[int, int]] = {}
         gindex, tbs = self.gindex, self.tbs
         lengths = [len(tb.steps) for _, tb in tbs]
+        tb_index: list[dict[int, int]] = [{} for _ in range(n)]  # per rank: tb id -> global index
+        for (rank, tb_id), g in gindex.items():
+            tb_index[rank][tb_id] = g
         for g, (r, tb) in enumerate(tbs):
             views = self.layout[r]
+            local = tb_index[r]
             get_view = views.get
             dl, recs = [], []
             can_send, can_recv = self.send_ok[g], self.recv_ok[g]
@@ -256,7 +260,7 @@ class _Verifier:
                     ok, problems = self._step_problems(r, tb, tb.steps[s])
                 dep = None
                 if depid != -1:  # the runtimes ignore deps when depid is -1
-                    target = gindex.get((r, depid))
+                    target = local.get(depid)
                     if target is None or not 0 <= deps < lengths[target]:
                         problems = (problems or []) + [f"depends on tb {depid} step {deps}, which does not "
                                                        f"exist on rank {r}"]
