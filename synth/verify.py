@@ -25,6 +25,7 @@ interleaving, which is the only one when there is no race.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from operator import attrgetter
 
@@ -98,8 +99,8 @@ def _describe(value) -> str:
     return f"input slot {slot} of ranks {_fmt_ranks(_ranks_of(bits))}"
 
 
-def expected_values(coll: Collective) -> dict[tuple[int, int], tuple[int, int]]:
-    """``coll.postcondition`` in the verifier's encoding: (rank, output slot) -> (input slot, origin bitset).
+def iter_expected_values(coll: Collective) -> Iterator[tuple[tuple[int, int], tuple[int, int]]]:
+    """``coll.postcondition`` in the verifier's encoding, lazily: ((rank, output slot), (input slot, origin bitset)).
 
     Computed by formula per collective (the same rules as :mod:`synth.collectives`' postcondition and
     ``destination_slot`` in :mod:`synth.program.lower`), never through ``coll.postcondition``, which
@@ -113,24 +114,29 @@ def expected_values(coll: Collective) -> dict[tuple[int, int], tuple[int, int]]:
     every = (1 << n) - 1
     name = coll.name
     if name == "allreduce":
-        return {(r, k): (k, every) for r in range(n) for k in range(c)}
+        return (((r, k), (k, every)) for r in range(n) for k in range(c))
     if name == "reduce":
-        return {(root, k): (k, every) for k in range(c)}
+        return (((root, k), (k, every)) for k in range(c))
     if name == "reducescatter":
-        return {(r, k): (r * c + k, every) for r in range(n) for k in range(c)}
+        return (((r, k), (r * c + k, every)) for r in range(n) for k in range(c))
     if name == "broadcast":
-        return {(r, k): (k, 1 << root) for r in range(n) for k in range(c)}
+        return (((r, k), (k, 1 << root)) for r in range(n) for k in range(c))
     if name == "scatter":
-        return {(r, k): (r * c + k, 1 << root) for r in range(n) for k in range(c)}
+        return (((r, k), (r * c + k, 1 << root)) for r in range(n) for k in range(c))
     # one value per (origin q, chunk k); allgather/gather place it at output slot q*C+k
     if name in ("allgather", "gather"):
         row = [((q * c + k), (k, 1 << q)) for q in range(n) for k in range(c)]
         ranks = range(n) if name == "allgather" else (root,)
-        return {(r, slot): value for r in ranks for slot, value in row}
+        return (((r, slot), value) for r in ranks for slot, value in row)
     if name == "alltoall":
         bit = [1 << q for q in range(n)]
-        return {(r, q * c + k): (r * c + k, bit[q]) for r in range(n) for q in range(n) for k in range(c)}
+        return (((r, q * c + k), (r * c + k, bit[q])) for r in range(n) for q in range(n) for k in range(c))
     raise SynthError(f"verify does not know collective {name}")  # pragma: no cover - Collective validates names
+
+
+def expected_values(coll: Collective) -> dict[tuple[int, int], tuple[int, int]]:
+    """``coll.postcondition`` in the verifier's encoding: (rank, output slot) -> (input slot, origin bitset)."""
+    return dict(iter_expected_values(coll))
 
 
 class _Errors(list):
@@ -537,7 +543,7 @@ class _Verifier:
 
     def _postcondition(self) -> None:
         c = self.c
-        for (r, slot), expected in expected_values(c).items():
+        for (r, slot), expected in iter_expected_values(c):
             arr, wr, base, limit = self.layout[r]["o"]
             if slot >= limit:
                 self.err.add(f"rank {r}: output buffer has {limit} chunks but {c.name} needs output slot {slot}")
