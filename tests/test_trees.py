@@ -227,3 +227,28 @@ def test_dgx1_allreduce_within_one_percent_of_the_bound():
     bound_us = compute_bounds(topology, schedule.collective, size).time_bound_us
     assert bound_us / sim.time_us > 0.99
     assert schedule.predicted_time_us == pytest.approx(sim.time_us, rel=1e-6)
+
+
+def test_box_trees_bound_each_ranks_peers_and_meet_the_nic_cut():
+    # 1024-rank A100 fabrics failed lowering: a rank sent to every remote box (> 127 depended-on
+    # tbs). Per-rail binomial trees over boxes: <= ceil(log2 B) inter-box peers per direction + 1
+    # intra-box peer, and still every NIC carries exactly B - 1 pieces (the box cut).
+    from collections import defaultdict
+
+    from synth.synthesis.scale import achieved_ratio, box_trees
+    from synth.topology import generators
+
+    nb, per = 20, 4
+    topology = generators.boxes_behind_nics(nb, per, intra_bw=300, nic_bw=25, ib_switches=2)
+    trees = box_trees(topology, tuple(range(nb * per)))
+    sends, recvs = defaultdict(set), defaultdict(set)
+    for root, edges, _ in trees:
+        assert sorted(v for _, v in edges) == [v for v in range(nb * per) if v != root]
+        for u, v in edges:
+            sends[u].add(v)
+            recvs[v].add(u)
+    limit = (nb - 1).bit_length() + 1
+    assert max(len(s) for s in sends.values()) <= limit
+    assert max(len(s) for s in recvs.values()) <= limit
+    ratio, unit = achieved_ratio(topology, trees, False)
+    assert float(ratio / unit) == pytest.approx((nb - 1) / 25)

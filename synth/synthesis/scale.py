@@ -4,13 +4,20 @@ The exact packing (:mod:`synth.synthesis.packing`) needs a max-flow per tree arc
 few hundred ranks. Here one spanning tree per root is built directly, in near-linear time:
 
 - **Boxes behind switches** (``topology.machines`` with switch routes between boxes, e.g. DGX
-  boxes whose GPUs have one NIC each): a three-level tree per root ``r`` in box ``b``:
-  ``r`` -> its box-mates; box-mate with local index ``i`` -> the GPU of the same local index in
-  the remote boxes ``b'`` whose position ``j`` (rotated by ``r``'s local index) has
-  ``j mod |b| == i``; each such GPU -> its own box-mates. Every box then receives every remote
-  piece exactly once, spread evenly over its NICs, which meets the box cut
-  ``|R \\ box| / B⁺(box)`` when the NICs are the bottleneck (a hierarchical broadcast in the
-  manner of Blink and NCCL's trees, balanced over the NICs).
+  boxes whose GPUs have one NIC each): the tree of root ``r`` (local index ``k`` in box ``b``)
+  runs on rail ``k`` only. Over boxes it is a binomial tree on positions ``p = (x - b) mod B``
+  (box ``x`` of ``B``): position ``p`` feeds ``p + 2^t`` for every ``2^t > p`` below ``B``; the
+  edge joins the rail-``k`` GPUs of the two boxes. Inside each box the piece then walks a chain
+  ``k -> k+1 -> ... -> k-1`` (local indices mod the box size), so every GPU sends intra-box only
+  to its successor: one send threadblock, no cross-threadblock ordering of the NVSwitch uplink
+  (no ``nop`` steps), which keeps a rank of a 1024-rank allgather under MSCCL's 4096 XML nodes.
+  Because the tree is rotated with the root's box, every box holds every position once per
+  rail, so every NIC receives and sends exactly ``B - 1`` pieces: the box cut
+  ``|R \\ box| / B⁺(box)`` is met when the NICs are the bottleneck (a hierarchical broadcast in
+  the manner of Blink and NCCL's trees, balanced over the rails). A rank's inter-box peers are
+  only the boxes at offsets ``±2^t``: ``⌈log2 B⌉`` per direction, so lowering stays under MSCCL's
+  128 depended-on threadblocks (one per peer and direction) even at 128 boxes and more; the depth
+  is ``⌈log2 B⌉`` inter-box hops plus the intra-box chain.
 - **Switchless graphs** (tori, meshes, hypercubes): a BFS tree per root whose parent choice is
   load-aware: each newly reached rank takes, among its parents in the previous BFS layer, the link
   with the least load so far (per unit of bandwidth). On vertex-transitive graphs this spreads the
@@ -79,22 +86,28 @@ def box_trees(topology: Topology, roots: tuple[int, ...]) -> list[tuple[int, lis
             routes[key] = found
         return routes[key]
 
-    out = []
     nb = len(boxes)
+    # binomial tree over box positions: (parent position, child position), parents first
+    box_arcs = [(p, p + (1 << t)) for t in range(max(nb - 1, 1).bit_length())
+                for p in range(min(1 << t, nb)) if p + (1 << t) < nb]
+    out = []
     for r in roots:
         b = box_of[r]
-        mates = boxes[b]
-        me = mates.index(r)
-        edges = [(r, m) for m in mates if m != r]
-        for j in range(1, nb):
-            remote = boxes[(b + j) % nb]
-            i = (j - 1 + me) % len(mates)   # rotate with the root, so every NIC gets its share
-            sender = mates[i]
-            receiver = remote[i % len(remote)]
-            edges.append((sender, receiver))
-            edges += [(receiver, m) for m in remote if m != receiver]
-        # BFS order: the root's own edges first, then the inter-box ones, then the remote fan-outs
-        edges.sort(key=lambda e: (0 if e[0] == r else 1 if box_of[e[0]] == b else 2))
+        k = boxes[b].index(r)
+
+        def rail(pos: int, b: int = b, k: int = k) -> int:
+            box = boxes[(b + pos) % nb]
+            return box[k % len(box)]
+
+        def ring(pos: int, b: int = b, k: int = k) -> list[tuple[int, int]]:
+            box = boxes[(b + pos) % nb]
+            walk = [box[(k + j) % len(box)] for j in range(len(box))]
+            return list(zip(walk, walk[1:]))
+
+        edges = ring(0)
+        edges += [(rail(p), rail(c)) for p, c in box_arcs]
+        for pos in range(1, nb):
+            edges += ring(pos)
         out.append((r, edges, [route(u, v) for u, v in edges]))
     return out
 
