@@ -31,7 +31,7 @@ class LazyGroup(click.Group):
         return importlib.import_module(module).command
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, envvar="SYNTH_DEBUG", help="Show tracebacks on errors.")
 @click.version_option(package_name="synth")
 @click.pass_context
@@ -39,6 +39,8 @@ def cli(ctx: click.Context, debug: bool) -> None:
     """synth: synthesize, verify, simulate and execute collective-communication schedules."""
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+    if ctx.invoked_subcommand is None:  # bare `synth`: show the commands, not a usage error
+        click.echo(ctx.get_help())
 
 
 def main() -> None:
