@@ -22,11 +22,8 @@ Latency bounds: :func:`latency_bound_us`.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
-import os
-import sys
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -355,41 +352,21 @@ def alltoall_lp_ratio(topology: Topology) -> tuple[float, str]:
     return value, "lp"
 
 
-@contextlib.contextmanager
-def _quiet_stdout():
-    """Silence the C-level stdout (file descriptor 1) for native libraries that print."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 1)
-            yield
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
 def _solve_lp(cost: np.ndarray, matrix, row_lb: np.ndarray, row_ub: np.ndarray) -> float:
-    """min cost·x, row_lb ≤ A x ≤ row_ub, x ≥ 0 with HiGHS (interior point + crossover: on these
-    flow LPs it is ~20x faster than simplex). Bounds precede the solver stage in the pipeline, so
-    this calls highspy directly rather than synth.solvers."""
-    import highspy
+    """min cost·x, row_lb ≤ A x ≤ row_ub, x ≥ 0, through the solver layer with HiGHS' interior point
+    method (+ crossover: on these flow LPs it is ~20x faster than simplex)."""
+    from synth.solvers import Model, solve
 
-    with _quiet_stdout():  # HiGHS prints a banner even with output off (NOTES.md); keep --json clean
-        h = highspy.Highs()
-        h.setOptionValue("output_flag", False)
-    h.setOptionValue("solver", "ipm")
-    ncols = len(cost)
-    h.addVars(ncols, np.zeros(ncols), np.full(ncols, highspy.kHighsInf))
-    h.changeColsCost(ncols, np.arange(ncols, dtype=np.int32), cost)
-    h.addRows(matrix.shape[0], np.where(np.isfinite(row_lb), row_lb, -highspy.kHighsInf),
-              np.where(np.isfinite(row_ub), row_ub, highspy.kHighsInf), matrix.nnz,
-              matrix.indptr.astype(np.int32), matrix.indices.astype(np.int32), matrix.data)
-    with _quiet_stdout():
-        h.run()
-    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
-        raise SynthError(f"alltoall LP bound: HiGHS returned {h.modelStatusToString(h.getModelStatus())}")
-    return float(h.getInfo().objective_function_value)
+    model = Model("alltoall-bound")
+    model.add_vars(len(cost), 0.0)
+    coo = matrix.tocoo()
+    model.add_rows(coo.row, coo.col, coo.data, row_lb, row_ub)
+    nonzero = np.flatnonzero(cost)
+    model.set_objective(nonzero, cost[nonzero])
+    result = solve(model, "highs", lp_algorithm="ipm")
+    if result.status != "optimal":
+        raise SynthError(f"alltoall LP bound: HiGHS returned {result.status} ({result.message})")
+    return float(result.objective)
 
 
 def alltoall_fallback_ratio(topology: Topology) -> tuple[float, str]:

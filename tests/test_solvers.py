@@ -97,3 +97,14 @@ def test_cpsat_rejects_continuous():
 def test_relative_gap():
     assert relative_gap(10.0, 9.0) == pytest.approx(0.1)
     assert relative_gap(None, 1.0) is None
+
+
+def test_highs_interior_point_reaches_the_simplex_optimum():
+    model = Model("lp")
+    y = model.add_vars(2, 0)
+    model.add_row(y, [1, 1], lb=1)
+    model.add_row(y, [1, -1], ub=0.5)
+    model.set_objective(y, [2, 3])
+    assert solve(model, "highs", lp_algorithm="ipm").objective == pytest.approx(2.25, rel=1e-7)
+    with pytest.raises(SynthError, match="HiGHS option"):
+        solve(model, "cbc", lp_algorithm="ipm")
