@@ -330,6 +330,45 @@ def split_switches(fabric: Fabric, caps: np.ndarray, weights: dict[int, int], k:
     return graph
 
 
+def disjoint_pair_split(fabric: Fabric, caps: np.ndarray, weights: dict[int, int], k: int,
+                        pairs: list[tuple[int, ...]]) -> SplitGraph | None:
+    """Switch removal by rank pairs whose switch paths share no link, or None if it loses rate.
+
+    ``pairs`` are node paths ``(u, switches..., v)`` on ``fabric`` in order of preference; a path
+    is kept when none of its arcs is held by an earlier kept path, and becomes the rank arc
+    ``(u, v)`` with the least capacity along it. Every other switch arc is dropped. Under the SPEC
+    cost model a routed transfer holds its whole route, so two rank arcs that share a switch link
+    cannot both run at full rate while one that owns its route behaves as a direct link: the
+    packed trees then run on the switch fabric without contention. This is the special case of
+    complete edge splitting (Bang-Jensen, Frank, Jackson 1995; ForestColl §4.2) in which every
+    split pair owns its route; it is accepted only when the rank graph still passes Edmonds'
+    condition at ``k`` trees per root (:func:`is_feasible`), i.e. the optimal rate is kept
+    (e.g. GPU ``i`` of box A paired with GPU ``i`` of box B through an IB switch: rail pairing).
+    """
+    nr = fabric.num_ranks
+    arc_index = {arc: i for i, arc in enumerate(fabric.arcs)}
+    cap: dict[tuple[int, int], int] = {}
+    routes: dict[tuple[int, int], list[list]] = {}
+    for (a, b), c in zip(fabric.arcs, caps.tolist()):
+        if a < nr and b < nr and c > 0:
+            cap[(a, b)] = cap.get((a, b), 0) + c
+            _add_units(routes.setdefault((a, b), []), (), c)
+    held: set[int] = set()
+    for path in pairs:
+        u, v = path[0], path[-1]
+        arcs = [arc_index.get(arc) for arc in zip(path, path[1:])]
+        if len(path) < 3 or None in arcs or held.intersection(arcs):
+            continue
+        units = min(int(caps[i]) for i in arcs)
+        if units <= 0:
+            continue
+        held.update(arcs)
+        cap[(u, v)] = cap.get((u, v), 0) + units
+        _add_units(routes.setdefault((u, v), []), tuple(path[1:-1]), units)
+    graph = SplitGraph(fabric.num_nodes, nr, cap, routes)
+    return graph if is_feasible(_rank_fabric(graph), _rank_caps(graph), weights, k) else None
+
+
 class SplitError(SynthError):
     """Edge splitting could not remove the switches at this rate."""
 

@@ -55,6 +55,7 @@ from synth.synthesis.packing import (
     SplitError,
     allowed_subpaths,
     choose_capacities,
+    disjoint_pair_split,
     integer_fabric,
     optimal_ratio,
     pack_arborescences,
@@ -134,10 +135,16 @@ def plan_forest(topology: Topology, roots: tuple[int, ...], *, reverse: bool = F
     # Reductions run on the reversed fabric; pairing u with u-1 there makes their real transfers
     # go u -> u+1 like the broadcasts', so allreduce keeps one peer per rank in both phases.
     step = -1 if reverse else 1
-    try:
-        graph = split_switches(fabric, caps, weights, k, allowed, step)
-    except SplitError:
-        graph, ratio = _degraded_split(fabric, weights, optimal, k, allowed, step)
+    graph = None
+    for pairs in _disjoint_pair_candidates(topology, reverse):
+        graph = disjoint_pair_split(fabric, caps, weights, k, pairs)
+        if graph is not None:
+            break
+    if graph is None:
+        try:
+            graph = split_switches(fabric, caps, weights, k, allowed, step)
+        except SplitError:
+            graph, ratio = _degraded_split(fabric, weights, optimal, k, allowed, step)
     packed = pack_arborescences(topology.num_ranks, dict(graph.cap), weights, k)
     pools = {key: [list(item) for item in pool] for key, pool in graph.routes.items()}
     trees = []
@@ -161,6 +168,34 @@ def _large_forest(topology: Topology, roots: tuple[int, ...], reverse: bool) -> 
     trees = tuple(PlannedTree(r, 1, tuple(edges), tuple(((route, 1),) for route in routes))
                   for r, edges, routes in raw)
     return Forest(trees, 1, ratio, ratio, unit, reverse, topology.num_ranks)
+
+
+def _disjoint_pair_candidates(topology: Topology, reverse: bool):
+    """Rank pairings to try with :func:`disjoint_pair_split`, as switch paths on the planning fabric.
+
+    With equal boxes: GPU ``i`` of box ``b`` to GPU ``i`` of box ``b + s`` (rails; box shift
+    ``s = 1``, then half the boxes) before a ring inside each box; then a ring over all ranks and
+    the half-way shift. Pairs joined by a direct link need no switch and are skipped; reductions
+    plan on the reversed fabric, where the real pair ``u -> v`` is the arc ``v -> u``.
+    """
+    if not topology.switches:
+        return
+    routes = rank_routes(topology)
+    n = topology.num_ranks
+
+    def paths(pairs):
+        found = (routes.get(pair) for pair in pairs)
+        return [path[::-1] if reverse else path for path in found if path is not None and len(path) > 2]
+
+    boxes = topology.machines
+    if len(boxes) > 1 and len({len(box) for box in boxes}) == 1:
+        width, count = len(boxes[0]), len(boxes)
+        in_box = [(box[i], box[(i + 1) % width]) for box in boxes for i in range(width)]
+        for shift in dict.fromkeys((1, count // 2)):
+            rails = [(boxes[b][i], boxes[(b + shift) % count][i]) for b in range(count) for i in range(width)]
+            yield paths(rails + in_box)
+    for shift in dict.fromkeys((1, n // 2)):
+        yield paths([(u, (u + shift) % n) for u in range(n)])
 
 
 def _allowed(topology: Topology, reverse: bool) -> set[tuple[int, ...]] | None:
