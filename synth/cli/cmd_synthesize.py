@@ -25,6 +25,9 @@ def _default_output(topology: str, collective: str, method: str) -> str:
 @click.option("--solver", default="highs", show_default=True, help="Solver for exact methods.")
 @click.option("--time-limit", type=float, default=None, help="Solver time limit in seconds.")
 @click.option("--chunks", type=int, default=None, help="Chunks per rank piece (default: the method chooses).")
+@click.option("--max-trees", type=int, default=None,
+              help="trees: at most this many spanning trees per root (default 256; fewer trees, fewer "
+                   "threadblocks and channels, at a rate within 1/K of the optimum).")
 @click.option("--root", type=int, default=0, show_default=True, help="Root rank of rooted collectives.")
 @click.option("--gap", type=float, default=None, help="Relative MIP gap at which exact methods stop.")
 @click.option("--threads", type=int, default=None, help="Solver threads.")
@@ -39,8 +42,9 @@ def _default_output(topology: str, collective: str, method: str) -> str:
 @json_option
 @guarded
 def command(topology_name: str | None, collective: str | None, size: str, method: str, solver: str,
-            time_limit: float | None, chunks: int | None, root: int, gap: float | None, threads: int | None,
-            inplace: bool, coll_spelling: str, output: str | None, list_methods: bool, as_json: bool) -> None:
+            time_limit: float | None, chunks: int | None, max_trees: int | None, root: int, gap: float | None,
+            threads: int | None, inplace: bool, coll_spelling: str, output: str | None, list_methods: bool,
+            as_json: bool) -> None:
     """Synthesize a schedule, verify it, and write the program (MSCCL XML or JSON)."""
     from synth.collectives import canonical_name
     from synth.pipeline import synthesize
@@ -55,6 +59,8 @@ def command(topology_name: str | None, collective: str | None, size: str, method
         raise SynthError("synthesize needs -t/--topology and -c/--collective")
     if chunks is not None and chunks < 1:
         raise SynthError(f"--chunks must be at least 1, got {chunks}")
+    if max_trees is not None and max_trees < 1:
+        raise SynthError(f"--max-trees must be at least 1, got {max_trees}")
     if time_limit is not None and time_limit <= 0:
         raise SynthError(f"--time-limit must be positive, got {time_limit}")
     if gap is not None and not 0 <= gap < 1:
@@ -68,7 +74,8 @@ def command(topology_name: str | None, collective: str | None, size: str, method
         raise SynthError(f"--root {root} is not a rank of {topology.name} (0..{topology.num_ranks - 1})")
     if output is not None and not output.lower().endswith((".xml", ".json")):
         raise SynthError(f"{output}: program files end in .xml (MSCCL XML) or .json (JSON program)")
-    options = SynthOptions(solver=solver, time_limit=time_limit, gap=gap, threads=threads, chunks=chunks)
+    options = SynthOptions(solver=solver, time_limit=time_limit, gap=gap, threads=threads, chunks=chunks,
+                           max_trees=max_trees)
     result = synthesize(topology, name, size_bytes, method, options, root, inplace=inplace)
     path = output or _default_output(topology.name, name, result.method)
     written = str(save_program(result.program, path, coll_spelling=coll_spelling))

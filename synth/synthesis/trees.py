@@ -27,6 +27,18 @@ in-order list schedule: transfers in pipeline-round order, each starting when it
 and every link of its route is free (one transfer at a time per link direction, SPEC). Where
 schedules are cheap the neighbouring pipeline depths are timed too and the fastest is kept.
 
+Coalescing (broadcast phases): when a link frees up, the transfer it starts also carries the queued
+transfers of the same root that continue its chunks on the same route (one step with ``cnt`` > 1,
+one α), until α is ``ALPHA_SHARE`` of the message. Only bottleneck links build such a backlog, so
+α drops where it costs time while the pipeline keeps small messages elsewhere; each phase keeps the
+faster of the coalesced and the plain timing.
+
+Switches: ranks are first paired through the switches so that no two rank pairs share a switch
+link (:func:`synth.synthesis.packing.disjoint_pair_split`; rails between boxes, a ring inside a
+box or over all ranks), kept only when the optimal rate survives; a routed transfer then never
+waits for another pair's transfer (SPEC: a transfer holds its whole route). Otherwise general edge
+splitting (below) applies.
+
 Routes: an MSCCL program names peers, not paths, so a planned arc through switches may only use
 the path a send between those ranks takes (:func:`synth.topology.routes.rank_routes`, the simulator's rule);
 switch splitting is restricted to such paths, which can cost rate on fabrics whose fixed paths leave
@@ -41,7 +53,7 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 import numpy as np
@@ -64,6 +76,8 @@ from synth.synthesis.packing import (
 from synth.topology.model import Topology
 from synth.topology.routes import rank_routes
 
+# collectives whose chunks of one root are contiguous in the buffers (so coalesced messages are one step)
+COALESCING = frozenset({"allgather", "reducescatter", "allreduce", "broadcast", "reduce"})
 SUPPORTED = frozenset({"allgather", "reducescatter", "allreduce", "broadcast", "reduce", "gather", "scatter"})
 DEFAULT_MAX_TREES = 256     # trees per root; the packing cost grows with distinct trees, not with k
 MAX_CHANNELS = 32           # MSCCL
@@ -74,6 +88,8 @@ LARGE_RANKS = 256           # beyond this, one fast tree per root (synth.synthes
 REFINE_JOBS = 60_000        # time other pipeline depths only below this many transfers
 REPLAY = True
 LEVEL_JOBS = 200_000        # beyond this many transfers, vectorised level timing
+ALPHA_SHARE = 0.01          # coalesced messages grow until α is this share of their time
+MAX_COALESCE = 64           # chunks one coalesced message may carry (MSCCL cnt stays < 72)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,6 +276,7 @@ class _Jobs:
     reduce: list[bool]
     deps: list[tuple[int, ...]]
     key: list[tuple]
+    head: list[int] = field(default_factory=list)  # set by the timing: first job of its message
 
     @classmethod
     def empty(cls) -> _Jobs:
@@ -355,12 +372,19 @@ def _needed_nodes(tree: PlannedTree, targets) -> set[int]:
 # timing: in-order list schedule with link serialization
 # ---------------------------------------------------------------------------------------------
 def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
-                  chained: list[int] | None = None) -> tuple[list[int], np.ndarray, np.ndarray]:
+                  chained: list[int] | None = None,
+                  coalesce: bool = False) -> tuple[list[int], np.ndarray, np.ndarray]:
     """Work-conserving list schedule: whenever a link is free it starts the ready transfer with the
     smallest key (critical path first, see :func:`add_broadcast`) among those whose route begins on it.
 
     A transfer holds every link of its route for ``Σα + b / min bw`` (SPEC cost model); it starts
     once its data has arrived and all its links are free. Returns (order by start, start, end).
+
+    With ``coalesce``, the transfer started also takes along the other transfers queued (ready) for
+    the same sender, receiver and route whose chunks extend its own contiguously, up to
+    ``MAX_COALESCE`` chunks: one message, one α (an MSCCL step with ``cnt`` > 1). A link only has
+    such a backlog when it is the bottleneck, so this cuts α where it costs time and keeps small
+    messages (short pipeline fill) elsewhere. Merged transfers share ``jobs.head`` (the first one).
 
     With ``chained`` (per job, the job before it on its threadblock, or -1) the runtime's rule is
     replayed instead: a send is ready when its data has arrived and the previous send of its
@@ -374,9 +398,11 @@ def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
     n = len(jobs.msg)
     hops: list[list[int]] = []
     duration = np.zeros(n)
-    cache: dict[tuple, tuple[list[int], float]] = {}
+    route_alpha = np.zeros(n)
+    route_rate = np.zeros(n)
+    cache: dict[tuple, tuple[list[int], float, float]] = {}
     for i in range(n):
-        hop_key = (jobs.src[i], jobs.dst[i], jobs.route[i], len(jobs.msg[i]))
+        hop_key = (jobs.src[i], jobs.dst[i], jobs.route[i])
         hit = cache.get(hop_key)
         if hit is None:
             nodes = (jobs.src[i], *jobs.route[i], jobs.dst[i])
@@ -384,10 +410,11 @@ def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
                 links = [link_index[(a, b)] for a, b in zip(nodes, nodes[1:])]
             except KeyError as exc:
                 raise SynthError(f"internal error: route {nodes} uses a missing link") from exc
-            nbytes = len(jobs.msg[i]) * chunk_bytes
-            hit = cache[hop_key] = (links, float(alpha[links].sum()) + nbytes / (float(bw[links].min()) * 1e3))
+            hit = cache[hop_key] = (links, float(alpha[links].sum()), float(bw[links].min()) * 1e3)
         hops.append(hit[0])
-        duration[i] = hit[1]
+        route_alpha[i], route_rate[i] = hit[1], hit[2]
+        duration[i] = hit[1] + len(jobs.msg[i]) * chunk_bytes / hit[2]
+    jobs.head = list(range(n))
     if chained is not None:
         deps_of = [d + (c,) if c >= 0 else d for d, c in zip(jobs.deps, chained)]
         return _fifo_schedule(deps_of, jobs.key, hops, duration, len(topology.links))
@@ -400,6 +427,8 @@ def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
     start = np.zeros(n)
     end = np.zeros(n)
     queues: list[list] = [[] for _ in range(len(topology.links))]
+    taken = np.zeros(n, dtype=bool)
+    by_first: dict[tuple, int] = {}   # queued jobs by (src, dst, route, first chunk)
     events: list[tuple[float, int, int]] = []   # (time, 0 = job ready / 1 = link free, id)
     for i in range(n):
         if waiting[i] == 0:
@@ -410,20 +439,43 @@ def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
         if kind == 0:
             link = hops[ident][0]
             heapq.heappush(queues[link], (jobs.key[ident], ident))
+            if coalesce:
+                by_first[(jobs.src[ident], jobs.dst[ident], jobs.route[ident], jobs.msg[ident][0])] = ident
         else:
             link = ident
+        while queues[link] and taken[queues[link][0][1]]:
+            heapq.heappop(queues[link])
         if free[link] > t + 1e-12 or not queues[link]:
             continue
-        i, s = _pick(queues[link], hops, free, t)
+        i, s = _pick(queues[link], hops, free, t, taken)
+        members = [i]
+        if coalesce:
+            by_first.pop((jobs.src[i], jobs.dst[i], jobs.route[i], jobs.msg[i][0]), None)
+            size = len(jobs.msg[i])
+            # enough chunks that α is ALPHA_SHARE of the message, no more (bigger ones slow the pipeline)
+            most = min(MAX_COALESCE, max(size, int(route_alpha[i] / ALPHA_SHARE * route_rate[i] / chunk_bytes)))
+            nxt = by_first.get((jobs.src[i], jobs.dst[i], jobs.route[i], jobs.msg[i][-1] + 1))
+            while nxt is not None and not taken[nxt] and size + len(jobs.msg[nxt]) <= most:
+                taken[nxt] = True
+                members.append(nxt)
+                size += len(jobs.msg[nxt])
+                by_first.pop((jobs.src[nxt], jobs.dst[nxt], jobs.route[nxt], jobs.msg[nxt][0]), None)
+                nxt = by_first.get((jobs.src[nxt], jobs.dst[nxt], jobs.route[nxt], jobs.msg[nxt][-1] + 1))
+            finish = s + route_alpha[i] + size * chunk_bytes / route_rate[i]
+        else:
+            finish = s + duration[i]
+        taken[i] = True
         links = hops[i]
-        start[i] = s
-        end[i] = s + duration[i]
-        free[links] = end[i]
-        heapq.heappush(events, (end[i], 1, link))
-        for j in dependents[i]:
-            waiting[j] -= 1
-            if waiting[j] == 0:  # ready when the last of its inputs has arrived
-                heapq.heappush(events, (max(end[d] for d in jobs.deps[j]), 0, j))
+        free[links] = finish
+        heapq.heappush(events, (finish, 1, link))
+        for m in members:
+            start[m], end[m] = s, finish
+            jobs.head[m] = i
+        for m in members:
+            for j in dependents[m]:
+                waiting[j] -= 1
+                if waiting[j] == 0:  # ready when the last of its inputs has arrived
+                    heapq.heappush(events, (max(end[d] for d in jobs.deps[j]), 0, j))
     if (waiting > 0).any():
         raise SynthError("internal error: cyclic transfer dependencies")
     order = sorted(range(n), key=lambda i: (start[i], jobs.key[i]))
@@ -540,12 +592,18 @@ def _serialize(ready: np.ndarray, link: np.ndarray, duration: np.ndarray, free: 
     return out
 
 
-def _pick(queue: list, hops: list[list[int]], free: np.ndarray, t: float, width: int = 8) -> tuple[int, float]:
+def _pick(queue: list, hops: list[list[int]], free: np.ndarray, t: float, taken: np.ndarray,
+          width: int = 8) -> tuple[int, float]:
     """Among the ``width`` best-keyed ready transfers of a link, the one that can start first
-    (a routed transfer may wait for the far links of its route; a direct one never does)."""
+    (a routed transfer may wait for the far links of its route; a direct one never does);
+    transfers already ``taken`` into an earlier message are dropped from the queue."""
     import heapq
 
-    head = [heapq.heappop(queue) for _ in range(min(width, len(queue)))]
+    head = []
+    while queue and len(head) < width:
+        item = heapq.heappop(queue)
+        if not taken[item[1]]:
+            head.append(item)
     best = None
     for pos, (_, i) in enumerate(head):
         s = max(t, float(free[hops[i]].max()))
@@ -797,7 +855,7 @@ def _timed(topology: Topology, collective: Collective, plans: list[Forest], chun
             raise SynthError(f"--chunks {chunks} makes {len(jobs.msg)} transfers; use fewer chunks")
         # each phase on its own channel: an allreduce's two phases fill a threadblock each
         part, makespan = _timed_phase(jobs, forest, topology, chunk_bytes, offset, coll.is_reduction, build,
-                                      channel=phase)
+                                      channel=phase, coalesce=name in COALESCING)
         transfers += part
         offset += makespan
     return coll, offset, transfers
@@ -814,7 +872,8 @@ def _steps_per_pair(plans: list[Forest], messages: int) -> int:
 
 
 def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: float, offset: float,
-                 reducing: bool, build: bool = True, channel: int = 0) -> tuple[list[Transfer], float]:
+                 reducing: bool, build: bool = True, channel: int = 0,
+                 coalesce: bool = False) -> tuple[list[Transfer], float]:
     """Time one phase's broadcasts on its planning fabric; a reversed forest's schedule is then
     mirrored in time (t -> T - t) and direction: the broadcast becomes a reduction (or a gather)
     with the same makespan, and link serialization and data dependencies carry over."""
@@ -824,7 +883,17 @@ def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: f
         order = order.tolist()
     else:
         order, start, end = list_schedule(jobs, fabric, chunk_bytes)
-        if topology.switches and not forest.reversed and REPLAY and not build:
+        # Coalescing usually cuts α on bottleneck links but can delay a pipeline: keep the faster.
+        # Broadcast phases only: mirrored into reductions, coalesced messages were measured to lose
+        # the planned order in the simulator (dgx-a100-4node reducescatter 0.94 -> 0.90).
+        if coalesce and not forest.reversed:
+            plain_head = jobs.head
+            merged = list_schedule(jobs, fabric, chunk_bytes, coalesce=True)
+            if merged[2].max() < end.max() - 1e-9:
+                order, start, end = merged
+            else:
+                jobs.head = plain_head
+        if topology.switches and not forest.reversed and REPLAY and not build and _shares_links(jobs):
             # Search score on switch fabrics. Links there are shared by many connections, and the
             # runtime serves them in the order sends become ready, not by our priority; replay
             # that rule (each connection's sends in priority order, spread round-robin over
@@ -849,11 +918,13 @@ def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: f
     starts, ends = start.tolist(), end.tolist()
     if forest.reversed:  # mirror: t -> T - t, and every transfer runs the other way
         starts, ends = [makespan - e for e in ends], [makespan - x for x in starts]
+    heads = jobs.head or list(range(len(jobs.msg)))
+    shared = {h for i, h in enumerate(heads) if h != i}   # messages that coalesced several jobs
     out = []
     append = out.append
     for i in order:
         msg = jobs.msg[i]
-        group = i if len(msg) > 1 else -1
+        group = heads[i] if len(msg) > 1 or heads[i] in shared else -1
         s, e = starts[i] + offset, ends[i] + offset
         if forest.reversed:
             src, dst, route, red = jobs.dst[i], jobs.src[i], jobs.route[i][::-1], reducing
@@ -862,6 +933,17 @@ def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: f
         for chunk in msg:
             append(Transfer(s, e, chunk, src, dst, red, route, channel, group))
     return out, makespan
+
+
+def _shares_links(jobs: _Jobs) -> bool:
+    """Do two rank pairs send over a common switch link (so the runtime's arbitration matters)?"""
+    owner: dict[tuple[int, int], tuple[int, int]] = {}
+    for src, dst, route in set(zip(jobs.src, jobs.dst, jobs.route)):
+        nodes = (src, *route, dst)
+        for hop in zip(nodes, nodes[1:]):
+            if owner.setdefault(hop, (src, dst)) != (src, dst):
+                return True
+    return False
 
 
 def _per_root_bytes(name: str, n: int, size_bytes: float) -> float:
