@@ -26,8 +26,9 @@ def _default_output(topology: str, collective: str, method: str) -> str:
 @click.option("--time-limit", type=float, default=None, help="Solver time limit in seconds.")
 @click.option("--chunks", type=int, default=None, help="Chunks per rank piece (default: the method chooses).")
 @click.option("--max-trees", type=int, default=None,
-              help="trees: at most this many spanning trees per root (default 256; fewer trees, fewer "
-                   "threadblocks and channels, at a rate within 1/K of the optimum).")
+              help="trees: at most K spanning trees per root (default: the optimum's count up to 256, and "
+                   "16/8/4 are tried too); fewer trees mean fewer messages per link, at a rate within ~1/K "
+                   "of the optimum.")
 @click.option("--root", type=int, default=0, show_default=True, help="Root rank of rooted collectives.")
 @click.option("--gap", type=float, default=None, help="Relative MIP gap at which exact methods stop.")
 @click.option("--threads", type=int, default=None, help="Solver threads.")
