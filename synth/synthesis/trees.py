@@ -12,7 +12,8 @@ Collectives:
   tree and ranks combine (reduce) or relay (gather) on the way; the makespan, link serialization
   and data dependencies carry over unchanged;
 - allreduce: the optimal reducescatter (every rank owns ``1/N`` of the buffer) then the optimal
-  allgather of the reduced pieces, in one schedule.
+  allgather of the reduced pieces, in one schedule; where it is faster, the two overlap (a piece's
+  allgather leaves its owner once its reduction is complete there, :func:`_timed_overlapped`).
 
 Chunking (cost model). A root's data of ``M`` bytes is cut into ``C`` chunks; a distinct tree of
 multiplicity ``m`` carries ``≈ C·m/k`` of them (largest remainder), each chunk pipelined down the
@@ -348,6 +349,32 @@ def add_broadcast(jobs: _Jobs, forest: Forest, tree_index: int, chunks: list[tup
             key = (phase, finish - height[child] * size, -height[child], (dst - src) % forest.num_ranks,
                    tree_index, e)
             arrived[child] = jobs.add(chunk, src, dst, route, False, deps, key)
+
+
+def add_reduction(jobs: _Jobs, forest: Forest, tree_index: int, chunks: list[tuple[int, ...]], phase: int,
+                  into_root: dict[int, list[int]]) -> None:
+    """Pipeline messages up a reduction tree (``forest`` planned on the reversed fabric): a rank
+    sends its partial sum of a message to its parent once its children's partial sums have arrived.
+    ``into_root[chunk]`` collects the jobs that complete the chunk's sum at the root."""
+    tree = forest.trees[tree_index]
+    depth = tree.depth
+    count = len(chunks)
+    total = sum(len(c) for c in chunks)
+    done = 0
+    for j, chunk in enumerate(chunks):
+        size = len(chunk) / total
+        done += len(chunk)
+        finish = done / total
+        inputs: dict[int, list[int]] = defaultdict(list)
+        for e in range(len(tree.edges) - 1, -1, -1):   # children before parents
+            parent, child = tree.edges[e]
+            src, dst, route = _real_edge(forest, parent, child, _route_for(tree, e, j, count))
+            # the hops still ahead of a partial sum are its depth: far leaves go first
+            key = (phase, finish - depth[child] * size, -depth[child], (dst - src) % forest.num_ranks,
+                   tree_index, e)
+            inputs[parent].append(jobs.add(chunk, src, dst, route, True, tuple(inputs[child]), key))
+        for c in chunk:
+            into_root[c].extend(inputs[tree.root])
 
 
 def _heights(tree: PlannedTree) -> dict[int, int]:
@@ -878,7 +905,49 @@ def _timed(topology: Topology, collective: Collective, plans: list[Forest], chun
                                       channel=phase, coalesce=name in COALESCING)
         transfers += part
         offset += makespan
+    if name == "allreduce" and len(plans) == 2:
+        overlapped = _timed_overlapped(coll, plans, topology, chunks, messages, chunk_bytes, build)
+        if overlapped is not None and overlapped[0] < offset * (1 - 1e-9):
+            return coll, overlapped[0], overlapped[1]
     return coll, offset, transfers
+
+
+def _timed_overlapped(coll: Collective, plans: list[Forest], topology: Topology, chunks: int, messages: int | None,
+                      chunk_bytes: float, build: bool) -> tuple[float, list[Transfer]] | None:
+    """Allreduce with its two phases overlapped: each piece's allgather starts from its owner as soon
+    as that piece's reduction is complete there, and links serve reduction transfers first.
+
+    One forward list schedule of both phases (reductions timed leaf to root rather than as a
+    mirrored broadcast). Where a rank's in- and out-links are not all saturated in both phases (a
+    mesh corner), the allgather of early pieces fills the reduction's idle links. None on fabrics
+    where rank pairs share switch links (the runtime's arbitration is not modelled here).
+    """
+    reduce_forest, gather_forest = plans
+    if_reduced: dict[int, list[int]] = defaultdict(list)
+    jobs = _Jobs.empty()
+    n = coll.num_ranks
+    for r in range(n):
+        ids = [r * chunks + s for s in range(chunks)]
+        _spread(reduce_forest, r, ids, messages,
+                lambda t, msgs: add_reduction(jobs, reduce_forest, t, msgs, 0, if_reduced))
+    root_deps = {c: tuple(d) for c, d in if_reduced.items()}
+    plain = replace(gather_forest, reversed=False)
+    for r in range(n):
+        ids = [r * chunks + s for s in range(chunks)]
+        _spread(plain, r, ids, messages, lambda t, msgs: add_broadcast(jobs, plain, t, msgs, 1, root_deps))
+    if len(jobs.msg) > MAX_TRANSFERS or len(jobs.msg) > LEVEL_JOBS or (topology.switches and _shares_links(jobs)):
+        return None
+    order, start, end = list_schedule(jobs, topology, chunk_bytes)
+    makespan = float(end.max()) if len(end) else 0.0
+    if not build:
+        return makespan, []
+    out = []
+    for i in order:
+        group = i if len(jobs.msg[i]) > 1 else -1
+        for chunk in jobs.msg[i]:
+            out.append(Transfer(float(start[i]), float(end[i]), chunk, jobs.src[i], jobs.dst[i], jobs.reduce[i],
+                                jobs.route[i], 0 if jobs.reduce[i] else 1, group))
+    return makespan, out
 
 
 def _steps_per_pair(plans: list[Forest], messages: int) -> int:
