@@ -131,6 +131,7 @@ class Forest:
     unit_GBps: Fraction
     reversed: bool
     num_ranks: int
+    slots: tuple[int, ...] | None = None   # translation-invariant timing (scale.translated_trees)
 
     def bandwidth_time_us(self, bytes_per_root: float) -> float:
         return bytes_per_root * float(self.ratio) / (float(self.unit_GBps) * 1e3)
@@ -179,14 +180,18 @@ def _large_forest(topology: Topology, roots: tuple[int, ...], reverse: bool) -> 
     from synth.synthesis import scale
 
     fabric_topology = topology.reversed() if reverse else topology
-    if topology.switches and topology.machines:
+    slots = None
+    dims = scale.torus_dims(fabric_topology)
+    if dims is not None:
+        raw, slots = scale.translated_trees(fabric_topology, dims, roots)
+    elif topology.switches and topology.machines:
         raw = scale.box_trees(fabric_topology, roots)
     else:
         raw = scale.balanced_bfs_trees(fabric_topology, roots)
     ratio, unit = scale.achieved_ratio(topology, raw, reverse)
     trees = tuple(PlannedTree(r, 1, tuple(edges), tuple(((route, 1),) for route in routes))
                   for r, edges, routes in raw)
-    return Forest(trees, 1, ratio, ratio, unit, reverse, topology.num_ranks)
+    return Forest(trees, 1, ratio, ratio, unit, reverse, topology.num_ranks, slots)
 
 
 def _disjoint_pair_candidates(topology: Topology, reverse: bool):
@@ -599,6 +604,23 @@ def level_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float) -> tuple
     return order, start, end
 
 
+def slot_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
+                  slots: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Translation-invariant timing (:func:`synth.synthesis.scale.translated_trees`): one message per
+    tree, and the job on edge ``e`` of any tree runs in slot ``slots[e]``; a slot lasts the longest
+    transfer. Returns (order by start, start, end)."""
+    link_index = {(link.src, link.dst): i for i, link in enumerate(topology.links)}
+    _, _, bw, alpha = topology.arrays
+    longest = 0.0
+    for src, dst, msg in {(s, d, len(m)) for s, d, m in zip(jobs.src, jobs.dst, jobs.msg)}:
+        lid = link_index[(src, dst)]
+        longest = max(longest, float(alpha[lid]) + msg * chunk_bytes / (float(bw[lid]) * 1e3))
+    edge = np.fromiter((key[-1] for key in jobs.key), dtype=np.int64, count=len(jobs.key))
+    slot = np.asarray(slots, dtype=np.float64)[edge]
+    start, end = slot * longest, (slot + 1) * longest   # a child's start is exactly its parent's end
+    return np.argsort(start, kind="stable"), start, end
+
+
 def _serialize(ready: np.ndarray, link: np.ndarray, duration: np.ndarray, free: np.ndarray) -> np.ndarray:
     """FIFO-by-readiness start times on each link (see :func:`level_schedule`); updates ``free``."""
     order = np.lexsort((ready, link))
@@ -967,7 +989,10 @@ def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: f
     mirrored in time (t -> T - t) and direction: the broadcast becomes a reduction (or a gather)
     with the same makespan, and link serialization and data dependencies carry over."""
     fabric = topology.reversed() if forest.reversed else topology
-    if len(jobs.msg) > LEVEL_JOBS and all(len(d) <= 1 for d in jobs.deps):
+    if forest.slots is not None and len(jobs.msg) == len(forest.trees) * len(forest.slots):
+        order, start, end = slot_schedule(jobs, fabric, chunk_bytes, forest.slots)
+        order = order.tolist()
+    elif len(jobs.msg) > LEVEL_JOBS and all(len(d) <= 1 for d in jobs.deps):
         order, start, end = level_schedule(jobs, fabric, chunk_bytes)
         order = order.tolist()
     else:
