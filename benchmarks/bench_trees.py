@@ -92,7 +92,7 @@ def run_large(size: int) -> None:
     from synth.topology import generators
 
     cases = [("torus 32x32", lambda: generators.torus([32, 32])),
-             ("128 x A100 boxes", lambda: generators.boxes_behind_nics(128))]
+             ("128 x A100 boxes", lambda: generators.boxes_behind_nics(128, intra_bw=300, intra_alpha=0.7))]
     for label, make in cases:
         topology = make()
         t0 = time.perf_counter()

@@ -232,9 +232,7 @@ def test_translated_slots_are_contention_free(dims):
             used[slot].add(edge)
 
 
-@pytest.mark.xfail(strict=True, reason="the greedy class balance of tree 0 is one piece over on some odd tori "
-                                        "whose ideal (N-1)/2d is an integer, although a balanced tree exists")
-@pytest.mark.parametrize("dims", [(3, 3), (5, 5), (7, 3)])
+@pytest.mark.parametrize("dims", [(3, 3), (5, 5), (7, 3), (5, 9)])
 def test_translated_trees_balance_small_odd_tori(dims):
     topo = generators.torus(list(dims))
     n = topo.num_ranks

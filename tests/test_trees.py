@@ -270,3 +270,25 @@ def test_overlapped_allreduce_beats_the_sum_of_its_phase_bounds_on_a_mesh():
     reductions = [t for t in schedule.transfers if t.reduce]
     gathers = [t for t in schedule.transfers if not t.reduce]
     assert min(t.start for t in gathers) < max(t.end for t in reductions)   # the phases overlap
+
+
+def test_replicated_timing_of_box_trees_is_contention_free_and_beats_level_timing(monkeypatch):
+    # box trees are translates (box shift, rail shift) of root 0's tree: timing root 0's tree with
+    # one resource per kind of link and copying the times never overlaps two transfers on a link
+    import synth.synthesis.trees as trees_module
+    from synth.bounds import compute_bounds
+    from synth.topology import generators
+
+    monkeypatch.setattr(trees_module, "LARGE_RANKS", 8)
+    monkeypatch.setattr(trees_module, "LEVEL_JOBS", 0)   # the fallback at scale is the level timing
+    topology = generators.boxes_behind_nics(8, per_box=4, intra_bw=300, intra_alpha=0.7)
+    forest = plan_forest(topology, tuple(range(32)))
+    assert forest.replicated
+    size = 2**30
+    schedule, sim = _verified(topology, "allgather", size, chunks=1)   # one message per tree, as at scale
+    assert schedule.predicted_time_us == pytest.approx(sim.time_us, rel=1e-6)
+    bound_us = compute_bounds(topology, schedule.collective, size).time_bound_us
+    monkeypatch.setattr(trees_module, "replicated_schedule", lambda *args: None)
+    _, level_sim = _verified(topology, "allgather", size, chunks=1)
+    assert sim.time_us < level_sim.time_us
+    assert bound_us / sim.time_us > 0.85

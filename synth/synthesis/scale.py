@@ -221,17 +221,17 @@ def translated_trees(topology: Topology, dims: tuple[int, ...], roots: tuple[int
 
     steps = [(k, sign) for k in range(len(dims)) for sign in (1, -1)]
     dist = np.abs(((coords + dims_arr // 2) % dims_arr) - dims_arr // 2).sum(axis=1)   # hops from rank 0
-    used = dict.fromkeys(steps, 0)
-    parent_edge: dict[int, tuple[int, int, tuple[int, int]]] = {}
-    for v in np.argsort(dist, kind="stable").tolist()[1:]:
-        options = []
-        for k, sign in steps:
+    order = np.argsort(dist, kind="stable").tolist()[1:]
+    options: list[list[tuple[int, int]]] = []     # per rank (in ``order``): (class, parent) choices
+    for v in order:
+        row = []
+        for c, (k, sign) in enumerate(steps):
             u = int(rank_of(coords[v] - sign * np.eye(len(dims), dtype=int)[k]))
             if dist[u] == dist[v] - 1:
-                options.append((used[(k, sign)], k, sign, u))
-        _, k, sign, u = min(options)
-        used[(k, sign)] += 1
-        parent_edge[v] = (u, v, (k, sign))
+                row.append((c, u))
+        options.append(row)
+    picks = _balanced_choice(options, len(steps))
+    parent_edge = {v: (options[i][picks[i]][1], v, steps[options[i][picks[i]][0]]) for i, v in enumerate(order)}
     edges = [parent_edge[v][:2] for v in np.argsort(dist, kind="stable").tolist()[1:]]
     classes = [parent_edge[v][2] for _, v in edges]
     slots = _slot_schedule(edges, classes)
@@ -244,6 +244,47 @@ def translated_trees(topology: Topology, dims: tuple[int, ...], roots: tuple[int
         dst = rank_of(coords[dst0] + shift).tolist()
         out.append((r, list(zip(src, dst)), [()] * len(edges)))
     return out, slots
+
+
+def _balanced_choice(options: list[list[tuple[int, int]]], classes: int) -> list[int]:
+    """One option per rank (in BFS order) so that the most-chosen class is chosen as few times as
+    possible. A greedy pass (least-used class so far) mixes the classes evenly over the depths,
+    which keeps the slot timing short; where it ends above the least possible maximum, a min-cost
+    b-matching (rank -> its classes -> sink, class capacity ``L``; cost 1 per departure from the
+    greedy pick) repairs it with the fewest changes, for the least feasible ``L``.
+    """
+    from ortools.graph.python import min_cost_flow
+
+    used = [0] * classes
+    greedy = []
+    for row in options:
+        pick = min(range(len(row)), key=lambda p: (used[row[p][0]], row[p][0]))
+        used[row[pick][0]] += 1
+        greedy.append(pick)
+    ranks = len(options)
+    limit = -(-ranks // classes)
+    if max(used) <= limit:
+        return greedy
+    source, sink = ranks + classes, ranks + classes + 1
+    while limit < max(used):
+        solver = min_cost_flow.SimpleMinCostFlow()
+        arcs = []
+        for i, row in enumerate(options):
+            solver.add_arc_with_capacity_and_unit_cost(source, i, 1, 0)
+            for p, (c, _) in enumerate(row):
+                arcs.append((solver.add_arc_with_capacity_and_unit_cost(i, ranks + c, 1, int(p != greedy[i])), i, p))
+        for c in range(classes):
+            solver.add_arc_with_capacity_and_unit_cost(ranks + c, sink, limit, 0)
+        solver.set_node_supply(source, ranks)
+        solver.set_node_supply(sink, -ranks)
+        if solver.solve() == solver.OPTIMAL:
+            picks = list(greedy)
+            for arc, i, p in arcs:
+                if solver.flow(arc) > 0:
+                    picks[i] = p
+            return picks
+        limit += 1
+    return greedy
 
 
 def _slot_schedule(edges: list[tuple[int, int]], classes: list) -> tuple[int, ...]:

@@ -132,6 +132,7 @@ class Forest:
     reversed: bool
     num_ranks: int
     slots: tuple[int, ...] | None = None   # translation-invariant timing (scale.translated_trees)
+    replicated: bool = False               # trees are translates with edges in the same order
 
     def bandwidth_time_us(self, bytes_per_root: float) -> float:
         return bytes_per_root * float(self.ratio) / (float(self.unit_GBps) * 1e3)
@@ -191,7 +192,8 @@ def _large_forest(topology: Topology, roots: tuple[int, ...], reverse: bool) -> 
     ratio, unit = scale.achieved_ratio(topology, raw, reverse)
     trees = tuple(PlannedTree(r, 1, tuple(edges), tuple(((route, 1),) for route in routes))
                   for r, edges, routes in raw)
-    return Forest(trees, 1, ratio, ratio, unit, reverse, topology.num_ranks, slots)
+    replicated = slots is None and bool(topology.switches and topology.machines)
+    return Forest(trees, 1, ratio, ratio, unit, reverse, topology.num_ranks, slots, replicated)
 
 
 def _disjoint_pair_candidates(topology: Topology, reverse: bool):
@@ -621,6 +623,70 @@ def slot_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
     return np.argsort(start, kind="stable"), start, end
 
 
+def replicated_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
+                        forest: Forest) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Timing for a forest whose trees are translates of one another (``scale.box_trees``): time
+    the first tree alone with each *kind* of link as one resource (a kind: the roles of its two
+    ends, a rank or a switch of a given rank/switch degree), then give every tree the same times.
+
+    If translates put exactly one copy of each edge on each link of its kinds (boxes and rails
+    alike), no link then carries two transfers at once; that is checked on the real links and
+    None is returned when it fails (the caller falls back to the level timing).
+    """
+    per_tree = len(forest.trees[0].edges)
+    if any(len(t.edges) != per_tree for t in forest.trees) or len(jobs.msg) != per_tree * len(forest.trees):
+        return None
+    link_index = {(link.src, link.dst): i for i, link in enumerate(topology.links)}
+    _, _, bw, alpha = topology.arrays
+    n = topology.num_ranks
+    degree = [(sum(1 for lk in topology.out_links[v] if lk.dst < n), len(topology.out_links[v]))
+              for v in range(topology.num_nodes)]
+    role = ["rank" if v < n else degree[v] for v in range(topology.num_nodes)]
+    kinds: dict[tuple, int] = {}
+    links_of: list[list[int]] = []
+    duration = np.zeros(len(jobs.msg))
+    cache: dict[tuple, tuple[list[int], float]] = {}
+    for i in range(len(jobs.msg)):
+        key = (jobs.src[i], jobs.dst[i], jobs.route[i], len(jobs.msg[i]))
+        hit = cache.get(key)
+        if hit is None:
+            nodes = (jobs.src[i], *jobs.route[i], jobs.dst[i])
+            links = [link_index[(a, b)] for a, b in zip(nodes, nodes[1:])]
+            hit = cache[key] = (links, float(alpha[links].sum()) + len(jobs.msg[i]) * chunk_bytes
+                                / (float(bw[links].min()) * 1e3))
+        links_of.append(hit[0])
+        duration[i] = hit[1]
+    edge = np.fromiter((key[-1] for key in jobs.key), dtype=np.int64, count=len(jobs.key))
+    tree = np.fromiter((key[-2] for key in jobs.key), dtype=np.int64, count=len(jobs.key))
+    first = np.nonzero(tree == tree[0])[0]
+    first = first[np.argsort(edge[first])]
+    if not np.array_equal(edge[first], np.arange(per_tree)):
+        return None
+    resources = []
+    for i in first.tolist():
+        ids = []
+        for lid in links_of[i]:
+            link = topology.links[lid]
+            ids.append(kinds.setdefault((role[link.src], role[link.dst]), len(kinds)))
+        resources.append(ids)
+    local = {int(j): pos for pos, j in enumerate(first.tolist())}
+    deps = [tuple(local[d] for d in jobs.deps[i]) for i in first.tolist()]
+    height = _heights(forest.trees[int(tree[0])])
+    keys = [(-height[forest.trees[int(tree[0])].edges[e][1]], e) for e in range(per_tree)]
+    _, start0, end0 = _fifo_schedule(deps, keys, resources, duration[first], len(kinds))
+    start, end = start0[edge], end0[edge]
+    if not np.allclose(end - start, duration):
+        return None
+    # check: no real link carries two transfers at once
+    rows = np.repeat(np.arange(len(jobs.msg)), [len(h) for h in links_of])
+    link_ids = np.fromiter((lid for h in links_of for lid in h), dtype=np.int64, count=len(rows))
+    order = np.lexsort((start[rows], link_ids))
+    same = link_ids[order][1:] == link_ids[order][:-1]
+    if (same & (start[rows][order][1:] < end[rows][order][:-1] - 1e-9)).any():
+        return None
+    return np.argsort(start, kind="stable"), start, end
+
+
 def _serialize(ready: np.ndarray, link: np.ndarray, duration: np.ndarray, free: np.ndarray) -> np.ndarray:
     """FIFO-by-readiness start times on each link (see :func:`level_schedule`); updates ``free``."""
     order = np.lexsort((ready, link))
@@ -991,6 +1057,9 @@ def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: f
     fabric = topology.reversed() if forest.reversed else topology
     if forest.slots is not None and len(jobs.msg) == len(forest.trees) * len(forest.slots):
         order, start, end = slot_schedule(jobs, fabric, chunk_bytes, forest.slots)
+        order = order.tolist()
+    elif forest.replicated and (timed := replicated_schedule(jobs, fabric, chunk_bytes, forest)) is not None:
+        order, start, end = timed
         order = order.tolist()
     elif len(jobs.msg) > LEVEL_JOBS and all(len(d) <= 1 for d in jobs.deps):
         order, start, end = level_schedule(jobs, fabric, chunk_bytes)
