@@ -891,7 +891,8 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
     per_root_bytes = _per_root_bytes(name, n, size_bytes)
     chunks, messages = _choose_chunks(topology, collective, plans, per_root_bytes, options.chunks)
     trials = 0
-    search = messages is not None and (deadline is None or time.monotonic() < deadline)
+    # at scale one message per tree is final (see _choose_chunks): no depth search, one timing pass
+    search = messages is not None and n <= LARGE_RANKS and (deadline is None or time.monotonic() < deadline)
     best = _timed(topology, collective, plans, chunks, messages, size_bytes, build=not search)
     if search:
         best, chunks, messages, trials = _refine_depth(topology, collective, plans, size_bytes, best, chunks,
