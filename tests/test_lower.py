@@ -225,7 +225,9 @@ def _golden_cases() -> list[dict]:
     Five multi-channel allreduce cases (dgx1 trees x3, torus dbt, dgx1 nccl) were regenerated when
     lowering started ordering sends that share a first link across threadblocks: their programs
     differ only by those extra dependencies (depid/deps, nops, hasdep; the max_steps_per_tb=3 case
-    also spreads over more channels because of the nops)."""
+    also spreads over more channels because of the nops). The five max_steps_per_tb=3 cases were
+    regenerated again when split connections moved from round-robin channels to consecutive blocks
+    with one dependency per block boundary (the round-robin let a later channel's send overtake)."""
     with gzip.open(GOLDEN, "rt") as f:
         return json.load(f)
 

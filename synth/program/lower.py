@@ -23,8 +23,8 @@ for the previous such send in schedule order (:func:`uplink_dependencies`), so t
 as planned rather than first come first served; dropped on ranks where it would need more than 128
 depended-on threadblocks (MSCCL limit). Transfers of one ``group`` (>= 0) that are consecutive on a connection and
 contiguous in the buffers at both ends become one step with ``cnt`` > 1 (one α, SPEC cost model).
-A connection that needs more than ``max_steps_per_tb`` steps is spread round-robin over extra
-channels (``chan + k * nchannels``).
+A connection that needs more than ``max_steps_per_tb`` steps is cut into consecutive blocks on extra
+channels (``chan + k * nchannels``); each block's first send waits for the previous block's last.
 
 Implementation: schedules reach millions of transfers (trees on 1024 ranks), so every per-transfer
 stage works on numpy arrays (one entry per transfer, op or buffer access; groups found by
@@ -620,11 +620,12 @@ class _Assignment:
 
 
 def _place(ops: _Ops, m: _Merged, split: np.ndarray, base: int, deps_count: np.ndarray, max_steps: int) -> _Assignment:
-    """Threadblocks for a given per-connection split (round-robin over ``chan + j * base``)."""
+    """Threadblocks for a given per-connection split: consecutive blocks of a connection's sends on
+    channels ``chan + j * base`` (see :func:`block_dependencies`)."""
     nsend = len(m.sends)
-    ways = split[m.conn_id]
-    ch = m.conn_chan + (m.conn_index % ways) * base
-    pos = m.conn_index // ways
+    block = _block_sizes(m, split)
+    ch = m.conn_chan + (m.conn_index // block) * base
+    pos = m.conn_index % block
     # local copies: a rank's copies fill local threadblocks of at most max_steps steps (nops included)
     l_ops, l_rank, l_part, l_pos = [], [], [], []
     for rank, idxs in m.locals_by_rank.items():
@@ -653,6 +654,25 @@ def _place(ops: _Ops, m: _Merged, split: np.ndarray, base: int, deps_count: np.n
     at[op] = position
     keys = list(zip(*(a[first].tolist() for a in (rank, kind, chan, peer)), strict=True))
     return _Assignment(tb, at, keys, conn[first])
+
+
+def _block_sizes(m: _Merged, split: np.ndarray) -> np.ndarray:
+    """Per surviving send, the block length of its connection split ``split`` ways."""
+    count = np.bincount(m.conn_id, minlength=len(split))
+    return np.maximum(-(-count // split), 1)[m.conn_id]
+
+
+def block_dependencies(m: _Merged, split: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Edges (first send of a block, last send of the block before) of split connections.
+
+    A block's sends sit in their own threadblock; without the edge the block's first send, often
+    ready early, would take the link before the previous block has drained (the runtime and the
+    α-β simulator serve a link's ready sends first come first served), out of the schedule's
+    order. One edge per block boundary keeps a connection's sends in order."""
+    block = _block_sizes(m, split)
+    head = (m.conn_index % block == 0) & (m.conn_index > 0)
+    idx = np.flatnonzero(head)
+    return m.sends[idx], m.sends[idx - 1]   # sends are listed in (connection, order) order
 
 
 def effective_deps(a: _Assignment, waiter: np.ndarray, waited: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -691,7 +711,8 @@ def assign(ops: _Ops, m: _Merged, waiter: np.ndarray, waited: np.ndarray,
     np.minimum.at(first_send, m.conn_id, m.sends)
     for _ in range(64):
         a = _place(ops, m, split, base, deps_count, max_steps)
-        w, d = effective_deps(a, waiter, waited)
+        block_w, block_d = block_dependencies(m, split)
+        w, d = effective_deps(a, np.concatenate([waiter, block_w]), np.concatenate([waited, block_d]))
         nops = np.maximum(np.bincount(w, minlength=len(ops)) - 1, 0)
         alive = a.tb >= 0
         steps = np.bincount(a.tb[alive], weights=1 + nops[alive], minlength=len(a.keys))
