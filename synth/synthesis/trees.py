@@ -90,7 +90,7 @@ TREE_SEARCH_CAPS = (16, 8, 4)
 LARGE_RANKS = 256           # beyond this, one fast tree per root (synth.synthesis.scale)
 REFINE_JOBS = 60_000        # time other pipeline depths only below this many transfers
 REPLAY = True
-PLANNED_GAIN = 0.01           # see _timed_forward
+FORWARD_JOBS = 20_000        # forward-timed reductions only below this many transfers
 LEVEL_JOBS = 200_000        # beyond this many transfers, vectorised level timing
 ALPHA_SHARE = 0.01          # coalesced messages grow until α is this share of their time
 MAX_COALESCE = 64           # chunks one coalesced message may carry (MSCCL cnt stays < 72)
@@ -1019,7 +1019,7 @@ def _timed_forward(coll: Collective, plans: list[Forest], topology: Topology, ch
     # priorities: the start times of the mirrored broadcast schedule (the reduction that
     # _timed_phase builds), so the reduction part keeps its quality
     mirror = _phase_jobs(coll, reduce_forest, 0, chunks, messages)
-    if len(mirror.msg) > LEVEL_JOBS:
+    if len(mirror.msg) * len(plans) > FORWARD_JOBS:   # five more list schedules: keep synthesis quick
         return None
     _, _, mirror_end = list_schedule(mirror, topology.reversed(), chunk_bytes)
     total = float(mirror_end.max()) if len(mirror_end) else 0.0
@@ -1030,18 +1030,15 @@ def _timed_forward(coll: Collective, plans: list[Forest], topology: Topology, ch
         planned[(*edge, seen[edge])] = total - finish
         seen[edge] += 1
     best = None
-    # two priorities for the reductions, each timed plain and coalesced: hops still ahead, then the
-    # mirrored broadcast's times. The latter is kept only when >= PLANNED_GAIN faster: overlapped
-    # with an allgather it was measured to replay less faithfully in the simulator (mesh-5x5
-    # allreduce: predicted 0.06 % faster, simulated 3 % slower)
+    # two priorities for the reductions (hops still ahead; the mirrored broadcast's times), each
+    # timed plain and coalesced: the fastest of the four is kept
     for priority in (None, planned):
         jobs = _forward_jobs(plans, n, chunks, messages, priority)
         if len(jobs.msg) > MAX_TRANSFERS or len(jobs.msg) > LEVEL_JOBS or (topology.switches and _shares_links(jobs)):
             return None
         for coalesce in (False, True):
             timed = list_schedule(jobs, topology, chunk_bytes, coalesce=coalesce)
-            margin = 1 - (PLANNED_GAIN if priority is not None and len(plans) == 2 else 1e-9)
-            if best is None or timed[2].max() < best[1][2].max() * margin:
+            if best is None or timed[2].max() < best[1][2].max() * (1 - 1e-9):
                 best = (jobs, timed, jobs.head)
     jobs, (order, start, end), heads = best
     makespan = float(end.max()) if len(end) else 0.0
