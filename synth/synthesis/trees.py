@@ -45,8 +45,12 @@ the path a send between those ranks takes (:func:`synth.topology.routes.rank_rou
 switch splitting is restricted to such paths, which can cost rate on fabrics whose fixed paths leave
 links idle (e.g. a second spine).
 
-Scale: beyond ``LARGE_RANKS`` ranks one tree per root comes from :mod:`synth.synthesis.scale`
-and huge schedules are timed level by level (:func:`level_schedule`).
+Scale: beyond ``LARGE_RANKS`` ranks one tree per root comes from :mod:`synth.synthesis.scale`.
+Translates of one tree (tori, boxes) are timed once and the times copied to every translate
+(:func:`slot_schedule`, :func:`replicated_schedule`); other huge schedules level by level
+(:func:`level_schedule`). Up to ``TREE_SEARCH_RANKS`` ranks 16, 8 and 4 trees per root are tried
+besides the optimum's count (fewer messages per link at a rate within ~1/K of the optimum).
+Reductions are also timed forward, leaf to root (:func:`_timed_forward`), below ``FORWARD_JOBS``.
 """
 
 from __future__ import annotations
@@ -325,6 +329,15 @@ def _real_edge(forest: Forest, parent: int, child: int, route: Route) -> tuple[i
     return parent, child, route
 
 
+def _message_shares(chunks: list[tuple[int, ...]]):
+    """(index, message, its share of the tree's data, share sent up to and including it)."""
+    total = sum(len(c) for c in chunks)
+    done = 0
+    for j, chunk in enumerate(chunks):
+        done += len(chunk)
+        yield j, chunk, len(chunk) / total, done / total
+
+
 def add_broadcast(jobs: _Jobs, forest: Forest, tree_index: int, chunks: list[tuple[int, ...]], phase: int,
                   root_deps: dict[int, tuple[int, ...]] | None = None,
                   wanted: list[set[int]] | None = None) -> None:
@@ -334,12 +347,7 @@ def add_broadcast(jobs: _Jobs, forest: Forest, tree_index: int, chunks: list[tup
     tree = forest.trees[tree_index]
     height = _heights(tree)
     count = len(chunks)
-    total = sum(len(c) for c in chunks)
-    done = 0
-    for j, chunk in enumerate(chunks):
-        size = len(chunk) / total
-        done += len(chunk)
-        finish = done / total
+    for j, chunk, size, finish in _message_shares(chunks):
         arrived: dict[int, int] = {}
         needed = _needed_nodes(tree, wanted[j]) if wanted is not None else None
         for e, (parent, child) in enumerate(tree.edges):
@@ -368,12 +376,7 @@ def add_reduction(jobs: _Jobs, forest: Forest, tree_index: int, chunks: list[tup
     tree = forest.trees[tree_index]
     depth = tree.depth
     count = len(chunks)
-    total = sum(len(c) for c in chunks)
-    done = 0
-    for j, chunk in enumerate(chunks):
-        size = len(chunk) / total
-        done += len(chunk)
-        finish = done / total
+    for j, chunk, size, finish in _message_shares(chunks):
         inputs: dict[int, list[int]] = defaultdict(list)
         for e in range(len(tree.edges) - 1, -1, -1):   # children before parents
             parent, child = tree.edges[e]
