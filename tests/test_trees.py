@@ -305,3 +305,18 @@ def test_split_connections_keep_the_planned_order_in_the_simulator():
     schedule, sim = _verified(topology, "allreduce", 2**30)
     assert lower(schedule).nchannels > 2
     assert schedule.predicted_time_us == pytest.approx(sim.time_us, rel=1e-9)
+
+
+@pytest.mark.parametrize(("name", "collective", "ratio"), [
+    ("dgx-h100-2node", "reducescatter", 0.98),   # forward-timed reduction, coalesced (0.964 mirrored only)
+    ("dgx-a100-2node", "allgather", 0.975),      # hops-ahead priority weighed 4x (0.970 at 1x)
+])
+def test_multi_box_fabrics_near_the_cut_bound(name, collective, ratio):
+    from synth.bounds import compute_bounds
+    from synth.topology.io import load_topology
+
+    topology = load_topology(name)
+    size = 2**30
+    schedule, sim = _verified(topology, collective, size)
+    assert schedule.predicted_time_us == pytest.approx(sim.time_us, rel=1e-6)
+    assert compute_bounds(topology, schedule.collective, size).time_bound_us / sim.time_us > ratio
