@@ -33,13 +33,12 @@ def command(prog: str, collective: str | None, root: int | None, as_json: bool) 
             click.echo(f"ok: {prog} implements {result.collective} on {result.ranks} ranks "
                       f"({program.num_steps()} steps) and cannot deadlock")
         else:
-            err = click.get_text_stream("stderr")
             click.echo(f"FAILED: {prog} does not implement {result.collective} on {result.ranks} ranks "
                        f"({len(result.errors)} errors)", err=True)
             for line in result.errors[:SHOWN_ERRORS]:
                 click.echo(f"  {line}", err=True)
             if len(result.errors) > SHOWN_ERRORS:
                 click.echo(f"  ... {len(result.errors) - SHOWN_ERRORS} more (use --json for all)", err=True)
-            err.flush()
+            sys.stderr.flush()
     if not result.ok:
         sys.exit(1)
