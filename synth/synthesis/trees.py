@@ -95,6 +95,7 @@ LARGE_RANKS = 256           # beyond this, one fast tree per root (synth.synthes
 REFINE_JOBS = 60_000        # time other pipeline depths only below this many transfers
 REPLAY = True
 HEIGHT_WEIGHTS = (1.0, 4.0)  # priorities tried: hops ahead weighed 1x (default) and 4x (mi250, dgx-a100-2node)
+ALT_PRIORITY_JOBS = 10_000  # ... the 4x one only up to this many transfers at the first depth
 FORWARD_JOBS = 20_000        # forward-timed reductions only below this many transfers
 LEVEL_JOBS = 200_000        # beyond this many transfers, vectorised level timing
 ALPHA_SHARE = 0.01          # coalesced messages grow until α is this share of their time
@@ -895,15 +896,27 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
         plans = [planner((root,), True)]
 
     per_root_bytes = _per_root_bytes(name, n, size_bytes)
-    chunks, messages = _choose_chunks(topology, collective, plans, per_root_bytes, options.chunks)
-    trials = 0
-    # at scale one message per tree is final (see _choose_chunks): no depth search, one timing pass
-    search = messages is not None and n <= LARGE_RANKS and (deadline is None or time.monotonic() < deadline)
-    best = _timed(topology, collective, plans, chunks, messages, size_bytes, build=not search)
-    if search:
-        best, chunks, messages, trials = _refine_depth(topology, collective, plans, size_bytes, best, chunks,
-                                                       messages, deadline)
-        best = _timed(topology, collective, plans, chunks, messages, size_bytes)
+    first_chunks, first_messages = _choose_chunks(topology, collective, plans, per_root_bytes, options.chunks)
+    outcome = None
+    # each priority (see HEIGHT_WEIGHTS) gets its own depth search; the fastest schedule is kept
+    # the 4x priority only where the first search is cheap (deterministic: by transfer count)
+    weights = HEIGHT_WEIGHTS if _job_estimate(plans, first_chunks, first_messages) <= ALT_PRIORITY_JOBS else (1.0,)
+    for weight in weights:
+        chunks, messages, trials = first_chunks, first_messages, 0
+        # at scale one message per tree is final (see _choose_chunks): no depth search, one timing pass
+        search = (messages is not None and n <= LARGE_RANKS
+                  and (deadline is None or time.monotonic() < deadline))
+        best = _timed(topology, collective, plans, chunks, messages, size_bytes, build=not search,
+                      height_weight=weight)
+        if search:
+            best, chunks, messages, trials = _refine_depth(topology, collective, plans, size_bytes, best, chunks,
+                                                           messages, deadline, weight)
+            best = _timed(topology, collective, plans, chunks, messages, size_bytes, height_weight=weight)
+        if outcome is None or best[1] < outcome[0][1] * (1 - 1e-9):
+            outcome = (best, chunks, messages, trials)
+        if not search:   # no search, no alternatives: large schedules are timed once
+            break
+    best, chunks, messages, trials = outcome
     coll, offset, transfers = best
     bound_us = sum(f.bandwidth_time_us(per_root_bytes) for f in plans)
     notes = {
@@ -924,7 +937,7 @@ PIPELINE_GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 
 
 def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest], size_bytes: float, best,
-                  chunks: int, messages: int, deadline: float | None):
+                  chunks: int, messages: int, deadline: float | None, height_weight: float = 1.0):
     """Search the pipeline depth, timing each candidate with the list schedule (the closed form is
     rough about fill and drain), while schedules are cheap and the time limit allows.
 
@@ -968,7 +981,8 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
                 began = time.monotonic()
                 if deadline is not None and began + last_trial > deadline:   # the next one would not fit
                     return best, k * choice[1], choice[1] if choice[0] else None, len(timed) - 1
-                trial = _timed(topology, collective, plans, k * p, p if per_tree else None, size_bytes, build=False)
+                trial = _timed(topology, collective, plans, k * p, p if per_tree else None, size_bytes, build=False,
+                               height_weight=height_weight)
                 last_trial = time.monotonic() - began
                 timed[(per_tree, p)] = trial[1]
                 if trial[1] < best[1] * (1 - 1e-9):
@@ -982,29 +996,23 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
 
 
 def _timed(topology: Topology, collective: Collective, plans: list[Forest], chunks: int, messages: int | None,
-           size_bytes: float, build: bool = True) -> tuple[Collective, float, list[Transfer]]:
+           size_bytes: float, build: bool = True,
+           height_weight: float = 1.0) -> tuple[Collective, float, list[Transfer]]:
     """All phases, one after the other: (collective with its chunk factor, makespan, transfers;
     the transfers only if ``build``, else a search score in place of the makespan, see
-    :func:`_timed_phase`)."""
+    :func:`_timed_phase`). ``height_weight``: see :func:`add_broadcast`."""
     name, n = collective.name, topology.num_ranks
     coll = Collective(name, n, _chunk_factor(name, n, chunks), collective.root, collective.inplace)
     chunk_bytes = coll.chunk_bytes(size_bytes)
     transfers: list[Transfer] = []
     offset = 0.0
     for phase, forest in enumerate(plans):
-        best = None
-        for weight in HEIGHT_WEIGHTS:
-            jobs = _phase_jobs(coll, forest, phase, chunks, messages, weight)
-            if len(jobs.msg) > MAX_TRANSFERS:
-                raise SynthError(f"--chunks {chunks} makes {len(jobs.msg)} transfers; use fewer chunks")
-            # each phase on its own channel: an allreduce's two phases fill a threadblock each
-            timed = _timed_phase(jobs, forest, topology, chunk_bytes, offset, coll.is_reduction, build,
-                                 channel=phase, coalesce=name in COALESCING)
-            if best is None or timed[1] < best[1] * (1 - 1e-9):
-                best = timed
-            if len(jobs.msg) > FORWARD_JOBS:   # other priorities only where list schedules are cheap
-                break
-        part, makespan = best
+        jobs = _phase_jobs(coll, forest, phase, chunks, messages, height_weight)
+        if len(jobs.msg) > MAX_TRANSFERS:
+            raise SynthError(f"--chunks {chunks} makes {len(jobs.msg)} transfers; use fewer chunks")
+        # each phase on its own channel: an allreduce's two phases fill a threadblock each
+        part, makespan = _timed_phase(jobs, forest, topology, chunk_bytes, offset, coll.is_reduction, build,
+                                      channel=phase, coalesce=name in COALESCING)
         transfers += part
         offset += makespan
     if name in ("reducescatter", "allreduce"):
@@ -1082,6 +1090,12 @@ def _forward_jobs(plans: list[Forest], n: int, chunks: int, messages: int | None
             _spread(plain, r, [r * chunks + s for s in range(chunks)], messages,
                     lambda t, msgs: add_broadcast(jobs, plain, t, msgs, 1, root_deps))
     return jobs
+
+
+def _job_estimate(plans: list[Forest], chunks: int, messages: int | None) -> int:
+    """Transfers of a schedule with ``messages`` per tree (or one chunk per message)."""
+    return sum(len(t.edges) * (messages if messages else max(1, chunks * t.mult // f.k))
+               for f in plans for t in f.trees)
 
 
 def _steps_per_pair(plans: list[Forest], messages: int) -> int:
