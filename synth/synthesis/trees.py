@@ -967,9 +967,10 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
         return max(load.values(), default=0) <= MAX_CHANNELS * MAX_STEPS_PER_TB
 
     def neighbours(p: int) -> list[int]:
+        # two grid points each way: the makespan is not unimodal in P (ndv2-2node: 12 < 16 > 24 > 32)
         below = [g for g in PIPELINE_GRID if g < p]
         above = [g for g in PIPELINE_GRID if g > p]
-        return below[-1:] + above[:1]
+        return below[-2:] + above[:2]
 
     for per_tree, first in ((True, messages), (False, 4)):
         current = first
