@@ -585,8 +585,8 @@ def uplink_dependencies(ops: _Ops, tr: _Transfers, m: _Merged) -> tuple[np.ndarr
     SPEC) would serve them first come first served instead of in the planned order. Each
     surviving send waits for the previous one on its first link, in (start, group, source
     offset, op) order -- the connections' own order, so a connection's sends stay in step and a
-    valid schedule's time order cannot form a cycle. Sends of the same connection are already
-    ordered by their threadblock and get no edge."""
+    valid schedule's time order cannot form a cycle. Sends of the same connection get no edge here:
+    their threadblock orders them, and :func:`block_dependencies` orders the blocks of a split one."""
     s = m.sends
     if len(s) < 2:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)

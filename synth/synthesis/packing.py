@@ -237,6 +237,17 @@ def _add_units(pool: list[list], route: Route, units: int) -> None:
     pool.append([route, units])
 
 
+def _direct_units(arcs) -> tuple[dict[tuple[int, int], int], dict[tuple[int, int], list[list]]]:
+    """(capacity, route pools) of arcs ``(a, b, units)`` taken as they are (no switch crossed yet)."""
+    cap: dict[tuple[int, int], int] = {}
+    routes: dict[tuple[int, int], list[list]] = {}
+    for a, b, c in arcs:
+        if c > 0:
+            cap[(a, b)] = cap.get((a, b), 0) + c
+            _add_units(routes.setdefault((a, b), []), (), c)
+    return cap, routes
+
+
 def _flow_with(graph: SplitGraph, demand_arcs, extra, source: int, sink: int) -> int:
     t, h, c = graph.arrays()
     et = [a for a, _, _ in extra] + demand_arcs[0]
@@ -284,13 +295,7 @@ def split_switches(fabric: Fabric, caps: np.ndarray, weights: dict[int, int], k:
     fabric's fixed paths exclude); complete splitting exists otherwise (Bang-Jensen et al.).
     """
     n, nr = fabric.num_nodes, fabric.num_ranks
-    cap: dict[tuple[int, int], int] = {}
-    routes: dict[tuple[int, int], list[list]] = {}
-    for a, b, c in zip(fabric.tails.tolist(), fabric.heads.tolist(), caps.tolist()):
-        if c > 0:
-            cap[(a, b)] = cap.get((a, b), 0) + c
-            _add_units(routes.setdefault((a, b), []), (), c)
-    graph = SplitGraph(n, nr, cap, routes)
+    graph = SplitGraph(n, nr, *_direct_units(zip(fabric.tails.tolist(), fabric.heads.tolist(), caps.tolist())))
     st, sh, sc = _source_arcs(n, weights, k)
     demand_arcs = (st, sh, sc)
     need = k * sum(weights.values())
@@ -347,12 +352,7 @@ def disjoint_pair_split(fabric: Fabric, caps: np.ndarray, weights: dict[int, int
     """
     nr = fabric.num_ranks
     arc_index = {arc: i for i, arc in enumerate(fabric.arcs)}
-    cap: dict[tuple[int, int], int] = {}
-    routes: dict[tuple[int, int], list[list]] = {}
-    for (a, b), c in zip(fabric.arcs, caps.tolist()):
-        if a < nr and b < nr and c > 0:
-            cap[(a, b)] = cap.get((a, b), 0) + c
-            _add_units(routes.setdefault((a, b), []), (), c)
+    cap, routes = _direct_units((a, b, c) for (a, b), c in zip(fabric.arcs, caps.tolist()) if a < nr and b < nr)
     held: set[int] = set()
     for path in pairs:
         u, v = path[0], path[-1]

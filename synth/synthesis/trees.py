@@ -414,6 +414,33 @@ def _needed_nodes(tree: PlannedTree, targets) -> set[int]:
 # ---------------------------------------------------------------------------------------------
 # timing: in-order list schedule with link serialization
 # ---------------------------------------------------------------------------------------------
+def _route_costs(jobs: _Jobs, topology: Topology,
+                 chunk_bytes: float) -> tuple[list[list[int]], np.ndarray, np.ndarray, np.ndarray]:
+    """Per job: the link ids of its route, their summed α (µs), their least bandwidth (bytes/µs)
+    and the transfer's duration ``Σα + b / min bw`` (SPEC cost model)."""
+    link_index = {(link.src, link.dst): i for i, link in enumerate(topology.links)}
+    _, _, bw, alpha = topology.arrays
+    n = len(jobs.msg)
+    hops: list[list[int]] = []
+    route_alpha = np.zeros(n)
+    route_rate = np.zeros(n)
+    size = np.fromiter((len(m) for m in jobs.msg), dtype=np.float64, count=n)
+    cache: dict[tuple, tuple[list[int], float, float]] = {}
+    for i in range(n):
+        hop_key = (jobs.src[i], jobs.dst[i], jobs.route[i])
+        hit = cache.get(hop_key)
+        if hit is None:
+            nodes = (jobs.src[i], *jobs.route[i], jobs.dst[i])
+            try:
+                links = [link_index[(a, b)] for a, b in zip(nodes, nodes[1:])]
+            except KeyError as exc:
+                raise SynthError(f"internal error: route {nodes} uses a missing link") from exc
+            hit = cache[hop_key] = (links, float(alpha[links].sum()), float(bw[links].min()) * 1e3)
+        hops.append(hit[0])
+        route_alpha[i], route_rate[i] = hit[1], hit[2]
+    return hops, route_alpha, route_rate, route_alpha + size * chunk_bytes / route_rate
+
+
 def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
                   chained: list[int] | None = None,
                   coalesce: bool = False) -> tuple[list[int], np.ndarray, np.ndarray]:
@@ -436,27 +463,8 @@ def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
     """
     import heapq
 
-    link_index = {(link.src, link.dst): i for i, link in enumerate(topology.links)}
-    _, _, bw, alpha = topology.arrays
     n = len(jobs.msg)
-    hops: list[list[int]] = []
-    duration = np.zeros(n)
-    route_alpha = np.zeros(n)
-    route_rate = np.zeros(n)
-    cache: dict[tuple, tuple[list[int], float, float]] = {}
-    for i in range(n):
-        hop_key = (jobs.src[i], jobs.dst[i], jobs.route[i])
-        hit = cache.get(hop_key)
-        if hit is None:
-            nodes = (jobs.src[i], *jobs.route[i], jobs.dst[i])
-            try:
-                links = [link_index[(a, b)] for a, b in zip(nodes, nodes[1:])]
-            except KeyError as exc:
-                raise SynthError(f"internal error: route {nodes} uses a missing link") from exc
-            hit = cache[hop_key] = (links, float(alpha[links].sum()), float(bw[links].min()) * 1e3)
-        hops.append(hit[0])
-        route_alpha[i], route_rate[i] = hit[1], hit[2]
-        duration[i] = hit[1] + len(jobs.msg[i]) * chunk_bytes / hit[2]
+    hops, route_alpha, route_rate, duration = _route_costs(jobs, topology, chunk_bytes)
     jobs.head = list(range(n))
     if chained is not None:
         deps_of = [d + (c,) if c >= 0 else d for d, c in zip(jobs.deps, chained)]
@@ -513,6 +521,7 @@ def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
         heapq.heappush(events, (finish, 1, link))
         for m in members:
             start[m], end[m] = s, finish
+        for m in members[1:]:
             jobs.head[m] = i
         for m in members:
             for j in dependents[m]:
@@ -575,23 +584,10 @@ def level_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float) -> tuple
     its route (its sender's and receiver's ports), the links that saturate on switch fabrics.
     Returns (order by start, start, end).
     """
-    link_index = {(link.src, link.dst): i for i, link in enumerate(topology.links)}
-    _, _, bw, alpha = topology.arrays
     n = len(jobs.msg)
-    first = np.zeros(n, dtype=np.int64)
-    last = np.zeros(n, dtype=np.int64)
-    duration = np.zeros(n)
-    cache: dict[tuple, tuple[int, int, float]] = {}
-    for i in range(n):
-        key = (jobs.src[i], jobs.dst[i], jobs.route[i], len(jobs.msg[i]))
-        hit = cache.get(key)
-        if hit is None:
-            nodes = (jobs.src[i], *jobs.route[i], jobs.dst[i])
-            links = [link_index[(a, b)] for a, b in zip(nodes, nodes[1:])]
-            nbytes = len(jobs.msg[i]) * chunk_bytes
-            hit = cache[key] = (links[0], links[-1],
-                                float(alpha[links].sum()) + nbytes / (float(bw[links].min()) * 1e3))
-        first[i], last[i], duration[i] = hit
+    hops, _, _, duration = _route_costs(jobs, topology, chunk_bytes)
+    first = np.fromiter((h[0] for h in hops), dtype=np.int64, count=n)
+    last = np.fromiter((h[-1] for h in hops), dtype=np.int64, count=n)
     dep = np.fromiter((d[0] if d else -1 for d in jobs.deps), dtype=np.int64, count=n)
     level = np.zeros(n, dtype=np.int64)
     for i in np.nonzero(dep >= 0)[0].tolist():   # parents are created before their children
@@ -618,12 +614,7 @@ def slot_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
     """Translation-invariant timing (:func:`synth.synthesis.scale.translated_trees`): one message per
     tree, and the job on edge ``e`` of any tree runs in slot ``slots[e]``; a slot lasts the longest
     transfer. Returns (order by start, start, end)."""
-    link_index = {(link.src, link.dst): i for i, link in enumerate(topology.links)}
-    _, _, bw, alpha = topology.arrays
-    longest = 0.0
-    for src, dst, msg in {(s, d, len(m)) for s, d, m in zip(jobs.src, jobs.dst, jobs.msg)}:
-        lid = link_index[(src, dst)]
-        longest = max(longest, float(alpha[lid]) + msg * chunk_bytes / (float(bw[lid]) * 1e3))
+    longest = float(_route_costs(jobs, topology, chunk_bytes)[3].max(initial=0.0))
     edge = np.fromiter((key[-1] for key in jobs.key), dtype=np.int64, count=len(jobs.key))
     slot = np.asarray(slots, dtype=np.float64)[edge]
     start, end = slot * longest, (slot + 1) * longest   # a child's start is exactly its parent's end
@@ -643,26 +634,12 @@ def replicated_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
     per_tree = len(forest.trees[0].edges)
     if any(len(t.edges) != per_tree for t in forest.trees) or len(jobs.msg) != per_tree * len(forest.trees):
         return None
-    link_index = {(link.src, link.dst): i for i, link in enumerate(topology.links)}
-    _, _, bw, alpha = topology.arrays
     n = topology.num_ranks
     degree = [(sum(1 for lk in topology.out_links[v] if lk.dst < n), len(topology.out_links[v]))
               for v in range(topology.num_nodes)]
     role = ["rank" if v < n else degree[v] for v in range(topology.num_nodes)]
     kinds: dict[tuple, int] = {}
-    links_of: list[list[int]] = []
-    duration = np.zeros(len(jobs.msg))
-    cache: dict[tuple, tuple[list[int], float]] = {}
-    for i in range(len(jobs.msg)):
-        key = (jobs.src[i], jobs.dst[i], jobs.route[i], len(jobs.msg[i]))
-        hit = cache.get(key)
-        if hit is None:
-            nodes = (jobs.src[i], *jobs.route[i], jobs.dst[i])
-            links = [link_index[(a, b)] for a, b in zip(nodes, nodes[1:])]
-            hit = cache[key] = (links, float(alpha[links].sum()) + len(jobs.msg[i]) * chunk_bytes
-                                / (float(bw[links].min()) * 1e3))
-        links_of.append(hit[0])
-        duration[i] = hit[1]
+    links_of, _, _, duration = _route_costs(jobs, topology, chunk_bytes)
     edge = np.fromiter((key[-1] for key in jobs.key), dtype=np.int64, count=len(jobs.key))
     tree = np.fromiter((key[-2] for key in jobs.key), dtype=np.int64, count=len(jobs.key))
     first = np.nonzero(tree == tree[0])[0]
@@ -1059,19 +1036,26 @@ def _timed_forward(coll: Collective, plans: list[Forest], topology: Topology, ch
         for coalesce in (False, True):
             timed = list_schedule(jobs, topology, chunk_bytes, coalesce=coalesce)
             if best is None or timed[2].max() < best[1][2].max() * (1 - 1e-9):
-                best = (jobs, timed, jobs.head)
+                best = (jobs, timed, jobs.head if coalesce else None)
     jobs, (order, start, end), heads = best
     makespan = float(end.max()) if len(end) else 0.0
     if not build:
         return makespan, []
-    shared = {h for i, h in enumerate(heads) if h != i}
+    groups = _message_groups(jobs, heads)
     out = []
     for i in order:
-        group = heads[i] if len(jobs.msg[i]) > 1 or heads[i] in shared else -1
         for chunk in jobs.msg[i]:
             out.append(Transfer(float(start[i]), float(end[i]), chunk, jobs.src[i], jobs.dst[i], jobs.reduce[i],
-                                jobs.route[i], 0 if jobs.reduce[i] else 1, group))
+                                jobs.route[i], 0 if jobs.reduce[i] else 1, groups[i]))
     return makespan, out
+
+
+def _message_groups(jobs: _Jobs, heads: list[int] | None) -> list[int]:
+    """Transfer ``group`` per job: its message's first job when the message has several chunks or
+    coalesced several jobs (``heads``, from a coalescing timing), else -1 (a one-chunk step)."""
+    heads = heads if heads is not None else list(range(len(jobs.msg)))
+    shared = {h for i, h in enumerate(heads) if h != i}
+    return [h if len(msg) > 1 or h in shared else -1 for msg, h in zip(jobs.msg, heads)]
 
 
 def _forward_jobs(plans: list[Forest], n: int, chunks: int, messages: int | None,
@@ -1116,6 +1100,7 @@ def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: f
     mirrored in time (t -> T - t) and direction: the broadcast becomes a reduction (or a gather)
     with the same makespan, and link serialization and data dependencies carry over."""
     fabric = topology.reversed() if forest.reversed else topology
+    heads = None   # set when a coalesced timing wins: the first job of each job's message
     if forest.slots is not None and len(jobs.msg) == len(forest.trees) * len(forest.slots):
         order, start, end = slot_schedule(jobs, fabric, chunk_bytes, forest.slots)
         order = order.tolist()
@@ -1131,12 +1116,9 @@ def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: f
         # Broadcast phases only: mirrored into reductions, coalesced messages were measured to lose
         # the planned order in the simulator (dgx-a100-4node reducescatter 0.94 -> 0.90).
         if coalesce and not forest.reversed:
-            plain_head = jobs.head
             merged = list_schedule(jobs, fabric, chunk_bytes, coalesce=True)
             if merged[2].max() < end.max() - 1e-9:
-                order, start, end = merged
-            else:
-                jobs.head = plain_head
+                (order, start, end), heads = merged, jobs.head
         if topology.switches and not forest.reversed and REPLAY and not build and _shares_links(jobs):
             # Search score on switch fabrics. Links there are shared by many connections, and the
             # runtime serves them in the order sends become ready, not by our priority; replay
@@ -1162,13 +1144,12 @@ def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: f
     starts, ends = start.tolist(), end.tolist()
     if forest.reversed:  # mirror: t -> T - t, and every transfer runs the other way
         starts, ends = [makespan - e for e in ends], [makespan - x for x in starts]
-    heads = jobs.head or list(range(len(jobs.msg)))
-    shared = {h for i, h in enumerate(heads) if h != i}   # messages that coalesced several jobs
+    groups = _message_groups(jobs, heads)
     out = []
     append = out.append
     for i in order:
         msg = jobs.msg[i]
-        group = heads[i] if len(msg) > 1 or heads[i] in shared else -1
+        group = groups[i]
         s, e = starts[i] + offset, ends[i] + offset
         if forest.reversed:
             src, dst, route, red = jobs.dst[i], jobs.src[i], jobs.route[i][::-1], reducing
