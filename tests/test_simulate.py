@@ -64,6 +64,19 @@ def one_transfer(src: int, dst: int, cnt: int = 1) -> dict[int, list[Threadblock
             dst: [tb(0, recv=src, steps=[Step("r", "i", 0, "o", 0, cnt=cnt)])]}
 
 
+def _link_spans(events) -> dict[str, list[tuple[float, float]]]:
+    """Busy spans of every link, sorted; asserts that no link carries two transfers at once."""
+    by_link: dict[str, list[tuple[float, float]]] = {}
+    for *_owner, start, end, route in events:
+        for name in route:
+            by_link.setdefault(name, []).append((start, end))
+    for spans in by_link.values():
+        spans.sort()
+        for (_, e1), (s2, _) in zip(spans, spans[1:]):
+            assert s2 >= e1 - 1e-9
+    return by_link
+
+
 def ring_allgather(n: int) -> Program:
     gpus = {}
     for r in range(n):
@@ -461,19 +474,13 @@ def test_random_transfers_respect_links(pairs, with_switch):
         return
     res = simulate(prog("broadcast", n, gpus, c=3), topo, 3e6)
     chunk = 1e6
-    by_link: dict[str, list[tuple[float, float]]] = {}
     info = {f"{topo.node_name(x.src)}->{topo.node_name(x.dst)}": x for x in topo.links}
     for rank, tid, step, start, end, route in res.events:
         cnt = gpus[rank][tid].steps[step].cnt
         hops = [info[name] for name in route]
         assert hops[0].src == rank
         assert end - start == pytest.approx(sum(h.alpha for h in hops) + cnt * chunk / (min(h.bw for h in hops) * 1e3))
-        for name in route:
-            by_link.setdefault(name, []).append((start, end))
-    for spans in by_link.values():
-        spans.sort()
-        for (_, e1), (s2, _) in zip(spans, spans[1:]):
-            assert s2 >= e1 - 1e-9
+    for spans in _link_spans(res.events).values():
         assert res.time_us >= sum(e - s for s, e in spans) - 1e-6
     assert res.transfers == sum(k for s, d, k, _ in pairs if s != d)
 
@@ -641,14 +648,7 @@ def test_random_backfilled_bookings_are_consistent(tbs):
     res = simulate(prog("broadcast", 6, gpus, c=4), topo, 4e6, chunk_bytes=chunk)
     ends = {(e[0], e[1], e[2]): e[4] for e in res.events}
     assert len(ends) == sum(len(c) for *_x, c, _d in tbs)
-    by_link: dict[str, list[tuple[float, float]]] = {}
-    for *_owner, start, end, route in res.events:
-        for name in route:
-            by_link.setdefault(name, []).append((start, end))
-    for spans in by_link.values():
-        spans.sort()
-        for (_, e1), (s2, _) in zip(spans, spans[1:]):
-            assert s2 >= e1 - 1e-9
+    by_link = _link_spans(res.events)
     all_ends = [e for spans in by_link.values() for _, e in spans]
     last_start: dict[tuple[int, int, int], float] = {}
     for rank, tid, step, start, end, route in res.events:
