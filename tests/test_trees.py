@@ -310,6 +310,7 @@ def test_split_connections_keep_the_planned_order_in_the_simulator():
 @pytest.mark.parametrize(("name", "collective", "ratio"), [
     ("dgx-h100-2node", "reducescatter", 0.98),   # forward-timed reduction, coalesced (0.964 mirrored only)
     ("dgx-a100-2node", "allgather", 0.975),      # hops-ahead priority weighed 4x (0.970 at 1x)
+    ("dgx-a100-4node", "allgather", 0.97),       # tail-split messages (0.964 without)
 ])
 def test_multi_box_fabrics_near_the_cut_bound(name, collective, ratio):
     from synth.bounds import compute_bounds
@@ -320,3 +321,38 @@ def test_multi_box_fabrics_near_the_cut_bound(name, collective, ratio):
     schedule, sim = _verified(topology, collective, size)
     assert schedule.predicted_time_us == pytest.approx(sim.time_us, rel=1e-6)
     assert compute_bounds(topology, schedule.collective, size).time_bound_us / sim.time_us > ratio
+
+
+def test_tail_halves_the_last_message_of_each_tree():
+    from synth.synthesis.trees import _messages
+
+    sizes = [len(m) for m in _messages(list(range(32)), 2, tail=3)]
+    assert sizes == [16, 8, 4, 2, 2]
+    assert [c for m in _messages(list(range(32)), 2, tail=3) for c in m] == list(range(32))
+    assert [len(m) for m in _messages(list(range(6)), 2, tail=4)] == [3, 1, 1, 1]   # stops at one chunk
+    assert [len(m) for m in _messages(list(range(4)), None, tail=3)] == [1, 1, 1, 1]   # one chunk each: no tail
+
+
+def test_messages_longer_than_one_msccl_step_pay_alpha_per_step():
+    from synth.synthesis.trees import MAX_STEP_CHUNKS, _Jobs, _route_costs
+
+    topology = _bidir(2, [(0, 1, 50)])
+    alpha = topology.links[0].alpha
+    jobs = _Jobs.empty()
+    for count in (MAX_STEP_CHUNKS, MAX_STEP_CHUNKS + 1, 3 * MAX_STEP_CHUNKS):
+        jobs.add(tuple(range(count)), 0, 1, (), False, (), (0,))
+    _, _, rate, duration = _route_costs(jobs, topology, 1000.0)
+    steps = [d - count * 1000.0 / rate[0] for d, count in zip(duration, (71, 72, 213))]
+    assert steps == pytest.approx([alpha, 2 * alpha, 3 * alpha])
+
+
+def test_tails_are_searched_where_drain_costs_time():
+    from synth.topology.io import load_topology
+
+    topology = load_topology("dgx-a100-4node")
+    schedule = synthesize(topology, Collective("allgather", topology.num_ranks), 2**30, SynthOptions())
+    assert schedule.notes["tail_splits"] > 0
+    # ...and not where the plain pipeline is already within 1 % of the forest's bandwidth time
+    ring8 = ring(8)
+    plain = synthesize(ring8, Collective("allgather", 8), 2**30, SynthOptions())
+    assert plain.notes["tail_splits"] == 0

@@ -26,7 +26,10 @@ term grows with ``C`` through α, the second shrinks; we take the ``C`` minimisi
 MSCCL's limits (≤ 32 channels × 64 steps per connection). Timings in the Schedule come from an
 in-order list schedule: transfers in pipeline-round order, each starting when its data is ready
 and every link of its route is free (one transfer at a time per link direction, SPEC). Where
-schedules are cheap the neighbouring pipeline depths are timed too and the fastest is kept.
+schedules are cheap the neighbouring pipeline depths are timed too and the fastest is kept, and
+where fill, drain and α cost more than 1 % the last message of every tree is also split
+geometrically (:func:`_messages`): large messages mid-pipeline, small ones where the drain starts.
+A message of more than 71 chunks is lowered as several MSCCL steps and is timed with one α per step.
 
 Coalescing (broadcast phases): when a link frees up, the transfer it starts also carries the queued
 transfers of the same root that continue its chunks on the same route (one step with ``cnt`` > 1,
@@ -100,6 +103,10 @@ FORWARD_JOBS = 20_000        # forward-timed reductions only below this many tra
 LEVEL_JOBS = 200_000        # beyond this many transfers, vectorised level timing
 ALPHA_SHARE = 0.01          # coalesced messages grow until α is this share of their time
 MAX_COALESCE = 64           # chunks one coalesced message may carry (MSCCL cnt stays < 72)
+MAX_STEP_CHUNKS = 71        # MSCCL cnt < 72: a longer message is lowered as several steps, one α each
+TAIL_SPLITS = (3, 2, 4)     # the last message of each tree halved this many times: P is searched at the first
+MAX_TAIL_CHUNKS = 1024      # chunks per root piece a tailed message shape may use
+TAIL_GAIN = 0.01            # ... searched only where fill, drain and α cost more than this share
 
 
 # ---------------------------------------------------------------------------------------------
@@ -417,7 +424,8 @@ def _needed_nodes(tree: PlannedTree, targets) -> set[int]:
 def _route_costs(jobs: _Jobs, topology: Topology,
                  chunk_bytes: float) -> tuple[list[list[int]], np.ndarray, np.ndarray, np.ndarray]:
     """Per job: the link ids of its route, their summed α (µs), their least bandwidth (bytes/µs)
-    and the transfer's duration ``Σα + b / min bw`` (SPEC cost model)."""
+    and the transfer's duration ``Σα + b / min bw`` (SPEC cost model), with one ``Σα`` per MSCCL
+    step: a message of more than ``MAX_STEP_CHUNKS`` chunks is lowered as several steps."""
     link_index = {(link.src, link.dst): i for i, link in enumerate(topology.links)}
     _, _, bw, alpha = topology.arrays
     n = len(jobs.msg)
@@ -438,7 +446,8 @@ def _route_costs(jobs: _Jobs, topology: Topology,
             hit = cache[hop_key] = (links, float(alpha[links].sum()), float(bw[links].min()) * 1e3)
         hops.append(hit[0])
         route_alpha[i], route_rate[i] = hit[1], hit[2]
-    return hops, route_alpha, route_rate, route_alpha + size * chunk_bytes / route_rate
+    steps = np.ceil(size / MAX_STEP_CHUNKS)
+    return hops, route_alpha, route_rate, route_alpha * steps + size * chunk_bytes / route_rate
 
 
 def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
@@ -512,7 +521,7 @@ def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
                 size += len(jobs.msg[nxt])
                 by_first.pop((jobs.src[nxt], jobs.dst[nxt], jobs.route[nxt], jobs.msg[nxt][0]), None)
                 nxt = by_first.get((jobs.src[nxt], jobs.dst[nxt], jobs.route[nxt], jobs.msg[nxt][-1] + 1))
-            finish = s + route_alpha[i] + size * chunk_bytes / route_rate[i]
+            finish = s + route_alpha[i] * math.ceil(size / MAX_STEP_CHUNKS) + size * chunk_bytes / route_rate[i]
         else:
             finish = s + duration[i]
         taken[i] = True
@@ -845,6 +854,8 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
         trial = schedule_from_plans(topology, collective, size_bytes, options, planner_for(cap), "trees")
         if trial.predicted_time_us < best.predicted_time_us * (1 - 1e-9):
             best = trial
+        else:
+            break   # a smaller cap was slower: fewer trees now lose more rate than they save α
     return best
 
 
@@ -879,21 +890,22 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
     # the 4x priority only where the first search is cheap (deterministic: by transfer count)
     weights = HEIGHT_WEIGHTS if _job_estimate(plans, first_chunks, first_messages) <= ALT_PRIORITY_JOBS else (1.0,)
     for weight in weights:
-        chunks, messages, trials = first_chunks, first_messages, 0
+        chunks, messages, tail, trials = first_chunks, first_messages, 0, 0
         # at scale one message per tree is final (see _choose_chunks): no depth search, one timing pass
         search = (messages is not None and n <= LARGE_RANKS
                   and (deadline is None or time.monotonic() < deadline))
         best = _timed(topology, collective, plans, chunks, messages, size_bytes, build=not search,
                       height_weight=weight)
         if search:
-            best, chunks, messages, trials = _refine_depth(topology, collective, plans, size_bytes, best, chunks,
-                                                           messages, deadline, weight)
-            best = _timed(topology, collective, plans, chunks, messages, size_bytes, height_weight=weight)
+            floor = sum(f.bandwidth_time_us(per_root_bytes) for f in plans)
+            best, chunks, messages, tail, trials = _refine_depth(topology, collective, plans, size_bytes, best,
+                                                                 chunks, messages, deadline, weight, floor)
+            best = _timed(topology, collective, plans, chunks, messages, size_bytes, height_weight=weight, tail=tail)
         if outcome is None or best[1] < outcome[0][1] * (1 - 1e-9):
-            outcome = (best, chunks, messages, trials)
+            outcome = (best, chunks, messages, tail, trials)
         if not search:   # no search, no alternatives: large schedules are timed once
             break
-    best, chunks, messages, trials = outcome
+    best, chunks, messages, tail, trials = outcome
     coll, offset, transfers = best
     bound_us = sum(f.bandwidth_time_us(per_root_bytes) for f in plans)
     notes = {
@@ -902,6 +914,7 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
         "rate_ratio": [float(f.optimal / f.ratio) for f in plans],
         "chunks_per_root": chunks,
         "messages_per_tree": messages,
+        "tail_splits": tail,
         "depth_trials": trials,
         "tree_bandwidth_time_us": bound_us,
     }
@@ -914,25 +927,31 @@ PIPELINE_GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 
 
 def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest], size_bytes: float, best,
-                  chunks: int, messages: int, deadline: float | None, height_weight: float = 1.0):
+                  chunks: int, messages: int, deadline: float | None, height_weight: float = 1.0,
+                  floor: float = 0.0):
     """Search the pipeline depth, timing each candidate with the list schedule (the closed form is
     rough about fill and drain), while schedules are cheap and the time limit allows.
 
-    Two message shapes are tried, each hill-climbed on :data:`PIPELINE_GRID`: ``P`` messages per
+    Three message shapes are tried, each hill-climbed on :data:`PIPELINE_GRID`: ``P`` messages per
     distinct tree (``C = k·P`` chunks per root; a tree of multiplicity ``m`` sends messages of
-    ``m`` chunks), and one chunk per message (``C = k·P``; a tree of multiplicity ``m`` sends
+    ``m`` chunks); one chunk per message (``C = k·P``; a tree of multiplicity ``m`` sends
     ``m·P`` equal messages, so every link pays α in proportion to its bytes, not to the number of
-    trees crossing it). Returns (best timed, chunks, messages or None, candidates timed).
+    trees crossing it); and ``P`` messages per tree whose last one is halved ``L`` times
+    (``C = k·P·2^L``, :func:`_messages`), with ``L`` from :data:`TAIL_SPLITS` (``P`` is climbed at
+    the first, the others are timed at the ``P`` found) when the best of the first two is more than
+    ``TAIL_GAIN`` above ``floor`` (the forest's bandwidth time). Returns (best timed, chunks,
+    messages or None, tail, candidates timed).
     """
     k = chunks // messages
-    timed: dict[tuple[bool, int], float] = {(True, messages): best[1]}
-    choice = (True, messages)
+    # candidates: (one message per tree part?, P, tail)
+    timed: dict[tuple[bool, int, int], float] = {(True, messages, 0): best[1]}
+    choice = (True, messages, 0)
     last_trial = 0.0
 
-    def feasible(per_tree: bool, p: int) -> bool:
-        if k * p > MAX_CHUNKS:
+    def feasible(per_tree: bool, p: int, tail: int) -> bool:
+        if k * p * 2 ** tail > (MAX_TAIL_CHUNKS if tail else MAX_CHUNKS):
             return False
-        per_edge = (lambda t: p) if per_tree else (lambda t: t.mult * p)
+        per_edge = (lambda t: p + tail) if per_tree else (lambda t: t.mult * p)
         jobs_estimate = sum(per_edge(t) * len(t.edges) for f in plans for t in f.trees)
         if jobs_estimate > REFINE_JOBS:
             return False
@@ -949,43 +968,68 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
         above = [g for g in PIPELINE_GRID if g > p]
         return below[-2:] + above[:2]
 
-    for per_tree, first in ((True, messages), (False, 4)):
+    def trial(per_tree: bool, p: int, tail: int) -> bool:
+        """Time one candidate; False when the time limit would not allow it."""
+        nonlocal best, choice, last_trial
+        began = time.monotonic()
+        if deadline is not None and began + last_trial > deadline:   # the next one would not fit
+            return False
+        timed_now = _timed(topology, collective, plans, k * p * 2 ** tail, p if per_tree else None, size_bytes,
+                           build=False, height_weight=height_weight, tail=tail)
+        last_trial = time.monotonic() - began
+        timed[(per_tree, p, tail)] = timed_now[1]
+        if timed_now[1] < best[1] * (1 - 1e-9):
+            best, choice = timed_now, (per_tree, p, tail)
+        return True
+
+    def climb(per_tree: bool, first: int, tail: int) -> bool:
         current = first
         while True:
             moved = False
-            for p in ([current] if (per_tree, current) not in timed else []) + neighbours(current):
-                if (per_tree, p) in timed or not feasible(per_tree, p):
+            for p in ([current] if (per_tree, current, tail) not in timed else []) + neighbours(current):
+                if (per_tree, p, tail) in timed or not feasible(per_tree, p, tail):
                     continue
-                began = time.monotonic()
-                if deadline is not None and began + last_trial > deadline:   # the next one would not fit
-                    return best, k * choice[1], choice[1] if choice[0] else None, len(timed) - 1
-                trial = _timed(topology, collective, plans, k * p, p if per_tree else None, size_bytes, build=False,
-                               height_weight=height_weight)
-                last_trial = time.monotonic() - began
-                timed[(per_tree, p)] = trial[1]
-                if trial[1] < best[1] * (1 - 1e-9):
-                    best, choice = trial, (per_tree, p)
-                    if p != current:
-                        moved = True
+                if not trial(per_tree, p, tail):
+                    return False
+                if choice == (per_tree, p, tail) and p != current:
+                    moved = True
             if not moved:
-                break
+                return True
             current = choice[1]
-    return best, k * choice[1], choice[1] if choice[0] else None, len(timed) - 1
+
+    def done():
+        per_tree, p, tail = choice
+        return best, k * p * 2 ** tail, p if per_tree else None, tail, len(timed) - 1
+
+    for per_tree, first in ((True, messages), (False, 4)):
+        if not climb(per_tree, first, 0):
+            return done()
+    if best[1] <= floor * (1 + TAIL_GAIN):
+        return done()
+    # tails start from the best plain per-tree depth
+    start = min((key for key in timed if key[0] and key[2] == 0), key=timed.__getitem__)[1]
+    if not climb(True, start, TAIL_SPLITS[0]):
+        return done()
+    at = min((key for key in timed if key[2] == TAIL_SPLITS[0]), key=timed.__getitem__, default=None)
+    for tail in TAIL_SPLITS[1:]:
+        if at is not None and feasible(True, at[1], tail) and not trial(True, at[1], tail):
+            break
+    return done()
 
 
 def _timed(topology: Topology, collective: Collective, plans: list[Forest], chunks: int, messages: int | None,
-           size_bytes: float, build: bool = True,
-           height_weight: float = 1.0) -> tuple[Collective, float, list[Transfer]]:
+           size_bytes: float, build: bool = True, height_weight: float = 1.0,
+           tail: int = 0) -> tuple[Collective, float, list[Transfer]]:
     """All phases, one after the other: (collective with its chunk factor, makespan, transfers;
     the transfers only if ``build``, else a search score in place of the makespan, see
-    :func:`_timed_phase`). ``height_weight``: see :func:`add_broadcast`."""
+    :func:`_timed_phase`). ``height_weight``: see :func:`add_broadcast`; ``tail``: :func:`_messages`."""
     name, n = collective.name, topology.num_ranks
     coll = Collective(name, n, _chunk_factor(name, n, chunks), collective.root, collective.inplace)
     chunk_bytes = coll.chunk_bytes(size_bytes)
     transfers: list[Transfer] = []
     offset = 0.0
     for phase, forest in enumerate(plans):
-        jobs = _phase_jobs(coll, forest, phase, chunks, messages, height_weight)
+        jobs = _phase_jobs(coll, forest, phase, chunks, messages, height_weight, tail)
         if len(jobs.msg) > MAX_TRANSFERS:
             raise SynthError(f"--chunks {chunks} makes {len(jobs.msg)} transfers; use fewer chunks")
         # each phase on its own channel: an allreduce's two phases fill a threadblock each
@@ -994,14 +1038,14 @@ def _timed(topology: Topology, collective: Collective, plans: list[Forest], chun
         transfers += part
         offset += makespan
     if name in ("reducescatter", "allreduce"):
-        forward = _timed_forward(coll, plans, topology, chunks, messages, chunk_bytes, build)
+        forward = _timed_forward(coll, plans, topology, chunks, messages, chunk_bytes, build, tail)
         if forward is not None and forward[0] < offset * (1 - 1e-9):
             return coll, forward[0], forward[1]
     return coll, offset, transfers
 
 
 def _timed_forward(coll: Collective, plans: list[Forest], topology: Topology, chunks: int, messages: int | None,
-                   chunk_bytes: float, build: bool) -> tuple[float, list[Transfer]] | None:
+                   chunk_bytes: float, build: bool, tail: int = 0) -> tuple[float, list[Transfer]] | None:
     """Reductions timed forward, leaf to root (:func:`add_reduction`), instead of as a mirrored
     broadcast; for allreduce the two phases overlap: each piece's allgather starts from its owner
     as soon as its sum is complete there, and links serve reduction transfers first.
@@ -1015,7 +1059,7 @@ def _timed_forward(coll: Collective, plans: list[Forest], topology: Topology, ch
     n = coll.num_ranks
     # priorities: the start times of the mirrored broadcast schedule (the reduction that
     # _timed_phase builds), so the reduction part keeps its quality
-    mirror = _phase_jobs(coll, reduce_forest, 0, chunks, messages)
+    mirror = _phase_jobs(coll, reduce_forest, 0, chunks, messages, tail=tail)
     if len(mirror.msg) * len(plans) > FORWARD_JOBS:   # five more list schedules: keep synthesis quick
         return None
     _, _, mirror_end = list_schedule(mirror, topology.reversed(), chunk_bytes)
@@ -1030,7 +1074,7 @@ def _timed_forward(coll: Collective, plans: list[Forest], topology: Topology, ch
     # two priorities for the reductions (hops still ahead; the mirrored broadcast's times), each
     # timed plain and coalesced: the fastest of the four is kept
     for priority in (None, planned):
-        jobs = _forward_jobs(plans, n, chunks, messages, priority)
+        jobs = _forward_jobs(plans, n, chunks, messages, priority, tail)
         if len(jobs.msg) > MAX_TRANSFERS or len(jobs.msg) > LEVEL_JOBS or (topology.switches and _shares_links(jobs)):
             return None
         for coalesce in (False, True):
@@ -1059,7 +1103,7 @@ def _message_groups(jobs: _Jobs, heads: list[int] | None) -> list[int]:
 
 
 def _forward_jobs(plans: list[Forest], n: int, chunks: int, messages: int | None,
-                  priority: dict[tuple[int, int, int], float] | None) -> _Jobs:
+                  priority: dict[tuple[int, int, int], float] | None, tail: int = 0) -> _Jobs:
     """Jobs of :func:`_timed_forward`: reductions leaf to root, then (allreduce) the allgather of
     each piece released by the jobs that complete its sum at the owner."""
     reduce_forest = plans[0]
@@ -1067,13 +1111,13 @@ def _forward_jobs(plans: list[Forest], n: int, chunks: int, messages: int | None
     if_reduced: dict[int, list[int]] = defaultdict(list)
     for r in range(n):
         _spread(reduce_forest, r, [r * chunks + s for s in range(chunks)], messages,
-                lambda t, msgs: add_reduction(jobs, reduce_forest, t, msgs, 0, if_reduced, priority))
+                lambda t, msgs: add_reduction(jobs, reduce_forest, t, msgs, 0, if_reduced, priority), tail)
     if len(plans) == 2:
         root_deps = {c: tuple(d) for c, d in if_reduced.items()}
         plain = replace(plans[1], reversed=False)
         for r in range(n):
             _spread(plain, r, [r * chunks + s for s in range(chunks)], messages,
-                    lambda t, msgs: add_broadcast(jobs, plain, t, msgs, 1, root_deps))
+                    lambda t, msgs: add_broadcast(jobs, plain, t, msgs, 1, root_deps), tail)
     return jobs
 
 
@@ -1254,15 +1298,28 @@ def _best(cost, limit: int, upper: int) -> int:
     return best_x
 
 
-def _messages(chunk_ids: list[int], parts: int | None) -> list[tuple[int, ...]]:
+def _messages(chunk_ids: list[int], parts: int | None, tail: int = 0) -> list[tuple[int, ...]]:
+    """``chunk_ids`` cut into ``parts`` equal messages (None: one chunk each), the last of them then
+    halved ``tail`` times (sizes ..., g, g/2, g/4, ..., 1, 1 chunks). Large messages keep α low
+    mid-pipeline; a geometric tail shortens the drain, where the last message crosses every level of
+    the tree (the classic pipelined-broadcast trade-off, Träff & Ripke, "Optimal broadcast for fully
+    connected processor-node networks", JPDC 2008, with message sizes that shrink at the end)."""
     if parts is None:
         return [(c,) for c in chunk_ids]
     body = [tuple(int(c) for c in part) for part in np.array_split(np.array(chunk_ids), min(parts, len(chunk_ids)))]
+    last = body.pop()
+    for _ in range(tail):
+        if len(last) < 2:
+            break
+        half = len(last) // 2
+        body.append(last[:half])
+        last = last[half:]
+    body.append(last)
     return body
 
 
 def _phase_jobs(coll: Collective, forest: Forest, phase: int, chunks: int, parts: int | None,
-                height_weight: float = 1.0) -> _Jobs:
+                height_weight: float = 1.0, tail: int = 0) -> _Jobs:
     """Broadcast jobs of one phase on its planning fabric (a reversed forest is mirrored later)."""
     name, n, root = coll.name, coll.num_ranks, coll.root
     plain = replace(forest, reversed=False)
@@ -1277,11 +1334,11 @@ def _phase_jobs(coll: Collective, forest: Forest, phase: int, chunks: int, parts
                 ids = [coll.contribution(r, s) for s in range(chunks)]
             else:
                 ids = [r * chunks + s for s in range(chunks)]
-            _spread(plain, r, ids, parts, emit)
+            _spread(plain, r, ids, parts, emit, tail)
     elif name == "broadcast":
-        _spread(plain, root, [coll.contribution(root, s) for s in range(chunks)], parts, emit)
+        _spread(plain, root, [coll.contribution(root, s) for s in range(chunks)], parts, emit, tail)
     elif name == "reduce":
-        _spread(plain, root, list(range(chunks)), parts, emit)
+        _spread(plain, root, list(range(chunks)), parts, emit, tail)
     else:  # scatter, gather: each chunk only travels towards (or from) its own rank
         if name == "scatter":
             items = [(coll.contribution(root, q * chunks + s), q) for s in range(chunks) for q in range(n) if q != root]
@@ -1293,13 +1350,13 @@ def _phase_jobs(coll: Collective, forest: Forest, phase: int, chunks: int, parts
     return jobs
 
 
-def _spread(forest: Forest, root: int, chunk_ids: list[int], parts: int | None, emit) -> None:
-    """Give each distinct tree of ``root`` its share of ``chunk_ids``, cut into messages."""
+def _spread(forest: Forest, root: int, chunk_ids: list[int], parts: int | None, emit, tail: int = 0) -> None:
+    """Give each distinct tree of ``root`` its share of ``chunk_ids``, cut into messages (:func:`_messages`)."""
     counts = split_chunks(forest, root, len(chunk_ids))
     pos = 0
     for t, c in enumerate(counts):
         if c:
-            emit(t, _messages(chunk_ids[pos:pos + c], parts))
+            emit(t, _messages(chunk_ids[pos:pos + c], parts, tail))
             pos += c
 
 
