@@ -13,7 +13,10 @@ Collectives:
   and data dependencies carry over unchanged;
 - allreduce: the optimal reducescatter (every rank owns ``1/N`` of the buffer) then the optimal
   allgather of the reduced pieces, in one schedule; where it is faster, the two overlap (a piece's
-  allgather leaves its owner once its reduction is complete there, :func:`_timed_forward`).
+  allgather leaves its owner once its reduction is complete there, :func:`_timed_forward`). On
+  switchless fabrics where the phases' bottlenecks differ (a mesh), the two forests are also planned
+  on link capacities split between them by an LP (:mod:`synth.synthesis.split`) and run side by
+  side (:func:`_split_allreduce`); the faster allreduce is kept.
 
 Chunking (cost model). A root's data of ``M`` bytes is cut into ``C`` chunks; a distinct tree of
 multiplicity ``m`` carries ``≈ C·m/k`` of them (largest remainder), each chunk pipelined down the
@@ -107,6 +110,9 @@ MAX_STEP_CHUNKS = 71        # MSCCL cnt < 72: a longer message is lowered as sev
 TAIL_SPLITS = (3, 2, 4)     # the last message of each tree halved this many times: P is searched at the first
 MAX_TAIL_CHUNKS = 1024      # chunks per root piece a tailed message shape may use
 TAIL_GAIN = 0.01            # ... searched only where fill, drain and α cost more than this share
+SPLIT_GAIN = 0.05           # allreduce on split capacities where that LP beats RS then AG by this share
+SPLIT_TREES = (1, 2)        # ... with this many trees per root (MSCCL step limits favour few)
+SPLIT_CHUNKS = (32, 64, 96, 128)  # ... and this many chunks per tree and root (one chunk per message)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -856,7 +862,79 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
             best = trial
         else:
             break   # a smaller cap was slower: fewer trees now lose more rate than they save α
+    if name == "allreduce" and not topology.switches:
+        deadline = None if budget is None else budget - (time.monotonic() - began) / 2
+        split = _split_allreduce(topology, collective, size_bytes, best.notes["tree_bandwidth_time_us"], deadline)
+        if split is not None and split.predicted_time_us < best.predicted_time_us * (1 - 1e-9):
+            best = split
     return best
+
+
+def _split_allreduce(topology: Topology, collective: Collective, size_bytes: float, sequential_us: float,
+                     deadline: float | None) -> Schedule | None:
+    """Allreduce on forests planned on link capacities split between its two phases
+    (:mod:`synth.synthesis.split`) and timed side by side (:func:`_timed_forward`, ``joint``).
+
+    None where that LP is not ``SPLIT_GAIN`` faster than the phases one after the other
+    (``sequential_us``), and where no candidate fits MSCCL's limits. Switchless fabrics only: a
+    split fabric can route a rank pair through other switches than the runtime would.
+    """
+    from synth.synthesis.split import split_capacities
+
+    n = topology.num_ranks
+    split = split_capacities(topology)
+    if split.time_us(_per_root_bytes("allreduce", n, size_bytes)) > sequential_us * (1 - SPLIT_GAIN):
+        return None
+    roots = tuple(range(n))
+    best = None
+    for cap in SPLIT_TREES:
+        plans = [plan_forest(split.reducescatter, roots, reverse=True, max_trees=cap),
+                 plan_forest(split.allgather, roots, max_trees=cap)]
+        k = max(f.k for f in plans)
+        for per_tree in SPLIT_CHUNKS:
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            chunks = k * per_tree
+            if _pair_messages(plans, roots, chunks) > MAX_CHANNELS * MAX_STEPS_PER_TB:
+                break
+            coll = Collective("allreduce", n, _chunk_factor("allreduce", n, chunks), collective.root,
+                              collective.inplace)
+            timed = _timed_forward(coll, plans, topology, chunks, None, coll.chunk_bytes(size_bytes), False,
+                                   joint=True)
+            if timed is not None and (best is None or timed[0] < best[0] * (1 - 1e-9)):
+                best = (timed[0], plans, chunks, coll)
+    if best is None:
+        return None
+    makespan, plans, chunks, coll = best
+    _, transfers = _timed_forward(coll, plans, topology, chunks, None, coll.chunk_bytes(size_bytes), True,
+                                  joint=True)
+    transfers.sort(key=lambda t: (t.start, t.end))
+    notes = {
+        "trees_per_root": [f.k for f in plans],
+        "distinct_trees": [len(f.trees) for f in plans],
+        "rate_ratio": [float(f.optimal / f.ratio) for f in plans],
+        "chunks_per_root": chunks,
+        "messages_per_tree": None,
+        "tail_splits": 0,
+        "depth_trials": 0,
+        "capacity_split_time_us": split.time_us(_per_root_bytes("allreduce", n, size_bytes)),
+        "tree_bandwidth_time_us": sum(f.bandwidth_time_us(_per_root_bytes("allreduce", n, size_bytes))
+                                      for f in plans),
+    }
+    return Schedule(coll, topology.name, tuple(transfers), method="trees", size_bytes=float(size_bytes),
+                    predicted_time_us=makespan, notes=notes)
+
+
+def _pair_messages(plans: list[Forest], roots: tuple[int, ...], chunks: int) -> int:
+    """Most one-chunk messages one directed rank pair carries, both phases together."""
+    load: dict[tuple[int, int], int] = defaultdict(int)
+    for forest in plans:
+        for root in roots:
+            for tree, count in zip(forest.trees, split_chunks(forest, root, chunks)):
+                if count and tree.root == root:
+                    for parent, child in tree.edges:
+                        load[(child, parent) if forest.reversed else (parent, child)] += count
+    return max(load.values(), default=0)
 
 
 def _symmetric(topology: Topology) -> bool:
@@ -1045,36 +1123,42 @@ def _timed(topology: Topology, collective: Collective, plans: list[Forest], chun
 
 
 def _timed_forward(coll: Collective, plans: list[Forest], topology: Topology, chunks: int, messages: int | None,
-                   chunk_bytes: float, build: bool, tail: int = 0) -> tuple[float, list[Transfer]] | None:
+                   chunk_bytes: float, build: bool, tail: int = 0,
+                   joint: bool = False) -> tuple[float, list[Transfer]] | None:
     """Reductions timed forward, leaf to root (:func:`add_reduction`), instead of as a mirrored
     broadcast; for allreduce the two phases overlap: each piece's allgather starts from its owner
     as soon as its sum is complete there, and links serve reduction transfers first.
+
+    ``joint``: forests planned on split capacities (:func:`_split_allreduce`), meant to run side
+    by side: links serve both phases by pipeline position (hops ahead only), with no limit on size
+    but the list schedule's.
 
     One list schedule of all transfers, plain and coalesced (the faster is kept). Where a rank's
     in- and out-links are not all saturated in both phases (a mesh corner), the allgather of early
     pieces fills the reduction's idle links. None on fabrics where rank pairs share switch links
     (the runtime's arbitration is not modelled here) and on schedules too large to list-schedule.
     """
-    reduce_forest = plans[0]
     n = coll.num_ranks
-    # priorities: the start times of the mirrored broadcast schedule (the reduction that
-    # _timed_phase builds), so the reduction part keeps its quality
-    mirror = _phase_jobs(coll, reduce_forest, 0, chunks, messages, tail=tail)
-    if len(mirror.msg) * len(plans) > FORWARD_JOBS:   # five more list schedules: keep synthesis quick
-        return None
-    _, _, mirror_end = list_schedule(mirror, topology.reversed(), chunk_bytes)
-    total = float(mirror_end.max()) if len(mirror_end) else 0.0
-    planned: dict[tuple[int, int, int], float] = {}
-    seen: dict[tuple[int, int], int] = defaultdict(int)
-    for key, finish in zip(mirror.key, mirror_end.tolist()):
-        edge = (key[-2], key[-1])
-        planned[(*edge, seen[edge])] = total - finish
-        seen[edge] += 1
+    priorities: list[dict | None] = [None]
+    if not joint:
+        # the start times of the mirrored broadcast schedule (the reduction that _timed_phase builds)
+        mirror = _phase_jobs(coll, plans[0], 0, chunks, messages, tail=tail)
+        if len(mirror.msg) * len(plans) > FORWARD_JOBS:   # five more list schedules: keep synthesis quick
+            return None
+        _, _, mirror_end = list_schedule(mirror, topology.reversed(), chunk_bytes)
+        total = float(mirror_end.max()) if len(mirror_end) else 0.0
+        planned: dict[tuple[int, int, int], float] = {}
+        seen: dict[tuple[int, int], int] = defaultdict(int)
+        for key, finish in zip(mirror.key, mirror_end.tolist()):
+            edge = (key[-2], key[-1])
+            planned[(*edge, seen[edge])] = total - finish
+            seen[edge] += 1
+        priorities.append(planned)
     best = None
-    # two priorities for the reductions (hops still ahead; the mirrored broadcast's times), each
-    # timed plain and coalesced: the fastest of the four is kept
-    for priority in (None, planned):
-        jobs = _forward_jobs(plans, n, chunks, messages, priority, tail)
+    # priorities for the reductions (hops still ahead; the mirrored broadcast's times), each
+    # timed plain and coalesced: the fastest is kept
+    for priority in priorities:
+        jobs = _forward_jobs(plans, n, chunks, messages, priority, tail, 0 if joint else 1)
         if len(jobs.msg) > MAX_TRANSFERS or len(jobs.msg) > LEVEL_JOBS or (topology.switches and _shares_links(jobs)):
             return None
         for coalesce in (False, True):
@@ -1103,9 +1187,11 @@ def _message_groups(jobs: _Jobs, heads: list[int] | None) -> list[int]:
 
 
 def _forward_jobs(plans: list[Forest], n: int, chunks: int, messages: int | None,
-                  priority: dict[tuple[int, int, int], float] | None, tail: int = 0) -> _Jobs:
+                  priority: dict[tuple[int, int, int], float] | None, tail: int = 0,
+                  gather_phase: int = 1) -> _Jobs:
     """Jobs of :func:`_timed_forward`: reductions leaf to root, then (allreduce) the allgather of
-    each piece released by the jobs that complete its sum at the owner."""
+    each piece released by the jobs that complete its sum at the owner. The allgather's jobs rank
+    after every reduction job (``gather_phase`` 1) or by pipeline position with them (0)."""
     reduce_forest = plans[0]
     jobs = _Jobs.empty()
     if_reduced: dict[int, list[int]] = defaultdict(list)
@@ -1117,7 +1203,7 @@ def _forward_jobs(plans: list[Forest], n: int, chunks: int, messages: int | None
         plain = replace(plans[1], reversed=False)
         for r in range(n):
             _spread(plain, r, [r * chunks + s for s in range(chunks)], messages,
-                    lambda t, msgs: add_broadcast(jobs, plain, t, msgs, 1, root_deps), tail)
+                    lambda t, msgs: add_broadcast(jobs, plain, t, msgs, gather_phase, root_deps), tail)
     return jobs
 
 

@@ -1,0 +1,94 @@
+"""Allreduce capacity split (synth.synthesis.split): the LP against the bounds, and its schedules."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from synth.bounds import compute_bounds
+from synth.collectives import Collective
+from synth.synthesis.split import split_capacities
+from synth.topology import generators
+from synth.topology.io import load_topology
+from synth.topology.model import Link, Topology
+
+GiB = 2**30
+
+
+def _phases_us(topology: Topology) -> float:
+    n = topology.num_ranks
+    return sum(compute_bounds(topology, Collective(c, n), GiB).bandwidth_bound_us
+               for c in ("reducescatter", "allgather"))
+
+
+def _four_boxes() -> Topology:
+    # 4 boxes of 2 ranks at 100 GB/s, every rank with a 10 GB/s NIC to one switch (node 8)
+    links = []
+    for a, b, bw in [(2 * x, 2 * x + 1, 100) for x in range(4)] + [(r, 8, 10) for r in range(8)]:
+        links += [Link(a, b, bw, 0.5), Link(b, a, bw, 0.5)]
+    return Topology("four-boxes", 8, tuple(links), ("ib",), machines=tuple((2 * x, 2 * x + 1) for x in range(4)))
+
+
+def test_split_meets_the_allreduce_traffic_bound_on_a_mesh():
+    # A mesh corner receives in the allgather and sends in the reduce-scatter: shared out, the
+    # links carry both phases at once in 2(N-1)·SIZE / ΣB, 0.62x the phases one after the other.
+    mesh = generators.mesh([5, 5])
+    split = split_capacities(mesh)
+    bound = compute_bounds(mesh, Collective("allreduce", 25), GiB)
+    assert bound.details["binding_component"] == "traffic_us"
+    assert split.time_us(GiB / 25) == pytest.approx(bound.bandwidth_bound_us, rel=1e-6)
+    assert split.time_us(GiB / 25) < 0.65 * _phases_us(mesh)
+    # every link's two shares fit its bandwidth
+    shares = {(lk.src, lk.dst): lk.bw for lk in split.allgather.links}
+    for lk in split.reducescatter.links:
+        shares[(lk.src, lk.dst)] = shares.get((lk.src, lk.dst), 0.0) + lk.bw
+    full = {(lk.src, lk.dst): lk.bw for lk in mesh.links}
+    assert all(v <= full[key] * (1 + 1e-6) for key, v in shares.items())
+
+
+@pytest.mark.parametrize("topology", [_four_boxes(), load_topology("dgx-a100-2node"), generators.ring(6),
+                                      load_topology("leaf-spine-4x4")], ids=lambda t: t.name)
+def test_split_never_beats_the_allreduce_bound_and_never_loses_to_the_phases(topology):
+    # Without switches kept Eulerian in each phase the LP would let a switch copy (or sum) data:
+    # on the four boxes it then claimed 2/3 of the group traffic bound.
+    split = split_capacities(topology)
+    n = topology.num_ranks
+    split_us = split.time_us(GiB / n)
+    assert split_us >= compute_bounds(topology, Collective("allreduce", n), GiB).bandwidth_bound_us * (1 - 1e-6)
+    assert split_us <= _phases_us(topology) * (1 + 1e-6)
+    for phase in (split.allgather, split.reducescatter):
+        src, dst, bw, _ = phase.arrays
+        for w in range(n, phase.num_nodes):
+            assert bw[dst == w].sum() == pytest.approx(bw[src == w].sum(), rel=1e-6, abs=1e-6)
+
+
+def test_mesh_allreduce_runs_its_phases_on_split_capacities():
+    from synth.program.lower import lower
+    from synth.program.msccl_xml import check_runtime_limits
+    from synth.simulate import simulate
+    from synth.synthesis.base import SynthOptions
+    from synth.synthesis.trees import synthesize
+    from synth.verify import verify
+
+    mesh = generators.mesh([5, 5])
+    schedule = synthesize(mesh, Collective("allreduce", 25), GiB, SynthOptions())
+    assert "capacity_split_time_us" in schedule.notes
+    program = lower(schedule)
+    assert verify(program).ok
+    check_runtime_limits(program)   # exportable: within MSCCL's threadblock and step limits
+    sim = simulate(program, mesh, GiB, record_events=False)
+    assert sim.time_us == pytest.approx(schedule.predicted_time_us, rel=1e-6)
+    bound = compute_bounds(mesh, Collective("allreduce", 25), GiB).time_bound_us
+    assert bound / sim.time_us > 0.87           # RS then AG, overlapped where idle: 0.71
+    assert sim.time_us < 0.75 * _phases_us(mesh)
+
+
+def test_split_fabrics_drop_empty_links_only():
+    mesh = generators.mesh([3, 3])
+    split = split_capacities(mesh)
+    both = {(lk.src, lk.dst) for lk in split.allgather.links} | {(lk.src, lk.dst) for lk in split.reducescatter.links}
+    assert both <= {(lk.src, lk.dst) for lk in mesh.links}
+    assert replace(split.allgather, links=mesh.links) == mesh
+    assert np.all(split.allgather.arrays[2] > 0)
