@@ -908,20 +908,25 @@ def _split_allreduce(topology: Topology, collective: Collective, size_bytes: flo
     makespan, plans, chunks, coll = best
     _, transfers = _timed_forward(coll, plans, topology, chunks, None, coll.chunk_bytes(size_bytes), True,
                                   joint=True)
+    per_root_bytes = _per_root_bytes("allreduce", n, size_bytes)
+    return _forest_schedule(topology, coll, transfers, makespan, plans, size_bytes, "trees",
+                            chunks_per_root=chunks, messages_per_tree=None, tail_splits=0, depth_trials=0,
+                            capacity_split_time_us=split.time_us(per_root_bytes))
+
+
+def _forest_schedule(topology: Topology, coll: Collective, transfers: list[Transfer], makespan: float,
+                     plans: list[Forest], size_bytes: float, method: str, **notes) -> Schedule:
+    """The Schedule of timed forests, with the forests' figures and ``notes`` in its notes."""
+    per_root_bytes = _per_root_bytes(coll.name, topology.num_ranks, size_bytes)
     transfers.sort(key=lambda t: (t.start, t.end))
     notes = {
         "trees_per_root": [f.k for f in plans],
         "distinct_trees": [len(f.trees) for f in plans],
         "rate_ratio": [float(f.optimal / f.ratio) for f in plans],
-        "chunks_per_root": chunks,
-        "messages_per_tree": None,
-        "tail_splits": 0,
-        "depth_trials": 0,
-        "capacity_split_time_us": split.time_us(_per_root_bytes("allreduce", n, size_bytes)),
-        "tree_bandwidth_time_us": sum(f.bandwidth_time_us(_per_root_bytes("allreduce", n, size_bytes))
-                                      for f in plans),
+        **notes,
+        "tree_bandwidth_time_us": sum(f.bandwidth_time_us(per_root_bytes) for f in plans),
     }
-    return Schedule(coll, topology.name, tuple(transfers), method="trees", size_bytes=float(size_bytes),
+    return Schedule(coll, topology.name, tuple(transfers), method=method, size_bytes=float(size_bytes),
                     predicted_time_us=makespan, notes=notes)
 
 
@@ -985,20 +990,8 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
             break
     best, chunks, messages, tail, trials = outcome
     coll, offset, transfers = best
-    bound_us = sum(f.bandwidth_time_us(per_root_bytes) for f in plans)
-    notes = {
-        "trees_per_root": [f.k for f in plans],
-        "distinct_trees": [len(f.trees) for f in plans],
-        "rate_ratio": [float(f.optimal / f.ratio) for f in plans],
-        "chunks_per_root": chunks,
-        "messages_per_tree": messages,
-        "tail_splits": tail,
-        "depth_trials": trials,
-        "tree_bandwidth_time_us": bound_us,
-    }
-    transfers.sort(key=lambda t: (t.start, t.end))
-    return Schedule(coll, topology.name, tuple(transfers), method=method, size_bytes=float(size_bytes),
-                    predicted_time_us=offset, notes=notes)
+    return _forest_schedule(topology, coll, transfers, offset, plans, size_bytes, method, chunks_per_root=chunks,
+                            messages_per_tree=messages, tail_splits=tail, depth_trials=trials)
 
 
 PIPELINE_GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
