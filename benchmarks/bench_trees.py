@@ -8,7 +8,8 @@ simulated time, the bound of :func:`synth.bounds.compute_bounds` and their ratio
 (= simulated algbw / bound algbw); ``rs+ag`` divides the reducescatter + allgather bounds
 instead (differs only for allreduce, whose own cut bound can be lower). ``--ring`` adds the
 ring baseline side by side. ``--large`` runs
-the 1024-rank cases (32x32 torus, 128 A100 boxes) and reports wall time and peak memory.
+the 1024-rank cases (32x32 torus, 128 A100 boxes; only those unless ``--topologies`` is given) and
+reports wall time and peak memory.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def main() -> None:
     parser.add_argument("--large", action="store_true", help="run the 1024-rank cases")
     args = parser.parse_args()
     size = parse_size(args.size)
-    names = args.topologies.split(",") if args.topologies else list(builtin_names())
+    names = args.topologies.split(",") if args.topologies else [] if args.large else list(builtin_names())
     print(f"{'topology':18s} {'collective':14s} {'ok':3s} {'sim us':>10s} {'bound us':>10s} {'ratio':>6s} {'rs+ag':>6s}"
           f"{'  ring ratio  trees/ring' if args.ring else ''}   synth/lower/verify/sim s")
     for tname in names:
