@@ -607,7 +607,7 @@ def compute_bounds(topology: Topology, collective: Collective | str, size_bytes:
                        cut_bw_GBps=res.cut_bw, maxflows=res.flows)
     elif name == "allreduce":
         bw_us, extra = allreduce_bandwidth_us(topology, size_bytes)
-        details.update(bandwidth_method="max(RS cut, AG cut, pair cut, traffic)", **extra)
+        details.update(bandwidth_method="max(RS cut, AG cut, pair cut, traffic, group traffic)", **extra)
     elif name == "alltoall":
         cols = n * len(topology.links)
         if cols <= ALLTOALL_LP_MAX_VARS:
