@@ -899,15 +899,14 @@ def _split_allreduce(topology: Topology, collective: Collective, size_bytes: flo
                 break
             coll = Collective("allreduce", n, _chunk_factor("allreduce", n, chunks), collective.root,
                               collective.inplace)
-            timed = _timed_forward(coll, plans, topology, chunks, None, coll.chunk_bytes(size_bytes), False,
+            # built as it is timed: the transfers are cheap next to the list schedule
+            timed = _timed_forward(coll, plans, topology, chunks, None, coll.chunk_bytes(size_bytes), True,
                                    joint=True)
             if timed is not None and (best is None or timed[0] < best[0] * (1 - 1e-9)):
-                best = (timed[0], plans, chunks, coll)
+                best = (*timed, plans, chunks, coll)
     if best is None:
         return None
-    makespan, plans, chunks, coll = best
-    _, transfers = _timed_forward(coll, plans, topology, chunks, None, coll.chunk_bytes(size_bytes), True,
-                                  joint=True)
+    makespan, transfers, plans, chunks, coll = best
     per_root_bytes = _per_root_bytes("allreduce", n, size_bytes)
     return _forest_schedule(topology, coll, transfers, makespan, plans, size_bytes, "trees",
                             chunks_per_root=chunks, messages_per_tree=None, tail_splits=0, depth_trials=0,
