@@ -864,7 +864,10 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
             break   # a smaller cap was slower: fewer trees now lose more rate than they save α
     if name == "allreduce" and not topology.switches:
         deadline = None if budget is None else budget - (time.monotonic() - began) / 2
-        split = _split_allreduce(topology, collective, size_bytes, best.notes["tree_bandwidth_time_us"], deadline)
+        try:
+            split = _split_allreduce(topology, collective, size_bytes, best.notes["tree_bandwidth_time_us"], deadline)
+        except SynthError:   # an alternative only: the schedule above stands
+            split = None
         if split is not None and split.predicted_time_us < best.predicted_time_us * (1 - 1e-9):
             best = split
     return best
