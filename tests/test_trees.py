@@ -360,3 +360,14 @@ def test_tails_are_searched_where_drain_costs_time():
     ring8 = ring(8)
     plain = synthesize(ring8, Collective("allgather", 8), 2**30, SynthOptions())
     assert plain.notes["tail_splits"] == 0
+
+
+def test_tree_count_search_goes_past_a_cap_that_is_barely_slower():
+    # dgx-a100-2node, 1 KiB allgather: 8 trees per root time as the optimum's 13, 4 trees are 26 % faster;
+    # stopping at the first cap that is not faster missed them (26.6 µs instead of 19.6)
+    from synth.topology.io import load_topology
+
+    topology = load_topology("dgx-a100-2node")
+    schedule = synthesize(topology, Collective("allgather", 16), 1024, SynthOptions())
+    assert max(schedule.notes["trees_per_root"]) <= 4
+    assert schedule.predicted_time_us < 20.0

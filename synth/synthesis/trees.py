@@ -97,6 +97,7 @@ MAX_CHUNKS = 512            # chunks per root piece considered by the cost model
 MAX_TRANSFERS = 3_000_000   # keep schedules within memory/time budgets
 TREE_SEARCH_RANKS = 64      # up to this many ranks, fewer trees per root are tried too
 TREE_SEARCH_CAPS = (16, 8, 4)
+CAP_STOP = 0.01             # ... stopping at a cap this much slower than the best (mi250-2node 1 GiB: 8 trees +1.2 %)
 LARGE_RANKS = 256           # beyond this, one fast tree per root (synth.synthesis.scale)
 REFINE_JOBS = 60_000        # time other pipeline depths only below this many transfers
 REPLAY = True
@@ -860,8 +861,8 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
         trial = schedule_from_plans(topology, collective, size_bytes, options, planner_for(cap), "trees")
         if trial.predicted_time_us < best.predicted_time_us * (1 - 1e-9):
             best = trial
-        else:
-            break   # a smaller cap was slower: fewer trees now lose more rate than they save α
+        elif trial.predicted_time_us > best.predicted_time_us * (1 + CAP_STOP):
+            break   # clearly slower: fewer trees now lose more rate than they save α
     if name == "allreduce" and not topology.switches:
         deadline = None if budget is None else budget - (time.monotonic() - began) / 2
         try:
