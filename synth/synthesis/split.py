@@ -61,22 +61,23 @@ def split_capacities(topology: Topology, solver: str = "highs") -> CapacitySplit
     for caps, tails, heads in ((x, src, dst), (z, dst, src)):
         arc_tail = np.concatenate([tails, np.full(n, source)])
         arc_head = np.concatenate([heads, np.arange(n)])
+        head_in, tail_in = arc_head < nodes, arc_tail < nodes
+        # per sink, rows over its flow's columns: link capacity, source arcs, conservation
+        cap_rows, cap_vals = np.concatenate([arange, arange]), np.concatenate([np.ones(m), -np.ones(m)])
+        source_rows = np.concatenate([np.arange(n), np.arange(n)])
+        conserve_rows = np.concatenate([arc_head[head_in], arc_tail[tail_in]])
+        conserve_vals = np.concatenate([np.ones(int(head_in.sum())), -np.ones(int(tail_in.sum())), [-float(n)]])
         for v in range(n):
             flow = model.add_vars(m + n)
             # f(e) <= the phase's capacity of link e; f(s -> r) <= ρ
-            model.add_rows(np.concatenate([arange, arange]), np.concatenate([flow[:m], caps]),
-                           np.concatenate([np.ones(m), -np.ones(m)]), np.full(m, -np.inf), np.zeros(m))
-            model.add_rows(np.concatenate([np.arange(n), np.arange(n)]),
-                           np.concatenate([flow[m:], np.full(n, rho)]),
+            model.add_rows(cap_rows, np.concatenate([flow[:m], caps]), cap_vals, np.full(m, -np.inf), np.zeros(m))
+            model.add_rows(source_rows, np.concatenate([flow[m:], np.full(n, rho)]),
                            np.concatenate([np.ones(n), -np.ones(n)]), np.full(n, -np.inf), np.zeros(n))
             # in - out = 0 at every node but v, and at least N·ρ at v
-            head_in, tail_in = arc_head < nodes, arc_tail < nodes
-            rows = np.concatenate([arc_head[head_in], arc_tail[tail_in], [v]])
-            cols = np.concatenate([flow[head_in], flow[tail_in], [rho]])
-            vals = np.concatenate([np.ones(int(head_in.sum())), -np.ones(int(tail_in.sum())), [-float(n)]])
             lower, upper = np.zeros(nodes), np.zeros(nodes)
             upper[v] = np.inf
-            model.add_rows(rows, cols, vals, lower, upper)
+            model.add_rows(np.concatenate([conserve_rows, [v]]),
+                           np.concatenate([flow[head_in], flow[tail_in], [rho]]), conserve_vals, lower, upper)
     model.set_objective([rho], [1.0], "max")
     result = solve(model, solver=solver)
     if result.status != "optimal" or result.values is None:

@@ -887,7 +887,8 @@ def _split_allreduce(topology: Topology, collective: Collective, size_bytes: flo
 
     n = topology.num_ranks
     split = split_capacities(topology)
-    if split.time_us(_per_root_bytes("allreduce", n, size_bytes)) > sequential_us * (1 - SPLIT_GAIN):
+    split_us = split.time_us(_per_root_bytes("allreduce", n, size_bytes))
+    if split_us > sequential_us * (1 - SPLIT_GAIN):
         return None
     roots = tuple(range(n))
     best = None
@@ -911,10 +912,9 @@ def _split_allreduce(topology: Topology, collective: Collective, size_bytes: flo
     if best is None:
         return None
     makespan, transfers, plans, chunks, coll = best
-    per_root_bytes = _per_root_bytes("allreduce", n, size_bytes)
     return _forest_schedule(topology, coll, transfers, makespan, plans, size_bytes, "trees",
                             chunks_per_root=chunks, messages_per_tree=None, tail_splits=0, depth_trials=0,
-                            capacity_split_time_us=split.time_us(per_root_bytes))
+                            capacity_split_time_us=split_us)
 
 
 def _forest_schedule(topology: Topology, coll: Collective, transfers: list[Transfer], makespan: float,
@@ -939,7 +939,7 @@ def _pair_messages(plans: list[Forest], roots: tuple[int, ...], chunks: int) -> 
     for forest in plans:
         for root in roots:
             for tree, count in zip(forest.trees, split_chunks(forest, root, chunks)):
-                if count and tree.root == root:
+                if count:   # split_chunks gives other roots' trees none
                     for parent, child in tree.edges:
                         load[(child, parent) if forest.reversed else (parent, child)] += count
     return max(load.values(), default=0)
@@ -975,6 +975,7 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
     # each priority (see HEIGHT_WEIGHTS) gets its own depth search; the fastest schedule is kept
     # the 4x priority only where the first search is cheap (deterministic: by transfer count)
     weights = HEIGHT_WEIGHTS if _job_estimate(plans, first_chunks, first_messages) <= ALT_PRIORITY_JOBS else (1.0,)
+    floor = sum(f.bandwidth_time_us(per_root_bytes) for f in plans)   # the forests' bandwidth time
     for weight in weights:
         chunks, messages, tail, trials = first_chunks, first_messages, 0, 0
         # at scale one message per tree is final (see _choose_chunks): no depth search, one timing pass
@@ -983,7 +984,6 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
         best = _timed(topology, collective, plans, chunks, messages, size_bytes, build=not search,
                       height_weight=weight)
         if search:
-            floor = sum(f.bandwidth_time_us(per_root_bytes) for f in plans)
             best, chunks, messages, tail, trials = _refine_depth(topology, collective, plans, size_bytes, best,
                                                                  chunks, messages, deadline, weight, floor)
             best = _timed(topology, collective, plans, chunks, messages, size_bytes, height_weight=weight, tail=tail)
@@ -1207,16 +1207,6 @@ def _job_estimate(plans: list[Forest], chunks: int, messages: int | None) -> int
     """Transfers of a schedule with ``messages`` per tree (or one chunk per message)."""
     return sum(len(t.edges) * (messages if messages else max(1, chunks * t.mult // f.k))
                for f in plans for t in f.trees)
-
-
-def _steps_per_pair(plans: list[Forest], messages: int) -> int:
-    """Most messages one rank pair carries when every distinct tree sends ``messages``."""
-    load: dict[tuple[int, int], int] = defaultdict(int)
-    for forest in plans:
-        for tree in forest.trees:
-            for edge in tree.edges:
-                load[edge] += messages
-    return max(load.values(), default=0)
 
 
 def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: float, offset: float,
