@@ -337,6 +337,35 @@ def test_tail_halves_the_last_message_of_each_tree():
     assert [len(m) for m in _messages(list(range(4)), None, tail=3)] == [1, 1, 1, 1]   # one chunk each: no tail
 
 
+def test_halving_messages_take_half_of_what_is_left():
+    from synth.synthesis.trees import HALVING, MAX_STEP_CHUNKS, _messages
+
+    shape = _messages(list(range(64)), 8, tail=HALVING)   # the message count is ignored
+    assert [len(m) for m in shape] == [32, 16, 8, 4, 2, 1, 1]
+    assert [c for m in shape for c in m] == list(range(64))   # in order, each chunk once
+    assert [len(m) for m in _messages(list(range(5)), None, tail=HALVING)] == [3, 1, 1]
+    # never more than one MSCCL step: the first messages of a big tree are capped
+    big = [len(m) for m in _messages(list(range(300)), None, tail=HALVING)]
+    assert big[:3] == [MAX_STEP_CHUNKS] * 3 and sum(big) == 300 and big[-2:] == [1, 1]
+
+
+def test_halving_shape_beats_tails_where_every_link_is_a_bottleneck():
+    # mi250-2node at 16 trees per root: every link between die pairs is in a tight cut; halving
+    # messages (few α, a one-chunk drain) are faster than the best tailed shape (P 8, L 3)
+    from synth.bounds import compute_bounds
+    from synth.synthesis.trees import HALVING, _timed
+    from synth.topology.io import load_topology
+
+    topology = load_topology("mi250-2node")
+    coll = Collective("allgather", 32)
+    forest = plan_forest(topology, tuple(range(32)), max_trees=16)
+    _, tailed, _ = _timed(topology, coll, [forest], 16 * 8 * 8, 8, 2**30, build=False, tail=3)
+    _, halving, transfers = _timed(topology, coll, [forest], 16 * 64, 64, 2**30, tail=HALVING)
+    assert halving < tailed * 0.995
+    assert compute_bounds(topology, coll, 2**30).time_bound_us / halving > 0.94
+    assert max(t.end for t in transfers) == pytest.approx(halving)
+
+
 def test_messages_longer_than_one_msccl_step_pay_alpha_per_step():
     from synth.synthesis.trees import MAX_STEP_CHUNKS, _Jobs, _route_costs
 

@@ -110,6 +110,8 @@ MAX_COALESCE = 64           # chunks one coalesced message may carry (MSCCL cnt 
 MAX_STEP_CHUNKS = 71        # MSCCL cnt < 72: a longer message is lowered as several steps, one α each
 TAIL_SPLITS = (3, 2, 4)     # the last message of each tree halved this many times: P is searched at the first
 MAX_TAIL_CHUNKS = 1024      # chunks per root piece a tailed message shape may use
+HALVING = -1                # ``tail`` value of the halving shape: every message half of what is left
+HALVING_CHUNKS = (64, 32)   # ... timed with this many chunks per tree and root where tails are searched
 TAIL_GAIN = 0.01            # ... searched only where fill, drain and α cost more than this share
 SPLIT_GAIN = 0.05           # allreduce on split capacities where that LP beats RS then AG by this share
 SPLIT_TREES = (1, 2)        # ... with this many trees per root (MSCCL step limits favour few)
@@ -913,7 +915,8 @@ def _split_allreduce(topology: Topology, collective: Collective, size_bytes: flo
         return None
     makespan, transfers, plans, chunks, coll = best
     return _forest_schedule(topology, coll, transfers, makespan, plans, size_bytes, "trees",
-                            chunks_per_root=chunks, messages_per_tree=None, tail_splits=0, depth_trials=0,
+                            chunks_per_root=chunks, messages_per_tree=None, tail_splits=0, halving_messages=False,
+                            depth_trials=0,
                             capacity_split_time_us=split_us)
 
 
@@ -994,7 +997,8 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
     best, chunks, messages, tail, trials = outcome
     coll, offset, transfers = best
     return _forest_schedule(topology, coll, transfers, offset, plans, size_bytes, method, chunks_per_root=chunks,
-                            messages_per_tree=messages, tail_splits=tail, depth_trials=trials)
+                            messages_per_tree=None if tail == HALVING else messages, tail_splits=max(tail, 0),
+                            halving_messages=tail == HALVING, depth_trials=trials)
 
 
 PIPELINE_GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
@@ -1013,8 +1017,9 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
     trees crossing it); and ``P`` messages per tree whose last one is halved ``L`` times
     (``C = k·P·2^L``, :func:`_messages`), with ``L`` from :data:`TAIL_SPLITS` (``P`` is climbed at
     the first, the others are timed at the ``P`` found) when the best of the first two is more than
-    ``TAIL_GAIN`` above ``floor`` (the forest's bandwidth time). Returns (best timed, chunks,
-    messages or None, tail, candidates timed).
+    ``TAIL_GAIN`` above ``floor`` (the forest's bandwidth time). There, the halving shape
+    (``tail == HALVING``, ``C = k·P`` with ``P`` from :data:`HALVING_CHUNKS`) is timed too.
+    Returns (best timed, chunks, messages or None, tail, candidates timed).
     """
     k = chunks // messages
     # candidates: (one message per tree part?, P, tail)
@@ -1023,9 +1028,17 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
     last_trial = 0.0
 
     def feasible(per_tree: bool, p: int, tail: int) -> bool:
-        if k * p * 2 ** tail > (MAX_TAIL_CHUNKS if tail else MAX_CHUNKS):
+        if _shape_chunks(k, p, tail) > (MAX_TAIL_CHUNKS if tail else MAX_CHUNKS):
             return False
-        per_edge = (lambda t: p + tail) if per_tree else (lambda t: t.mult * p)
+        if tail == HALVING:
+            def per_edge(t):
+                return len(_messages(list(range(t.mult * p)), None, HALVING))
+        elif per_tree:
+            def per_edge(t):
+                return p + tail
+        else:
+            def per_edge(t):
+                return t.mult * p
         jobs_estimate = sum(per_edge(t) * len(t.edges) for f in plans for t in f.trees)
         if jobs_estimate > REFINE_JOBS:
             return False
@@ -1048,7 +1061,8 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
         began = time.monotonic()
         if deadline is not None and began + last_trial > deadline:   # the next one would not fit
             return False
-        timed_now = _timed(topology, collective, plans, k * p * 2 ** tail, p if per_tree else None, size_bytes,
+        timed_now = _timed(topology, collective, plans, _shape_chunks(k, p, tail), p if per_tree else None,
+                           size_bytes,
                            build=False, height_weight=height_weight, tail=tail)
         last_trial = time.monotonic() - began
         timed[(per_tree, p, tail)] = timed_now[1]
@@ -1073,7 +1087,7 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
 
     def done():
         per_tree, p, tail = choice
-        return best, k * p * 2 ** tail, p if per_tree else None, tail, len(timed) - 1
+        return best, _shape_chunks(k, p, tail), p if per_tree else None, tail, len(timed) - 1
 
     for per_tree, first in ((True, messages), (False, 4)):
         if not climb(per_tree, first, 0):
@@ -1087,8 +1101,16 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
     at = min((key for key in timed if key[2] == TAIL_SPLITS[0]), key=timed.__getitem__, default=None)
     for tail in TAIL_SPLITS[1:]:
         if at is not None and feasible(True, at[1], tail) and not trial(True, at[1], tail):
+            return done()
+    for p in HALVING_CHUNKS:
+        if feasible(True, p, HALVING) and not trial(True, p, HALVING):
             break
     return done()
+
+
+def _shape_chunks(k: int, p: int, tail: int) -> int:
+    """Chunks per root of a message shape (see :func:`_refine_depth`)."""
+    return k * p if tail == HALVING else k * p * 2 ** tail
 
 
 def _timed(topology: Topology, collective: Collective, plans: list[Forest], chunks: int, messages: int | None,
@@ -1375,7 +1397,18 @@ def _messages(chunk_ids: list[int], parts: int | None, tail: int = 0) -> list[tu
     halved ``tail`` times (sizes ..., g, g/2, g/4, ..., 1, 1 chunks). Large messages keep α low
     mid-pipeline; a geometric tail shortens the drain, where the last message crosses every level of
     the tree (the classic pipelined-broadcast trade-off, Träff & Ripke, "Optimal broadcast for fully
-    connected processor-node networks", JPDC 2008, with message sizes that shrink at the end)."""
+    connected processor-node networks", JPDC 2008, with message sizes that shrink at the end).
+
+    ``tail == HALVING``: every message takes half of the chunks left (at most one MSCCL step), so
+    sizes shrink geometrically over the whole pipeline, ``parts`` aside: few messages (α) and a
+    one-chunk drain. Where every link is a bottleneck (mi250-2node) this beats equal messages."""
+    if tail == HALVING:
+        shape, left = [], len(chunk_ids)
+        while left:
+            take = 1 if left <= 2 else min(MAX_STEP_CHUNKS, (left + 1) // 2)
+            shape.append(tuple(int(c) for c in chunk_ids[len(chunk_ids) - left:len(chunk_ids) - left + take]))
+            left -= take
+        return shape
     if parts is None:
         return [(c,) for c in chunk_ids]
     body = [tuple(int(c) for c in part) for part in np.array_split(np.array(chunk_ids), min(parts, len(chunk_ids)))]
