@@ -6,7 +6,8 @@ Usage: python benchmarks/bench_trees.py [--size 1GiB] [--collectives allgather,r
 For each (topology, collective): synthesize with ``trees``, lower, verify, simulate, and print the
 simulated time, the bound of :func:`synth.bounds.compute_bounds` and their ratio
 (= simulated algbw / bound algbw); ``rs+ag`` divides the reducescatter + allgather bounds
-instead (differs only for allreduce, whose own cut bound can be lower). ``--ring`` adds the
+instead (differs only for allreduce, whose own cut bound can be lower); ``sim/plan`` is the
+simulated time over the time the synthesizer planned (1 when the program runs as planned). ``--ring`` adds the
 ring baseline side by side. ``--large`` runs
 the 1024-rank cases (32x32 torus, 128 A100 boxes; only those unless ``--topologies`` is given) and
 reports wall time and peak memory.
@@ -47,6 +48,7 @@ def run_one(topology, name: str, size: int, method: str = "trees") -> dict:
         "topology": topology.name, "collective": name, "method": method, "ok": result.ok,
         "time_us": sim.time_us, "bound_us": bound.time_bound_us, "ratio": bound.time_bound_us / sim.time_us,
         "phases_ratio": phases_us / sim.time_us,
+        "planned_ratio": sim.time_us / schedule.predicted_time_us if schedule.predicted_time_us else float("nan"),
         "synth_s": t1 - t0, "lower_s": t2 - t1, "verify_s": t3 - t2, "simulate_s": t4 - t3,
         "program": program,
     }
@@ -66,7 +68,8 @@ def main() -> None:
     args = parser.parse_args()
     size = parse_size(args.size)
     names = args.topologies.split(",") if args.topologies else [] if args.large else list(builtin_names())
-    print(f"{'topology':18s} {'collective':14s} {'ok':3s} {'sim us':>10s} {'bound us':>10s} {'ratio':>6s} {'rs+ag':>6s}"
+    print(f"{'topology':18s} {'collective':14s} {'ok':3s} {'sim us':>10s} {'bound us':>10s} {'ratio':>6s} "
+          f"{'rs+ag':>6s} {'sim/plan':>8s}"
           f"{'  ring ratio  trees/ring' if args.ring else ''}   synth/lower/verify/sim s")
     for tname in names:
         topology = load_topology(tname)
@@ -80,7 +83,8 @@ def main() -> None:
                 except Exception as exc:  # a baseline may not support a fabric
                     extra = f"  ring: {exc}"
             print(f"{tname:18s} {cname:14s} {str(row['ok']):3s} {row['time_us']:10.1f} {row['bound_us']:10.1f} "
-                  f"{row['ratio']:6.4f} {row['phases_ratio']:6.4f}{extra}   {row['synth_s']:.1f}/{row['lower_s']:.1f}/"
+                  f"{row['ratio']:6.4f} {row['phases_ratio']:6.4f} {row['planned_ratio']:8.4f}{extra}   "
+                  f"{row['synth_s']:.1f}/{row['lower_s']:.1f}/"
                   f"{row['verify_s']:.1f}/{row['simulate_s']:.1f}", flush=True)
     if args.large:
         run_large(size)

@@ -366,6 +366,26 @@ def test_halving_shape_beats_tails_where_every_link_is_a_bottleneck():
     assert max(t.end for t in transfers) == pytest.approx(halving)
 
 
+def test_coalesced_reductions_simulate_as_planned():
+    # reducescatter timed as a mirrored broadcast, coalesced: the simulator keeps the planned order
+    from synth.bounds import compute_bounds
+    from synth.program.lower import lower
+    from synth.simulate import simulate
+    from synth.synthesis.trees import HALVING, _forest_schedule, _timed
+    from synth.topology.io import load_topology
+    from synth.verify import verify
+
+    topology = load_topology("mi250-2node")
+    forest = plan_forest(topology, tuple(range(32)), reverse=True, max_trees=16)
+    coll, planned, transfers = _timed(topology, Collective("reducescatter", 32), [forest], 16 * 64, 64, 2**30,
+                                      tail=HALVING)
+    program = lower(_forest_schedule(topology, coll, transfers, planned, [forest], 2**30, "trees"))
+    assert verify(program).ok
+    simulated = simulate(program, topology, 2**30, record_events=False).time_us
+    assert simulated == pytest.approx(planned, rel=1e-6)
+    assert compute_bounds(topology, coll, 2**30).time_bound_us / simulated > 0.94   # 0.911 uncoalesced
+
+
 def test_messages_longer_than_one_msccl_step_pay_alpha_per_step():
     from synth.synthesis.trees import MAX_STEP_CHUNKS, _Jobs, _route_costs
 

@@ -34,11 +34,11 @@ where fill, drain and α cost more than 1 % the last message of every tree is al
 geometrically (:func:`_messages`): large messages mid-pipeline, small ones where the drain starts.
 A message of more than 71 chunks is lowered as several MSCCL steps and is timed with one α per step.
 
-Coalescing (broadcast phases): when a link frees up, the transfer it starts also carries the queued
-transfers of the same root that continue its chunks on the same route (one step with ``cnt`` > 1,
-one α), until α is ``ALPHA_SHARE`` of the message. Only bottleneck links build such a backlog, so
-α drops where it costs time while the pipeline keeps small messages elsewhere; each phase keeps the
-faster of the coalesced and the plain timing.
+Coalescing (broadcasts, and reductions timed as mirrored broadcasts): when a link frees up, the
+transfer it starts also carries the queued transfers of the same root that continue its chunks on
+the same route (one step with ``cnt`` > 1, one α), until α is ``ALPHA_SHARE`` of the message. Only
+bottleneck links build such a backlog, so α drops where it costs time while the pipeline keeps
+small messages elsewhere; each phase keeps the faster of the coalesced and the plain timing.
 
 Switches: ranks are first paired through the switches so that no two rank pairs share a switch
 link (:func:`synth.synthesis.packing.disjoint_pair_split`; rails between boxes, a ring inside a
@@ -1252,9 +1252,10 @@ def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: f
     else:
         order, start, end = list_schedule(jobs, fabric, chunk_bytes)
         # Coalescing usually cuts α on bottleneck links but can delay a pipeline: keep the faster.
-        # Broadcast phases only: mirrored into reductions, coalesced messages were measured to lose
-        # the planned order in the simulator (dgx-a100-4node reducescatter 0.94 -> 0.90).
-        if coalesce and not forest.reversed:
+        # Mirrored into reductions too: once the lowering kept the planned order (blocks per
+        # connection, one α per step), their simulated times match the plan (benchmarks/bench_trees.py
+        # sim/plan 1.000; mi250-2node reducescatter 0.930 -> 0.944, dgx-a100-2node 0.970 -> 0.978).
+        if coalesce:
             merged = list_schedule(jobs, fabric, chunk_bytes, coalesce=True)
             if merged[2].max() < end.max() - 1e-9:
                 (order, start, end), heads = merged, jobs.head
