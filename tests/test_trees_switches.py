@@ -230,18 +230,18 @@ def test_coalescing_never_merges_non_contiguous_chunks():
     assert end.max() == pytest.approx(3 * hop(1, chunk_bytes))
 
 
-def test_dgx_h100_2node_allgather_coalesces_and_nears_the_bound():
+def test_dgx_h100_2node_allgather_nears_the_bound():
+    # 3.6 % above the bound as a plain pipeline, 2.6 % coalesced, 1.9 % as a mirrored forward-timed reduction
     topo = load_topology("dgx-h100-2node")
     collective = Collective("allgather", topo.num_ranks)
     schedule = get_method("trees").run(topo, collective, GiB, SynthOptions())
     program = lower(schedule)
-    counts = [step.cnt for gpu in program.gpus for tb in gpu.threadblocks for step in tb.steps if step.sends]
-    assert max(counts) > 1, "no coalesced send step (cnt > 1)"
     assert verify(program).ok
     time_us = simulate(program, topo, GiB).time_us
+    assert time_us == pytest.approx(schedule.predicted_time_us, rel=1e-9)
     bound_us = compute_bounds(topo, schedule.collective, GiB).time_bound_us
     assert bound_us <= time_us * (1 + 1e-9)
-    assert time_us <= bound_us * 1.03, f"{time_us / bound_us - 1:.2%} above the bound"   # 3.6% without coalescing
+    assert time_us <= bound_us * 1.02, f"{time_us / bound_us - 1:.2%} above the bound"
 
 
 # ---------------------------------------------------------------------------------------------

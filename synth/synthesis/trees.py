@@ -985,7 +985,7 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
         search = (messages is not None and n <= LARGE_RANKS
                   and (deadline is None or time.monotonic() < deadline))
         best = _timed(topology, collective, plans, chunks, messages, size_bytes, build=not search,
-                      height_weight=weight)
+                      height_weight=weight, mirror=not search)
         if search:
             best, chunks, messages, tail, trials = _refine_depth(topology, collective, plans, size_bytes, best,
                                                                  chunks, messages, deadline, weight, floor)
@@ -1055,15 +1055,14 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
         above = [g for g in PIPELINE_GRID if g > p]
         return below[-2:] + above[:2]
 
-    def trial(per_tree: bool, p: int, tail: int) -> bool:
+    def trial(per_tree: bool, p: int, tail: int, mirror: bool = False) -> bool:
         """Time one candidate; False when the time limit would not allow it."""
         nonlocal best, choice, last_trial
         began = time.monotonic()
         if deadline is not None and began + last_trial > deadline:   # the next one would not fit
             return False
         timed_now = _timed(topology, collective, plans, _shape_chunks(k, p, tail), p if per_tree else None,
-                           size_bytes,
-                           build=False, height_weight=height_weight, tail=tail)
+                           size_bytes, build=False, height_weight=height_weight, tail=tail, mirror=mirror)
         last_trial = time.monotonic() - began
         timed[(per_tree, p, tail)] = timed_now[1]
         if timed_now[1] < best[1] * (1 - 1e-9):
@@ -1089,6 +1088,16 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
         per_tree, p, tail = choice
         return best, _shape_chunks(k, p, tail), p if per_tree else None, tail, len(timed) - 1
 
+    def mirrored():
+        # allgather: its mirrored reduction timed forward (see _timed) at the shape found and the
+        # two grid points below (a reduction pipelines best with fewer messages: dgx-h100-2node P 2 -> 1)
+        if collective.name == "allgather":
+            per_tree, p, tail = choice
+            for q in [p] + [g for g in PIPELINE_GRID if g < p][-2:]:
+                if feasible(per_tree, q, tail) and not trial(per_tree, q, tail, mirror=True):
+                    break
+        return done()
+
     for per_tree, first in ((True, messages), (False, 4)):
         if not climb(per_tree, first, 0):
             return done()
@@ -1105,8 +1114,8 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
     # not for allreduce: its trials time two phases three ways, and halving won none (+20 s on dgx-a100-2node)
     for p in HALVING_CHUNKS if collective.name != "allreduce" else ():
         if feasible(True, p, HALVING) and not trial(True, p, HALVING):
-            break
-    return done()
+            return done()
+    return mirrored()
 
 
 def _shape_chunks(k: int, p: int, tail: int) -> int:
@@ -1116,10 +1125,12 @@ def _shape_chunks(k: int, p: int, tail: int) -> int:
 
 def _timed(topology: Topology, collective: Collective, plans: list[Forest], chunks: int, messages: int | None,
            size_bytes: float, build: bool = True, height_weight: float = 1.0,
-           tail: int = 0) -> tuple[Collective, float, list[Transfer]]:
+           tail: int = 0, mirror: bool = True) -> tuple[Collective, float, list[Transfer]]:
     """All phases, one after the other: (collective with its chunk factor, makespan, transfers;
     the transfers only if ``build``, else a search score in place of the makespan, see
-    :func:`_timed_phase`). ``height_weight``: see :func:`add_broadcast`; ``tail``: :func:`_messages`."""
+    :func:`_timed_phase`). ``height_weight``: see :func:`add_broadcast`; ``tail``: :func:`_messages`;
+    ``mirror``: an allgather is also timed as the mirror of its reduction timed forward
+    (:func:`_mirrored_reduction`), and the faster is kept."""
     name, n = collective.name, topology.num_ranks
     coll = Collective(name, n, _chunk_factor(name, n, chunks), collective.root, collective.inplace)
     chunk_bytes = coll.chunk_bytes(size_bytes)
@@ -1138,7 +1149,24 @@ def _timed(topology: Topology, collective: Collective, plans: list[Forest], chun
         forward = _timed_forward(coll, plans, topology, chunks, messages, chunk_bytes, build, tail)
         if forward is not None and forward[0] < offset * (1 - 1e-9):
             return coll, forward[0], forward[1]
+    if name == "allgather" and mirror:
+        mirrored = _mirrored_reduction(coll, plans[0], topology, chunks, messages, chunk_bytes, build, tail)
+        if mirrored is not None and mirrored[0] < offset * (1 - 1e-9):
+            return coll, mirrored[0], mirrored[1]
     return coll, offset, transfers
+
+
+def _mirrored_reduction(coll: Collective, forest: Forest, topology: Topology, chunks: int, messages: int | None,
+                        chunk_bytes: float, build: bool, tail: int = 0) -> tuple[float, list[Transfer]] | None:
+    """A broadcast phase as the time mirror of the reduction on its trees timed forward
+    (:func:`_timed_forward`) on the reversed fabric: t -> T - t, every transfer the other way."""
+    reduction = _timed_forward(coll, [replace(forest, reversed=True)], topology.reversed(), chunks, messages,
+                               chunk_bytes, build, tail)
+    if reduction is None:
+        return None
+    makespan, transfers = reduction
+    return makespan, [Transfer(makespan - t.end, makespan - t.start, t.chunk, t.dst, t.src, False, t.route[::-1],
+                               0, t.group) for t in transfers]
 
 
 def _timed_forward(coll: Collective, plans: list[Forest], topology: Topology, chunks: int, messages: int | None,
