@@ -97,7 +97,8 @@ MAX_CHUNKS = 512            # chunks per root piece considered by the cost model
 MAX_TRANSFERS = 3_000_000   # keep schedules within memory/time budgets
 TREE_SEARCH_RANKS = 64      # up to this many ranks, fewer trees per root are tried too
 TREE_SEARCH_CAPS = (16, 8, 4)
-CAP_STOP = 0.005            # ... stopping at a cap this much slower than the best (mi250-2node: 8 trees +0.7 %)
+CAP_STOP = 0.005            # ... past a cap this much slower than the best (mi250-2node: 8 trees +0.7 %) only
+CAP_ROOM = 0.05             # ... where the next cap's rate leaves this much room below the best time
 LARGE_RANKS = 256           # beyond this, one fast tree per root (synth.synthesis.scale)
 REFINE_JOBS = 60_000        # time other pipeline depths only below this many transfers
 REPLAY = True
@@ -855,16 +856,21 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
     # chunk limits; a few trees at a rate within ~1/K of the optimum are often faster in the
     # α-β model (mi250-2node allgather: 83 trees 0.875 of the bound, 8 trees 0.92).
     budget = None if options.time_limit is None else began + options.time_limit
+    slower = False
     for cap in TREE_SEARCH_CAPS:
         if cap >= max(best.notes["trees_per_root"]):
             continue
         if budget is not None and time.monotonic() + (time.monotonic() - began) > budget:
             break
+        # after a clearly slower cap, fewer trees can only win by cutting α and pipeline fill: only
+        # if the rate they keep leaves room (dgx-a100-2node 64 MB: 13 trees 252 µs, 8 trees 257, 4 trees 224)
+        if slower and _capped_floor_us(topology, collective, size_bytes, cap) > best.predicted_time_us * (1 - CAP_ROOM):
+            break
         trial = schedule_from_plans(topology, collective, size_bytes, options, planner_for(cap), "trees")
         if trial.predicted_time_us < best.predicted_time_us * (1 - 1e-9):
             best = trial
         elif trial.predicted_time_us > best.predicted_time_us * (1 + CAP_STOP):
-            break   # clearly slower: fewer trees now lose more rate than they save α
+            slower = True
     if name == "allreduce" and not topology.switches:
         deadline = None if budget is None else budget - (time.monotonic() - began) / 2
         try:
@@ -874,6 +880,21 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
         if split is not None and split.predicted_time_us < best.predicted_time_us * (1 - 1e-9):
             best = split
     return best
+
+
+def _capped_floor_us(topology: Topology, collective: Collective, size_bytes: float, cap: int) -> float:
+    """Bandwidth time of the forests at most ``cap`` trees per root can reach (the rate of
+    :func:`synth.synthesis.packing.choose_capacities`; the packed forests can only be slower)."""
+    name, n = collective.name, topology.num_ranks
+    roots = tuple(range(n)) if name in ("allgather", "reducescatter", "allreduce") else (collective.root,)
+    phases = {"allgather": (False,), "broadcast": (False,), "scatter": (False,), "allreduce": (True, False)}
+    total = 0.0
+    for reverse in phases.get(name, (True,)):
+        fabric = integer_fabric(topology.reversed() if reverse else topology)
+        weights = {r: 1 for r in roots}
+        _, _, ratio = choose_capacities(fabric, weights, optimal_ratio(fabric, weights), cap)
+        total += _per_root_bytes(name, n, size_bytes) * float(ratio) / (float(fabric.unit_GBps) * 1e3)
+    return total
 
 
 def _split_allreduce(topology: Topology, collective: Collective, size_bytes: float, sequential_us: float,
