@@ -413,6 +413,22 @@ def test_tails_are_searched_where_drain_costs_time():
     assert plain.notes["tail_splits"] == 0 and not plain.notes["halving_messages"]
 
 
+def test_tree_count_search_goes_past_a_slower_cap_where_the_rate_leaves_room():
+    # dgx-a100-2node, 64 MB allgather: 13 trees 252 µs, 8 trees 257 µs (clearly slower), 4 trees 224 µs;
+    # 4 trees' rate (a 3132 µs/GiB floor) is far below 252 µs-worth, so the search must not stop at 8
+    from synth.synthesis.trees import _capped_floor_us
+    from synth.topology.io import load_topology
+
+    topology = load_topology("dgx-a100-2node")
+    coll = Collective("allgather", 16)
+    schedule = synthesize(topology, coll, 64e6, SynthOptions())
+    assert max(schedule.notes["trees_per_root"]) <= 4
+    assert schedule.predicted_time_us < 230.0
+    # the floors are the capped rates' bandwidth times, never below the cut bound's
+    floors = [_capped_floor_us(topology, coll, 2**30, cap) for cap in (16, 8, 4)]
+    assert floors == sorted(floors) and floors[0] == pytest.approx(3097.3, abs=0.1)
+
+
 def test_tree_count_search_goes_past_a_cap_that_is_barely_slower():
     # dgx-a100-2node, 1 KiB allgather: 8 trees per root time as the optimum's 13, 4 trees are 26 % faster;
     # stopping at the first cap that is not faster missed them (26.6 µs instead of 19.6)
