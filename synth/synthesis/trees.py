@@ -1181,6 +1181,8 @@ def _mirrored_reduction(coll: Collective, forest: Forest, topology: Topology, ch
                         chunk_bytes: float, build: bool, tail: int = 0) -> tuple[float, list[Transfer]] | None:
     """A broadcast phase as the time mirror of the reduction on its trees timed forward
     (:func:`_timed_forward`) on the reversed fabric: t -> T - t, every transfer the other way."""
+    if _job_estimate([forest], chunks, messages, tail) > FORWARD_JOBS:   # checked before any job is built
+        return None
     reduction = _timed_forward(coll, [replace(forest, reversed=True)], topology.reversed(), chunks, messages,
                                chunk_bytes, build, tail)
     if reduction is None:
@@ -1275,10 +1277,13 @@ def _forward_jobs(plans: list[Forest], n: int, chunks: int, messages: int | None
     return jobs
 
 
-def _job_estimate(plans: list[Forest], chunks: int, messages: int | None) -> int:
-    """Transfers of a schedule with ``messages`` per tree (or one chunk per message)."""
-    return sum(len(t.edges) * (messages if messages else max(1, chunks * t.mult // f.k))
-               for f in plans for t in f.trees)
+def _job_estimate(plans: list[Forest], chunks: int, messages: int | None, tail: int = 0) -> int:
+    """Transfers of a schedule with ``messages`` per tree (or one chunk per message; ``tail``: :func:`_messages`)."""
+    def per_tree(forest: Forest, tree: PlannedTree) -> int:
+        if tail == HALVING:
+            return len(_messages(list(range(max(1, chunks * tree.mult // forest.k))), None, HALVING))
+        return messages + max(tail, 0) if messages else max(1, chunks * tree.mult // forest.k)
+    return sum(len(t.edges) * per_tree(f, t) for f in plans for t in f.trees)
 
 
 def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: float, offset: float,
