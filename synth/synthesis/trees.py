@@ -1051,15 +1051,8 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
     def feasible(per_tree: bool, p: int, tail: int) -> bool:
         if _shape_chunks(k, p, tail) > (MAX_TAIL_CHUNKS if tail else MAX_CHUNKS):
             return False
-        if tail == HALVING:
-            def per_edge(t):
-                return len(_messages(list(range(t.mult * p)), None, HALVING))
-        elif per_tree:
-            def per_edge(t):
-                return p + tail
-        else:
-            def per_edge(t):
-                return t.mult * p
+        def per_edge(t):   # a tree of multiplicity m carries m·P chunks (C = k·P·2^L)
+            return _message_count(t.mult * p * 2 ** max(tail, 0), p if per_tree else None, tail)
         jobs_estimate = sum(per_edge(t) * len(t.edges) for f in plans for t in f.trees)
         if jobs_estimate > REFINE_JOBS:
             return False
@@ -1279,11 +1272,15 @@ def _forward_jobs(plans: list[Forest], n: int, chunks: int, messages: int | None
 
 def _job_estimate(plans: list[Forest], chunks: int, messages: int | None, tail: int = 0) -> int:
     """Transfers of a schedule with ``messages`` per tree (or one chunk per message; ``tail``: :func:`_messages`)."""
-    def per_tree(forest: Forest, tree: PlannedTree) -> int:
-        if tail == HALVING:
-            return len(_messages(list(range(max(1, chunks * tree.mult // forest.k))), None, HALVING))
-        return messages + max(tail, 0) if messages else max(1, chunks * tree.mult // forest.k)
-    return sum(len(t.edges) * per_tree(f, t) for f in plans for t in f.trees)
+    return sum(len(t.edges) * _message_count(max(1, chunks * t.mult // f.k), messages, tail)
+               for f in plans for t in f.trees)
+
+
+def _message_count(tree_chunks: int, parts: int | None, tail: int) -> int:
+    """How many messages :func:`_messages` cuts a tree's ``tree_chunks`` chunks into (at most)."""
+    if tail == HALVING:
+        return len(_messages(list(range(tree_chunks)), None, HALVING))
+    return parts + max(tail, 0) if parts else tree_chunks
 
 
 def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: float, offset: float,
