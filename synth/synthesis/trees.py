@@ -1108,6 +1108,9 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
         if collective.name == "allgather":
             per_tree, p, tail = choice
             for q in [p] + [g for g in PIPELINE_GRID if g < p][-2:]:
+                chunks_q = _shape_chunks(k, q, tail)
+                if _job_estimate(plans, chunks_q, q if per_tree else None, tail) > FORWARD_JOBS:
+                    continue   # too large to time forward: the trial would only repeat the plain timing
                 if feasible(per_tree, q, tail) and not trial(per_tree, q, tail, mirror=True):
                     break
         return done()
