@@ -882,18 +882,30 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
     return best
 
 
+def _forest_phases(collective: Collective) -> list[tuple[tuple[int, ...], bool]]:
+    """(roots, reverse) of each forest a collective runs on, in phase order (reverse: a reduction)."""
+    name, all_ranks, root = collective.name, tuple(range(collective.num_ranks)), (collective.root,)
+    if name == "allgather":
+        return [(all_ranks, False)]
+    if name == "reducescatter":
+        return [(all_ranks, True)]
+    if name == "allreduce":
+        return [(all_ranks, True), (all_ranks, False)]
+    if name in ("broadcast", "scatter"):
+        return [(root, False)]
+    return [(root, True)]   # reduce, gather
+
+
 def _capped_floor_us(topology: Topology, collective: Collective, size_bytes: float, cap: int) -> float:
     """Bandwidth time of the forests at most ``cap`` trees per root can reach (the rate of
     :func:`synth.synthesis.packing.choose_capacities`; the packed forests can only be slower)."""
-    name, n = collective.name, topology.num_ranks
-    roots = tuple(range(n)) if name in ("allgather", "reducescatter", "allreduce") else (collective.root,)
-    phases = {"allgather": (False,), "broadcast": (False,), "scatter": (False,), "allreduce": (True, False)}
     total = 0.0
-    for reverse in phases.get(name, (True,)):
+    for roots, reverse in _forest_phases(collective):
         fabric = integer_fabric(topology.reversed() if reverse else topology)
         weights = {r: 1 for r in roots}
         _, _, ratio = choose_capacities(fabric, weights, optimal_ratio(fabric, weights), cap)
-        total += _per_root_bytes(name, n, size_bytes) * float(ratio) / (float(fabric.unit_GBps) * 1e3)
+        per_root_bytes = _per_root_bytes(collective.name, topology.num_ranks, size_bytes)
+        total += per_root_bytes * float(ratio) / (float(fabric.unit_GBps) * 1e3)
     return total
 
 
@@ -978,20 +990,10 @@ def _symmetric(topology: Topology) -> bool:
 def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
                         planner, method: str) -> Schedule:
     """Plan the forests a collective needs with ``planner(roots, reverse)`` and pipeline them."""
-    name, n, root = collective.name, topology.num_ranks, collective.root
+    name, n = collective.name, topology.num_ranks
     # --time-limit: the planning always completes; the pipeline-depth search stops early
     deadline = None if options.time_limit is None else time.monotonic() + options.time_limit
-    all_ranks = tuple(range(n))
-    if name == "allgather":
-        plans = [planner(all_ranks, False)]
-    elif name == "reducescatter":
-        plans = [planner(all_ranks, True)]
-    elif name == "allreduce":
-        plans = [planner(all_ranks, True), planner(all_ranks, False)]
-    elif name in ("broadcast", "scatter"):
-        plans = [planner((root,), False)]
-    else:  # reduce, gather
-        plans = [planner((root,), True)]
+    plans = [planner(roots, reverse) for roots, reverse in _forest_phases(collective)]
 
     per_root_bytes = _per_root_bytes(name, n, size_bytes)
     first_chunks, first_messages = _choose_chunks(topology, collective, plans, per_root_bytes, options.chunks)
@@ -1049,7 +1051,7 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
     last_trial = 0.0
 
     def feasible(per_tree: bool, p: int, tail: int) -> bool:
-        if _shape_chunks(k, p, tail) > (MAX_TAIL_CHUNKS if tail else MAX_CHUNKS):
+        if _shape_chunks(k, p, tail) > (MAX_TAIL_CHUNKS if tail != 0 else MAX_CHUNKS):   # tailed or halving
             return False
         def per_edge(t):   # a tree of multiplicity m carries m·P chunks (C = k·P·2^L)
             return _message_count(t.mult * p * 2 ** max(tail, 0), p if per_tree else None, tail)
@@ -1108,9 +1110,8 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
         if collective.name == "allgather":
             per_tree, p, tail = choice
             for q in [p] + [g for g in PIPELINE_GRID if g < p][-2:]:
-                chunks_q = _shape_chunks(k, q, tail)
-                if _job_estimate(plans, chunks_q, q if per_tree else None, tail) > FORWARD_JOBS:
-                    continue   # too large to time forward: the trial would only repeat the plain timing
+                if not _forward_fits(plans, _shape_chunks(k, q, tail), q if per_tree else None, tail):
+                    continue   # the trial would only repeat the plain timing
                 if feasible(per_tree, q, tail) and not trial(per_tree, q, tail, mirror=True):
                     break
         return done()
@@ -1177,7 +1178,7 @@ def _mirrored_reduction(coll: Collective, forest: Forest, topology: Topology, ch
                         chunk_bytes: float, build: bool, tail: int = 0) -> tuple[float, list[Transfer]] | None:
     """A broadcast phase as the time mirror of the reduction on its trees timed forward
     (:func:`_timed_forward`) on the reversed fabric: t -> T - t, every transfer the other way."""
-    if _job_estimate([forest], chunks, messages, tail) > FORWARD_JOBS:   # checked before any job is built
+    if not _forward_fits([forest], chunks, messages, tail):   # checked before any job is built
         return None
     reduction = _timed_forward(coll, [replace(forest, reversed=True)], topology.reversed(), chunks, messages,
                                chunk_bytes, build, tail)
@@ -1277,6 +1278,12 @@ def _job_estimate(plans: list[Forest], chunks: int, messages: int | None, tail: 
     """Transfers of a schedule with ``messages`` per tree (or one chunk per message; ``tail``: :func:`_messages`)."""
     return sum(len(t.edges) * _message_count(max(1, chunks * t.mult // f.k), messages, tail)
                for f in plans for t in f.trees)
+
+
+def _forward_fits(plans: list[Forest], chunks: int, messages: int | None, tail: int) -> bool:
+    """Is an allgather's schedule small enough for its mirrored reduction to be timed forward
+    (:func:`_mirrored_reduction`; ``FORWARD_JOBS``, by :func:`_job_estimate`)?"""
+    return _job_estimate(plans, chunks, messages, tail) <= FORWARD_JOBS
 
 
 def _message_count(tree_chunks: int, parts: int | None, tail: int) -> int:
@@ -1459,11 +1466,12 @@ def _messages(chunk_ids: list[int], parts: int | None, tail: int = 0) -> list[tu
     sizes shrink geometrically over the whole pipeline, ``parts`` aside: few messages (α) and a
     one-chunk drain. Where every link is a bottleneck (mi250-2node) this beats equal messages."""
     if tail == HALVING:
-        shape, left = [], len(chunk_ids)
-        while left:
+        shape, pos = [], 0
+        while pos < len(chunk_ids):
+            left = len(chunk_ids) - pos
             take = 1 if left <= 2 else min(MAX_STEP_CHUNKS, (left + 1) // 2)
-            shape.append(tuple(int(c) for c in chunk_ids[len(chunk_ids) - left:len(chunk_ids) - left + take]))
-            left -= take
+            shape.append(tuple(int(c) for c in chunk_ids[pos:pos + take]))
+            pos += take
         return shape
     if parts is None:
         return [(c,) for c in chunk_ids]
