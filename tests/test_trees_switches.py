@@ -219,6 +219,36 @@ def test_coalescing_stops_at_the_alpha_share():
     assert end.max() == pytest.approx(hop(1, chunk_bytes) + 2 * hop(2, chunk_bytes))
 
 
+def test_a_smaller_alpha_share_coalesces_longer_messages():
+    # the same chunks as above: at half the share of α a message may carry four of them
+    chunk_bytes = ALPHA / trees.ALPHA_SHARE * BW * 1e3 / 2
+    jobs = make_jobs([(10,), (0,), (1,), (2,), (3,)])
+    _, _, end = trees.list_schedule(jobs, pair_topology(), chunk_bytes, coalesce=True,
+                                    alpha_share=trees.ALPHA_SHARE / 2)
+    assert jobs.head == [0, 1, 1, 1, 1]
+    assert end.max() == pytest.approx(hop(1, chunk_bytes) + hop(4, chunk_bytes))
+
+
+def test_timing_with_more_alpha_shares_keeps_the_fastest():
+    # dgx-a100-2node allgather, 13 trees per root, 3 one-chunk messages each: at the default share
+    # every NVSwitch port sends 47 messages at 1.4 us of α each (0.979 of the bound); at half the
+    # share it sends 41 (0.982). The synthesizer builds its chosen shape with every share.
+    topo = load_topology("dgx-a100-2node")
+    collective = Collective("allgather", topo.num_ranks)
+    plans = [trees.plan_forest(topo, tuple(range(topo.num_ranks)))]
+    assert plans[0].k == 13
+
+    def timed(shares):
+        coll, makespan, _ = trees._timed(topo, collective, plans, 39, 3, GiB, height_weight=4.0,
+                                         alpha_shares=shares)
+        return compute_bounds(topo, coll, GiB).time_bound_us / makespan
+
+    assert len(trees.ALPHA_SHARES) > 1 and trees.ALPHA_SHARES[0] == trees.ALPHA_SHARE
+    default, half, every = timed((trees.ALPHA_SHARE,)), timed((trees.ALPHA_SHARE / 2,)), timed(trees.ALPHA_SHARES)
+    assert default < 0.98 <= half
+    assert every == pytest.approx(max(default, half))   # 0.02 is slower here
+
+
 def test_coalescing_never_merges_non_contiguous_chunks():
     chunk_bytes = 1000.0
     msgs = [(10,), (0,), (2,)]

@@ -38,7 +38,9 @@ Coalescing (broadcasts, and reductions timed as mirrored broadcasts): when a lin
 transfer it starts also carries the queued transfers of the same root that continue its chunks on
 the same route (one step with ``cnt`` > 1, one α), until α is ``ALPHA_SHARE`` of the message. Only
 bottleneck links build such a backlog, so α drops where it costs time while the pipeline keeps
-small messages elsewhere; each phase keeps the faster of the coalesced and the plain timing.
+small messages elsewhere; each phase keeps the faster of the coalesced and the plain timing. The
+shape the search settles on is built once more with each share in ``ALPHA_SHARES``: where α is most
+of the gap (NVSwitch ports pay it twice), half the share means longer messages and fewer α.
 
 Switches: ranks are first paired through the switches so that no two rank pairs share a switch
 link (:func:`synth.synthesis.packing.disjoint_pair_split`; rails between boxes, a ring inside a
@@ -107,6 +109,7 @@ ALT_PRIORITY_JOBS = 10_000  # ... the 4x one only up to this many transfers at t
 FORWARD_JOBS = 20_000        # forward-timed reductions only below this many transfers
 LEVEL_JOBS = 200_000        # beyond this many transfers, vectorised level timing
 ALPHA_SHARE = 0.01          # coalesced messages grow until α is this share of their time
+ALPHA_SHARES = (ALPHA_SHARE, 0.005, 0.02)  # ... the shape chosen is also built with these (dgx-a100-2node)
 MAX_COALESCE = 64           # chunks one coalesced message may carry (MSCCL cnt stays < 72)
 MAX_STEP_CHUNKS = 71        # MSCCL cnt < 72: a longer message is lowered as several steps, one α each
 TAIL_SPLITS = (3, 2, 4)     # the last message of each tree halved this many times: P is searched at the first
@@ -462,7 +465,7 @@ def _route_costs(jobs: _Jobs, topology: Topology,
 
 def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
                   chained: list[int] | None = None,
-                  coalesce: bool = False) -> tuple[list[int], np.ndarray, np.ndarray]:
+                  coalesce: bool = False, alpha_share: float = ALPHA_SHARE) -> tuple[list[int], np.ndarray, np.ndarray]:
     """Work-conserving list schedule: whenever a link is free it starts the ready transfer with the
     smallest key (critical path first, see :func:`add_broadcast`) among those whose route begins on it.
 
@@ -471,7 +474,8 @@ def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
 
     With ``coalesce``, the transfer started also takes along the other transfers queued (ready) for
     the same sender, receiver and route whose chunks extend its own contiguously, up to
-    ``MAX_COALESCE`` chunks: one message, one α (an MSCCL step with ``cnt`` > 1). A link only has
+    ``MAX_COALESCE`` chunks and until α is ``alpha_share`` of the message's time: one message, one α
+    (an MSCCL step with ``cnt`` > 1). A link only has
     such a backlog when it is the bottleneck, so this cuts α where it costs time and keeps small
     messages (short pipeline fill) elsewhere. Merged transfers share ``jobs.head`` (the first one).
 
@@ -523,7 +527,7 @@ def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
             by_first.pop((jobs.src[i], jobs.dst[i], jobs.route[i], jobs.msg[i][0]), None)
             size = len(jobs.msg[i])
             # enough chunks that α is ALPHA_SHARE of the message, no more (bigger ones slow the pipeline)
-            most = min(MAX_COALESCE, max(size, int(route_alpha[i] / ALPHA_SHARE * route_rate[i] / chunk_bytes)))
+            most = min(MAX_COALESCE, max(size, int(route_alpha[i] / alpha_share * route_rate[i] / chunk_bytes)))
             nxt = by_first.get((jobs.src[i], jobs.dst[i], jobs.route[i], jobs.msg[i][-1] + 1))
             while nxt is not None and not taken[nxt] and size + len(jobs.msg[nxt]) <= most:
                 taken[nxt] = True
@@ -1008,11 +1012,14 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
         search = (messages is not None and n <= LARGE_RANKS
                   and (deadline is None or time.monotonic() < deadline))
         best = _timed(topology, collective, plans, chunks, messages, size_bytes, build=not search,
-                      height_weight=weight, mirror=not search)
+                      height_weight=weight, mirror=not search,
+                      alpha_shares=ALPHA_SHARES[:1] if search else ALPHA_SHARES)
         if search:
             best, chunks, messages, tail, trials = _refine_depth(topology, collective, plans, size_bytes, best,
                                                                  chunks, messages, deadline, weight, floor)
-            best = _timed(topology, collective, plans, chunks, messages, size_bytes, height_weight=weight, tail=tail)
+            # the shape found is built with every share of α for coalesced messages (see ALPHA_SHARES)
+            best = _timed(topology, collective, plans, chunks, messages, size_bytes, height_weight=weight, tail=tail,
+                          alpha_shares=ALPHA_SHARES)
         if outcome is None or best[1] < outcome[0][1] * (1 - 1e-9):
             outcome = (best, chunks, messages, tail, trials)
         if not search:   # no search, no alternatives: large schedules are timed once
@@ -1143,12 +1150,14 @@ def _shape_chunks(k: int, p: int, tail: int) -> int:
 
 def _timed(topology: Topology, collective: Collective, plans: list[Forest], chunks: int, messages: int | None,
            size_bytes: float, build: bool = True, height_weight: float = 1.0,
-           tail: int = 0, mirror: bool = True) -> tuple[Collective, float, list[Transfer]]:
+           tail: int = 0, mirror: bool = True,
+           alpha_shares: tuple[float, ...] = (ALPHA_SHARE,)) -> tuple[Collective, float, list[Transfer]]:
     """All phases, one after the other: (collective with its chunk factor, makespan, transfers;
     the transfers only if ``build``, else a search score in place of the makespan, see
     :func:`_timed_phase`). ``height_weight``: see :func:`add_broadcast`; ``tail``: :func:`_messages`;
     ``mirror``: an allgather is also timed as the mirror of its reduction timed forward
-    (:func:`_mirrored_reduction`), and the faster is kept."""
+    (:func:`_mirrored_reduction`), and the faster is kept; ``alpha_shares``: the coalesced timings
+    tried (:func:`list_schedule`)."""
     name, n = collective.name, topology.num_ranks
     coll = Collective(name, n, _chunk_factor(name, n, chunks), collective.root, collective.inplace)
     chunk_bytes = coll.chunk_bytes(size_bytes)
@@ -1160,28 +1169,31 @@ def _timed(topology: Topology, collective: Collective, plans: list[Forest], chun
             raise SynthError(f"--chunks {chunks} makes {len(jobs.msg)} transfers; use fewer chunks")
         # each phase on its own channel: an allreduce's two phases fill a threadblock each
         part, makespan = _timed_phase(jobs, forest, topology, chunk_bytes, offset, coll.is_reduction, build,
-                                      channel=phase, coalesce=name in COALESCING)
+                                      channel=phase, coalesce=name in COALESCING, alpha_shares=alpha_shares)
         transfers += part
         offset += makespan
     if name in ("reducescatter", "allreduce"):
-        forward = _timed_forward(coll, plans, topology, chunks, messages, chunk_bytes, build, tail)
+        forward = _timed_forward(coll, plans, topology, chunks, messages, chunk_bytes, build, tail,
+                                 alpha_shares=alpha_shares)
         if forward is not None and forward[0] < offset * (1 - 1e-9):
             return coll, forward[0], forward[1]
     if name == "allgather" and mirror:
-        mirrored = _mirrored_reduction(coll, plans[0], topology, chunks, messages, chunk_bytes, build, tail)
+        mirrored = _mirrored_reduction(coll, plans[0], topology, chunks, messages, chunk_bytes, build, tail,
+                                       alpha_shares)
         if mirrored is not None and mirrored[0] < offset * (1 - 1e-9):
             return coll, mirrored[0], mirrored[1]
     return coll, offset, transfers
 
 
 def _mirrored_reduction(coll: Collective, forest: Forest, topology: Topology, chunks: int, messages: int | None,
-                        chunk_bytes: float, build: bool, tail: int = 0) -> tuple[float, list[Transfer]] | None:
+                        chunk_bytes: float, build: bool, tail: int = 0,
+                        alpha_shares: tuple[float, ...] = (ALPHA_SHARE,)) -> tuple[float, list[Transfer]] | None:
     """A broadcast phase as the time mirror of the reduction on its trees timed forward
     (:func:`_timed_forward`) on the reversed fabric: t -> T - t, every transfer the other way."""
     if not _forward_fits([forest], chunks, messages, tail):   # checked before any job is built
         return None
     reduction = _timed_forward(coll, [replace(forest, reversed=True)], topology.reversed(), chunks, messages,
-                               chunk_bytes, build, tail)
+                               chunk_bytes, build, tail, alpha_shares=alpha_shares)
     if reduction is None:
         return None
     makespan, transfers = reduction
@@ -1191,7 +1203,8 @@ def _mirrored_reduction(coll: Collective, forest: Forest, topology: Topology, ch
 
 def _timed_forward(coll: Collective, plans: list[Forest], topology: Topology, chunks: int, messages: int | None,
                    chunk_bytes: float, build: bool, tail: int = 0,
-                   joint: bool = False) -> tuple[float, list[Transfer]] | None:
+                   joint: bool = False, alpha_shares: tuple[float, ...] = (ALPHA_SHARE,)
+                   ) -> tuple[float, list[Transfer]] | None:
     """Reductions timed forward, leaf to root (:func:`add_reduction`), instead of as a mirrored
     broadcast; for allreduce the two phases overlap: each piece's allgather starts from its owner
     as soon as its sum is complete there, and links serve reduction transfers first.
@@ -1200,7 +1213,8 @@ def _timed_forward(coll: Collective, plans: list[Forest], topology: Topology, ch
     by side: links serve both phases by pipeline position (hops ahead only), with no limit on size
     but the list schedule's.
 
-    One list schedule of all transfers, plain and coalesced (the faster is kept). Where a rank's
+    One list schedule of all transfers, plain and coalesced (each share of α in ``alpha_shares``;
+    the fastest is kept). Where a rank's
     in- and out-links are not all saturated in both phases (a mesh corner), the allgather of early
     pieces fills the reduction's idle links. None on fabrics where rank pairs share switch links
     (the runtime's arbitration is not modelled here) and on schedules too large to list-schedule.
@@ -1228,10 +1242,11 @@ def _timed_forward(coll: Collective, plans: list[Forest], topology: Topology, ch
         jobs = _forward_jobs(plans, n, chunks, messages, priority, tail, 0 if joint else 1)
         if len(jobs.msg) > MAX_TRANSFERS or len(jobs.msg) > LEVEL_JOBS or (topology.switches and _shares_links(jobs)):
             return None
-        for coalesce in (False, True):
-            timed = list_schedule(jobs, topology, chunk_bytes, coalesce=coalesce)
+        for share in (None, *alpha_shares):
+            timed = list_schedule(jobs, topology, chunk_bytes, coalesce=share is not None,
+                                  alpha_share=share or ALPHA_SHARE)
             if best is None or timed[2].max() < best[1][2].max() * (1 - 1e-9):
-                best = (jobs, timed, jobs.head if coalesce else None)
+                best = (jobs, timed, list(jobs.head) if share is not None else None)
     jobs, (order, start, end), heads = best
     makespan = float(end.max()) if len(end) else 0.0
     if not build:
@@ -1295,10 +1310,12 @@ def _message_count(tree_chunks: int, parts: int | None, tail: int) -> int:
 
 def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: float, offset: float,
                  reducing: bool, build: bool = True, channel: int = 0,
-                 coalesce: bool = False) -> tuple[list[Transfer], float]:
+                 coalesce: bool = False,
+                 alpha_shares: tuple[float, ...] = (ALPHA_SHARE,)) -> tuple[list[Transfer], float]:
     """Time one phase's broadcasts on its planning fabric; a reversed forest's schedule is then
     mirrored in time (t -> T - t) and direction: the broadcast becomes a reduction (or a gather)
-    with the same makespan, and link serialization and data dependencies carry over."""
+    with the same makespan, and link serialization and data dependencies carry over. With
+    ``coalesce``, coalesced timings (one per share of α in ``alpha_shares``) compete with the plain one."""
     fabric = topology.reversed() if forest.reversed else topology
     heads = None   # set when a coalesced timing wins: the first job of each job's message
     if forest.slots is not None and len(jobs.msg) == len(forest.trees) * len(forest.slots):
@@ -1316,10 +1333,10 @@ def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: f
         # Mirrored into reductions too: once the lowering kept the planned order (blocks per
         # connection, one α per step), their simulated times match the plan (benchmarks/bench_trees.py
         # sim/plan 1.000; mi250-2node reducescatter 0.930 -> 0.944, dgx-a100-2node 0.970 -> 0.978).
-        if coalesce:
-            merged = list_schedule(jobs, fabric, chunk_bytes, coalesce=True)
+        for share in alpha_shares if coalesce else ():
+            merged = list_schedule(jobs, fabric, chunk_bytes, coalesce=True, alpha_share=share)
             if merged[2].max() < end.max() - 1e-9:
-                (order, start, end), heads = merged, jobs.head
+                (order, start, end), heads = merged, list(jobs.head)
         if topology.switches and not forest.reversed and REPLAY and not build and _shares_links(jobs):
             # Search score on switch fabrics. Links there are shared by many connections, and the
             # runtime serves them in the order sends become ready, not by our priority; replay
