@@ -492,16 +492,14 @@ def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
     if chained is not None:
         deps_of = [d + (c,) if c >= 0 else d for d, c in zip(jobs.deps, chained)]
         return _fifo_schedule(deps_of, jobs.key, hops, duration, len(topology.links))
-    waiting = np.array([len(d) for d in jobs.deps], dtype=np.int64)
-    dependents: list[list[int]] = [[] for _ in range(n)]
-    for i, deps in enumerate(jobs.deps):
-        for d in deps:
-            dependents[d].append(i)
-    free = np.zeros(len(topology.links))
-    start = np.zeros(n)
-    end = np.zeros(n)
+    # plain lists, not arrays: the loop reads and writes one element at a time
+    waiting, dependents = _dependents(jobs.deps)
+    free = [0.0] * len(topology.links)
+    start = [0.0] * n
+    end = [0.0] * n
     queues: list[list] = [[] for _ in range(len(topology.links))]
-    taken = np.zeros(n, dtype=bool)
+    taken = [False] * n
+    route_alpha, route_rate, duration = route_alpha.tolist(), route_rate.tolist(), duration.tolist()
     by_first: dict[tuple, int] = {}   # queued jobs by (src, dst, route, first chunk)
     events: list[tuple[float, int, int]] = []   # (time, 0 = job ready / 1 = link free, id)
     for i in range(n):
@@ -539,8 +537,8 @@ def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
         else:
             finish = s + duration[i]
         taken[i] = True
-        links = hops[i]
-        free[links] = finish
+        for hop_link in hops[i]:
+            free[hop_link] = finish
         heapq.heappush(events, (finish, 1, link))
         for m in members:
             start[m], end[m] = s, finish
@@ -551,10 +549,10 @@ def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
                 waiting[j] -= 1
                 if waiting[j] == 0:  # ready when the last of its inputs has arrived
                     heapq.heappush(events, (max(end[d] for d in jobs.deps[j]), 0, j))
-    if (waiting > 0).any():
+    if any(waiting):
         raise SynthError("internal error: cyclic transfer dependencies")
     order = sorted(range(n), key=lambda i: (start[i], jobs.key[i]))
-    return order, start, end
+    return order, np.array(start), np.array(end)
 
 
 def _fifo_schedule(deps: list[tuple[int, ...]], keys: list[tuple], hops: list[list[int]], duration: np.ndarray,
@@ -564,14 +562,10 @@ def _fifo_schedule(deps: list[tuple[int, ...]], keys: list[tuple], hops: list[li
     import heapq
 
     n = len(deps)
-    waiting = [len(d) for d in deps]
-    dependents: list[list[int]] = [[] for _ in range(n)]
-    for i, ds in enumerate(deps):
-        for d in ds:
-            dependents[d].append(i)
+    waiting, dependents = _dependents(deps)
     free = [0.0] * num_links
-    start = np.zeros(n)
-    end = np.zeros(n)
+    start = [0.0] * n
+    end = [0.0] * n
     heap = [(0.0, keys[i], i) for i in range(n) if waiting[i] == 0]
     heapq.heapify(heap)
     placed = 0
@@ -594,7 +588,16 @@ def _fifo_schedule(deps: list[tuple[int, ...]], keys: list[tuple], hops: list[li
     if placed < n:
         raise SynthError("internal error: cyclic transfer dependencies")
     order = sorted(range(n), key=lambda i: (start[i], keys[i]))
-    return order, start, end
+    return order, np.array(start), np.array(end)
+
+
+def _dependents(deps: list[tuple[int, ...]]) -> tuple[list[int], list[list[int]]]:
+    """Per job: how many jobs it waits for, and the jobs that wait for it."""
+    dependents: list[list[int]] = [[] for _ in deps]
+    for i, ds in enumerate(deps):
+        for d in ds:
+            dependents[d].append(i)
+    return [len(d) for d in deps], dependents
 
 
 def level_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -716,23 +719,25 @@ def _serialize(ready: np.ndarray, link: np.ndarray, duration: np.ndarray, free: 
     return out
 
 
-def _pick(queue: list, hops: list[list[int]], free: np.ndarray, t: float, taken: np.ndarray,
+def _pick(queue: list, hops: list[list[int]], free: list[float], t: float, taken: list[bool],
           width: int = 8) -> tuple[int, float]:
     """Among the ``width`` best-keyed ready transfers of a link, the one that can start first
     (a routed transfer may wait for the far links of its route; a direct one never does);
-    transfers already ``taken`` into an earlier message are dropped from the queue."""
+    transfers already ``taken`` into an earlier message are dropped from the queue. The queue is
+    only searched past its head while the transfers seen so far must wait."""
     import heapq
 
     head = []
+    best = None
     while queue and len(head) < width:
         item = heapq.heappop(queue)
-        if not taken[item[1]]:
-            head.append(item)
-    best = None
-    for pos, (_, i) in enumerate(head):
-        s = max(t, float(free[hops[i]].max()))
+        if taken[item[1]]:
+            continue
+        route = hops[item[1]]
+        s = max(t, float(free[route[0]] if len(route) == 1 else max(free[link] for link in route)))
+        head.append(item)
         if best is None or s < best[1] - 1e-12:
-            best = (pos, s)
+            best = (len(head) - 1, s)
         if s <= t:
             break
     pos, s = best
