@@ -944,7 +944,8 @@ def _split_allreduce(topology: Topology, collective: Collective, size_bytes: flo
             if deadline is not None and time.monotonic() > deadline:
                 break
             chunks = k * per_tree
-            if _pair_messages(plans, roots, chunks) > MAX_CHANNELS * MAX_STEPS_PER_TB:
+            per_tree_chunks = [[sum(c) for c in zip(*(split_chunks(f, r, chunks) for r in roots))] for f in plans]
+            if _pair_load(plans, per_tree_chunks) > MAX_CHANNELS * MAX_STEPS_PER_TB:   # one chunk per message
                 break
             coll = Collective("allreduce", n, _chunk_factor("allreduce", n, chunks), collective.root,
                               collective.inplace)
@@ -978,15 +979,14 @@ def _forest_schedule(topology: Topology, coll: Collective, transfers: list[Trans
                     predicted_time_us=makespan, notes=notes)
 
 
-def _pair_messages(plans: list[Forest], roots: tuple[int, ...], chunks: int) -> int:
-    """Most one-chunk messages one directed rank pair carries, both phases together."""
+def _pair_load(plans: list[Forest], messages: list[list[int]]) -> int:
+    """Most messages one directed rank pair carries, all phases together, when every edge of tree
+    ``t`` of ``plans[f]`` carries ``messages[f][t]`` (a reduction's edges run child -> parent)."""
     load: dict[tuple[int, int], int] = defaultdict(int)
-    for forest in plans:
-        for root in roots:
-            for tree, count in zip(forest.trees, split_chunks(forest, root, chunks)):
-                if count:   # split_chunks gives other roots' trees none
-                    for parent, child in tree.edges:
-                        load[(child, parent) if forest.reversed else (parent, child)] += count
+    for forest, counts in zip(plans, messages):
+        for tree, count in zip(forest.trees, counts):
+            for parent, child in tree.edges:
+                load[(child, parent) if forest.reversed else (parent, child)] += count
     return max(load.values(), default=0)
 
 
@@ -1067,15 +1067,10 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
             return False
         def per_edge(t):   # a tree of multiplicity m carries m·P chunks (C = k·P·2^L)
             return _message_count(t.mult * p * 2 ** max(tail, 0), p if per_tree else None, tail)
-        jobs_estimate = sum(per_edge(t) * len(t.edges) for f in plans for t in f.trees)
-        if jobs_estimate > REFINE_JOBS:
+        messages = [[per_edge(t) for t in f.trees] for f in plans]
+        if sum(m * len(t.edges) for f, counts in zip(plans, messages) for t, m in zip(f.trees, counts)) > REFINE_JOBS:
             return False
-        load: dict[tuple[int, int], int] = defaultdict(int)
-        for f in plans:
-            for t in f.trees:
-                for edge in t.edges:
-                    load[edge] += per_edge(t)
-        return max(load.values(), default=0) <= MAX_CHANNELS * MAX_STEPS_PER_TB
+        return _pair_load(plans, messages) <= MAX_CHANNELS * MAX_STEPS_PER_TB
 
     def neighbours(p: int) -> list[int]:
         # two grid points each way: the makespan is not unimodal in P (ndv2-2node: 12 < 16 > 24 > 32)
