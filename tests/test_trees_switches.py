@@ -239,8 +239,8 @@ def test_timing_with_more_alpha_shares_keeps_the_fastest():
     assert plans[0].k == 13
 
     def timed(shares):
-        coll, makespan, _ = trees._timed(topo, collective, plans, 39, 3, GiB, height_weight=4.0,
-                                         alpha_shares=shares)
+        coll, makespan, _ = trees._timed(topo, collective, plans, 39, 3, GiB,
+                                         timing=trees._Timing(4.0, alpha_shares=shares))
         return compute_bounds(topo, coll, GiB).time_bound_us / makespan
 
     assert len(trees.ALPHA_SHARES) > 1 and trees.ALPHA_SHARES[0] == trees.ALPHA_SHARE

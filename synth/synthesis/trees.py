@@ -1016,15 +1016,16 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
         # at scale one message per tree is final (see _choose_chunks): no depth search, one timing pass
         search = (messages is not None and n <= LARGE_RANKS
                   and (deadline is None or time.monotonic() < deadline))
-        best = _timed(topology, collective, plans, chunks, messages, size_bytes, build=not search,
-                      height_weight=weight, mirror=not search,
-                      alpha_shares=ALPHA_SHARES[:1] if search else ALPHA_SHARES)
+        # a search starts plain (it tries mirrors itself; its shape is built with every α share below);
+        # a timing without a search tries everything at once
+        first = _Timing(weight, mirror=not search, alpha_shares=ALPHA_SHARES[:1] if search else ALPHA_SHARES)
+        best = _timed(topology, collective, plans, chunks, messages, size_bytes, build=not search, timing=first)
         if search:
             best, chunks, messages, tail, trials = _refine_depth(topology, collective, plans, size_bytes, best,
                                                                  chunks, messages, deadline, weight, floor)
             # the shape found is built with every share of α for coalesced messages (see ALPHA_SHARES)
-            best = _timed(topology, collective, plans, chunks, messages, size_bytes, height_weight=weight, tail=tail,
-                          alpha_shares=ALPHA_SHARES)
+            best = _timed(topology, collective, plans, chunks, messages, size_bytes, tail=tail,
+                          timing=_Timing(weight, alpha_shares=ALPHA_SHARES))
         if outcome is None or best[1] < outcome[0][1] * (1 - 1e-9):
             outcome = (best, chunks, messages, tail, trials)
         if not search:   # no search, no alternatives: large schedules are timed once
@@ -1085,7 +1086,7 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
         if deadline is not None and began + last_trial > deadline:   # the next one would not fit
             return False
         timed_now = _timed(topology, collective, plans, _shape_chunks(k, p, tail), p if per_tree else None,
-                           size_bytes, build=False, height_weight=height_weight, tail=tail, mirror=mirror)
+                           size_bytes, build=False, tail=tail, timing=_Timing(height_weight, mirror))
         last_trial = time.monotonic() - began
         timed[(per_tree, p, tail)] = timed_now[1]
         if timed_now[1] < best[1] * (1 - 1e-9):
@@ -1148,23 +1149,33 @@ def _shape_chunks(k: int, p: int, tail: int) -> int:
     return k * p if tail == HALVING else k * p * 2 ** tail
 
 
+@dataclass(frozen=True)
+class _Timing:
+    """How :func:`_timed` times a message shape.
+
+    ``height_weight``: the hops-ahead term of the priority (:func:`add_broadcast`); ``mirror``: an
+    allgather is also timed as the mirror of its reduction timed forward (:func:`_mirrored_reduction`)
+    and the faster is kept; ``alpha_shares``: the coalesced timings tried (:func:`list_schedule`).
+    """
+    height_weight: float = 1.0
+    mirror: bool = True
+    alpha_shares: tuple[float, ...] = (ALPHA_SHARE,)
+
+
 def _timed(topology: Topology, collective: Collective, plans: list[Forest], chunks: int, messages: int | None,
-           size_bytes: float, build: bool = True, height_weight: float = 1.0,
-           tail: int = 0, mirror: bool = True,
-           alpha_shares: tuple[float, ...] = (ALPHA_SHARE,)) -> tuple[Collective, float, list[Transfer]]:
+           size_bytes: float, build: bool = True, tail: int = 0,
+           timing: _Timing = _Timing()) -> tuple[Collective, float, list[Transfer]]:
     """All phases, one after the other: (collective with its chunk factor, makespan, transfers;
     the transfers only if ``build``, else a search score in place of the makespan, see
-    :func:`_timed_phase`). ``height_weight``: see :func:`add_broadcast`; ``tail``: :func:`_messages`;
-    ``mirror``: an allgather is also timed as the mirror of its reduction timed forward
-    (:func:`_mirrored_reduction`), and the faster is kept; ``alpha_shares``: the coalesced timings
-    tried (:func:`list_schedule`)."""
+    :func:`_timed_phase`). ``tail``: the message shape (:func:`_messages`)."""
     name, n = collective.name, topology.num_ranks
+    alpha_shares = timing.alpha_shares
     coll = Collective(name, n, _chunk_factor(name, n, chunks), collective.root, collective.inplace)
     chunk_bytes = coll.chunk_bytes(size_bytes)
     transfers: list[Transfer] = []
     offset = 0.0
     for phase, forest in enumerate(plans):
-        jobs = _phase_jobs(coll, forest, phase, chunks, messages, height_weight, tail)
+        jobs = _phase_jobs(coll, forest, phase, chunks, messages, timing.height_weight, tail)
         if len(jobs.msg) > MAX_TRANSFERS:
             raise SynthError(f"--chunks {chunks} makes {len(jobs.msg)} transfers; use fewer chunks")
         # each phase on its own channel: an allreduce's two phases fill a threadblock each
@@ -1177,7 +1188,7 @@ def _timed(topology: Topology, collective: Collective, plans: list[Forest], chun
                                  alpha_shares=alpha_shares)
         if forward is not None and forward[0] < offset * (1 - 1e-9):
             return coll, forward[0], forward[1]
-    if name == "allgather" and mirror:
+    if name == "allgather" and timing.mirror:
         mirrored = _mirrored_reduction(coll, plans[0], topology, chunks, messages, chunk_bytes, build, tail,
                                        alpha_shares)
         if mirrored is not None and mirrored[0] < offset * (1 - 1e-9):
