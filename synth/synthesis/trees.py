@@ -475,9 +475,9 @@ def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
     With ``coalesce``, the transfer started also takes along the other transfers queued (ready) for
     the same sender, receiver and route whose chunks extend its own contiguously, up to
     ``MAX_COALESCE`` chunks and until α is ``alpha_share`` of the message's time: one message, one α
-    (an MSCCL step with ``cnt`` > 1). A link only has
-    such a backlog when it is the bottleneck, so this cuts α where it costs time and keeps small
-    messages (short pipeline fill) elsewhere. Merged transfers share ``jobs.head`` (the first one).
+    (an MSCCL step with ``cnt`` > 1). A link only has such a backlog when it is the bottleneck, so
+    this cuts α where it costs time and keeps small messages (short pipeline fill) elsewhere.
+    Merged transfers share ``jobs.head`` (the first one).
 
     With ``chained`` (per job, the job before it on its threadblock, or -1) the runtime's rule is
     replayed instead: a send is ready when its data has arrived and the previous send of its
@@ -524,7 +524,7 @@ def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
         if coalesce:
             by_first.pop((jobs.src[i], jobs.dst[i], jobs.route[i], jobs.msg[i][0]), None)
             size = len(jobs.msg[i])
-            # enough chunks that α is ALPHA_SHARE of the message, no more (bigger ones slow the pipeline)
+            # enough chunks that α is alpha_share of the message, no more (bigger ones slow the pipeline)
             most = min(MAX_COALESCE, max(size, int(route_alpha[i] / alpha_share * route_rate[i] / chunk_bytes)))
             nxt = by_first.get((jobs.src[i], jobs.dst[i], jobs.route[i], jobs.msg[i][-1] + 1))
             while nxt is not None and not taken[nxt] and size + len(jobs.msg[nxt]) <= most:
@@ -944,8 +944,9 @@ def _split_allreduce(topology: Topology, collective: Collective, size_bytes: flo
             if deadline is not None and time.monotonic() > deadline:
                 break
             chunks = k * per_tree
+            # one chunk per message; split_chunks gives each root's trees their chunks and the others 0
             per_tree_chunks = [[sum(c) for c in zip(*(split_chunks(f, r, chunks) for r in roots))] for f in plans]
-            if _pair_load(plans, per_tree_chunks) > MAX_CHANNELS * MAX_STEPS_PER_TB:   # one chunk per message
+            if _pair_load(plans, per_tree_chunks) > MAX_CHANNELS * MAX_STEPS_PER_TB:
                 break
             coll = Collective("allreduce", n, _chunk_factor("allreduce", n, chunks), collective.root,
                               collective.inplace)
@@ -1068,10 +1069,12 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
             return False
         def per_edge(t):   # a tree of multiplicity m carries m·P chunks (C = k·P·2^L)
             return _message_count(t.mult * p * 2 ** max(tail, 0), p if per_tree else None, tail)
-        messages = [[per_edge(t) for t in f.trees] for f in plans]
-        if sum(m * len(t.edges) for f, counts in zip(plans, messages) for t, m in zip(f.trees, counts)) > REFINE_JOBS:
+        per_tree_messages = [[per_edge(t) for t in f.trees] for f in plans]
+        jobs_estimate = sum(m * len(t.edges) for f, counts in zip(plans, per_tree_messages)
+                            for t, m in zip(f.trees, counts))
+        if jobs_estimate > REFINE_JOBS:
             return False
-        return _pair_load(plans, messages) <= MAX_CHANNELS * MAX_STEPS_PER_TB
+        return _pair_load(plans, per_tree_messages) <= MAX_CHANNELS * MAX_STEPS_PER_TB
 
     def neighbours(p: int) -> list[int]:
         # two grid points each way: the makespan is not unimodal in P (ndv2-2node: 12 < 16 > 24 > 32)
