@@ -908,12 +908,12 @@ def _forest_phases(collective: Collective) -> list[tuple[tuple[int, ...], bool]]
 def _capped_floor_us(topology: Topology, collective: Collective, size_bytes: float, cap: int) -> float:
     """Bandwidth time of the forests at most ``cap`` trees per root can reach (the rate of
     :func:`synth.synthesis.packing.choose_capacities`; the packed forests can only be slower)."""
+    per_root_bytes = _per_root_bytes(collective.name, topology.num_ranks, size_bytes)
     total = 0.0
     for roots, reverse in _forest_phases(collective):
         fabric = integer_fabric(topology.reversed() if reverse else topology)
         weights = {r: 1 for r in roots}
         _, _, ratio = choose_capacities(fabric, weights, optimal_ratio(fabric, weights), cap)
-        per_root_bytes = _per_root_bytes(collective.name, topology.num_ranks, size_bytes)
         total += per_root_bytes * float(ratio) / (float(fabric.unit_GBps) * 1e3)
     return total
 
@@ -1067,14 +1067,10 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
     def feasible(per_tree: bool, p: int, tail: int) -> bool:
         if _shape_chunks(k, p, tail) > (MAX_TAIL_CHUNKS if tail != 0 else MAX_CHUNKS):   # tailed or halving
             return False
-        def per_edge(t):   # a tree of multiplicity m carries m·P chunks (C = k·P·2^L)
-            return _message_count(t.mult * p * 2 ** max(tail, 0), p if per_tree else None, tail)
-        per_tree_messages = [[per_edge(t) for t in f.trees] for f in plans]
-        jobs_estimate = sum(m * len(t.edges) for f, counts in zip(plans, per_tree_messages)
-                            for t, m in zip(f.trees, counts))
-        if jobs_estimate > REFINE_JOBS:
+        shape = (_shape_chunks(k, p, tail), p if per_tree else None, tail)
+        if _job_estimate(plans, *shape) > REFINE_JOBS:
             return False
-        return _pair_load(plans, per_tree_messages) <= MAX_CHANNELS * MAX_STEPS_PER_TB
+        return _pair_load(plans, _tree_messages(plans, *shape)) <= MAX_CHANNELS * MAX_STEPS_PER_TB
 
     def neighbours(p: int) -> list[int]:
         # two grid points each way: the makespan is not unimodal in P (ndv2-2node: 12 < 16 > 24 > 32)
@@ -1172,7 +1168,6 @@ def _timed(topology: Topology, collective: Collective, plans: list[Forest], chun
     the transfers only if ``build``, else a search score in place of the makespan, see
     :func:`_timed_phase`). ``tail``: the message shape (:func:`_messages`)."""
     name, n = collective.name, topology.num_ranks
-    alpha_shares = timing.alpha_shares
     coll = Collective(name, n, _chunk_factor(name, n, chunks), collective.root, collective.inplace)
     chunk_bytes = coll.chunk_bytes(size_bytes)
     transfers: list[Transfer] = []
@@ -1183,17 +1178,18 @@ def _timed(topology: Topology, collective: Collective, plans: list[Forest], chun
             raise SynthError(f"--chunks {chunks} makes {len(jobs.msg)} transfers; use fewer chunks")
         # each phase on its own channel: an allreduce's two phases fill a threadblock each
         part, makespan = _timed_phase(jobs, forest, topology, chunk_bytes, offset, coll.is_reduction, build,
-                                      channel=phase, coalesce=name in COALESCING, alpha_shares=alpha_shares)
+                                      channel=phase, coalesce=name in COALESCING,
+                                      alpha_shares=timing.alpha_shares)
         transfers += part
         offset += makespan
     if name in ("reducescatter", "allreduce"):
         forward = _timed_forward(coll, plans, topology, chunks, messages, chunk_bytes, build, tail,
-                                 alpha_shares=alpha_shares)
+                                 alpha_shares=timing.alpha_shares)
         if forward is not None and forward[0] < offset * (1 - 1e-9):
             return coll, forward[0], forward[1]
     if name == "allgather" and timing.mirror:
         mirrored = _mirrored_reduction(coll, plans[0], topology, chunks, messages, chunk_bytes, build, tail,
-                                       alpha_shares)
+                                       timing.alpha_shares)
         if mirrored is not None and mirrored[0] < offset * (1 - 1e-9):
             return coll, mirrored[0], mirrored[1]
     return coll, offset, transfers
@@ -1303,10 +1299,17 @@ def _forward_jobs(plans: list[Forest], n: int, chunks: int, messages: int | None
     return jobs
 
 
+def _tree_messages(plans: list[Forest], chunks: int, messages: int | None, tail: int = 0) -> list[list[int]]:
+    """Messages per tree edge, per forest and tree, with ``chunks`` per root and ``messages`` per tree
+    (or one chunk per message; ``tail``: :func:`_messages`); a tree of multiplicity ``m`` carries
+    ``chunks · m / k`` chunks."""
+    return [[_message_count(max(1, chunks * t.mult // f.k), messages, tail) for t in f.trees] for f in plans]
+
+
 def _job_estimate(plans: list[Forest], chunks: int, messages: int | None, tail: int = 0) -> int:
-    """Transfers of a schedule with ``messages`` per tree (or one chunk per message; ``tail``: :func:`_messages`)."""
-    return sum(len(t.edges) * _message_count(max(1, chunks * t.mult // f.k), messages, tail)
-               for f in plans for t in f.trees)
+    """Transfers of a schedule (:func:`_tree_messages` on every tree edge)."""
+    return sum(len(t.edges) * m for f, counts in zip(plans, _tree_messages(plans, chunks, messages, tail))
+               for t, m in zip(f.trees, counts))
 
 
 def _forward_fits(plans: list[Forest], chunks: int, messages: int | None, tail: int) -> bool:
