@@ -22,7 +22,7 @@ import time
 
 def run_one(topology, name: str, size: int, method: str = "trees") -> dict:
     from synth.bounds import compute_bounds
-    from synth.collectives import Collective
+    from synth.collectives import Collective, runtime_divides
     from synth.program.lower import lower
     from synth.simulate import simulate
     from synth.synthesis.base import SynthOptions
@@ -48,6 +48,7 @@ def run_one(topology, name: str, size: int, method: str = "trees") -> dict:
         "topology": topology.name, "collective": name, "method": method, "ok": result.ok,
         "time_us": sim.time_us, "bound_us": bound.time_bound_us, "ratio": bound.time_bound_us / sim.time_us,
         "phases_ratio": phases_us / sim.time_us,
+        "runtime_runs": runtime_divides(program.nchunksperloop, size),
         "planned_ratio": sim.time_us / schedule.predicted_time_us if schedule.predicted_time_us else float("nan"),
         "synth_s": t1 - t0, "lower_s": t2 - t1, "verify_s": t3 - t2, "simulate_s": t4 - t3,
         "program": program,
@@ -69,7 +70,7 @@ def main() -> None:
     size = parse_size(args.size)
     names = args.topologies.split(",") if args.topologies else [] if args.large else list(builtin_names())
     print(f"{'topology':18s} {'collective':14s} {'ok':3s} {'sim us':>10s} {'bound us':>10s} {'ratio':>6s} "
-          f"{'rs+ag':>6s} {'sim/plan':>8s}"
+          f"{'rs+ag':>6s} {'sim/plan':>8s} {'runs':>4s}"
           f"{'  ring ratio  trees/ring' if args.ring else ''}   synth/lower/verify/sim s")
     for tname in names:
         topology = load_topology(tname)
@@ -83,7 +84,8 @@ def main() -> None:
                 except Exception as exc:  # a baseline may not support a fabric
                     extra = f"  ring: {exc}"
             print(f"{tname:18s} {cname:14s} {str(row['ok']):3s} {row['time_us']:10.1f} {row['bound_us']:10.1f} "
-                  f"{row['ratio']:6.4f} {row['phases_ratio']:6.4f} {row['planned_ratio']:8.4f}{extra}   "
+                  f"{row['ratio']:6.4f} {row['phases_ratio']:6.4f} {row['planned_ratio']:8.4f} "
+                  f"{('no', 'yes')[row['runtime_runs']]:>4s}{extra}   "
                   f"{row['synth_s']:.1f}/{row['lower_s']:.1f}/"
                   f"{row['verify_s']:.1f}/{row['simulate_s']:.1f}", flush=True)
     if args.large:

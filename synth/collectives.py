@@ -27,9 +27,19 @@ from synth.errors import SynthError
 COLLECTIVES = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast", "reduce", "gather", "scatter")
 REDUCING = frozenset({"reducescatter", "allreduce", "reduce"})
 ROOTED = frozenset({"broadcast", "reduce", "gather", "scatter"})
+# MSCCL runtimes count a buffer in elements; fp32 here, so 1- and 2-byte types divide as well
+RUNTIME_ELEMENT_BYTES = 4
 # MSCCL `coll` attribute spellings accepted on import.
 COLL_ALIASES = {"reduce_scatter": "reducescatter", "all_reduce": "allreduce", "all_gather": "allgather",
                 "all_to_all": "alltoall", "alltoall": "alltoall"}
+
+
+def runtime_divides(loop_chunks: int, size_bytes: float) -> bool:
+    """MSCCL runtimes run a program on a buffer only when the buffer's element count is a multiple of its
+    ``nchunksperloop`` (msccl-executor-nccl's algorithm selection, NOTES.md); elements of
+    :data:`RUNTIME_ELEMENT_BYTES`."""
+    elements = size_bytes / RUNTIME_ELEMENT_BYTES
+    return elements == int(elements) and int(elements) % loop_chunks == 0
 
 
 def canonical_name(name: str) -> str:
@@ -88,6 +98,10 @@ class Collective:
 
     def chunk_bytes(self, size_bytes: float) -> float:
         return size_bytes / self.size_chunks
+
+    def runtime_divides(self, size_bytes: float) -> bool:
+        """Would an MSCCL runtime run a program of this chunking on a SIZE buffer (:func:`runtime_divides`)?"""
+        return runtime_divides(self.size_chunks, size_bytes)
 
     @property
     def busbw_factor(self) -> float:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
-from synth.collectives import Collective, canonical_name
+from synth.collectives import RUNTIME_ELEMENT_BYTES, Collective, canonical_name, runtime_divides
 from synth.errors import SynthError
 from synth.program.ir import Program
 from synth.schedule import Schedule
@@ -147,12 +147,12 @@ def honest_status(status: str, gap: float | None) -> str:
 
 def _size_notes(program: Program, size_bytes: float) -> list[str]:
     """MSCCL runtimes use a program only when its chunk count divides the buffer (NOTES.md): say so."""
-    chunks = program.nchunksperloop or 1
-    if int(size_bytes) % chunks:
-        return [f"SIZE {int(size_bytes)} B does not split into the program's {chunks} equal chunks per loop; "
-                "MSCCL runtimes use a program only when nchunksperloop divides the buffer, so pick a SIZE "
-                f"that is a multiple of {chunks} elements"]
-    return []
+    loop = program.nchunksperloop or 1
+    if runtime_divides(loop, size_bytes):
+        return []
+    return [f"SIZE {int(size_bytes)} B is not a multiple of the program's {loop} chunks per loop in "
+            f"{RUNTIME_ELEMENT_BYTES}-byte elements; MSCCL runtimes use a program only where nchunksperloop divides "
+            "the buffer's element count, so they will run their own algorithm at this SIZE"]
 
 
 def synthesize(topology: Topology | str, collective_name: str, size_bytes: float, method: str = "auto",

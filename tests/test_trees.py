@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
+from collections import defaultdict
 from fractions import Fraction
 
 import pytest
 
 from synth.collectives import Collective
 from synth.errors import SynthError
+from synth.synthesis import trees
 from synth.synthesis.base import SynthOptions
 from synth.synthesis.packing import integer_fabric, optimal_ratio
 from synth.synthesis.trees import plan_forest, synthesize
@@ -459,3 +462,61 @@ def test_tree_count_search_goes_past_a_cap_that_is_barely_slower():
     schedule = synthesize(topology, Collective("allgather", 16), 1024, SynthOptions())
     assert max(schedule.notes["trees_per_root"]) <= 4
     assert schedule.predicted_time_us < 20.0
+
+
+def test_runtime_divides_counts_the_buffer_in_four_byte_elements():
+    # msccl-executor-nccl selects a program only where nchunksperloop divides the element count
+    assert Collective("allgather", 16, 32).runtime_divides(2**30)         # 512 per loop | 2^28
+    assert not Collective("allgather", 16, 39).runtime_divides(2**30)     # 624 = 16 * 39
+    assert Collective("allgather", 16, 40).runtime_divides(10**9)         # 640 | 2.5e8
+    assert not Collective("allreduce", 8, 2**30).runtime_divides(2**30)   # 2^30 chunks > 2^28 elements
+    assert not Collective("allgather", 2, 1).runtime_divides(6)           # 1.5 elements
+
+
+def test_chunk_counts_are_ones_the_msccl_runtime_runs_at_size():
+    # dgx-a100-2node: 13 trees per root, best at 39 chunks per root (624 per loop), which a 1 GiB
+    # buffer (2^28 fp32) does not divide: the runtime would run NCCL's own algorithm instead
+    from synth.topology.io import load_topology
+
+    topology = load_topology("dgx-a100-2node")
+    coll = Collective("allgather", topology.num_ranks)
+    usable = synthesize(topology, coll, 2**30, SynthOptions())
+    anything = synthesize(topology, coll, 2**30, SynthOptions(runtime_chunks=False))
+    assert usable.collective.runtime_divides(2**30)
+    assert not anything.collective.runtime_divides(2**30)
+    assert usable.predicted_time_us < anything.predicted_time_us * 1.01
+    fit = trees._runtime_chunks(coll, 2**30)
+    assert fit(39) == [32, 64] and fit(64) == [64, 32, 128] and fit(3) == [4, 2]
+    assert trees._runtime_chunks(Collective("allgather", 25), 2**30)(39) == [39]   # 25 never divides 2^28
+
+
+def test_remainder_chunks_are_spread_over_the_links():
+    # 8 chunks per root on dgx1's 6 trees per root: two trees of each root carry two; the extra
+    # chunks go where the links are least loaded, never above what the largest remainder gives
+    from synth.topology.io import load_topology
+
+    forest = trees.plan_forest(load_topology("dgx1"), tuple(range(8)))
+    assert forest.k == 6
+    counts = trees._balanced_split(forest, 8)
+    for root in range(8):
+        assert sum(trees.split_chunks(forest, root, 8)) == 8
+    shares = [8 * t.mult / forest.k for t in forest.trees]
+    assert all(math.floor(s) <= c <= math.ceil(s) for s, c in zip(shares, counts))
+
+    def max_load(per_tree):
+        load = defaultdict(int)
+        for tree, c in zip(forest.trees, per_tree):
+            for edge in tree.edges:
+                load[edge] += c
+        return max(load.values())
+
+    by_remainder = []
+    for root in range(8):
+        idx = [i for i, t in enumerate(forest.trees) if t.root == root]
+        base = {i: math.floor(shares[i]) for i in idx}
+        for i in sorted(idx, key=lambda i: (-(shares[i] - base[i]), i))[:8 - sum(base.values())]:
+            base[i] += 1
+        by_remainder.append(base)
+    merged = [next(b[i] for b in by_remainder if i in b) for i in range(len(forest.trees))]
+    assert max_load(counts) <= max_load(merged)
+    assert trees._balanced_split(forest, 12) == tuple(12 * t.mult // 6 for t in forest.trees)   # exact: no choice

@@ -29,6 +29,10 @@ def _default_output(topology: str, collective: str, method: str) -> str:
               help="trees: at most K spanning trees per root (default: the optimum's count up to 256, and "
                    "16/8/4 are tried too); fewer trees mean fewer messages per link, at a rate within ~1/K "
                    "of the optimum.")
+@click.option("--any-chunks", is_flag=True,
+              help="trees: any chunk count, also one whose nchunksperloop does not divide the SIZE buffer (MSCCL "
+                   "runtimes then run their own algorithm at that SIZE; the simulator and `synth execute` do not "
+                   "mind). Default: counts the runtime accepts, where there are any.")
 @click.option("--root", type=int, default=0, show_default=True, help="Root rank of rooted collectives.")
 @click.option("--gap", type=float, default=None, help="Relative MIP gap at which exact methods stop.")
 @click.option("--threads", type=int, default=None, help="Solver threads.")
@@ -43,9 +47,9 @@ def _default_output(topology: str, collective: str, method: str) -> str:
 @json_option
 @guarded
 def command(topology_name: str | None, collective: str | None, size: str, method: str, solver: str,
-            time_limit: float | None, chunks: int | None, max_trees: int | None, root: int, gap: float | None,
-            threads: int | None, inplace: bool, coll_spelling: str, output: str | None, list_methods: bool,
-            as_json: bool) -> None:
+            time_limit: float | None, chunks: int | None, max_trees: int | None, any_chunks: bool, root: int,
+            gap: float | None, threads: int | None, inplace: bool, coll_spelling: str, output: str | None,
+            list_methods: bool, as_json: bool) -> None:
     """Synthesize a schedule, verify it, and write the program (MSCCL XML or JSON)."""
     from synth.collectives import canonical_name
     from synth.pipeline import synthesize
@@ -76,7 +80,7 @@ def command(topology_name: str | None, collective: str | None, size: str, method
     if output is not None and not output.lower().endswith((".xml", ".json")):
         raise SynthError(f"{output}: program files end in .xml (MSCCL XML) or .json (JSON program)")
     options = SynthOptions(solver=solver, time_limit=time_limit, gap=gap, threads=threads, chunks=chunks,
-                           max_trees=max_trees)
+                           max_trees=max_trees, runtime_chunks=not any_chunks)
     result = synthesize(topology, name, size_bytes, method, options, root, inplace=inplace)
     path = output or _default_output(topology.name, name, result.method)
     written = str(save_program(result.program, path, coll_spelling=coll_spelling))

@@ -19,6 +19,8 @@ class SynthOptions:
     chunks: int | None = None         # chunks per rank piece (C); None lets the method choose
     seed: int = 0
     max_trees: int | None = None
+    # chunk counts an MSCCL runtime runs at SIZE (nchunksperloop divides the buffer), where there are any
+    runtime_chunks: bool = True
     extra: dict = field(default_factory=dict, compare=False)
 
 

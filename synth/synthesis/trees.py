@@ -750,18 +750,54 @@ def _pick(queue: list, hops: list[list[int]], free: list[float], t: float, taken
 # ---------------------------------------------------------------------------------------------
 # chunk counts: the cost model
 # ---------------------------------------------------------------------------------------------
+def _any_chunks(chunks: int) -> list[int]:
+    """The ``fit`` of ``--any-chunks``: every count is fine."""
+    return [chunks]
+
+
 def split_chunks(forest: Forest, root: int, count: int) -> list[int]:
-    """Chunks per distinct tree of ``root`` (largest remainder of ``count · mult / k``)."""
-    idx = [i for i, t in enumerate(forest.trees) if t.root == root]
-    shares = [Fraction(count * forest.trees[i].mult, forest.k) for i in idx]
-    base = [math.floor(s) for s in shares]
-    left = count - sum(base)
-    for pos in sorted(range(len(idx)), key=lambda p: (-(shares[p] - base[p]), p))[:left]:
-        base[pos] += 1
-    out = [0] * len(forest.trees)
-    for i, b in zip(idx, base):
-        out[i] = b
-    return out
+    """Chunks per distinct tree of ``root`` when every root of ``forest`` has ``count`` chunks
+    (:func:`_balanced_split`; others' trees 0)."""
+    key = (id(forest), count)
+    if key not in _SPLITS or _SPLITS[key][0] is not forest:
+        if len(_SPLITS) > 64:
+            _SPLITS.clear()
+        _SPLITS[key] = (forest, _balanced_split(forest, count))
+    return [c if t.root == root else 0 for t, c in zip(forest.trees, _SPLITS[key][1])]
+
+
+_SPLITS: dict[tuple[int, int], tuple[Forest, tuple[int, ...]]] = {}   # by identity: hashing a forest walks it
+
+
+def _balanced_split(forest: Forest, count: int) -> tuple[int, ...]:
+    """Chunks per distinct tree, every root's ``count`` shared in proportion to multiplicity: a tree
+    of multiplicity ``m`` gets ``⌊count·m/k⌋`` or one more. Who gets one more is chosen root by root
+    so that the links stay level (greedy, least-loaded tree first, then the larger remainder)
+    rather than by remainder alone, which would hand the extra chunk of every root to trees
+    crossing the same links (dgx1 at 8 chunks per root, 6 trees each)."""
+    shares = [Fraction(count * t.mult, forest.k) for t in forest.trees]
+    counts = [math.floor(x) for x in shares]
+    if counts == shares:
+        return tuple(counts)
+    links = [{(a, b) for (parent, child), routes in zip(t.edges, t.routes)
+              for nodes in [(parent, *routes[0][0], child)] for a, b in zip(nodes, nodes[1:])}
+             for t in forest.trees]
+    load: dict[tuple[int, int], int] = defaultdict(int)
+    for t, c in enumerate(counts):
+        for link in links[t]:
+            load[link] += c
+    by_root: dict[int, list[int]] = defaultdict(list)
+    for t, tree in enumerate(forest.trees):
+        by_root[tree.root].append(t)
+    for root in sorted(by_root):
+        trees = [t for t in by_root[root] if shares[t] > counts[t]]
+        for _ in range(count - sum(counts[t] for t in by_root[root])):
+            pick = min(trees, key=lambda t: (max(load[link] for link in links[t]), counts[t] - shares[t], t))
+            trees.remove(pick)
+            counts[pick] += 1
+            for link in links[pick]:
+                load[link] += 1
+    return tuple(counts)
 
 
 @dataclass(frozen=True)
@@ -883,7 +919,9 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
     if name == "allreduce" and not topology.switches:
         deadline = None if budget is None else budget - (time.monotonic() - began) / 2
         try:
-            split = _split_allreduce(topology, collective, size_bytes, best.notes["tree_bandwidth_time_us"], deadline)
+            fit = _runtime_chunks(collective, size_bytes) if options.runtime_chunks else _any_chunks
+            split = _split_allreduce(topology, collective, size_bytes, best.notes["tree_bandwidth_time_us"], deadline,
+                                     fit)
         except SynthError:   # an alternative only: the schedule above stands
             split = None
         if split is not None and split.predicted_time_us < best.predicted_time_us * (1 - 1e-9):
@@ -919,7 +957,7 @@ def _capped_floor_us(topology: Topology, collective: Collective, size_bytes: flo
 
 
 def _split_allreduce(topology: Topology, collective: Collective, size_bytes: float, sequential_us: float,
-                     deadline: float | None) -> Schedule | None:
+                     deadline: float | None, fit=_any_chunks) -> Schedule | None:
     """Allreduce on forests planned on link capacities split between its two phases
     (:mod:`synth.synthesis.split`) and timed side by side (:func:`_timed_forward`, ``joint``).
 
@@ -943,7 +981,7 @@ def _split_allreduce(topology: Topology, collective: Collective, size_bytes: flo
         for per_tree in SPLIT_CHUNKS:
             if deadline is not None and time.monotonic() > deadline:
                 break
-            chunks = k * per_tree
+            chunks = fit(k * per_tree)[0]   # see _runtime_chunks
             # one chunk per message; split_chunks gives each root's trees their chunks and the others 0
             per_tree_chunks = [[sum(c) for c in zip(*(split_chunks(f, r, chunks) for r in roots))] for f in plans]
             if _pair_load(plans, per_tree_chunks) > MAX_CHANNELS * MAX_STEPS_PER_TB:
@@ -1006,7 +1044,8 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
     plans = [planner(roots, reverse) for roots, reverse in _forest_phases(collective)]
 
     per_root_bytes = _per_root_bytes(name, n, size_bytes)
-    first_chunks, first_messages = _choose_chunks(topology, collective, plans, per_root_bytes, options.chunks)
+    fit = _runtime_chunks(collective, size_bytes) if options.runtime_chunks else _any_chunks
+    first_chunks, first_messages = _choose_chunks(topology, collective, plans, per_root_bytes, options.chunks, fit)
     outcome = None
     # each priority (see HEIGHT_WEIGHTS) gets its own depth search; the fastest schedule is kept
     # the 4x priority only where the first search is cheap (deterministic: by transfer count)
@@ -1022,11 +1061,17 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
         first = _Timing(weight, mirror=not search, alpha_shares=ALPHA_SHARES[:1] if search else ALPHA_SHARES)
         best = _timed(topology, collective, plans, chunks, messages, size_bytes, build=not search, timing=first)
         if search:
-            best, chunks, messages, tail, trials = _refine_depth(topology, collective, plans, size_bytes, best,
-                                                                 chunks, messages, deadline, weight, floor)
-            # the shape found is built with every share of α for coalesced messages (see ALPHA_SHARES)
-            best = _timed(topology, collective, plans, chunks, messages, size_bytes, tail=tail,
-                          timing=_Timing(weight, alpha_shares=ALPHA_SHARES))
+            best, shape, messages, tail, trials = _refine_depth(topology, collective, plans, size_bytes, best,
+                                                                chunks, messages, deadline, weight, floor, fit)
+            # the shape found is built with every share of α for coalesced messages (see ALPHA_SHARES),
+            # at the two runtime-usable chunk counts nearest its own where that is not one
+            near = fit(shape)
+            limit = MAX_CHANNELS * MAX_STEPS_PER_TB
+            counts = [c for c in near[:1 if near[0] == shape else 2]
+                      if c == near[0] or _pair_load(plans, _tree_messages(plans, c, messages, tail)) <= limit]
+            built = [(_timed(topology, collective, plans, c, messages, size_bytes, tail=tail,
+                             timing=_Timing(weight, alpha_shares=ALPHA_SHARES)), c) for c in counts]
+            best, chunks = min(built, key=lambda b: b[0][1])
         if outcome is None or best[1] < outcome[0][1] * (1 - 1e-9):
             outcome = (best, chunks, messages, tail, trials)
         if not search:   # no search, no alternatives: large schedules are timed once
@@ -1043,7 +1088,7 @@ PIPELINE_GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 
 def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest], size_bytes: float, best,
                   chunks: int, messages: int, deadline: float | None, height_weight: float = 1.0,
-                  floor: float = 0.0):
+                  floor: float = 0.0, fit=_any_chunks):
     """Search the pipeline depth, timing each candidate with the list schedule (the closed form is
     rough about fill and drain), while schedules are cheap and the time limit allows.
 
@@ -1056,9 +1101,14 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
     the first, the others are timed at the ``P`` found) when the best of the first two is more than
     ``TAIL_GAIN`` above ``floor`` (the forest's bandwidth time). There the halving shape
     (``tail == HALVING``, ``C = k·P`` with ``P`` from :data:`HALVING_CHUNKS`; allreduce: the first) is timed too.
-    Returns (best timed, chunks, messages or None, tail, candidates timed).
+    Each shape is timed at the nearest ``C`` that ``fit`` allows (:func:`_runtime_chunks`).
+    Returns (best timed, the shape's own chunks, messages or None, tail, candidates timed).
     """
-    k = chunks // messages
+    k = max(f.k for f in plans)
+
+    def shape_chunks(p: int, tail: int) -> int:
+        return fit(_shape_chunks(k, p, tail))[0]
+
     # candidates: (one message per tree part?, P, tail)
     timed: dict[tuple[bool, int, int], float] = {(True, messages, 0): best[1]}
     choice = (True, messages, 0)
@@ -1067,7 +1117,7 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
     def feasible(per_tree: bool, p: int, tail: int) -> bool:
         if _shape_chunks(k, p, tail) > (MAX_TAIL_CHUNKS if tail != 0 else MAX_CHUNKS):   # tailed or halving
             return False
-        shape = (_shape_chunks(k, p, tail), p if per_tree else None, tail)
+        shape = (shape_chunks(p, tail), p if per_tree else None, tail)
         if _job_estimate(plans, *shape) > REFINE_JOBS:
             return False
         return _pair_load(plans, _tree_messages(plans, *shape)) <= MAX_CHANNELS * MAX_STEPS_PER_TB
@@ -1084,7 +1134,7 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
         began = time.monotonic()
         if deadline is not None and began + last_trial > deadline:   # the next one would not fit
             return False
-        timed_now = _timed(topology, collective, plans, _shape_chunks(k, p, tail), p if per_tree else None,
+        timed_now = _timed(topology, collective, plans, shape_chunks(p, tail), p if per_tree else None,
                            size_bytes, build=False, tail=tail, timing=_Timing(height_weight, mirror))
         last_trial = time.monotonic() - began
         timed[(per_tree, p, tail)] = timed_now[1]
@@ -1117,7 +1167,7 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
         if collective.name == "allgather":
             per_tree, p, tail = choice
             for q in [p] + [g for g in PIPELINE_GRID if g < p][-2:]:
-                if not _forward_fits(plans, _shape_chunks(k, q, tail), q if per_tree else None, tail):
+                if not _forward_fits(plans, shape_chunks(q, tail), q if per_tree else None, tail):
                     continue   # the trial would only repeat the plain timing
                 if feasible(per_tree, q, tail) and not trial(per_tree, q, tail, mirror=True):
                     break
@@ -1303,7 +1353,7 @@ def _tree_messages(plans: list[Forest], chunks: int, messages: int | None, tail:
     """Messages per tree edge, per forest and tree, with ``chunks`` per root and ``messages`` per tree
     (or one chunk per message; ``tail``: :func:`_messages`); a tree of multiplicity ``m`` carries
     ``chunks · m / k`` chunks."""
-    return [[_message_count(max(1, chunks * t.mult // f.k), messages, tail) for t in f.trees] for f in plans]
+    return [[_message_count(max(1, -(-chunks * t.mult // f.k)), messages, tail) for t in f.trees] for f in plans]
 
 
 def _job_estimate(plans: list[Forest], chunks: int, messages: int | None, tail: int = 0) -> int:
@@ -1422,13 +1472,30 @@ def _chunk_factor(name: str, n: int, chunks: int) -> int:
     return chunks
 
 
+def _runtime_chunks(collective: Collective, size_bytes: float, upper: int = 2 * MAX_TAIL_CHUNKS):
+    """``fit(C)``: the chunk counts per root piece near ``C`` at which an MSCCL runtime runs the program
+    on the SIZE buffer (:meth:`Collective.runtime_divides`; the runtime silently runs its own algorithm
+    otherwise: dgx-a100-2node 1 GiB allgather, 39 chunks per root, 624 per loop), nearest first
+    (log scale, within a factor 2); ``[C]`` where there is none."""
+    name, n = collective.name, collective.num_ranks
+    usable = [c for c in range(1, upper + 1)
+              if replace(collective, chunk_factor=_chunk_factor(name, n, c)).runtime_divides(size_bytes)]
+
+    def fit(chunks: int) -> list[int]:
+        near = sorted((c for c in usable if chunks <= 2 * c and c <= 2 * chunks),
+                      key=lambda c: (abs(math.log(c / chunks)), c))
+        return near or [chunks]
+    return fit
+
+
 def _choose_chunks(topology: Topology, collective: Collective, plans: list[Forest], per_root_bytes: float,
-                   requested: int | None) -> tuple[int, int | None]:
+                   requested: int | None, fit=_any_chunks) -> tuple[int, int | None]:
     """(chunks per root piece, messages per distinct tree or None for one chunk per message).
 
     Default: ``C = k · P``, so a tree of multiplicity ``m`` carries ``m·P`` chunks in ``P``
     messages of ``m`` contiguous chunks (one α each); ``P`` minimises :func:`predicted_time`
-    within MSCCL's limits. ``--chunks C`` sends one chunk per message instead.
+    within MSCCL's limits, and ``C`` is then the nearest count ``fit`` allows (:func:`_runtime_chunks`).
+    ``--chunks C`` sends one chunk per message instead.
     Scatter/gather always send one chunk per message (each goes to its own rank).
     """
     name = collective.name
@@ -1470,9 +1537,10 @@ def _choose_chunks(topology: Topology, collective: Collective, plans: list[Fores
                              f"MSCCL's {MAX_CHANNELS} channels x {MAX_STEPS_PER_TB} steps; use fewer --chunks")
         return requested, None
     if spread > 1 or any(f.k != k for f in plans):
-        return _best(per_chunk, limit, MAX_CHUNKS), None
+        chunks = _best(per_chunk, limit, MAX_CHUNKS)
+        return next((c for c in fit(chunks) if per_chunk(c)[1] <= limit), chunks), None
     p = _best(per_message, limit, max(1, MAX_CHUNKS // k))
-    return k * p, p
+    return fit(k * p)[0], p
 
 
 def _best(cost, limit: int, upper: int) -> int:
