@@ -91,7 +91,7 @@ def test_indivisible_size_is_noted_and_size_is_an_integer(tmp_path):
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
     assert payload["size_bytes"] == 1000 and isinstance(payload["size_bytes"], int)
-    assert any("equal chunks" in note for note in payload["notes"])
+    assert any("nchunksperloop divides" in note for note in payload["notes"])
 
 
 def test_bare_synth_lists_the_commands():

@@ -179,3 +179,20 @@ def test_auto_keeps_the_fastest_verified_candidate(monkeypatch):
     monkeypatch.setattr(auto, "candidates", lambda *a: ["crash"])
     with pytest.raises(SynthError, match="every method failed"):
         synthesize(gen.ring(8), "allgather", 2**26, "auto")
+
+
+def test_trees_picks_a_chunk_count_the_runtime_runs_unless_told_any(tmp_path):
+    # dgx1 allgather: 6 trees per root, fastest at 6 chunks per root = 48 per loop, which a 1 GiB
+    # buffer does not divide; by default the program's count divides it (and no note is needed)
+    def run(*extra):
+        out = tmp_path / f"ag{len(extra)}.xml"
+        res = invoke("synthesize", "-t", "dgx1", "-c", "allgather", "-m", "trees", "-o", str(out), "--json", *extra)
+        assert res.exit_code == 0, res.output
+        return json.loads(res.output), load_program(out)
+
+    usable, usable_program = run()
+    anything, any_program = run("--any-chunks")
+    assert (2**28) % usable_program.nchunksperloop == 0 and not usable["notes"]
+    assert (2**28) % any_program.nchunksperloop != 0
+    assert any("nchunksperloop divides" in note for note in anything["notes"])
+    assert anything["time_us"] <= usable["time_us"] < anything["time_us"] * 1.01
