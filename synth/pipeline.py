@@ -195,11 +195,18 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
     best = None
     tried: list[dict] = []
     stop_at = _bound_us(topology, collective, size_bytes) if budget is not None else None
+
+    def rank(sim, program: Program) -> tuple[bool, float]:
+        # auto: programs an MSCCL runtime runs at SIZE first (see SynthOptions.runtime_chunks), then the fastest
+        runs = not options.runtime_chunks or runtime_divides(program.nchunksperloop or 1, size_bytes)
+        return not runs, sim.time_us
+
     for cand in plan:
         m, opts, row = key, options, {}
         if cand is not None:  # auto: the candidate's own limit and chunks, within the total budget
             m, row = cand.method, ({"chunks": cand.chunks} if cand.chunks is not None else {})
-            if best is not None and stop_at is not None and auto.close_enough(best[0].time_us, stop_at):
+            if (best is not None and stop_at is not None and not rank(best[0], best[2])[0]
+                    and auto.close_enough(best[0].time_us, stop_at)):
                 tried.append({"method": m, **row, "skipped": f"{best[5]} is within {auto.CLOSE_ENOUGH:.0%} "
                               "of the lower bound"})
                 continue
@@ -221,7 +228,7 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
             tried.append({"method": m, **row, "error": str(exc)})
             continue
         tried.append({"method": m, **row, "time_us": sim.time_us, "synthesis_s": seconds})
-        if best is None or sim.time_us < best[0].time_us:
+        if best is None or rank(sim, program) < rank(best[0], best[2]):
             best = (sim, schedule, program, status, solver, m)
     elapsed = time.perf_counter() - t0
     if best is None:

@@ -196,3 +196,14 @@ def test_trees_picks_a_chunk_count_the_runtime_runs_unless_told_any(tmp_path):
     assert (2**28) % any_program.nchunksperloop != 0
     assert any("nchunksperloop divides" in note for note in anything["notes"])
     assert anything["time_us"] <= usable["time_us"] < anything["time_us"] * 1.01
+
+
+def test_auto_prefers_a_program_the_runtime_runs_at_size():
+    # dgx1 1 GiB allgather: the 6-ring baseline (48 chunks per loop) simulates 0.5 % faster than the
+    # trees at 2048 per loop, but an MSCCL runtime would not run it on a 2^28-element buffer
+    result = synthesize("dgx1", "allgather", 2**30, "auto")
+    times = {row["method"]: row["time_us"] for row in result.tried if "time_us" in row}
+    assert times["ring"] < result.time_us
+    assert result.method != "ring" and (2**28) % result.program.nchunksperloop == 0 and not result.notes
+    anything = synthesize("dgx1", "allgather", 2**30, "auto", SynthOptions(runtime_chunks=False))
+    assert anything.time_us == min(times.values()) and anything.notes
