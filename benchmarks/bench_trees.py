@@ -111,6 +111,7 @@ def run_large(size: int) -> None:
         wall = time.perf_counter() - t0
         peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
         print(f"{label}: ranks={topology.num_ranks} ok={row['ok']} ratio={row['ratio']:.4f} "
+              f"runs={('no', 'yes')[row['runtime_runs']]} "
               f"wall={wall:.1f}s (synth {row['synth_s']:.1f}) peak RSS={peak_gib:.2f} GiB", flush=True)
 
 
