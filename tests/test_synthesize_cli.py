@@ -207,3 +207,17 @@ def test_auto_prefers_a_program_the_runtime_runs_at_size():
     assert result.method != "ring" and (2**28) % result.program.nchunksperloop == 0 and not result.notes
     anything = synthesize("dgx1", "allgather", 2**30, "auto", SynthOptions(runtime_chunks=False))
     assert anything.time_us == min(times.values()) and anything.notes
+
+
+def test_size_range_flags_fence_the_program_and_must_admit_size(tmp_path):
+    out = tmp_path / "ag.xml"
+    res = invoke("synthesize", "-t", "ring-8", "-c", "allgather", "-m", "ring", "-s", "64M", "--min-bytes", "32MiB",
+                 "--max-bytes", "1G", "-o", str(out))
+    assert res.exit_code == 0, res.output
+    program = load_program(out)
+    assert (program.min_bytes, program.max_bytes) == (2**25, 10**9)
+    assert 'minBytes="33554432" maxBytes="1000000000"' in out.read_text()
+    for flags in (["--min-bytes", "128M"], ["--max-bytes", "32M"]):
+        bad = tmp_path / "bad.xml"
+        res = invoke("synthesize", "-t", "ring-8", "-c", "allgather", "-m", "ring", "-s", "64M", *flags, "-o", str(bad))
+        assert res.exit_code == 2 and "exclude SIZE" in res.output and not bad.exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import click
 
@@ -41,6 +42,11 @@ def _default_output(topology: str, collective: str, method: str) -> str:
               show_default=True,
               help="MSCCL `coll` spelling for reduce-scatter: reducescatter for msccl-executor-nccl (the maintained "
                    "runtime), reduce_scatter for the original microsoft/msccl runtime.")
+@click.option("--min-bytes", default=None,
+              help="MSCCL XML minBytes: the runtimes use the program only for buffers of at least this SIZE "
+                   "(default 0, no limit); it must not exclude -s.")
+@click.option("--max-bytes", default=None,
+              help="MSCCL XML maxBytes: ... and of at most this SIZE (default 0, no limit).")
 @click.option("-o", "--output", default=None, type=click.Path(dir_okay=False),
               help="Program file: .xml (MSCCL XML) or .json (default: ./TOPOLOGY-COLLECTIVE-METHOD.xml).")
 @click.option("--list-methods", is_flag=True, help="List the registered methods and exit.")
@@ -48,8 +54,8 @@ def _default_output(topology: str, collective: str, method: str) -> str:
 @guarded
 def command(topology_name: str | None, collective: str | None, size: str, method: str, solver: str,
             time_limit: float | None, chunks: int | None, max_trees: int | None, any_chunks: bool, root: int,
-            gap: float | None, threads: int | None, inplace: bool, coll_spelling: str, output: str | None,
-            list_methods: bool, as_json: bool) -> None:
+            gap: float | None, threads: int | None, inplace: bool, coll_spelling: str, min_bytes: str | None,
+            max_bytes: str | None, output: str | None, list_methods: bool, as_json: bool) -> None:
     """Synthesize a schedule, verify it, and write the program (MSCCL XML or JSON)."""
     from synth.collectives import canonical_name
     from synth.pipeline import synthesize
@@ -77,13 +83,19 @@ def command(topology_name: str | None, collective: str | None, size: str, method
     topology = load_topology_arg(topology_name)
     if not 0 <= root < topology.num_ranks:
         raise SynthError(f"--root {root} is not a rank of {topology.name} (0..{topology.num_ranks - 1})")
+    size_range = (parse_size(min_bytes) if min_bytes is not None else 0,
+                  parse_size(max_bytes) if max_bytes is not None else 0)
+    if not (size_range[0] <= size_bytes and (size_range[1] == 0 or size_bytes <= size_range[1])):
+        raise SynthError(f"--min-bytes/--max-bytes {size_range[0]}..{size_range[1] or 'no limit'} exclude SIZE "
+                         f"{size_bytes} B, the size the program is synthesized for")
     if output is not None and not output.lower().endswith((".xml", ".json")):
         raise SynthError(f"{output}: program files end in .xml (MSCCL XML) or .json (JSON program)")
     options = SynthOptions(solver=solver, time_limit=time_limit, gap=gap, threads=threads, chunks=chunks,
                            max_trees=max_trees, runtime_chunks=not any_chunks)
     result = synthesize(topology, name, size_bytes, method, options, root, inplace=inplace)
     path = output or _default_output(topology.name, name, result.method)
-    written = str(save_program(result.program, path, coll_spelling=coll_spelling))
+    program = replace(result.program, min_bytes=size_range[0], max_bytes=size_range[1])
+    written = str(save_program(program, path, coll_spelling=coll_spelling))
     if as_json:  # notes travel inside the JSON object
 
         emit_json(result.to_dict(output=written))
