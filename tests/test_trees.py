@@ -522,3 +522,21 @@ def test_remainder_chunks_are_spread_over_the_links():
     merged = [next(b[i] for b in by_remainder if i in b) for i in range(len(forest.trees))]
     assert max_load(counts) <= max_load(merged)
     assert trees._balanced_split(forest, 12) == tuple(12 * t.mult // 6 for t in forest.trees)   # exact: no choice
+
+
+def test_a_shape_moved_to_a_runtime_count_keeps_its_message_size():
+    # 432 chunks per root (6 trees x 72 messages of one chunk) moved to 512: 85 messages per tree,
+    # not 72 uneven ones of one or two chunks
+    assert trees._refit_messages(72, 512, 432, 0) == 85
+    assert trees._refit_messages(72, 432, 432, 0) == 72
+    assert trees._refit_messages(None, 512, 432, 0) is None
+    assert trees._refit_messages(64, 1024, 1000, trees.HALVING) == 64 == trees._refit_messages(64, 1024, 1000, 2)
+    from synth.topology.io import load_topology
+
+    topology = load_topology("dgx1")
+    schedule, sim = _verified(topology, "broadcast", 2**30)
+    assert schedule.collective.runtime_divides(2**30)
+    assert schedule.predicted_time_us == pytest.approx(sim.time_us, rel=1e-6)
+    from synth.bounds import compute_bounds
+
+    assert compute_bounds(topology, schedule.collective, 2**30).time_bound_us / sim.time_us > 0.93   # 0.912 uneven
