@@ -58,8 +58,10 @@ milp      N <= 16 and (alltoall, or latency-bound           30 s     optimal in 
 ========  ===============================================  =======  =====================================
 
 **Alltoall chunking.** For bandwidth-bound alltoall on ≤ 8 switchless ranks, ``milp`` is also tried
-with 3 and then 2 chunks per piece (5 s each): splitting a piece lets the MILP route it over several
-paths. dgx1 alltoall 64 MiB (5 s limit each): 1 chunk 1.130x bound (0.2 s), 2 chunks 1.130x, 3
+with 3, 4 and then 2 chunks per piece (5 s each): splitting a piece lets the MILP route it over several
+paths. 4 is there for the MSCCL runtimes: 3 makes 192 chunks per loop on 8 ranks, which no power-of-two
+buffer divides, and ``auto`` prefers a program the runtime runs at SIZE (4 chunks: 1.048x, 2: 1.130x).
+dgx1 alltoall 64 MiB (5 s limit each): 1 chunk 1.130x bound (0.2 s), 2 chunks 1.130x, 3
 chunks 1.0125x (9 s wall), 4 chunks 1.048x; ring-8: 1.003x / 1.006x. On 16 ranks and behind
 switches extra chunks never helped (dgx2 1.021x -> 1.042x, dgx-a100 1.050x -> 1.100x, mi250
 1.320x -> 1.330x, ndv2-2node 1.062x -> 1.054x at twice the time), so they are not tried there.
@@ -97,7 +99,7 @@ BASELINE_MAX_RANKS = 64      # baselines (and ring first) up to this scale
 GREEDY_MAX_RANKS = 256       # greedy at every size and collective up to this scale
 EXACT_TREES_SLOW = 128       # trees' exact packing is skipped above this ...
 LARGE_TREES = 256            # ... up to where its fast scale path starts (trees.LARGE_RANKS)
-ALLTOALL_EXTRA_CHUNKS = (3, 2)
+ALLTOALL_EXTRA_CHUNKS = (3, 4, 2)
 ALLTOALL_EXTRA_LIMIT_S = 5.0
 CLOSE_ENOUGH = 0.01          # stop once the best program is within 1 % of the lower bound
 
