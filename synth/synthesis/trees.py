@@ -919,9 +919,8 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
     if name == "allreduce" and not topology.switches:
         deadline = None if budget is None else budget - (time.monotonic() - began) / 2
         try:
-            fit = _runtime_chunks(collective, size_bytes) if options.runtime_chunks else _any_chunks
             split = _split_allreduce(topology, collective, size_bytes, best.notes["tree_bandwidth_time_us"], deadline,
-                                     fit)
+                                     _chunk_fit(collective, size_bytes, options))
         except SynthError:   # an alternative only: the schedule above stands
             split = None
         if split is not None and split.predicted_time_us < best.predicted_time_us * (1 - 1e-9):
@@ -1044,7 +1043,7 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
     plans = [planner(roots, reverse) for roots, reverse in _forest_phases(collective)]
 
     per_root_bytes = _per_root_bytes(name, n, size_bytes)
-    fit = _runtime_chunks(collective, size_bytes) if options.runtime_chunks else _any_chunks
+    fit = _chunk_fit(collective, size_bytes, options)
     first_chunks, first_messages = _choose_chunks(topology, collective, plans, per_root_bytes, options.chunks, fit)
     outcome = None
     # each priority (see HEIGHT_WEIGHTS) gets its own depth search; the fastest schedule is kept
@@ -1063,17 +1062,10 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
         if search:
             best, shape, messages, tail, trials = _refine_depth(topology, collective, plans, size_bytes, best,
                                                                 chunks, messages, deadline, weight, floor, fit)
-            # the shape found is built with every share of α for coalesced messages (see ALPHA_SHARES),
-            # at the two runtime-usable chunk counts nearest its own where that is not one
-            near = fit(shape)
-            limit = MAX_CHANNELS * MAX_STEPS_PER_TB
-            # ... each with the shape's messages per tree and with as many as keep its message size
-            shapes = list(dict.fromkeys((c, m) for c in near[:1 if near[0] == shape else 2]
-                                        for m in (messages, _refit_messages(messages, c, shape, tail))))
-            shapes = [(c, m) for c, m in shapes
-                      if c == near[0] or _pair_load(plans, _tree_messages(plans, c, m, tail)) <= limit]
+            # the shape found is built with every share of α for coalesced messages (see ALPHA_SHARES)
             built = [(_timed(topology, collective, plans, c, m, size_bytes, tail=tail,
-                             timing=_Timing(weight, alpha_shares=ALPHA_SHARES)), c, m) for c, m in shapes]
+                             timing=_Timing(weight, alpha_shares=ALPHA_SHARES)), c, m)
+                     for c, m in _built_shapes(plans, fit, shape, messages, tail)]
             best, chunks, messages = min(built, key=lambda b: b[0][1])
         if outcome is None or best[1] < outcome[0][1] * (1 - 1e-9):
             outcome = (best, chunks, messages, tail, trials)
@@ -1196,6 +1188,20 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
         if feasible(True, p, HALVING) and not trial(True, p, HALVING):
             return done()
     return mirrored()
+
+
+def _built_shapes(plans: list[Forest], fit, shape: int, messages: int | None,
+                  tail: int) -> list[tuple[int, int | None]]:
+    """(chunks, messages per tree) at which the shape the depth search found (``shape`` chunks per root)
+    is built: the runtime-usable count nearest its own and, where its own is not usable, the second
+    nearest (``fit``, :func:`_runtime_chunks`), each with the shape's messages per tree and with as many
+    as keep its message size (:func:`_refit_messages`); those within MSCCL's steps per connection."""
+    near = fit(shape)
+    shapes = list(dict.fromkeys((c, m) for c in near[:1 if near[0] == shape else 2]
+                                for m in (messages, _refit_messages(messages, c, shape, tail))))
+    limit = MAX_CHANNELS * MAX_STEPS_PER_TB
+    # the search timed one of them within the limit; the estimate rounds up, so keep the first regardless
+    return [(c, m) for c, m in shapes if _pair_load(plans, _tree_messages(plans, c, m, tail)) <= limit] or shapes[:1]
 
 
 def _refit_messages(messages: int | None, chunks: int, shape_chunks: int, tail: int) -> int | None:
@@ -1502,6 +1508,11 @@ def _runtime_chunks(collective: Collective, size_bytes: float, upper: int = 2 * 
                       key=lambda c: (abs(math.log(c / chunks)), c))
         return near or [chunks]
     return fit
+
+
+def _chunk_fit(collective: Collective, size_bytes: float, options: SynthOptions):
+    """The ``fit`` the options ask for: :func:`_runtime_chunks`, or any count (``--any-chunks``)."""
+    return _runtime_chunks(collective, size_bytes) if options.runtime_chunks else _any_chunks
 
 
 def _choose_chunks(topology: Topology, collective: Collective, plans: list[Forest], per_root_bytes: float,
