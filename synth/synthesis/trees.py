@@ -74,6 +74,7 @@ import numpy as np
 from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.schedule import Schedule, Transfer
+from synth.synthesis import rounds
 from synth.synthesis.base import MethodSpec, SynthOptions
 from synth.synthesis.packing import (
     Route,
@@ -120,6 +121,11 @@ TAIL_GAIN = 0.01            # ... searched only where fill, drain and α cost mo
 SPLIT_GAIN = 0.05           # allreduce on split capacities where that LP beats RS then AG by this share
 SPLIT_TREES = (1, 2)        # ... with this many trees per root (MSCCL step limits favour few)
 SPLIT_CHUNKS = (32, 64, 96, 128)  # ... and this many chunks per tree and root (one chunk per message)
+ROUNDS = 30                 # rounds of a round-timed schedule (synth.synthesis.rounds); mi250 AG 20: 0.973, 30: 0.983
+ROUND_VARIABLES = 40_000    # ... tried only up to this many (tree edge, round) shares
+ROUND_CHUNKS = (256, 512)   # ... chunks per root tried (nearest runtime-usable counts)
+ROUND_ALPHA_SHARE = 0.05    # ... only where α on a two-hop route in every round stays below this share of the time
+ROUND_TIMED = frozenset({"allgather", "reducescatter", "allreduce", "broadcast", "reduce"})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1073,6 +1079,15 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
             break
     best, chunks, messages, tail, trials = outcome
     coll, offset, transfers = best
+    if (offset > floor * (1 + TAIL_GAIN) and n <= LARGE_RANKS and name in ROUND_TIMED
+            and ROUNDS * float(topology.arrays[3].max()) * 2 <= ROUND_ALPHA_SHARE * floor):
+        # α, fill and drain cost more than 1 %: try timing the same forests by rounds (synth.synthesis.rounds)
+        options_chunks = list(dict.fromkeys(fit(c)[0] for c in ROUND_CHUNKS))
+        timed = _timed_rounds(topology, collective, plans, options_chunks, size_bytes, deadline)
+        if timed is not None and timed[1] < offset * (1 - 1e-9):
+            coll, offset, transfers, chunks = timed
+            return _forest_schedule(topology, coll, transfers, offset, plans, size_bytes, method,
+                                    chunks_per_root=chunks, round_timed=ROUNDS, depth_trials=trials)
     return _forest_schedule(topology, coll, transfers, offset, plans, size_bytes, method, chunks_per_root=chunks,
                             messages_per_tree=None if tail == HALVING else messages, tail_splits=max(tail, 0),
                             halving_messages=tail == HALVING, depth_trials=trials)
@@ -1448,6 +1463,13 @@ def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: f
     makespan = float(end.max()) if len(end) else 0.0
     if not build:
         return [], makespan
+    return _phase_transfers(jobs, forest, order, start, end, offset, reducing, channel, heads), makespan
+
+
+def _phase_transfers(jobs: _Jobs, forest: Forest, order: list[int], start: np.ndarray, end: np.ndarray,
+                     offset: float, reducing: bool, channel: int, heads: list[int] | None) -> list[Transfer]:
+    """The Transfers of one timed phase (its broadcasts mirrored into reductions on a reversed forest)."""
+    makespan = float(end.max()) if len(end) else 0.0
     starts, ends = start.tolist(), end.tolist()
     if forest.reversed:  # mirror: t -> T - t, and every transfer runs the other way
         starts, ends = [makespan - e for e in ends], [makespan - x for x in starts]
@@ -1464,7 +1486,106 @@ def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: f
             src, dst, route, red = jobs.src[i], jobs.dst[i], jobs.route[i], False
         for chunk in msg:
             append(Transfer(s, e, chunk, src, dst, red, route, channel, group))
-    return out, makespan
+    return out
+
+
+def _tree_edges(forest: Forest, fabric: Topology, per_root_bytes: float) -> rounds.TreeEdges | None:
+    """The forest's tree edges for :func:`synth.synthesis.rounds.plan_rounds` (broadcasts on
+    ``fabric``); ``None`` where an edge's units take several routes (a message has one route)."""
+    link_index = {(link.src, link.dst): i for i, link in enumerate(fabric.links)}
+    _, _, bw, alpha = fabric.arrays
+    parent, links, data_us, alpha_us = [], [], [], []
+    for tree in forest.trees:
+        into: dict[int, int] = {}
+        share = per_root_bytes * tree.mult / forest.k
+        for e, (u, v) in enumerate(tree.edges):
+            if len(tree.routes[e]) > 1:
+                return None
+            nodes = (u, *tree.routes[e][0][0], v)
+            ids = tuple(link_index[(a, b)] for a, b in zip(nodes, nodes[1:]))
+            into[v] = len(parent)
+            parent.append(into.get(u, -1))
+            links.append(ids)
+            data_us.append(share / (float(bw[list(ids)].min()) * 1e3))
+            alpha_us.append(float(alpha[list(ids)].sum()))
+    return rounds.TreeEdges(np.array(parent, dtype=np.int64), tuple(links), np.array(data_us), np.array(alpha_us),
+                            len(fabric.links))
+
+
+def _round_jobs(coll: Collective, forest: Forest, phase: int, chunks: int, shares: np.ndarray) -> _Jobs:
+    """One job per tree edge and round that moves chunks: the chunks of the tree's prefix between
+    the two rounds' shares (rounded down to whole chunks), waiting for the parent's jobs that carry them."""
+    plain = replace(forest, reversed=False)
+    jobs = _Jobs.empty()
+    edge = 0
+    by_root = {tree.root: _root_chunk_ids(coll, tree.root, chunks) for tree in plain.trees}
+    offsets: dict[int, int] = defaultdict(int)
+    for t, tree in enumerate(plain.trees):
+        count = split_chunks(plain, tree.root, chunks)[t]
+        ids = by_root[tree.root][offsets[tree.root]:offsets[tree.root] + count]
+        offsets[tree.root] += count
+        placed: dict[int, list[tuple[int, int, int]]] = {}    # rank -> (first, end, job) of what reached it
+        for e, (u, v) in enumerate(tree.edges):
+            cuts = np.floor(shares[edge] * count + 1e-6).astype(np.int64)
+            cuts[-1] = count
+            edge += 1
+            if not count:
+                continue
+            route = tree.routes[e][0][0]
+            done, mine = 0, []
+            for r, cut in enumerate(cuts.tolist()):
+                if cut <= done:
+                    continue
+                deps = tuple(j for a, b, j in placed.get(u, ()) if a < cut and b > done)
+                job = jobs.add(tuple(ids[done:cut]), u, v, route, False, deps, (phase, r, t, e))
+                mine.append((done, cut, job))
+                done = cut
+            placed[v] = mine
+    return jobs
+
+
+def _timed_rounds(topology: Topology, coll: Collective, plans: list[Forest], chunk_options: list[int],
+                  size_bytes: float, deadline: float | None) -> tuple[Collective, float, list[Transfer], int] | None:
+    """All phases round-timed (:mod:`synth.synthesis.rounds`), each link keeping the rounds' order:
+    (collective, makespan, transfers, chunks per root) at the fastest of ``chunk_options``, or None."""
+    name, n = coll.name, topology.num_ranks
+    per_root_bytes = _per_root_bytes(name, n, size_bytes)
+    planned = []
+    for forest in plans:
+        fabric = topology.reversed() if forest.reversed else topology
+        edges = _tree_edges(forest, fabric, per_root_bytes)
+        if edges is None or len(edges.parent) * ROUNDS > ROUND_VARIABLES:
+            return None
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return None
+        plan = rounds.plan_rounds(edges, ROUNDS, time_limit=left)
+        if plan is None:
+            return None
+        planned.append((forest, fabric, plan))
+    best = None
+    for chunks in chunk_options:
+        timed = Collective(name, n, _chunk_factor(name, n, chunks), coll.root, coll.inplace)
+        chunk_bytes = timed.chunk_bytes(size_bytes)
+        transfers: list[Transfer] = []
+        offset = 0.0
+        for phase, (forest, fabric, plan) in enumerate(planned):
+            jobs = _round_jobs(timed, forest, phase, chunks, plan.shares)
+            # each connection sends in round order (one threadblock chain); links serve them as ready
+            chained = [-1] * len(jobs.msg)
+            last: dict[tuple, int] = {}
+            for i in sorted(range(len(jobs.msg)), key=jobs.key.__getitem__):
+                link = (jobs.src[i], jobs.dst[i], jobs.route[i])
+                chained[i] = last.get(link, -1)
+                last[link] = i
+            order, start, end = list_schedule(jobs, fabric, chunk_bytes, chained)
+            makespan = float(end.max())
+            transfers += _phase_transfers(jobs, forest, order, start, end, offset, timed.is_reduction,
+                                          phase, None)
+            offset += makespan
+        if best is None or offset < best[1]:
+            best = (timed, offset, transfers, chunks)
+    return best
 
 
 def _shares_links(jobs: _Jobs) -> bool:
@@ -1626,17 +1747,9 @@ def _phase_jobs(coll: Collective, forest: Forest, phase: int, chunks: int, parts
     def emit(t: int, messages: list[tuple[int, ...]]) -> None:
         add_broadcast(jobs, plain, t, messages, phase, height_weight=height_weight)
 
-    if name in ("allgather", "reducescatter", "allreduce"):
-        for r in range(n):
-            if name == "allgather":
-                ids = [coll.contribution(r, s) for s in range(chunks)]
-            else:
-                ids = [r * chunks + s for s in range(chunks)]
-            _spread(plain, r, ids, parts, emit, tail)
-    elif name == "broadcast":
-        _spread(plain, root, [coll.contribution(root, s) for s in range(chunks)], parts, emit, tail)
-    elif name == "reduce":
-        _spread(plain, root, list(range(chunks)), parts, emit, tail)
+    if name in ROUND_TIMED:
+        for r in (range(n) if name in ("allgather", "reducescatter", "allreduce") else (root,)):
+            _spread(plain, r, _root_chunk_ids(coll, r, chunks), parts, emit, tail)
     else:  # scatter, gather: each chunk only travels towards (or from) its own rank
         if name == "scatter":
             items = [(coll.contribution(root, q * chunks + s), q) for s in range(chunks) for q in range(n) if q != root]
@@ -1646,6 +1759,16 @@ def _phase_jobs(coll: Collective, forest: Forest, phase: int, chunks: int, parts
                       lambda t, cs, ws: add_broadcast(jobs, plain, t, [(c,) for c in cs], phase,
                                                       wanted=[{w} for w in ws]))
     return jobs
+
+
+def _root_chunk_ids(coll: Collective, root: int, chunks: int) -> list[int]:
+    """The chunk ids a root's trees carry: its contribution (allgather, broadcast), the piece it
+    owns (reducescatter, allreduce) or the whole buffer (reduce)."""
+    if coll.name in ("allgather", "broadcast"):
+        return [coll.contribution(root, s) for s in range(chunks)]
+    if coll.name == "reduce":
+        return list(range(chunks))
+    return [root * chunks + s for s in range(chunks)]
 
 
 def _spread(forest: Forest, root: int, chunk_ids: list[int], parts: int | None, emit, tail: int = 0) -> None:

@@ -1,0 +1,180 @@
+"""Round-timed tree pipelines: which part of each tree's data crosses each tree edge in which round.
+
+A forest (``k`` spanning trees per root, :mod:`synth.synthesis.trees`) fixes *where* data goes; this
+LP fixes *when*, in ``R`` rounds of free length ``τ_r`` (a time-expanded schedule in the manner of
+TE-CCL, Liu et al., "Rethinking Machine Learning Collective Communication as a Multi-Commodity
+Flow Problem", SIGCOMM 2024, §4, here over tree prefixes instead of per-chunk commodities):
+
+    X[e, r] ∈ [0, 1]   the share of its tree's data that tree edge e has moved by the end of round r
+                        (every edge moves its tree's data in the same order, so shares are prefixes)
+
+    minimise  Σ_r τ_r
+    s.t.  X[e, r-1] ≤ X[e, r],   X[e, R] = 1,   X[e, 1] = 0 below the root
+          X[e, r] ≤ X[parent(e), r-1]                    (store and forward: a rank sends what it holds)
+          Σ_{e on link l} d_e (X[e, r] − X[e, r-1]) + α-charge(l, r) ≤ τ_r      (every link l, round r)
+
+with ``d_e`` the µs the tree's whole data takes on the edge's route (``b / min bw``). Run round by
+round, that schedule takes ``Σ τ_r``; run as soon as data and links allow, with each link keeping
+the rounds' order, it can only be shorter (each transfer starts no later than its round).
+
+α is paid per message, and a message is one (edge, round) with ``X[e, r] > X[e, r-1]``: a count of
+non-zeros, so α-charge(l, r) = Σ_{e on l, active in r} α_e is not linear. It is found by reweighted
+ℓ1 minimisation (Candès, Wakin and Boyd, "Enhancing Sparsity by Reweighted ℓ1 Minimization",
+J. Fourier Anal. Appl. 2008): α_e · ΔX / (ΔX_prev + δ) per edge and round, from the LP with one α
+per link and round; then the rounds an edge moved data in are fixed and the LP is solved once more
+with their α charged exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from synth.solvers import Model, solve
+
+REWEIGHTS = 2           # reweighted-ℓ1 passes
+REWEIGHT_DELTA = 0.01   # δ: shares moved below this cost less than one α during the passes
+ACTIVE_SHARE = 1e-4     # an edge moving less of its tree's data in a round sends nothing then
+
+
+@dataclass(frozen=True)
+class TreeEdges:
+    """Tree edges as plain arrays: ``parent[e]`` is the edge into e's sending rank in the same tree
+    (-1 at the root), ``links[e]`` the link ids its route holds, ``data_us[e]`` the µs its tree's
+    whole data takes on that route and ``alpha_us[e]`` the route's α."""
+
+    parent: np.ndarray
+    links: tuple[tuple[int, ...], ...]
+    data_us: np.ndarray
+    alpha_us: np.ndarray
+    num_links: int
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    shares: np.ndarray      # X: (edges, rounds) cumulative shares, last column 1
+    round_us: np.ndarray    # τ_r of the exact-α LP
+    messages: int           # (edge, round) pairs that move data
+
+    @property
+    def time_us(self) -> float:
+        return float(self.round_us.sum())
+
+
+def plan_rounds(edges: TreeEdges, rounds: int, solver: str = "highs",
+                time_limit: float | None = None) -> RoundPlan | None:
+    """Solve the LP of the module docstring; ``None`` if a solve fails or runs out of time."""
+    count = len(edges.parent)
+    result = _solve(edges, rounds, "link", None, solver, time_limit)
+    if result is None:
+        return None
+    for _ in range(REWEIGHTS):
+        weight = _moved(result[0]) + REWEIGHT_DELTA
+        result = _solve(edges, rounds, "reweighted", weight, solver, time_limit) or result
+    active = _moved(result[0]) > ACTIVE_SHARE
+    active[:, -1] = True     # the last round closes every edge (X[e, R] = 1)
+    exact = _solve(edges, rounds, "exact", active, solver, time_limit)
+    if exact is None:
+        return None
+    shares, tau = exact
+    messages = int((_moved(shares) > ACTIVE_SHARE).sum())
+    assert shares.shape == (count, rounds)
+    return RoundPlan(shares, tau, messages)
+
+
+def _moved(shares: np.ndarray) -> np.ndarray:
+    return np.diff(shares, axis=1, prepend=0.0)
+
+
+def _solve(edges: TreeEdges, rounds: int, alpha_mode: str, weight: np.ndarray | None, solver: str,
+           time_limit: float | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """One LP. ``alpha_mode``: ``link`` (one α per link and round), ``reweighted`` (``weight``: the
+    ℓ1 weights), ``exact`` (``weight``: the boolean active (edge, round) pairs; others move nothing)."""
+    count, R = len(edges.parent), rounds
+    model = Model(f"tree-rounds-{alpha_mode}")
+    upper = np.ones((count, R))
+    has_parent = edges.parent >= 0
+    upper[has_parent, 0] = 0.0
+    x = model.add_vars(count * R, 0.0, 1.0).reshape(count, R)
+    tau = model.add_vars(R)
+    lower_last = np.zeros((count, R))
+    lower_last[:, -1] = 1.0
+    _fix_bounds(model, x, lower_last, upper)
+    # monotone: X[e, r-1] - X[e, r] <= 0
+    prev, cur = x[:, :-1].ravel(), x[:, 1:].ravel()
+    _pairs(model, prev, cur, -np.inf, 0.0)
+    # store and forward: X[e, r] - X[parent, r-1] <= 0
+    child = np.flatnonzero(has_parent)
+    if len(child):
+        _pairs(model, x[child, 1:].ravel(), x[edges.parent[child], :-1].ravel(), -np.inf, 0.0)
+    if alpha_mode == "exact":
+        idle = ~weight.astype(bool)
+        idle[:, 0] = False           # round 1 has no previous share; its bound (0 below the root) rules
+        e_idx, r_idx = np.nonzero(idle)
+        _pairs(model, x[e_idx, r_idx], x[e_idx, r_idx - 1], 0.0, 0.0)
+        idle0 = ~weight.astype(bool)[:, 0] & ~has_parent
+        if idle0.any():
+            _fix_bounds_rows(model, x[idle0, 0])
+    # link rows
+    on_link: list[list[int]] = [[] for _ in range(edges.num_links)]
+    for e, links in enumerate(edges.links):
+        for link in links:
+            on_link[link].append(e)
+    for members in on_link:
+        if not members:
+            continue
+        m = np.asarray(members)
+        for r in range(R):
+            cols = [x[m, r]]
+            vals = [edges.data_us[m].copy()]
+            charge = 0.0
+            if alpha_mode == "link":
+                charge = float(edges.alpha_us[m].max())
+            elif alpha_mode == "exact":
+                charge = float(edges.alpha_us[m][weight[m, r]].sum())
+            else:
+                vals[0] = vals[0] + edges.alpha_us[m] / weight[m, r]
+            if r > 0:
+                cols.append(x[m, r - 1])
+                vals.append(-vals[0])
+            cols.append(np.array([tau[r]]))
+            vals.append(np.array([-1.0]))
+            c = np.concatenate(cols)
+            model.add_rows(np.zeros(len(c), dtype=np.int64), c, np.concatenate(vals), [-np.inf], [-charge])
+    model.set_objective(tau, np.ones(R))
+    result = solve(model, solver, time_limit=time_limit, lp_algorithm="ipm" if solver == "highs" else None)
+    if result.status != "optimal" or result.values is None:
+        return None
+    values = np.asarray(result.values)
+    shares = np.clip(values[x.ravel()].reshape(count, R), 0.0, 1.0)
+    shares = np.maximum.accumulate(shares, axis=1)
+    shares[:, -1] = 1.0
+    return shares, values[tau]
+
+
+def _pairs(model: Model, left: np.ndarray, right: np.ndarray, lb: float, ub: float) -> None:
+    """Rows ``lb <= x[left] - x[right] <= ub``, one per pair."""
+    k = len(left)
+    if not k:
+        return
+    rows = np.concatenate([np.arange(k), np.arange(k)])
+    model.add_rows(rows, np.concatenate([left, right]), np.concatenate([np.ones(k), -np.ones(k)]),
+                   np.full(k, lb), np.full(k, ub))
+
+
+def _fix_bounds(model: Model, x: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> None:
+    """Variable bounds as rows (the Model takes bounds per batch of variables)."""
+    fixed_low = lower.ravel() > 0
+    fixed_up = upper.ravel() < 1
+    idx = x.ravel()
+    if fixed_low.any():
+        k = int(fixed_low.sum())
+        model.add_rows(np.arange(k), idx[fixed_low], np.ones(k), lower.ravel()[fixed_low], np.ones(k))
+    if fixed_up.any():
+        _fix_bounds_rows(model, idx[fixed_up])
+
+
+def _fix_bounds_rows(model: Model, cols: np.ndarray) -> None:
+    k = len(cols)
+    model.add_rows(np.arange(k), cols, np.ones(k), np.zeros(k), np.zeros(k))
