@@ -62,12 +62,12 @@ class RoundPlan:
         return float(self.round_us.sum())
 
 
-def plan_rounds(edges: TreeEdges, rounds: int, solver: str = "highs",
-                time_limit: float | None = None) -> RoundPlan | None:
-    """Solve the LP of the module docstring; ``None`` if a solve fails or runs out of time."""
-    count = len(edges.parent)
+def plan_rounds(edges: TreeEdges, rounds: int, solver: str = "highs", time_limit: float | None = None,
+                above_us: float | None = None) -> RoundPlan | None:
+    """Solve the LP of the module docstring; ``None`` if a solve fails or runs out of time, or if
+    the first LP (one α per link and round, an optimistic start) already takes ``above_us`` or more."""
     result = _solve(edges, rounds, "link", None, solver, time_limit)
-    if result is None:
+    if result is None or (above_us is not None and float(result[1].sum()) >= above_us):
         return None
     for _ in range(REWEIGHTS):
         weight = _moved(result[0]) + REWEIGHT_DELTA
@@ -78,9 +78,7 @@ def plan_rounds(edges: TreeEdges, rounds: int, solver: str = "highs",
     if exact is None:
         return None
     shares, tau = exact
-    messages = int((_moved(shares) > ACTIVE_SHARE).sum())
-    assert shares.shape == (count, rounds)
-    return RoundPlan(shares, tau, messages)
+    return RoundPlan(shares, tau, int((_moved(shares) > ACTIVE_SHARE).sum()))
 
 
 def _moved(shares: np.ndarray) -> np.ndarray:

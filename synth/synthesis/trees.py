@@ -1083,7 +1083,7 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
             and ROUNDS * float(topology.arrays[3].max()) * 2 <= ROUND_ALPHA_SHARE * floor):
         # α, fill and drain cost more than 1 %: try timing the same forests by rounds (synth.synthesis.rounds)
         options_chunks = list(dict.fromkeys(fit(c)[0] for c in ROUND_CHUNKS))
-        timed = _timed_rounds(topology, collective, plans, options_chunks, size_bytes, deadline)
+        timed = _timed_rounds(topology, collective, plans, options_chunks, size_bytes, deadline, offset)
         if timed is not None and timed[1] < offset * (1 - 1e-9):
             coll, offset, transfers, chunks = timed
             return _forest_schedule(topology, coll, transfers, offset, plans, size_bytes, method,
@@ -1545,9 +1545,11 @@ def _round_jobs(coll: Collective, forest: Forest, phase: int, chunks: int, share
 
 
 def _timed_rounds(topology: Topology, coll: Collective, plans: list[Forest], chunk_options: list[int],
-                  size_bytes: float, deadline: float | None) -> tuple[Collective, float, list[Transfer], int] | None:
+                  size_bytes: float, deadline: float | None,
+                  beat_us: float) -> tuple[Collective, float, list[Transfer], int] | None:
     """All phases round-timed (:mod:`synth.synthesis.rounds`), each link keeping the rounds' order:
-    (collective, makespan, transfers, chunks per root) at the fastest of ``chunk_options``, or None."""
+    (collective, makespan, transfers, chunks per root) at the fastest of ``chunk_options``, or None
+    (also where a phase's optimistic first LP cannot beat ``beat_us``)."""
     name, n = coll.name, topology.num_ranks
     per_root_bytes = _per_root_bytes(name, n, size_bytes)
     planned = []
@@ -1559,7 +1561,7 @@ def _timed_rounds(topology: Topology, coll: Collective, plans: list[Forest], chu
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
             return None
-        plan = rounds.plan_rounds(edges, ROUNDS, time_limit=left)
+        plan = rounds.plan_rounds(edges, ROUNDS, time_limit=left, above_us=beat_us)
         if plan is None:
             return None
         planned.append((forest, fabric, plan))

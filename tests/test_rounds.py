@@ -1,0 +1,63 @@
+"""Round-timed tree pipelines (synth.synthesis.rounds) and their use by method ``trees``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from schedule_check import line, ring
+
+from synth.collectives import Collective
+from synth.synthesis import rounds, trees
+from synth.synthesis.trees import plan_forest
+
+
+def _edges(topology, size=2**26):
+    forest = plan_forest(topology, tuple(range(topology.num_ranks)))
+    per_root = size / topology.num_ranks
+    return forest, trees._tree_edges(forest, topology, per_root), per_root
+
+
+def test_round_shares_are_prefixes_sent_after_they_arrive():
+    forest, edges, per_root = _edges(ring(6))
+    plan = rounds.plan_rounds(edges, 12)
+    x = plan.shares
+    assert x.shape == (len(edges.parent), 12)
+    assert np.all(np.diff(x, axis=1) >= -1e-9) and np.allclose(x[:, -1], 1.0)
+    child = edges.parent >= 0
+    # store and forward: an edge below the root has moved no more than its parent had, a round earlier
+    assert np.all(x[child, 0] <= 1e-9)
+    assert np.all(x[child, 1:] <= x[edges.parent[child], :-1] + 1e-6)
+    # the rounds cannot beat the forest's bandwidth time, and pay at least one α per message
+    assert plan.time_us >= forest.bandwidth_time_us(per_root) * (1 - 1e-6)
+    assert plan.messages >= len(edges.parent)
+
+
+def test_alpha_is_charged_per_message_in_the_exact_lp():
+    # one edge, 4 rounds: the data could move in one message (one α) or spread over four (four α)
+    edges = rounds.TreeEdges(np.array([-1]), ((0,),), np.array([100.0]), np.array([5.0]), 1)
+    plan = rounds.plan_rounds(edges, 4)
+    assert plan.messages == 1
+    assert plan.time_us == pytest.approx(105.0)
+
+
+def test_optimistic_first_lp_gives_up_above_a_target():
+    _, edges, _ = _edges(line(4))
+    assert rounds.plan_rounds(edges, 8, above_us=1.0) is None
+
+
+def test_round_timed_schedule_verifies_and_simulates_as_planned(monkeypatch):
+    from synth.program.lower import lower
+    from synth.simulate import simulate
+    from synth.verify import verify
+
+    topology = ring(6)
+    coll = Collective("allgather", 6)
+    plans = [plan_forest(topology, tuple(range(6)))]
+    timed = trees._timed_rounds(topology, coll, plans, [12, 24], 2**26, None, 1e12)
+    assert timed is not None
+    coll2, makespan, transfers, chunks = timed
+    schedule = trees._forest_schedule(topology, coll2, transfers, makespan, plans, 2**26, "trees",
+                                      chunks_per_root=chunks, round_timed=trees.ROUNDS)
+    program = lower(schedule)
+    assert verify(program).ok
+    assert simulate(program, topology, 2**26, record_events=False).time_us == pytest.approx(makespan, rel=1e-6)
