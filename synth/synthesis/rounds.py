@@ -27,6 +27,7 @@ with their α charged exactly.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,19 +63,20 @@ class RoundPlan:
         return float(self.round_us.sum())
 
 
-def plan_rounds(edges: TreeEdges, rounds: int, solver: str = "highs", time_limit: float | None = None,
+def plan_rounds(edges: TreeEdges, rounds: int, solver: str = "highs", deadline: float | None = None,
                 above_us: float | None = None) -> RoundPlan | None:
-    """Solve the LP of the module docstring; ``None`` if a solve fails or runs out of time, or if
-    the first LP (one α per link and round, an optimistic start) already takes ``above_us`` or more."""
-    result = _solve(edges, rounds, "link", None, solver, time_limit)
+    """Solve the LP of the module docstring; ``None`` if a solve fails or the ``time.monotonic()``
+    ``deadline`` passes, or if the first LP (one α per link and round, an optimistic start) already
+    takes ``above_us`` or more."""
+    result = _solve(edges, rounds, "link", None, solver, deadline)
     if result is None or (above_us is not None and float(result[1].sum()) >= above_us):
         return None
     for _ in range(REWEIGHTS):
         weight = _moved(result[0]) + REWEIGHT_DELTA
-        result = _solve(edges, rounds, "reweighted", weight, solver, time_limit) or result
+        result = _solve(edges, rounds, "reweighted", weight, solver, deadline) or result
     active = _moved(result[0]) > ACTIVE_SHARE
     active[:, -1] = True     # the last round closes every edge (X[e, R] = 1)
-    exact = _solve(edges, rounds, "exact", active, solver, time_limit)
+    exact = _solve(edges, rounds, "exact", active, solver, deadline)
     if exact is None:
         return None
     shares, tau = exact
@@ -86,7 +88,7 @@ def _moved(shares: np.ndarray) -> np.ndarray:
 
 
 def _solve(edges: TreeEdges, rounds: int, alpha_mode: str, weight: np.ndarray | None, solver: str,
-           time_limit: float | None) -> tuple[np.ndarray, np.ndarray] | None:
+           deadline: float | None) -> tuple[np.ndarray, np.ndarray] | None:
     """One LP. ``alpha_mode``: ``link`` (one α per link and round), ``reweighted`` (``weight``: the
     ℓ1 weights), ``exact`` (``weight``: the boolean active (edge, round) pairs; others move nothing)."""
     count, R = len(edges.parent), rounds
@@ -141,7 +143,10 @@ def _solve(edges: TreeEdges, rounds: int, alpha_mode: str, weight: np.ndarray | 
             c = np.concatenate(cols)
             model.add_rows(np.zeros(len(c), dtype=np.int64), c, np.concatenate(vals), [-np.inf], [-charge])
     model.set_objective(tau, np.ones(R))
-    result = solve(model, solver, time_limit=time_limit, lp_algorithm="ipm" if solver == "highs" else None)
+    left = None if deadline is None else deadline - time.monotonic()
+    if left is not None and left <= 0:
+        return None
+    result = solve(model, solver, time_limit=left, lp_algorithm="ipm" if solver == "highs" else None)
     if result.status != "optimal" or result.values is None:
         return None
     values = np.asarray(result.values)

@@ -42,6 +42,13 @@ small messages elsewhere; each phase keeps the faster of the coalesced and the p
 shape the search settles on is built once more with each share in ``ALPHA_SHARES``: where α is most
 of the gap (NVSwitch ports pay it twice), half the share means longer messages and fewer α.
 
+Round timing: where α, fill and drain still cost more than 1 % at a bandwidth-bound SIZE, the same
+forests are also timed by rounds (:mod:`synth.synthesis.rounds`): an LP over ``ROUNDS`` rounds
+chooses which prefix of each tree's data crosses each tree edge in which round, with one α per
+message, and every connection then sends in round order as soon as data and links allow. The faster
+schedule is kept (mi250 1 GiB allgather: 0.968 of the bound as a list schedule, 0.984 by rounds).
+The LP grows with tree edges × rounds; beyond ``ROUND_VARIABLES`` shares it is not tried.
+
 Switches: ranks are first paired through the switches so that no two rank pairs share a switch
 link (:func:`synth.synthesis.packing.disjoint_pair_split`; rails between boxes, a ring inside a
 box or over all ranks), kept only when the optimal rate survives; a routed transfer then never
@@ -1558,10 +1565,7 @@ def _timed_rounds(topology: Topology, coll: Collective, plans: list[Forest], chu
         edges = _tree_edges(forest, fabric, per_root_bytes)
         if edges is None or len(edges.parent) * ROUNDS > ROUND_VARIABLES:
             return None
-        left = None if deadline is None else deadline - time.monotonic()
-        if left is not None and left <= 0:
-            return None
-        plan = rounds.plan_rounds(edges, ROUNDS, time_limit=left, above_us=beat_us)
+        plan = rounds.plan_rounds(edges, ROUNDS, deadline=deadline, above_us=beat_us)
         if plan is None:
             return None
         planned.append((forest, fabric, plan))
@@ -1580,14 +1584,25 @@ def _timed_rounds(topology: Topology, coll: Collective, plans: list[Forest], chu
                 link = (jobs.src[i], jobs.dst[i], jobs.route[i])
                 chained[i] = last.get(link, -1)
                 last[link] = i
+            if max(_connection_steps(jobs).values()) > MAX_CHANNELS * MAX_STEPS_PER_TB:
+                break
             order, start, end = list_schedule(jobs, fabric, chunk_bytes, chained)
             makespan = float(end.max())
             transfers += _phase_transfers(jobs, forest, order, start, end, offset, timed.is_reduction,
                                           phase, None)
             offset += makespan
-        if best is None or offset < best[1]:
-            best = (timed, offset, transfers, chunks)
+        else:
+            if best is None or offset < best[1]:
+                best = (timed, offset, transfers, chunks)
     return best
+
+
+def _connection_steps(jobs: _Jobs) -> dict[tuple[int, int], int]:
+    """MSCCL steps per rank pair: one per message of up to ``MAX_STEP_CHUNKS`` chunks."""
+    steps: dict[tuple[int, int], int] = defaultdict(int)
+    for msg, src, dst in zip(jobs.msg, jobs.src, jobs.dst):
+        steps[(src, dst)] += -(-len(msg) // MAX_STEP_CHUNKS)
+    return steps
 
 
 def _shares_links(jobs: _Jobs) -> bool:
