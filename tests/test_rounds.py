@@ -61,3 +61,26 @@ def test_round_timed_schedule_verifies_and_simulates_as_planned(monkeypatch):
     program = lower(schedule)
     assert verify(program).ok
     assert simulate(program, topology, 2**26, record_events=False).time_us == pytest.approx(makespan, rel=1e-6)
+
+
+@pytest.mark.slow
+def test_mi250_allgather_by_rounds_within_two_percent_of_the_bound():
+    # every xGMI link of an MI250 sits in a tight cut: the list schedule's α and drain cost 3.2 %
+    # (0.968); by rounds the same 3 trees per root reach 0.984 (issue 4's 0.98 target)
+    from synth.bounds import compute_bounds
+    from synth.program.lower import lower
+    from synth.simulate import simulate
+    from synth.synthesis.base import SynthOptions
+    from synth.topology.io import load_topology
+    from synth.verify import verify
+
+    topology = load_topology("mi250")
+    size = 2**30
+    schedule = trees.synthesize(topology, Collective("allgather", 16), size, SynthOptions())
+    assert schedule.notes["round_timed"] == trees.ROUNDS
+    assert schedule.collective.runtime_divides(size)
+    program = lower(schedule)
+    assert verify(program).ok
+    simulated = simulate(program, topology, size, record_events=False).time_us
+    assert simulated == pytest.approx(schedule.predicted_time_us, rel=1e-6)
+    assert compute_bounds(topology, schedule.collective, size).time_bound_us / simulated > 0.98

@@ -66,14 +66,16 @@ class RoundPlan:
 def plan_rounds(edges: TreeEdges, rounds: int, solver: str = "highs", deadline: float | None = None,
                 above_us: float | None = None) -> RoundPlan | None:
     """Solve the LP of the module docstring; ``None`` if a solve fails or the ``time.monotonic()``
-    ``deadline`` passes, or if the first LP (one α per link and round, an optimistic start) already
-    takes ``above_us`` or more."""
+    ``deadline`` passes, or if the first LP (one α per link and round, an optimistic start) or a
+    reweighted one already takes ``above_us`` or more."""
     result = _solve(edges, rounds, "link", None, solver, deadline)
     if result is None or (above_us is not None and float(result[1].sum()) >= above_us):
         return None
     for _ in range(REWEIGHTS):
         weight = _moved(result[0]) + REWEIGHT_DELTA
         result = _solve(edges, rounds, "reweighted", weight, solver, deadline) or result
+        if above_us is not None and float(result[1].sum()) >= above_us:
+            return None     # α nearly per message already: no faster than the target
     active = _moved(result[0]) > ACTIVE_SHARE
     active[:, -1] = True     # the last round closes every edge (X[e, R] = 1)
     exact = _solve(edges, rounds, "exact", active, solver, deadline)
