@@ -47,7 +47,8 @@ forests are also timed by rounds (:mod:`synth.synthesis.rounds`): an LP over ``R
 chooses which prefix of each tree's data crosses each tree edge in which round, with one α per
 message, and every connection then sends in round order as soon as data and links allow. The faster
 schedule is kept (mi250 1 GiB allgather: 0.968 of the bound as a list schedule, 0.984 by rounds).
-The LP grows with tree edges × rounds; beyond ``ROUND_VARIABLES`` shares it is not tried.
+The LP grows with tree edges × rounds; beyond ``ROUND_VARIABLES`` shares it is not tried, nor on
+switch fabrics (see :func:`schedule_from_plans`).
 
 Switches: ranks are first paired through the switches so that no two rank pairs share a switch
 link (:func:`synth.synthesis.packing.disjoint_pair_split`; rails between boxes, a ring inside a
@@ -1086,9 +1087,11 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
             break
     best, chunks, messages, tail, trials = outcome
     coll, offset, transfers = best
-    if (offset > floor * (1 + TAIL_GAIN) and n <= LARGE_RANKS and name in ROUND_TIMED
+    if (offset > floor * (1 + TAIL_GAIN) and n <= LARGE_RANKS and name in ROUND_TIMED and not topology.switches
             and ROUNDS * float(topology.arrays[3].max()) * 2 <= ROUND_ALPHA_SHARE * floor):
-        # α, fill and drain cost more than 1 %: try timing the same forests by rounds (synth.synthesis.rounds)
+        # α, fill and drain cost more than 1 %: try timing the same forests by rounds (synth.synthesis.rounds).
+        # Not behind switches, where every message pays α on each hop and holds its whole route: there
+        # rounds lose (dgx-a100-2node allgather 0.947 against 0.978, dgx-a100-4node 0.928 against 0.976)
         options_chunks = list(dict.fromkeys(fit(c)[0] for c in ROUND_CHUNKS))
         timed = _timed_rounds(topology, collective, plans, options_chunks, size_bytes, deadline, offset)
         if timed is not None and timed[1] < offset * (1 - 1e-9):
