@@ -21,20 +21,22 @@ def test_round_shares_are_prefixes_sent_after_they_arrive():
     forest, edges, per_root = _edges(ring(6))
     plan = rounds.plan_rounds(edges, 12)
     x = plan.shares
-    assert x.shape == (len(edges.parent), 12)
+    assert x.shape == (len(edges.waits), 12)
     assert np.all(np.diff(x, axis=1) >= -1e-9) and np.allclose(x[:, -1], 1.0)
-    child = edges.parent >= 0
     # store and forward: an edge below the root has moved no more than its parent had, a round earlier
-    assert np.all(x[child, 0] <= 1e-9)
-    assert np.all(x[child, 1:] <= x[edges.parent[child], :-1] + 1e-6)
+    below = [e for e, w in enumerate(edges.waits) if w]
+    assert below and all(len(edges.waits[e]) == 1 for e in below)
+    parent = np.array([edges.waits[e][0] for e in below])
+    assert np.all(x[below, 0] <= 1e-9)
+    assert np.all(x[below, 1:] <= x[parent, :-1] + 1e-6)
     # the rounds cannot beat the forest's bandwidth time, and pay at least one α per message
     assert plan.time_us >= forest.bandwidth_time_us(per_root) * (1 - 1e-6)
-    assert plan.messages >= len(edges.parent)
+    assert plan.messages >= len(edges.waits)
 
 
 def test_alpha_is_charged_per_message_in_the_exact_lp():
     # one edge, 4 rounds: the data could move in one message (one α) or spread over four (four α)
-    edges = rounds.TreeEdges(np.array([-1]), ((0,),), np.array([100.0]), np.array([5.0]), 1)
+    edges = rounds.TreeEdges(((),), ((0,),), np.array([100.0]), np.array([5.0]), 1)
     plan = rounds.plan_rounds(edges, 4)
     assert plan.messages == 1
     assert plan.time_us == pytest.approx(105.0)

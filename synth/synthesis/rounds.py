@@ -10,10 +10,12 @@ Flow Problem", SIGCOMM 2024, §4, here over tree prefixes instead of per-chunk c
 
     minimise  Σ_r τ_r
     s.t.  X[e, r-1] ≤ X[e, r],   X[e, R] = 1,   X[e, 1] = 0 below the root
-          X[e, r] ≤ X[parent(e), r-1]                    (store and forward: a rank sends what it holds)
+          X[e, r] ≤ X[f, r-1]  for f in waits(e)         (store and forward: a rank sends what it holds)
           Σ_{e on link l} d_e (X[e, r] − X[e, r-1]) + α-charge(l, r) ≤ τ_r      (every link l, round r)
 
-with ``d_e`` the µs the tree's whole data takes on the edge's route (``b / min bw``). Run round by
+with ``d_e`` the µs the tree's whole data takes on the edge's route (``b / min bw``) and ``waits(e)``
+the edges that bring e's data to its sender: in a broadcast tree the edge into the sender; in a
+reduction tree (data towards the root) every edge into the sender, whose partial sums it adds. Run round by
 round, that schedule takes ``Σ τ_r``; run as soon as data and links allow, with each link keeping
 the rounds' order, it can only be shorter (each transfer starts no later than its round).
 
@@ -41,11 +43,11 @@ ACTIVE_SHARE = 1e-4     # an edge moving less of its tree's data in a round send
 
 @dataclass(frozen=True)
 class TreeEdges:
-    """Tree edges as plain arrays: ``parent[e]`` is the edge into e's sending rank in the same tree
-    (-1 at the root), ``links[e]`` the link ids its route holds, ``data_us[e]`` the µs its tree's
-    whole data takes on that route and ``alpha_us[e]`` the route's α."""
+    """Tree edges as plain data: ``waits[e]`` the edges whose shares a round earlier bound e's (none
+    where the sender holds the data from the start), ``links[e]`` the link ids its route holds,
+    ``data_us[e]`` the µs its tree's whole data takes on that route and ``alpha_us[e]`` the route's α."""
 
-    parent: np.ndarray
+    waits: tuple[tuple[int, ...], ...]
     links: tuple[tuple[int, ...], ...]
     data_us: np.ndarray
     alpha_us: np.ndarray
@@ -93,11 +95,11 @@ def _solve(edges: TreeEdges, rounds: int, alpha_mode: str, weight: np.ndarray | 
            deadline: float | None) -> tuple[np.ndarray, np.ndarray] | None:
     """One LP. ``alpha_mode``: ``link`` (one α per link and round), ``reweighted`` (``weight``: the
     ℓ1 weights), ``exact`` (``weight``: the boolean active (edge, round) pairs; others move nothing)."""
-    count, R = len(edges.parent), rounds
+    count, R = len(edges.waits), rounds
     model = Model(f"tree-rounds-{alpha_mode}")
     upper = np.ones((count, R))
-    has_parent = edges.parent >= 0
-    upper[has_parent, 0] = 0.0
+    waiting = np.array([bool(w) for w in edges.waits])
+    upper[waiting, 0] = 0.0
     x = model.add_vars(count * R, 0.0, 1.0).reshape(count, R)
     tau = model.add_vars(R)
     lower_last = np.zeros((count, R))
@@ -106,16 +108,17 @@ def _solve(edges: TreeEdges, rounds: int, alpha_mode: str, weight: np.ndarray | 
     # monotone: X[e, r-1] - X[e, r] <= 0
     prev, cur = x[:, :-1].ravel(), x[:, 1:].ravel()
     _pairs(model, prev, cur, -np.inf, 0.0)
-    # store and forward: X[e, r] - X[parent, r-1] <= 0
-    child = np.flatnonzero(has_parent)
-    if len(child):
-        _pairs(model, x[child, 1:].ravel(), x[edges.parent[child], :-1].ravel(), -np.inf, 0.0)
+    # store and forward: X[e, r] - X[f, r-1] <= 0 for f in waits(e)
+    pairs = [(e, f) for e, fs in enumerate(edges.waits) for f in fs]
+    if pairs:
+        e_of, f_of = np.array(pairs).T
+        _pairs(model, x[e_of, 1:].ravel(), x[f_of, :-1].ravel(), -np.inf, 0.0)
     if alpha_mode == "exact":
         idle = ~weight.astype(bool)
         idle[:, 0] = False           # round 1 has no previous share; its bound (0 below the root) rules
         e_idx, r_idx = np.nonzero(idle)
         _pairs(model, x[e_idx, r_idx], x[e_idx, r_idx - 1], 0.0, 0.0)
-        idle0 = ~weight.astype(bool)[:, 0] & ~has_parent
+        idle0 = ~weight.astype(bool)[:, 0] & ~waiting
         if idle0.any():
             _fix_bounds_rows(model, x[idle0, 0])
     # link rows

@@ -1504,7 +1504,7 @@ def _tree_edges(forest: Forest, fabric: Topology, per_root_bytes: float) -> roun
     ``fabric``); ``None`` where an edge's units take several routes (a message has one route)."""
     link_index = {(link.src, link.dst): i for i, link in enumerate(fabric.links)}
     _, _, bw, alpha = fabric.arrays
-    parent, links, data_us, alpha_us = [], [], [], []
+    waits, links, data_us, alpha_us = [], [], [], []
     for tree in forest.trees:
         into: dict[int, int] = {}
         share = per_root_bytes * tree.mult / forest.k
@@ -1513,13 +1513,12 @@ def _tree_edges(forest: Forest, fabric: Topology, per_root_bytes: float) -> roun
                 return None
             nodes = (u, *tree.routes[e][0][0], v)
             ids = tuple(link_index[(a, b)] for a, b in zip(nodes, nodes[1:]))
-            into[v] = len(parent)
-            parent.append(into.get(u, -1))
+            into[v] = len(waits)
+            waits.append((into[u],) if u in into else ())
             links.append(ids)
             data_us.append(share / (float(bw[list(ids)].min()) * 1e3))
             alpha_us.append(float(alpha[list(ids)].sum()))
-    return rounds.TreeEdges(np.array(parent, dtype=np.int64), tuple(links), np.array(data_us), np.array(alpha_us),
-                            len(fabric.links))
+    return rounds.TreeEdges(tuple(waits), tuple(links), np.array(data_us), np.array(alpha_us), len(fabric.links))
 
 
 def _round_jobs(coll: Collective, forest: Forest, phase: int, chunks: int, shares: np.ndarray) -> _Jobs:
@@ -1566,7 +1565,7 @@ def _timed_rounds(topology: Topology, coll: Collective, plans: list[Forest], chu
     for forest in plans:
         fabric = topology.reversed() if forest.reversed else topology
         edges = _tree_edges(forest, fabric, per_root_bytes)
-        if edges is None or len(edges.parent) * ROUNDS > ROUND_VARIABLES:
+        if edges is None or len(edges.waits) * ROUNDS > ROUND_VARIABLES:
             return None
         plan = rounds.plan_rounds(edges, ROUNDS, deadline=deadline, above_us=beat_us)
         if plan is None:
