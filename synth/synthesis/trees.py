@@ -1766,7 +1766,7 @@ def _phase_jobs(coll: Collective, forest: Forest, phase: int, chunks: int, parts
     def emit(t: int, messages: list[tuple[int, ...]]) -> None:
         add_broadcast(jobs, plain, t, messages, phase, height_weight=height_weight)
 
-    if name in ROUND_TIMED:
+    if name not in ("scatter", "gather"):
         for r in (range(n) if name in ("allgather", "reducescatter", "allreduce") else (root,)):
             _spread(plain, r, _root_chunk_ids(coll, r, chunks), parts, emit, tail)
     else:  # scatter, gather: each chunk only travels towards (or from) its own rank
