@@ -14,10 +14,11 @@ Flow Problem", SIGCOMM 2024, §4, here over tree prefixes instead of per-chunk c
           Σ_{e on link l} d_e (X[e, r] − X[e, r-1]) + α-charge(l, r) ≤ τ_r      (every link l, round r)
 
 with ``d_e`` the µs the tree's whole data takes on the edge's route (``b / min bw``) and ``waits(e)``
-the edges that bring e's data to its sender: in a broadcast tree the edge into the sender; in a
-reduction tree (data towards the root) every edge into the sender, whose partial sums it adds. Run round by
-round, that schedule takes ``Σ τ_r``; run as soon as data and links allow, with each link keeping
-the rounds' order, it can only be shorter (each transfer starts no later than its round).
+the edges that bring e's data to its sender: in a broadcast tree the edge into the sender (``trees``
+times reductions as mirrored broadcasts); in a reduction tree it would be every edge into the sender.
+Run round by round, that schedule takes ``Σ τ_r``; run as soon as data and links allow, with each
+link keeping the rounds' order, it can only be shorter (each transfer starts no later than its
+round), up to rounding shares to whole chunks and MSCCL's split of messages over 71 chunks.
 
 α is paid per message, and a message is one (edge, round) with ``X[e, r] > X[e, r-1]``: a count of
 non-zeros, so α-charge(l, r) = Σ_{e on l, active in r} α_e is not linear. It is found by reweighted
