@@ -1527,12 +1527,11 @@ def _round_jobs(coll: Collective, forest: Forest, phase: int, chunks: int, share
     plain = replace(forest, reversed=False)
     jobs = _Jobs.empty()
     edge = 0
-    by_root = {tree.root: _root_chunk_ids(coll, tree.root, chunks) for tree in plain.trees}
-    offsets: dict[int, int] = defaultdict(int)
+    ids_of = {t: ids for root in dict.fromkeys(tree.root for tree in plain.trees)
+                 for t, ids in _tree_shares(plain, root, _root_chunk_ids(coll, root, chunks))}
     for t, tree in enumerate(plain.trees):
-        count = split_chunks(plain, tree.root, chunks)[t]
-        ids = by_root[tree.root][offsets[tree.root]:offsets[tree.root] + count]
-        offsets[tree.root] += count
+        ids = ids_of.get(t, [])
+        count = len(ids)
         placed: dict[int, list[tuple[int, int, int]]] = {}    # rank -> (first, end, job) of what reached it
         for e, (u, v) in enumerate(tree.edges):
             cuts = np.floor(shares[edge] * count + 1e-6).astype(np.int64)
@@ -1579,6 +1578,8 @@ def _timed_rounds(topology: Topology, coll: Collective, plans: list[Forest], chu
         offset = 0.0
         for phase, (forest, fabric, plan) in enumerate(planned):
             jobs = _round_jobs(timed, forest, phase, chunks, plan.shares)
+            if max(_connection_steps(jobs).values()) > MAX_CHANNELS * MAX_STEPS_PER_TB:
+                break
             # each connection sends in round order (one threadblock chain); links serve them as ready
             chained = [-1] * len(jobs.msg)
             last: dict[tuple, int] = {}
@@ -1586,8 +1587,6 @@ def _timed_rounds(topology: Topology, coll: Collective, plans: list[Forest], chu
                 link = (jobs.src[i], jobs.dst[i], jobs.route[i])
                 chained[i] = last.get(link, -1)
                 last[link] = i
-            if max(_connection_steps(jobs).values()) > MAX_CHANNELS * MAX_STEPS_PER_TB:
-                break
             order, start, end = list_schedule(jobs, fabric, chunk_bytes, chained)
             makespan = float(end.max())
             transfers += _phase_transfers(jobs, forest, order, start, end, offset, timed.is_reduction,
@@ -1790,25 +1789,26 @@ def _root_chunk_ids(coll: Collective, root: int, chunks: int) -> list[int]:
     return [root * chunks + s for s in range(chunks)]
 
 
+def _tree_shares(forest: Forest, root: int, items: list):
+    """(distinct tree of ``root``, its consecutive share of ``items``) for the trees that get any
+    (:func:`split_chunks`)."""
+    pos = 0
+    for t, c in enumerate(split_chunks(forest, root, len(items))):
+        if c:
+            yield t, items[pos:pos + c]
+            pos += c
+
+
 def _spread(forest: Forest, root: int, chunk_ids: list[int], parts: int | None, emit, tail: int = 0) -> None:
     """Give each distinct tree of ``root`` its share of ``chunk_ids``, cut into messages (:func:`_messages`)."""
-    counts = split_chunks(forest, root, len(chunk_ids))
-    pos = 0
-    for t, c in enumerate(counts):
-        if c:
-            emit(t, _messages(chunk_ids[pos:pos + c], parts, tail))
-            pos += c
+    for t, share in _tree_shares(forest, root, chunk_ids):
+        emit(t, _messages(share, parts, tail))
 
 
 def _spread_items(forest: Forest, root: int, items: list[tuple[int, int]], emit) -> None:
     """Scatter/gather: ``items`` (chunk, rank) come slot-major, so each tree carries every rank's data."""
-    counts = split_chunks(forest, root, len(items))
-    pos = 0
-    for t, c in enumerate(counts):
-        if c:
-            part = items[pos:pos + c]
-            emit(t, [chunk for chunk, _ in part], [w for _, w in part])
-            pos += c
+    for t, part in _tree_shares(forest, root, items):
+        emit(t, [chunk for chunk, _ in part], [w for _, w in part])
 
 
 METHOD = MethodSpec(
