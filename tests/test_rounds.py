@@ -42,6 +42,15 @@ def test_alpha_is_charged_per_message_in_the_exact_lp():
     assert plan.time_us == pytest.approx(105.0)
 
 
+def test_edges_done_before_the_last_round_pay_no_alpha_in_it():
+    # a -> b -> c -> d over links 0, 1, 0 in 3 rounds: a's edge finishes in round 1, so round 3
+    # carries only the third edge (100 + 5 µs), not α for the first as well
+    edges = rounds.TreeEdges(((), (0,), (1,)), ((0,), (1,), (0,)), np.full(3, 100.0), np.full(3, 5.0), 2)
+    plan = rounds.plan_rounds(edges, 3)
+    assert plan.messages == 3
+    assert plan.time_us == pytest.approx(315.0)
+
+
 def test_optimistic_first_lp_gives_up_above_a_target():
     _, edges, _ = _edges(line(4))
     assert rounds.plan_rounds(edges, 8, above_us=1.0) is None
@@ -84,5 +93,6 @@ def test_mi250_allgather_by_rounds_within_two_percent_of_the_bound():
     program = lower(schedule)
     assert verify(program).ok
     simulated = simulate(program, topology, size, record_events=False).time_us
-    assert simulated == pytest.approx(schedule.predicted_time_us, rel=1e-6)
+    # the program runs as planned; the simulator may also fill a gap the plan's replay leaves (it backfills)
+    assert schedule.predicted_time_us * 0.999 <= simulated <= schedule.predicted_time_us * (1 + 1e-6)
     assert compute_bounds(topology, schedule.collective, size).time_bound_us / simulated > 0.98
