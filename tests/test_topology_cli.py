@@ -165,3 +165,16 @@ def test_validate_fuzzed_files_exit_0_or_2_with_one_line(tmp_path_factory, text)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(f"error: {path}: ")
         assert "internal error" not in lines[0]
+
+
+def test_python_dash_m_synth_is_the_same_cli():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "synth", "topology", "show", "dgx1", "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["diameter"] == 2
+    bad = subprocess.run([sys.executable, "-m", "synth", "topology", "show", "no-such-fabric"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
