@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from schedule_check import line, ring
@@ -96,3 +98,23 @@ def test_mi250_allgather_by_rounds_within_two_percent_of_the_bound():
     # the program runs as planned; the simulator may also fill a gap the plan's replay leaves (it backfills)
     assert schedule.predicted_time_us * 0.999 <= simulated <= schedule.predicted_time_us * (1 + 1e-6)
     assert compute_bounds(topology, schedule.collective, size).time_bound_us / simulated > 0.98
+
+
+def test_allreduce_on_a_fabric_equal_to_its_reverse_solves_one_round_lp(monkeypatch):
+    # reducescatter trees reversed on the reversed ring pose the allgather's LP again: solved once,
+    # and both phases of the round-timed allreduce still verify
+    from synth.program.lower import lower
+    from synth.verify import verify
+
+    topology = ring(6)
+    coll = Collective("allreduce", 6)
+    forest = plan_forest(topology, tuple(range(6)))
+    plans = [replace(forest, reversed=True), forest]
+    calls = []
+    solve = rounds.plan_rounds
+    monkeypatch.setattr(rounds, "plan_rounds", lambda *a, **k: calls.append(a) or solve(*a, **k))
+    coll2, makespan, transfers, chunks = trees._timed_rounds(topology, coll, plans, [12], 2**26, None, 1e12)
+    assert len(calls) == 1
+    schedule = trees._forest_schedule(topology, coll2, transfers, makespan, plans, 2**26, "trees",
+                                      chunks_per_root=chunks, round_timed=trees.ROUNDS)
+    assert verify(lower(schedule)).ok

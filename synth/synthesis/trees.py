@@ -1561,15 +1561,22 @@ def _timed_rounds(topology: Topology, coll: Collective, plans: list[Forest], chu
     name, n = coll.name, topology.num_ranks
     per_root_bytes = _per_root_bytes(name, n, size_bytes)
     planned = []
+    solved: dict[tuple, rounds.RoundPlan] = {}
     for forest in plans:
         fabric = topology.reversed() if forest.reversed else topology
         edges = _tree_edges(forest, fabric, per_root_bytes)
         if edges is None or len(edges.waits) * ROUNDS > ROUND_VARIABLES:
             return None
-        plan = rounds.plan_rounds(edges, ROUNDS, deadline=deadline, above_us=beat_us)
-        if plan is None:
-            return None
-        planned.append((forest, fabric, plan))
+        # the LP is fixed by which edges share a link, their times and waits: an allreduce on a fabric
+        # equal to its reverse poses the same one twice (mi250 allreduce: 4 solves instead of 8)
+        hops = tuple(tuple((fabric.links[i].src, fabric.links[i].dst) for i in ids) for ids in edges.links)
+        key = (edges.waits, hops, edges.data_us.tobytes(), edges.alpha_us.tobytes())
+        if key not in solved:
+            plan = rounds.plan_rounds(edges, ROUNDS, deadline=deadline, above_us=beat_us)
+            if plan is None:
+                return None
+            solved[key] = plan
+        planned.append((forest, fabric, solved[key]))
     best = None
     for chunks in chunk_options:
         timed = Collective(name, n, _chunk_factor(name, n, chunks), coll.root, coll.inplace)
