@@ -118,7 +118,7 @@ ALT_PRIORITY_JOBS = 10_000  # ... the 4x one only up to this many transfers at t
 FORWARD_JOBS = 20_000        # forward-timed reductions only below this many transfers
 LEVEL_JOBS = 200_000        # beyond this many transfers, vectorised level timing
 ALPHA_SHARE = 0.01          # coalesced messages grow until α is this share of their time
-ALPHA_SHARES = (ALPHA_SHARE, 0.005, 0.02, 0.0025)  # ... the shape chosen is also built with these (dgx-a100-2node)
+ALPHA_SHARES = (ALPHA_SHARE, 0.005, 0.02, 0.0035, 0.0025)  # ... the shape chosen is also built with these
 MAX_COALESCE = 64           # chunks one coalesced message may carry (MSCCL cnt stays < 72)
 MAX_STEP_CHUNKS = 71        # MSCCL cnt < 72: a longer message is lowered as several steps, one α each
 TAIL_SPLITS = (3, 2, 4)     # the last message of each tree halved this many times: P is searched at the first
@@ -895,6 +895,7 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
                         topology.name, (), method="trees", size_bytes=float(size_bytes))
 
     symmetric = not topology.switches and _symmetric(topology)
+    flippable = bool(topology.switches) and _symmetric(topology) and _routes_symmetric(topology)
     cache: dict[tuple[tuple[int, ...], int], Forest] = {}
 
     def planner_for(trees_cap: int):
@@ -907,8 +908,12 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
             return replace(cache[(roots, trees_cap)], reversed=reverse)
         return planner
 
+    def flipped_for(trees_cap: int):
+        return _flipped_planner(topology, trees_cap) if flippable else None
+
     began = time.monotonic()
-    best = schedule_from_plans(topology, collective, size_bytes, options, planner_for(max_trees), "trees")
+    best = schedule_from_plans(topology, collective, size_bytes, options, planner_for(max_trees), "trees",
+                               flipped_for(max_trees))
     if options.max_trees is not None or options.chunks is not None or n > TREE_SEARCH_RANKS:
         return best
     # Many trees per root mean many messages per link (α) and coarse pipelines under the MSCCL
@@ -925,7 +930,8 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
         # if the rate they keep leaves room (dgx-a100-2node 64 MB: 13 trees 252 µs, 8 trees 257, 4 trees 224)
         if slower and _capped_floor_us(topology, collective, size_bytes, cap) > best.predicted_time_us * (1 - CAP_ROOM):
             break
-        trial = schedule_from_plans(topology, collective, size_bytes, options, planner_for(cap), "trees")
+        trial = schedule_from_plans(topology, collective, size_bytes, options, planner_for(cap), "trees",
+                                    flipped_for(cap))
         if trial.predicted_time_us < best.predicted_time_us * (1 - 1e-9):
             best = trial
         elif trial.predicted_time_us > best.predicted_time_us * (1 + CAP_STOP):
@@ -1048,9 +1054,28 @@ def _symmetric(topology: Topology) -> bool:
     return all(links.get((b, a)) == v for (a, b), v in links.items())
 
 
+def _routes_symmetric(topology: Topology) -> bool:
+    """Does every rank pair's route through switches run back the same way?"""
+    routes = rank_routes(topology)
+    return all(routes.get((b, a)) == path[::-1] for (a, b), path in routes.items())
+
+
+def _flipped_planner(topology: Topology, trees_cap: int):
+    """Each phase's forest planned on the other orientation (broadcast trees on the reversed fabric,
+    reductions on the fabric itself). On a fabric equal to its reverse, routes included, those trees
+    are as optimal and as valid, but the packing breaks its ties differently, and one forest may suit
+    the message shape better (dgx-a100-2node allgather at 64 chunks per root: 0.9794, flipped 0.9807)."""
+    def planner(roots: tuple[int, ...], reverse: bool) -> Forest:
+        return replace(plan_forest(topology, roots, reverse=not reverse, max_trees=trees_cap), reversed=reverse)
+    return planner
+
+
 def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
-                        planner, method: str) -> Schedule:
-    """Plan the forests a collective needs with ``planner(roots, reverse)`` and pipeline them."""
+                        planner, method: str, other_planner=None) -> Schedule:
+    """Plan the forests a collective needs with ``planner(roots, reverse)`` and pipeline them.
+
+    ``other_planner``: forests as good by rate, timed at the message shape found for the first ones
+    and kept if faster (:func:`_flipped_planner`)."""
     name, n = collective.name, topology.num_ranks
     # --time-limit: the planning always completes; the pipeline-depth search stops early
     deadline = None if options.time_limit is None else time.monotonic() + options.time_limit
@@ -1082,10 +1107,19 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
                      for c, m in _built_shapes(plans, fit, shape, messages, tail)]
             best, chunks, messages = min(built, key=lambda b: b[0][1])
         if outcome is None or best[1] < outcome[0][1] * (1 - 1e-9):
-            outcome = (best, chunks, messages, tail, trials)
+            outcome = (best, chunks, messages, tail, trials, weight)
         if not search:   # no search, no alternatives: large schedules are timed once
             break
-    best, chunks, messages, tail, trials = outcome
+    best, chunks, messages, tail, trials, weight = outcome
+    # five more list schedules: only where they are quick (dgx-a100-2node 2.4k transfers, mi250-2node 70k)
+    if (other_planner is not None and _job_estimate(plans, chunks, messages, tail) <= FORWARD_JOBS
+            and (deadline is None or time.monotonic() < deadline)):
+        others = [other_planner(roots, reverse) for roots, reverse in _forest_phases(collective)]
+        if [f.k for f in others] == [f.k for f in plans]:
+            timed = _timed(topology, collective, others, chunks, messages, size_bytes, tail=tail,
+                           timing=_Timing(weight, alpha_shares=ALPHA_SHARES))
+            if timed[1] < best[1] * (1 - 1e-9):
+                best, plans = timed, others
     coll, offset, transfers = best
     if (offset > floor * (1 + TAIL_GAIN) and n <= LARGE_RANKS and name in ROUND_TIMED and not topology.switches
             and ROUNDS * float(topology.arrays[3].max()) * 2 <= ROUND_ALPHA_SHARE * floor):
