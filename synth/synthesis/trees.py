@@ -895,7 +895,10 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
                         topology.name, (), method="trees", size_bytes=float(size_bytes))
 
     symmetric = not topology.switches and _symmetric(topology)
-    flippable = bool(topology.switches) and _symmetric(topology) and _routes_symmetric(topology)
+    # the other orientation's forests (_flipped_planner) only where shapes are searched: its timing is capped
+    # at FORWARD_JOBS transfers anyway, and the route check runs one search per rank
+    flippable = (bool(topology.switches) and n <= TREE_SEARCH_RANKS and _symmetric(topology)
+                 and _routes_symmetric(topology))
     cache: dict[tuple[tuple[int, ...], int], Forest] = {}
 
     def planner_for(trees_cap: int):
