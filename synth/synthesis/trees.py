@@ -46,7 +46,7 @@ Round timing: where α, fill and drain still cost more than 1 % at a bandwidth-b
 forests are also timed by rounds (:mod:`synth.synthesis.rounds`): an LP over ``ROUNDS`` rounds
 chooses which prefix of each tree's data crosses each tree edge in which round, with one α per
 message, and every connection then sends in round order as soon as data and links allow. The faster
-schedule is kept (mi250 1 GiB allgather: 0.968 of the bound as a list schedule, 0.984 by rounds).
+schedule is kept (mi250 1 GiB allgather: 0.968 of the bound as a list schedule, 0.985 by rounds).
 The LP grows with tree edges × rounds; beyond ``ROUND_VARIABLES`` shares it is not tried, nor on
 switch fabrics (see :func:`schedule_from_plans`).
 
@@ -1510,13 +1510,14 @@ def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: f
     makespan = float(end.max()) if len(end) else 0.0
     if not build:
         return [], makespan
-    return _phase_transfers(jobs, forest, order, start, end, offset, reducing, channel, heads), makespan
+    return _phase_transfers(jobs, forest, order, start, end, makespan, offset, reducing, channel, heads), makespan
 
 
 def _phase_transfers(jobs: _Jobs, forest: Forest, order: list[int], start: np.ndarray, end: np.ndarray,
-                     offset: float, reducing: bool, channel: int, heads: list[int] | None) -> list[Transfer]:
-    """The Transfers of one timed phase (its broadcasts mirrored into reductions on a reversed forest)."""
-    makespan = float(end.max()) if len(end) else 0.0
+                     makespan: float, offset: float, reducing: bool, channel: int,
+                     heads: list[int] | None) -> list[Transfer]:
+    """The Transfers of one timed phase (its broadcasts mirrored into reductions on a reversed forest,
+    about its ``makespan``)."""
     starts, ends = start.tolist(), end.tolist()
     if forest.reversed:  # mirror: t -> T - t, and every transfer runs the other way
         starts, ends = [makespan - e for e in ends], [makespan - x for x in starts]
@@ -1633,7 +1634,7 @@ def _timed_rounds(topology: Topology, coll: Collective, plans: list[Forest], chu
                 last[link] = i
             order, start, end = list_schedule(jobs, fabric, chunk_bytes, chained)
             makespan = float(end.max())
-            transfers += _phase_transfers(jobs, forest, order, start, end, offset, timed.is_reduction,
+            transfers += _phase_transfers(jobs, forest, order, start, end, makespan, offset, timed.is_reduction,
                                           phase, None)
             offset += makespan
         else:
