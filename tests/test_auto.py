@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 import synth.synthesis.auto as auto
-from synth.collectives import Collective
+from synth.collectives import Collective, runtime_divides
 from synth.pipeline import synthesize
 from synth.synthesis.base import MethodSpec, SynthOptions
 from synth.topology import generators as gen
@@ -119,14 +119,25 @@ def test_auto_reaches_1_10_of_the_bound_on_dgx1_alltoall_64mib():
 
 
 def test_auto_stops_once_within_one_percent_of_the_bound():
-    # with any chunk count the ring (48 chunks per loop) is within 1 %: the rest is skipped; by
-    # default it does not stop the plan (the runtime would not run it on 2^28 elements), the trees do
+    # with any chunk count the ring (48 chunks per loop) is within 1 %: the rest is skipped; by default
+    # the ring takes 128 chunks per piece, which the runtime runs on 2^28 elements, and is still within 1 %
     res = synthesize(load_topology("dgx1"), "allgather", GiB, "auto", SynthOptions(runtime_chunks=False))
     assert res.method == "ring" and res.time_us <= 1.01 * res.bound_us
     assert [row["method"] for row in res.tried if "skipped" in row] == ["greedy", "trees", "lp"]
     res = synthesize(load_topology("dgx1"), "allgather", GiB, "auto")
-    assert res.method == "trees" and res.time_us <= 1.01 * res.bound_us
-    assert [row["method"] for row in res.tried if "skipped" in row] == ["lp"]
+    assert res.method == "ring" and res.time_us <= 1.01 * res.bound_us
+    assert res.program.nchunksperloop == 8 * 128 and runtime_divides(res.program.nchunksperloop, GiB)
+    assert [row["method"] for row in res.tried if "skipped" in row] == ["greedy", "trees", "lp"]
+
+
+def test_auto_does_not_stop_at_a_program_the_runtime_would_not_run():
+    # 2**28 + 3 elements is prime: no ring count divides it, so the ring within 1 % does not stop the plan
+    size = GiB + 12
+    res = synthesize(load_topology("dgx1"), "allgather", size, "auto")
+    ring = next(row for row in res.tried if row["method"] == "ring")
+    assert "time_us" in ring and ring["time_us"] <= 1.01 * res.bound_us
+    assert not runtime_divides(res.program.nchunksperloop, size)
+    assert "trees" in [row["method"] for row in res.tried if "time_us" in row]
 
 
 # ---- the time budget ---------------------------------------------------------------------------------

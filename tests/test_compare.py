@@ -53,7 +53,9 @@ def test_compare_errors_stay_in_rows_and_table() -> None:
     assert rows["hierarchical"]["status"] == "error" and "multi-box" in rows["hierarchical"]["error"]
     assert rows["hierarchical"]["time_us"] is None
     assert rows["ring"]["error"] is None and rows["nccl"]["error"] is None
-    assert rows["nccl"]["time_us"] == pytest.approx(rows["ring"]["time_us"])   # NCCL runs ring at 1 MiB here
+    # NCCL runs its ring at 1 MiB here, with the rings' own 48 chunks per loop (NCCL needs no divisibility);
+    # the ring program takes a chunk count the MSCCL runtime runs on 2^18 elements, a little slower
+    assert rows["nccl"]["time_us"] <= rows["ring"]["time_us"] <= 1.01 * rows["nccl"]["time_us"]
     for key in ("method", "status", "time_us", "algbw_GBps", "busbw_GBps", "ratio_to_bound", "synthesis_s", "error"):
         assert key in rows["ring"]
     res = invoke("compare", "-t", "dgx1", "-c", "allreduce", "-s", "1MiB", "--methods", "ring,hierarchical")

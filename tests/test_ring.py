@@ -25,9 +25,9 @@ TOPOLOGIES = {
 
 
 def run(topology, name: str, size: float = GiB, inplace: bool = False, root: int = 0, chunks: int | None = None,
-        exact: bool = True):
+        exact: bool = True, runtime_chunks: bool = True):
     coll = Collective(name, topology.num_ranks, root=root, inplace=inplace)
-    schedule = synthesize(topology, coll, size, SynthOptions(chunks=chunks))
+    schedule = synthesize(topology, coll, size, SynthOptions(chunks=chunks, runtime_chunks=runtime_chunks))
     program = lower(schedule)
     result = verify(program)
     assert result.ok, result.errors[:3]
@@ -77,9 +77,45 @@ def test_dgx1_uses_the_nccl_rings():
     # rings never oversubscribe a link, and together they use every NVLink (6 per GPU)
     assert all(rate <= topology.link(a, b).bw + 1e-9 for (a, b), rate in used.items())
     assert all(sum(r for (a, _), r in used.items() if a == g) == pytest.approx(150) for g in range(8))
-    schedule, program, sim = run(topology, "allgather")
+    # weights 2:2:1:1, one chunk each (--any-chunks): NCCL's 150 GB/s busbw, but 48 chunks per loop,
+    # which MSCCL runtimes do not run on a 1 GiB buffer
+    schedule, program, sim = run(topology, "allgather", runtime_chunks=False)
     assert program.nchannels == 4 and len({t.channel for t in schedule.transfers}) == 4
     assert sim.busbw_GBps == pytest.approx(150, rel=2e-3)
+    assert not schedule.collective.runtime_divides(GiB)
+
+
+@pytest.mark.parametrize("name", ["allgather", "allreduce", "broadcast", "alltoall"])
+def test_default_chunks_are_runnable_at_size(name):
+    """By default the chunk count is one an MSCCL runtime runs at SIZE (dgx1: 128 per piece, 43:43:21:21
+    over the rings), at most 1 % slower than the rings' own count (broadcast: 7 %, at most 64 steps per ring)."""
+    topology = load_topology("dgx1")
+    free, _, _ = run(topology, name, runtime_chunks=False)
+    schedule, program, sim = run(topology, name)
+    assert not free.collective.runtime_divides(GiB)
+    assert schedule.collective.runtime_divides(GiB) and program.nchunksperloop == schedule.collective.size_chunks
+    assert sim.time_us <= free.predicted_time_us * (1.07 if name == "broadcast" else 1.01)
+    # where the rings' own count already runs, it is kept
+    ring = gen.ring(8)
+    assert run(ring, name)[0].collective == run(ring, name, runtime_chunks=False)[0].collective
+
+
+def test_runnable_chunks_respect_msccl_step_limits():
+    from synth.synthesis.ring import MAX_CNT, MAX_STEPS, _ring_messages, _runnable_chunks
+
+    coll = Collective("broadcast", 16)
+    weights, rates = [2, 2, 1, 1], [50.0, 50.0, 25.0, 25.0]
+    chunks = _runnable_chunks(coll, 192, weights, rates, GiB, 0.7)
+    messages = _ring_messages("broadcast", 16, chunks, weights)
+    assert Collective("broadcast", 16, chunks).runtime_divides(GiB)
+    assert max(map(len, messages)) <= MAX_STEPS and max(max(m) for m in messages) <= MAX_CNT
+    # allgather of 8 x 17000 x 1024 elements: counts dividing 17000 x 1024 (no factor 3); with weights
+    # 2:2:1:1, 200 chunks (67:67:33:33, 0.50 % over the 6-chunk ideal) and 170 (57:57:28:28, 0.59 %) are
+    # within RUNNABLE_SLACK of each other, so the fewer chunks win; 128 (43:43:21:21) is 0.78 % over,
+    # and 250 and 256 exceed 71 chunks per step
+    assert _runnable_chunks(Collective("allgather", 8), 6, weights, rates, 8 * 17000 * 1024 * 4, 0.7) == 170
+    # 2**28 + 3 elements is prime: one chunk, no pipeline, is far slower, so the rings' own count stays
+    assert _runnable_chunks(coll, 192, weights, rates, GiB + 12, 0.7) == 192
 
 
 def test_star_ring_goes_through_the_switch():

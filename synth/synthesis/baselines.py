@@ -809,6 +809,8 @@ def _nccl(topology: Topology, collective: Collective, size_bytes: float, options
     from synth.synthesis.ring import synthesize as ring
 
     _check(topology, collective, options)
+    # NCCL runs its own rings at any size: MSCCL's rule on nchunksperloop does not bind it
+    options = replace(options, runtime_chunks=False)
     name = collective.name
     if name == "alltoall":
         choice, schedule = "direct", _direct(topology, collective, size_bytes, options)

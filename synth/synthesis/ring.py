@@ -29,7 +29,7 @@ bytes / bottleneck bw, and holds every link of its route; transfers on a link ar
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from synth.collectives import Collective
 from synth.errors import SynthError
@@ -44,6 +44,9 @@ MAX_PIPELINE = 32        # chunks per ring for the pipelined chain (broadcast / 
 MAX_STEPS = 64           # MSCCL steps per threadblock
 MAX_CHANNELS = 32        # MSCCL channels
 DFS_STEPS = 20_000       # expansions per Hamiltonian DFS (a deterministic budget)
+MAX_CNT = 71             # MSCCL: one step moves fewer than 72 chunks
+RUNNABLE_SLACK = 1e-3    # a runtime-usable chunk count this close to the fastest one, fewer chunks first
+RUNNABLE_LOSS = 0.25     # ... kept only within this share of the rings' own count (else a note says so)
 _EPS = 1e-9
 
 Route = tuple[tuple[int, int], ...]   # the directed links (src, dst) of one ring edge
@@ -324,6 +327,57 @@ def _default_chunks(name: str, n: int, wsum: int, options: SynthOptions, share_b
     return wsum
 
 
+def _owner_counts(chunks: int, n: int) -> list[int]:
+    """Allreduce: the chunks each rank owns (reduces, then gathers), contiguous and as even as possible."""
+    return split_counts(chunks, [1] * n)
+
+
+def _ring_messages(name: str, n: int, chunks: int, weights: list[int]) -> list[list[int]]:
+    """Per ring, the chunks of each message it sends per piece (one message per owner for allreduce)."""
+    if name == "allreduce":
+        per_owner = [split_counts(count, weights) for count in _owner_counts(chunks, n)]
+        return [[counts[r] for counts in per_owner] for r in range(len(weights))]
+    if name in ("broadcast", "reduce"):   # pipelined: one chunk per message
+        return [[1] * c for c in split_counts(chunks, weights)]
+    return [[c] for c in split_counts(chunks, weights)]
+
+
+def _runnable_chunks(collective: Collective, chunks: int, weights: list[int], rates: list[float],
+                     size_bytes: float, alpha: float) -> int:
+    """The chunk factor nearest in cost to ``chunks`` at which an MSCCL runtime runs the program on the
+    SIZE buffer (its ``nchunksperloop`` divides the element count, :meth:`Collective.runtime_divides`;
+    dgx1 allgather: 6 rings' weights sum to 6, 48 chunks per loop do not divide 1 GiB), or ``chunks``
+    itself where it already runs, where no count up to 64x does, or where the best that does is
+    estimated over :data:`RUNNABLE_LOSS` slower (the CLI then notes that the runtime will not run it).
+
+    Each candidate is scored by its slowest ring under the α-β model: ``α + m·b / rate`` summed over the
+    ring's messages per piece (``m`` chunks of ``b`` bytes); the pipelined broadcast / reduce chain adds
+    ``N - 2`` messages of fill, (N - 2 + p)(α + b / rate) (see :func:`_pipeline_chunks`). Messages stay
+    within one MSCCL step (at most 71 chunks), and a ring's connection within one threadblock
+    (at most 64 steps)."""
+    name, n = collective.name, collective.num_ranks
+    if replace(collective, chunk_factor=chunks).runtime_divides(size_bytes):
+        return chunks
+    piece = size_bytes / n if name in ("allgather", "reducescatter", "allreduce", "alltoall") else size_bytes
+    fill = n - 2 if name in ("broadcast", "reduce") else 0
+
+    def cost(c: int) -> float | None:
+        messages = _ring_messages(name, n, c, weights)
+        if max(max(ms, default=0) for ms in messages) > MAX_CNT or max(map(len, messages)) > MAX_STEPS:
+            return None
+        chunk_bytes = piece / c
+        return max(sum(alpha + m * chunk_bytes / (rate * 1e3) for m in ms + [max(ms, default=0)] * fill)
+                   for ms, rate in zip(messages, rates, strict=True) if ms)
+
+    scored = [(t, c) for c in range(1, 64 * chunks + 1)
+              if replace(collective, chunk_factor=c).runtime_divides(size_bytes) and (t := cost(c)) is not None]
+    own = cost(chunks)
+    if not scored or (own is not None and min(scored)[0] > own * (1 + RUNNABLE_LOSS)):
+        return chunks
+    best = min(t for t, _ in scored)
+    return min(c for t, c in scored if t <= best * (1 + RUNNABLE_SLACK))
+
+
 def _line_schedule(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
                    line: tuple[int, ...]) -> Schedule:
     """The fallback on a Hamiltonian path: pieces travel both ways along the line (one channel)."""
@@ -441,6 +495,8 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
     wsum = sum(weights)
     alpha = max((lk.alpha for lk in topology.links), default=0.0)
     chunks = _default_chunks(name, n, wsum, options, size_bytes * weights[0] / wsum, rings[0].rate, alpha)
+    if options.chunks is None and options.runtime_chunks:
+        chunks = _runnable_chunks(collective, chunks, weights, [rg.rate for rg in rings], size_bytes, alpha)
     coll = Collective(name, n, chunks, root=collective.root, inplace=collective.inplace)
     if coll.inplace and name == "alltoall":
         raise SynthError("ring alltoall relays through the ranks and needs an out-of-place buffer")
@@ -449,10 +505,9 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
     C = coll.chunk_factor
     if name == "allreduce":
         # chunk j -> owner (contiguous, as even as possible), then rings within each owner's share
-        owners = split_counts(C, [1] * n)
         j = 0
         per_ring: list[list[tuple[int, list[int]]]] = [[] for _ in rings]   # (owner, chunk slots)
-        for q, count in enumerate(owners):
+        for q, count in enumerate(_owner_counts(C, n)):
             slots = list(range(j, j + count))
             j += count
             k = 0
