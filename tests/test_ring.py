@@ -85,15 +85,17 @@ def test_dgx1_uses_the_nccl_rings():
     assert not schedule.collective.runtime_divides(GiB)
 
 
+@pytest.mark.parametrize("size", [GiB, 64_000_000])
 @pytest.mark.parametrize("name", ["allgather", "allreduce", "broadcast", "alltoall"])
-def test_default_chunks_are_runnable_at_size(name):
-    """By default the chunk count is one an MSCCL runtime runs at SIZE (dgx1: 128 per piece, 43:43:21:21
-    over the rings), at most 1 % slower than the rings' own count (broadcast: 7 %, at most 64 steps per ring)."""
+def test_default_chunks_are_runnable_at_size(name, size):
+    """By default the chunk count is one an MSCCL runtime runs at SIZE (dgx1 1 GiB: 128 per piece,
+    43:43:21:21 over the rings), at most 1 % slower than the rings' own count (broadcast: 7 %, at most 64
+    steps per ring). 64 MB allreduce: 1600 chunks, 200 per owner, not 625 (owners of 79 and 78 chunks)."""
     topology = load_topology("dgx1")
-    free, _, _ = run(topology, name, runtime_chunks=False)
-    schedule, program, sim = run(topology, name)
-    assert not free.collective.runtime_divides(GiB)
-    assert schedule.collective.runtime_divides(GiB) and program.nchunksperloop == schedule.collective.size_chunks
+    free, _, _ = run(topology, name, size, runtime_chunks=False)
+    schedule, program, sim = run(topology, name, size)
+    assert not free.collective.runtime_divides(size)
+    assert schedule.collective.runtime_divides(size) and program.nchunksperloop == schedule.collective.size_chunks
     assert sim.time_us <= free.predicted_time_us * (1.07 if name == "broadcast" else 1.01)
     # where the rings' own count already runs, it is kept
     ring = gen.ring(8)

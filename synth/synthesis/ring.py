@@ -350,11 +350,13 @@ def _runnable_chunks(collective: Collective, chunks: int, weights: list[int], ra
     itself where it already runs, where no count up to 64x does, or where the best that does is
     estimated over :data:`RUNNABLE_LOSS` slower (the CLI then notes that the runtime will not run it).
 
-    Each candidate is scored by its slowest ring under the α-β model: ``α + m·b / rate`` summed over the
-    ring's messages per piece (``m`` chunks of ``b`` bytes); the pipelined broadcast / reduce chain adds
-    ``N - 2`` messages of fill, (N - 2 + p)(α + b / rate) (see :func:`_pipeline_chunks`). Messages stay
-    within one MSCCL step (at most 71 chunks), and a ring's connection within one threadblock
-    (at most 64 steps)."""
+    Each candidate is scored by its slowest ring under the α-β model. A ring moves its pieces' messages
+    (an allreduce owner's, a pipelined chain's single chunks) in lockstep around the ring, so it takes
+    ``(messages + fill)·(α + m·b / rate)`` with ``m`` the most chunks of ``b`` bytes in one message
+    (dgx1 64 MB allreduce at 625 chunks: owners of 79 and 78 chunks send 27 and 26 on a 50 GB/s ring,
+    3.6 % over the 6-chunk ideal, not the 0.3 % their sum suggests); the broadcast / reduce chain's fill is
+    ``N - 2`` messages, (N - 2 + p)(α + b / rate) (see :func:`_pipeline_chunks`). Messages stay within one
+    MSCCL step (at most 71 chunks), and a ring's connection within one threadblock (at most 64 steps)."""
     name, n = collective.name, collective.num_ranks
     if replace(collective, chunk_factor=chunks).runtime_divides(size_bytes):
         return chunks
@@ -366,7 +368,8 @@ def _runnable_chunks(collective: Collective, chunks: int, weights: list[int], ra
         if max(max(ms, default=0) for ms in messages) > MAX_CNT or max(map(len, messages)) > MAX_STEPS:
             return None
         chunk_bytes = piece / c
-        return max(sum(alpha + m * chunk_bytes / (rate * 1e3) for m in ms + [max(ms, default=0)] * fill)
+        # a ring moves one message per piece each step, so its largest message sets the pace
+        return max((len(ms) + fill) * (alpha + max(ms) * chunk_bytes / (rate * 1e3))
                    for ms, rate in zip(messages, rates, strict=True) if ms)
 
     scored = [(t, c) for c in range(1, 64 * chunks + 1)
