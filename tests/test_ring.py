@@ -103,14 +103,15 @@ def test_default_chunks_are_runnable_at_size(name, size):
 
 
 def test_runnable_chunks_respect_msccl_step_limits():
-    from synth.synthesis.ring import MAX_CNT, MAX_STEPS, _ring_messages, _runnable_chunks
+    from synth.synthesis.base import MAX_STEP_CHUNKS, MAX_STEPS_PER_TB
+    from synth.synthesis.ring import _ring_messages, _runnable_chunks
 
     coll = Collective("broadcast", 16)
     weights, rates = [2, 2, 1, 1], [50.0, 50.0, 25.0, 25.0]
     chunks = _runnable_chunks(coll, 192, weights, rates, GiB, 0.7)
     messages = _ring_messages("broadcast", 16, chunks, weights)
     assert Collective("broadcast", 16, chunks).runtime_divides(GiB)
-    assert max(map(len, messages)) <= MAX_STEPS and max(max(m) for m in messages) <= MAX_CNT
+    assert max(map(len, messages)) <= MAX_STEPS_PER_TB and max(max(m) for m in messages) <= MAX_STEP_CHUNKS
     # allgather of 8 x 17000 x 1024 elements: counts dividing 17000 x 1024 (no factor 3); with weights
     # 2:2:1:1, 200 chunks (67:67:33:33, 0.50 % over the 6-chunk ideal) and 170 (57:57:28:28, 0.59 %) are
     # within RUNNABLE_SLACK of each other, so the fewer chunks win; 128 (43:43:21:21) is 0.78 % over,

@@ -1,4 +1,4 @@
-"""What every synthesis method shares: its options and its registry entry."""
+"""What every synthesis method shares: its options, its registry entry and the MSCCL limits its programs fit."""
 
 from __future__ import annotations
 
@@ -8,6 +8,11 @@ from dataclasses import dataclass, field
 from synth.collectives import Collective
 from synth.schedule import Schedule
 from synth.topology.model import Topology
+
+# MSCCL runtime limits every method's programs must fit (msccl-executor-nccl; the exporter checks them again)
+MAX_CHANNELS = 32        # channels
+MAX_STEPS_PER_TB = 64    # steps per threadblock
+MAX_STEP_CHUNKS = 71     # chunks one step moves (cnt < 72)
 
 
 @dataclass(frozen=True)

@@ -34,17 +34,14 @@ from dataclasses import dataclass, replace
 from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.schedule import Schedule, Transfer
-from synth.synthesis.base import MethodSpec, SynthOptions
+from synth.synthesis.base import MAX_CHANNELS, MAX_STEP_CHUNKS, MAX_STEPS_PER_TB, MethodSpec, SynthOptions
 from synth.topology.model import Topology
 from synth.topology.routes import rank_routes
 
 MAX_RINGS = 8
 MAX_WEIGHT = 16          # total integer ring weight (chunks per piece with no pipelining)
 MAX_PIPELINE = 32        # chunks per ring for the pipelined chain (broadcast / reduce)
-MAX_STEPS = 64           # MSCCL steps per threadblock
-MAX_CHANNELS = 32        # MSCCL channels
 DFS_STEPS = 20_000       # expansions per Hamiltonian DFS (a deterministic budget)
-MAX_CNT = 71             # MSCCL: one step moves fewer than 72 chunks
 RUNNABLE_SLACK = 1e-3    # a runtime-usable chunk count this close to the fastest one, fewer chunks first
 RUNNABLE_LOSS = 0.25     # ... kept only within this share of the rings' own count (else a note says so)
 _EPS = 1e-9
@@ -327,15 +324,16 @@ def _default_chunks(name: str, n: int, wsum: int, options: SynthOptions, share_b
     return wsum
 
 
-def _owner_counts(chunks: int, n: int) -> list[int]:
-    """Allreduce: the chunks each rank owns (reduces, then gathers), contiguous and as even as possible."""
-    return split_counts(chunks, [1] * n)
+def _owner_splits(chunks: int, n: int, weights: list[int]) -> list[list[int]]:
+    """Allreduce: per owner, how many of the chunks it owns (contiguous, as even as possible over the
+    ranks) each ring carries."""
+    return [split_counts(count, weights) for count in split_counts(chunks, [1] * n)]
 
 
 def _ring_messages(name: str, n: int, chunks: int, weights: list[int]) -> list[list[int]]:
     """Per ring, the chunks of each message it sends per piece (one message per owner for allreduce)."""
     if name == "allreduce":
-        per_owner = [split_counts(count, weights) for count in _owner_counts(chunks, n)]
+        per_owner = _owner_splits(chunks, n, weights)
         return [[counts[r] for counts in per_owner] for r in range(len(weights))]
     if name in ("broadcast", "reduce"):   # pipelined: one chunk per message
         return [[1] * c for c in split_counts(chunks, weights)]
@@ -365,7 +363,7 @@ def _runnable_chunks(collective: Collective, chunks: int, weights: list[int], ra
 
     def cost(c: int) -> float | None:
         messages = _ring_messages(name, n, c, weights)
-        if max(max(ms, default=0) for ms in messages) > MAX_CNT or max(map(len, messages)) > MAX_STEPS:
+        if max(max(ms, default=0) for ms in messages) > MAX_STEP_CHUNKS or max(map(len, messages)) > MAX_STEPS_PER_TB:
             return None
         chunk_bytes = piece / c
         # a ring moves one message per piece each step, so its largest message sets the pace
@@ -374,10 +372,10 @@ def _runnable_chunks(collective: Collective, chunks: int, weights: list[int], ra
 
     scored = [(t, c) for c in range(1, 64 * chunks + 1)
               if replace(collective, chunk_factor=c).runtime_divides(size_bytes) and (t := cost(c)) is not None]
+    best = min((t for t, _ in scored), default=None)
     own = cost(chunks)
-    if not scored or (own is not None and min(scored)[0] > own * (1 + RUNNABLE_LOSS)):
+    if best is None or (own is not None and best > own * (1 + RUNNABLE_LOSS)):
         return chunks
-    best = min(t for t, _ in scored)
     return min(c for t, c in scored if t <= best * (1 + RUNNABLE_SLACK))
 
 
@@ -487,10 +485,10 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
     if name == "alltoall":
         # every link of a ring relays N(N-1)/2 pieces: MSCCL's 64 steps per threadblock and 32
         # channels cap how many rings (each on its own channels) fit
-        per_ring = math.ceil(n * (n - 1) / 2 / (MAX_STEPS - 4))
+        per_ring = math.ceil(n * (n - 1) / 2 / (MAX_STEPS_PER_TB - 4))
         if per_ring > MAX_CHANNELS:
             raise SynthError(f"ring alltoall on {n} ranks relays {n * (n - 1) // 2} pieces per link, more than "
-                             f"{MAX_CHANNELS} channels of {MAX_STEPS} MSCCL steps hold; use another method")
+                             f"{MAX_CHANNELS} channels of {MAX_STEPS_PER_TB} MSCCL steps hold; use another method")
         rings = rings[: max(1, MAX_CHANNELS // per_ring)]
     weights = ring_weights(rings)
     keep = [i for i, w in enumerate(weights) if w > 0]
@@ -510,11 +508,11 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
         # chunk j -> owner (contiguous, as even as possible), then rings within each owner's share
         j = 0
         per_ring: list[list[tuple[int, list[int]]]] = [[] for _ in rings]   # (owner, chunk slots)
-        for q, count in enumerate(_owner_counts(C, n)):
-            slots = list(range(j, j + count))
-            j += count
+        for q, counts in enumerate(_owner_splits(C, n, weights)):
+            slots = list(range(j, j + sum(counts)))
+            j += sum(counts)
             k = 0
-            for r, c in enumerate(split_counts(count, weights)):
+            for r, c in enumerate(counts):
                 if c:
                     per_ring[r].append((q, slots[k:k + c]))
                 k += c

@@ -83,7 +83,7 @@ from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.schedule import Schedule, Transfer
 from synth.synthesis import rounds
-from synth.synthesis.base import MethodSpec, SynthOptions
+from synth.synthesis.base import MAX_CHANNELS, MAX_STEP_CHUNKS, MAX_STEPS_PER_TB, MethodSpec, SynthOptions
 from synth.synthesis.packing import (
     Route,
     SplitError,
@@ -102,8 +102,6 @@ from synth.topology.routes import rank_routes
 COALESCING = frozenset({"allgather", "reducescatter", "allreduce", "broadcast", "reduce"})
 SUPPORTED = frozenset({"allgather", "reducescatter", "allreduce", "broadcast", "reduce", "gather", "scatter"})
 DEFAULT_MAX_TREES = 256     # trees per root; the packing cost grows with distinct trees, not with k
-MAX_CHANNELS = 32           # MSCCL
-MAX_STEPS_PER_TB = 64       # MSCCL
 MAX_CHUNKS = 512            # chunks per root piece considered by the cost model
 MAX_TRANSFERS = 3_000_000   # keep schedules within memory/time budgets
 TREE_SEARCH_RANKS = 64      # up to this many ranks, fewer trees per root are tried too
@@ -120,7 +118,6 @@ LEVEL_JOBS = 200_000        # beyond this many transfers, vectorised level timin
 ALPHA_SHARE = 0.01          # coalesced messages grow until α is this share of their time
 ALPHA_SHARES = (ALPHA_SHARE, 0.005, 0.02, 0.0035, 0.0025)  # ... the shape chosen is also built with these
 MAX_COALESCE = 64           # chunks one coalesced message may carry (MSCCL cnt stays < 72)
-MAX_STEP_CHUNKS = 71        # MSCCL cnt < 72: a longer message is lowered as several steps, one α each
 TAIL_SPLITS = (3, 2, 4)     # the last message of each tree halved this many times: P is searched at the first
 MAX_TAIL_CHUNKS = 1024      # chunks per root piece a tailed message shape may use
 HALVING = -1                # ``tail`` value of the halving shape: every message half of what is left
