@@ -102,23 +102,55 @@ def test_default_chunks_are_runnable_at_size(name, size):
     assert run(ring, name)[0].collective == run(ring, name, runtime_chunks=False)[0].collective
 
 
-def test_runnable_chunks_respect_msccl_step_limits():
+def test_runnable_candidates_respect_msccl_step_limits():
     from synth.synthesis.base import MAX_STEP_CHUNKS, MAX_STEPS_PER_TB
-    from synth.synthesis.ring import _ring_messages, _runnable_chunks
+    from synth.synthesis.ring import RUNNABLE_TIMED, _ring_messages, _runnable_candidates
 
     coll = Collective("broadcast", 16)
     weights, rates = [2, 2, 1, 1], [50.0, 50.0, 25.0, 25.0]
-    chunks = _runnable_chunks(coll, 192, weights, rates, GiB, 0.7)
-    messages = _ring_messages("broadcast", 16, chunks, weights)
-    assert Collective("broadcast", 16, chunks).runtime_divides(GiB)
-    assert max(map(len, messages)) <= MAX_STEPS_PER_TB and max(max(m) for m in messages) <= MAX_STEP_CHUNKS
+    candidates = _runnable_candidates(coll, 192, weights, rates, GiB, [0.7] * 4)
+    assert 0 < len(candidates) <= RUNNABLE_TIMED
+    for chunks in candidates:
+        messages = _ring_messages("broadcast", 16, chunks, weights)
+        assert Collective("broadcast", 16, chunks).runtime_divides(GiB)
+        assert max(map(len, messages)) <= MAX_STEPS_PER_TB
+        assert max(max(m) for m in messages if m) <= MAX_STEP_CHUNKS
     # allgather of 8 x 17000 x 1024 elements: counts dividing 17000 x 1024 (no factor 3); with weights
-    # 2:2:1:1, 200 chunks (67:67:33:33, 0.50 % over the 6-chunk ideal) and 170 (57:57:28:28, 0.59 %) are
-    # within RUNNABLE_SLACK of each other, so the fewer chunks win; 128 (43:43:21:21) is 0.78 % over,
-    # and 250 and 256 exceed 71 chunks per step
-    assert _runnable_chunks(Collective("allgather", 8), 6, weights, rates, 8 * 17000 * 1024 * 4, 0.7) == 170
-    # 2**28 + 3 elements is prime: one chunk, no pipeline, is far slower, so the rings' own count stays
-    assert _runnable_chunks(coll, 192, weights, rates, GiB + 12, 0.7) == 192
+    # 2:2:1:1, 200 chunks (67:67:33:33, 0.50 % over the 6-chunk ideal) is estimated cheapest, then 170
+    # (57:57:28:28, 0.59 %) and 128 (43:43:21:21, 0.78 %); 250 and 256 exceed 71 chunks per step. The two
+    # fewest (1 and 2) are timed too
+    size = 8 * 17000 * 1024 * 4
+    candidates = _runnable_candidates(Collective("allgather", 8), 6, weights, rates, size, [0.7] * 4)
+    assert candidates[:5] == [1, 2, 200, 170, 128]
+    # 2**28 + 3 elements is prime: one chunk is all that runs; a count that runs already has no candidates
+    assert _runnable_candidates(coll, 192, weights, rates, GiB + 12, [0.7] * 4) == [1]
+    assert _runnable_candidates(coll, 128, weights, rates, GiB, [0.7] * 4) == []
+
+
+def test_prime_size_keeps_the_rings_own_count():
+    """At 2**28 + 3 elements only one chunk runs: an unpipelined broadcast far over RUNNABLE_LOSS slower."""
+    topology = load_topology("dgx1")
+    schedule = run(topology, "broadcast", GiB + 12)[0]
+    assert schedule.collective == run(topology, "broadcast", GiB + 12, runtime_chunks=False)[0].collective
+    assert not schedule.collective.runtime_divides(GiB + 12)
+
+
+@pytest.mark.parametrize(("topology", "name", "size"), [
+    ("ndv2-2node", "allreduce", 1000),        # 1 chunk, 35.6 µs (the estimate alone: 10 chunks, 102.5 µs)
+    ("dgx-a100-2node", "broadcast", 2**20),   # 4 chunks, 63.1 µs (the old estimate in wrong units: 32, 123.9 µs)
+    ("dgx-a100-2node", "allgather", 2**20),   # 2 chunks, 79.7 µs (before: 256, 129.3 µs)
+])
+def test_runnable_count_is_the_fastest_timed(topology, name, size):
+    """The runnable counts are timed, not only estimated: the one kept is at least as fast as every runnable
+    count up to 16 (switch routes pay α on each hop, which the estimate prices only roughly)."""
+    fabric = load_topology(topology)
+    # rings share switch links here, so the simulator's arbitration differs a little from the ring's own timing
+    schedule, _, sim = run(fabric, name, size, exact=False)
+    assert schedule.collective.runtime_divides(size)
+    others = [run(fabric, name, size, chunks=c, exact=False)[0].predicted_time_us for c in range(1, 17)
+              if Collective(name, fabric.num_ranks, c).runtime_divides(size)]
+    assert others and schedule.predicted_time_us <= min(others) * (1 + 1e-9)
+    assert sim.time_us <= schedule.predicted_time_us * 1.01
 
 
 def test_star_ring_goes_through_the_switch():

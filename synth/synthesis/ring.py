@@ -42,7 +42,8 @@ MAX_RINGS = 8
 MAX_WEIGHT = 16          # total integer ring weight (chunks per piece with no pipelining)
 MAX_PIPELINE = 32        # chunks per ring for the pipelined chain (broadcast / reduce)
 DFS_STEPS = 20_000       # expansions per Hamiltonian DFS (a deterministic budget)
-RUNNABLE_SLACK = 1e-3    # a runtime-usable chunk count this close to the fastest one, fewer chunks first
+RUNNABLE_TIMED = 8       # runtime-usable chunk counts timed, the lowest estimated costs (_runnable_candidates)
+RUNNABLE_SLACK = 1e-3    # ... the fastest kept, or one this close to it with fewer chunks
 RUNNABLE_LOSS = 0.25     # ... kept only within this share of the rings' own count (else a note says so)
 _EPS = 1e-9
 
@@ -340,43 +341,50 @@ def _ring_messages(name: str, n: int, chunks: int, weights: list[int]) -> list[l
     return [[c] for c in split_counts(chunks, weights)]
 
 
-def _runnable_chunks(collective: Collective, chunks: int, weights: list[int], rates: list[float],
-                     size_bytes: float, alpha: float) -> int:
-    """The chunk factor nearest in cost to ``chunks`` at which an MSCCL runtime runs the program on the
-    SIZE buffer (its ``nchunksperloop`` divides the element count, :meth:`Collective.runtime_divides`;
-    dgx1 allgather: 6 rings' weights sum to 6, 48 chunks per loop do not divide 1 GiB), or ``chunks``
-    itself where it already runs, where no count up to 64x does, or where the best that does is
-    estimated over :data:`RUNNABLE_LOSS` slower (the CLI then notes that the runtime will not run it).
+def _ring_alpha(topology: Topology, ring: Ring) -> float:
+    """The largest α of one ring step: a send pays every hop's α on its switch route (SPEC)."""
+    order = ring.order
+    paths = [(order[k], *ring.switches[k], order[(k + 1) % len(order)]) for k in range(len(order))]
+    return max(sum(topology.link(a, b).alpha for a, b in _links_of(path)) for path in paths)
 
-    Each candidate is scored by its slowest ring under the α-β model. A ring moves its pieces' messages
+
+def _runnable_candidates(collective: Collective, chunks: int, weights: list[int], rates: list[float],
+                         size_bytes: float, alphas: list[float]) -> list[int]:
+    """Chunk factors at which an MSCCL runtime runs the program on the SIZE buffer (its ``nchunksperloop``
+    divides the element count, :meth:`Collective.runtime_divides`; dgx1 allgather: 6 rings' weights sum
+    to 6, 48 chunks per loop do not divide 1 GiB), up to 64x ``chunks``, the ``RUNNABLE_TIMED`` of lowest
+    estimated cost first; empty where ``chunks`` already runs or no count does.
+
+    Each candidate is estimated by its slowest ring under the α-β model. A ring moves its pieces' messages
     (an allreduce owner's, a pipelined chain's single chunks) in lockstep around the ring, so it takes
-    ``(messages + fill)·(α + m·b / rate)`` with ``m`` the most chunks of ``b`` bytes in one message
-    (dgx1 64 MB allreduce at 625 chunks: owners of 79 and 78 chunks send 27 and 26 on a 50 GB/s ring,
-    3.6 % over the 6-chunk ideal, not the 0.3 % their sum suggests); the broadcast / reduce chain's fill is
-    ``N - 2`` messages, (N - 2 + p)(α + b / rate) (see :func:`_pipeline_chunks`). Messages stay within one
-    MSCCL step (at most 71 chunks), and a ring's connection within one threadblock (at most 64 steps)."""
+    ``(messages + fill)·(α + m·b / rate)`` with ``m`` the most chunks of ``b`` bytes in one message and α
+    the ring's slowest step (every hop of a switch route pays its own, SPEC) (dgx1 64 MB allreduce at 625
+    chunks: owners of 79 and 78 chunks send 27 and 26 on a 50 GB/s ring, 3.6 % over the 6-chunk ideal,
+    not the 0.3 % their sum suggests); the broadcast / reduce chain's fill is ``N - 2`` messages,
+    (N - 2 + p)(α + b / rate) (see :func:`_pipeline_chunks`). The estimate ignores that pieces fewer
+    than the ranks leave links idle, so the candidates are then timed (:func:`synthesize`). Messages stay
+    within one MSCCL step (at most 71 chunks), and a ring's connection within one threadblock (at most 64
+    steps)."""
     name, n = collective.name, collective.num_ranks
     if replace(collective, chunk_factor=chunks).runtime_divides(size_bytes):
-        return chunks
-    piece = size_bytes / n if name in ("allgather", "reducescatter", "allreduce", "alltoall") else size_bytes
+        return []
     fill = n - 2 if name in ("broadcast", "reduce") else 0
 
     def cost(c: int) -> float | None:
         messages = _ring_messages(name, n, c, weights)
         if max(max(ms, default=0) for ms in messages) > MAX_STEP_CHUNKS or max(map(len, messages)) > MAX_STEPS_PER_TB:
             return None
-        chunk_bytes = piece / c
+        chunk_bytes = replace(collective, chunk_factor=c).chunk_bytes(size_bytes)
         # a ring moves one message per piece each step, so its largest message sets the pace
         return max((len(ms) + fill) * (alpha + max(ms) * chunk_bytes / (rate * 1e3))
-                   for ms, rate in zip(messages, rates, strict=True) if ms)
+                   for ms, rate, alpha in zip(messages, rates, alphas, strict=True) if ms)
 
-    scored = [(t, c) for c in range(1, 64 * chunks + 1)
-              if replace(collective, chunk_factor=c).runtime_divides(size_bytes) and (t := cost(c)) is not None]
-    best = min((t for t, _ in scored), default=None)
-    own = cost(chunks)
-    if best is None or (own is not None and best > own * (1 + RUNNABLE_LOSS)):
-        return chunks
-    return min(c for t, c in scored if t <= best * (1 + RUNNABLE_SLACK))
+    scored = sorted((t, c) for c in range(1, 64 * chunks + 1)
+                    if replace(collective, chunk_factor=c).runtime_divides(size_bytes) and (t := cost(c)) is not None)
+    # the two fewest chunks too (cheap to time): the estimate has every ring step pay the slowest hop, which
+    # overprices few pieces on a fabric with one slow hop (ndv2-2node 1 KB allreduce: 1 chunk 35.6 µs, 10 102.5)
+    fewest = sorted(c for _, c in scored)[:2]
+    return list(dict.fromkeys(fewest + [c for _, c in scored]))[:RUNNABLE_TIMED]
 
 
 def _line_schedule(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
@@ -496,12 +504,43 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
     wsum = sum(weights)
     alpha = max((lk.alpha for lk in topology.links), default=0.0)
     chunks = _default_chunks(name, n, wsum, options, size_bytes * weights[0] / wsum, rings[0].rate, alpha)
-    if options.chunks is None and options.runtime_chunks:
-        chunks = _runnable_chunks(collective, chunks, weights, [rg.rate for rg in rings], size_bytes, alpha)
-    coll = Collective(name, n, chunks, root=collective.root, inplace=collective.inplace)
-    if coll.inplace and name == "alltoall":
+    if collective.inplace and name == "alltoall":
         raise SynthError("ring alltoall relays through the ranks and needs an out-of-place buffer")
     routes = rank_routes(topology)
+
+    def timed(c: int) -> tuple[float, Collective, list[Transfer]]:
+        coll = Collective(name, n, c, root=collective.root, inplace=collective.inplace)
+        transfers = _ring_transfers(topology, coll, rings, weights, routes, size_bytes)
+        return max((t.end for t in transfers), default=0.0), coll, transfers
+
+    best = timed(chunks)
+    if options.chunks is None and options.runtime_chunks:
+        candidates = _runnable_candidates(collective, chunks, weights, [rg.rate for rg in rings], size_bytes,
+                                          [_ring_alpha(topology, rg) for rg in rings])
+        runnable = [timed(c) for c in candidates]
+        fastest = min((t for t, _, _ in runnable), default=None)
+        # the fastest runnable count (fewer chunks within RUNNABLE_SLACK), unless far slower than the rings' own
+        if fastest is not None and fastest <= best[0] * (1 + RUNNABLE_LOSS):
+            best = min((r for r in runnable if r[0] <= fastest * (1 + RUNNABLE_SLACK)),
+                       key=lambda r: r[1].chunk_factor)
+    makespan, coll, transfers = best
+    schedule = Schedule(
+        collective=coll,
+        topology=topology.name,
+        transfers=tuple(transfers),
+        method="ring",
+        size_bytes=float(size_bytes),
+        predicted_time_us=makespan,
+        notes={"rings": [{"order": list(rg.order), "rate_GBps": rg.rate, "weight": w,
+                          "switches": [list(s) for s in rg.switches]} for rg, w in zip(rings, weights, strict=True)]},
+    )
+    return schedule
+
+
+def _ring_transfers(topology: Topology, coll: Collective, rings: list[Ring], weights: list[int],
+                    routes: dict[tuple[int, int], tuple[int, ...]], size_bytes: float) -> list[Transfer]:
+    """The timed transfers of ``coll`` over ``rings`` (chunks split by ``weights``), as in the module docstring."""
+    name, n = coll.name, coll.num_ranks
     timer = _Timer(topology, routes, coll.chunk_bytes(size_bytes))
     C = coll.chunk_factor
     if name == "allreduce":
@@ -596,18 +635,7 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
         else:  # pragma: no cover - COLLECTIVES is closed
             raise SynthError(f"ring does not support {name}")
 
-    transfers = timer.run()
-    schedule = Schedule(
-        collective=coll,
-        topology=topology.name,
-        transfers=tuple(transfers),
-        method="ring",
-        size_bytes=float(size_bytes),
-        predicted_time_us=max((t.end for t in transfers), default=0.0),
-        notes={"rings": [{"order": list(rg.order), "rate_GBps": rg.rate, "weight": w,
-                          "switches": [list(s) for s in rg.switches]} for rg, w in zip(rings, weights, strict=True)]},
-    )
-    return schedule
+    return timer.run()
 
 
 METHOD = MethodSpec(
