@@ -97,9 +97,11 @@ def test_default_chunks_are_runnable_at_size(name, size):
     assert not free.collective.runtime_divides(size)
     assert schedule.collective.runtime_divides(size) and program.nchunksperloop == schedule.collective.size_chunks
     assert sim.time_us <= free.predicted_time_us * (1.07 if name == "broadcast" else 1.01)
-    # where the rings' own count already runs, it is kept
+    # where the rings' own count already runs, only a faster runnable count replaces it
     ring = gen.ring(8)
-    assert run(ring, name)[0].collective == run(ring, name, runtime_chunks=False)[0].collective
+    own, kept = run(ring, name, runtime_chunks=False)[0], run(ring, name)[0]
+    assert own.collective.runtime_divides(GiB) and kept.collective.runtime_divides(GiB)
+    assert kept.predicted_time_us <= own.predicted_time_us * (1 + 1e-9)
 
 
 def test_runnable_candidates_respect_msccl_step_limits():
@@ -109,7 +111,7 @@ def test_runnable_candidates_respect_msccl_step_limits():
     coll = Collective("broadcast", 16)
     weights, rates = [2, 2, 1, 1], [50.0, 50.0, 25.0, 25.0]
     candidates = _runnable_candidates(coll, 192, weights, rates, GiB, [0.7] * 4)
-    assert 0 < len(candidates) <= RUNNABLE_TIMED
+    assert 0 < len(candidates) <= RUNNABLE_TIMED and 192 not in candidates
     for chunks in candidates:
         messages = _ring_messages("broadcast", 16, chunks, weights)
         assert Collective("broadcast", 16, chunks).runtime_divides(GiB)
@@ -122,9 +124,8 @@ def test_runnable_candidates_respect_msccl_step_limits():
     size = 8 * 17000 * 1024 * 4
     candidates = _runnable_candidates(Collective("allgather", 8), 6, weights, rates, size, [0.7] * 4)
     assert candidates[:5] == [1, 2, 200, 170, 128]
-    # 2**28 + 3 elements is prime: one chunk is all that runs; a count that runs already has no candidates
+    # 2**28 + 3 elements is prime: one chunk is all that runs
     assert _runnable_candidates(coll, 192, weights, rates, GiB + 12, [0.7] * 4) == [1]
-    assert _runnable_candidates(coll, 128, weights, rates, GiB, [0.7] * 4) == []
 
 
 def test_prime_size_keeps_the_rings_own_count():
@@ -206,3 +207,15 @@ def test_split_counts():
 def test_inplace_alltoall_is_refused():
     with pytest.raises(SynthError, match="out-of-place"):
         synthesize(gen.ring(4), Collective("alltoall", 4, inplace=True), GiB, SynthOptions())
+
+
+@pytest.mark.parametrize("name", ["broadcast", "reduce"])
+def test_pipelined_chain_takes_a_faster_runnable_depth(name):
+    """The chain's p* (sqrt((N-2)·S/(bw·α)), capped at 32 chunks per ring) already runs on ring-8 at 1 GiB,
+    but 128 chunks, also runnable, are timed faster: they are kept."""
+    ring = gen.ring(8)
+    own = run(ring, name, runtime_chunks=False)[0]
+    kept = run(ring, name)[0]
+    assert own.collective.runtime_divides(GiB) and kept.collective.runtime_divides(GiB)
+    assert kept.collective.chunk_factor == 128 and own.collective.chunk_factor == 64
+    assert kept.predicted_time_us < own.predicted_time_us * 0.95
