@@ -280,14 +280,17 @@ class _Timer:
         self.routes = routes
         self.chunk_bytes = chunk_bytes
         self.moves: list[_Move] = []
+        self.makespan = 0.0
 
     def add(self, key: tuple, src: int, dst: int, chunks: tuple[int, ...], reduce: bool, channel: int,
             deps: tuple[int, ...] = ()) -> int:
         self.moves.append(_Move(key, src, dst, chunks, reduce, channel, tuple(d for d in deps if d >= 0)))
         return len(self.moves) - 1
 
-    def run(self) -> list[Transfer]:
+    def run(self, build: bool = True) -> list[Transfer]:
+        """The moves timed in key order, as per-chunk Transfers (none unless ``build``: :attr:`makespan` only)."""
         free: dict[tuple[int, int], float] = {}
+        self.makespan = 0.0
         order = sorted(range(len(self.moves)), key=lambda i: self.moves[i].key)
         done: set[int] = set()
         out: list[Transfer] = []
@@ -305,8 +308,11 @@ class _Timer:
             for lk in links:
                 free[(lk.src, lk.dst)] = m.end
             done.add(i)
-            for c in m.chunks:
-                out.append(Transfer(m.start, m.end, c, m.src, m.dst, m.reduce, tuple(path[1:-1]), m.channel, group))
+            self.makespan = max(self.makespan, m.end)
+            if build:
+                route = tuple(path[1:-1])
+                out.extend(Transfer(m.start, m.end, c, m.src, m.dst, m.reduce, route, m.channel, group)
+                           for c in m.chunks)
         return out
 
 
@@ -511,10 +517,10 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
         raise SynthError("ring alltoall relays through the ranks and needs an out-of-place buffer")
     routes = rank_routes(topology)
 
-    def timed(c: int) -> tuple[float, Collective, list[Transfer]]:
+    def timed(c: int, build: bool = False) -> tuple[float, Collective, list[Transfer]]:
         coll = Collective(name, n, c, root=collective.root, inplace=collective.inplace)
-        transfers = _ring_transfers(topology, coll, rings, weights, routes, size_bytes)
-        return max((t.end for t in transfers), default=0.0), coll, transfers
+        makespan, transfers = _ring_transfers(topology, coll, rings, weights, routes, size_bytes, build)
+        return makespan, coll, transfers
 
     best = timed(chunks)
     if options.chunks is None and options.runtime_chunks:
@@ -528,7 +534,7 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
         if fastest is not None and fastest <= best[0] * (1 + RUNNABLE_LOSS):
             best = min((r for r in runnable if r[0] <= fastest * (1 + RUNNABLE_SLACK)),
                        key=lambda r: r[1].chunk_factor)
-    makespan, coll, transfers = best
+    makespan, coll, transfers = timed(best[1].chunk_factor, build=True)
     schedule = Schedule(
         collective=coll,
         topology=topology.name,
@@ -543,8 +549,10 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
 
 
 def _ring_transfers(topology: Topology, coll: Collective, rings: list[Ring], weights: list[int],
-                    routes: dict[tuple[int, int], tuple[int, ...]], size_bytes: float) -> list[Transfer]:
-    """The timed transfers of ``coll`` over ``rings`` (chunks split by ``weights``), as in the module docstring."""
+                    routes: dict[tuple[int, int], tuple[int, ...]], size_bytes: float,
+                    build: bool = True) -> tuple[float, list[Transfer]]:
+    """(makespan, the timed transfers) of ``coll`` over ``rings`` (chunks split by ``weights``), as in the
+    module docstring; no transfers unless ``build``."""
     name, n = coll.name, coll.num_ranks
     timer = _Timer(topology, routes, coll.chunk_bytes(size_bytes))
     C = coll.chunk_factor
@@ -640,7 +648,8 @@ def _ring_transfers(topology: Topology, coll: Collective, rings: list[Ring], wei
         else:  # pragma: no cover - COLLECTIVES is closed
             raise SynthError(f"ring does not support {name}")
 
-    return timer.run()
+    transfers = timer.run(build)
+    return timer.makespan, transfers
 
 
 METHOD = MethodSpec(
