@@ -20,7 +20,8 @@ import resource
 import time
 
 
-def run_one(topology, name: str, size: int, method: str = "trees", runtime_chunks: bool = True) -> dict:
+def run_one(topology, name: str, size: int, method: str = "trees", runtime_chunks: bool = True,
+            extra: dict | None = None) -> dict:
     from synth.bounds import compute_bounds
     from synth.collectives import Collective, runtime_divides
     from synth.program.lower import lower
@@ -30,7 +31,7 @@ def run_one(topology, name: str, size: int, method: str = "trees", runtime_chunk
     from synth.verify import verify
 
     t0 = time.perf_counter()
-    options = SynthOptions(runtime_chunks=runtime_chunks)
+    options = SynthOptions(runtime_chunks=runtime_chunks, extra=extra or {})
     schedule = get_method(method).run(topology, Collective(name, topology.num_ranks), size, options)
     t1 = time.perf_counter()
     program = lower(schedule)
@@ -57,6 +58,7 @@ def run_one(topology, name: str, size: int, method: str = "trees", runtime_chunk
 
 
 def main() -> None:
+    from synth.synthesis.ring import OWN_CHUNKS
     from synth.topology.builtin import builtin_names
     from synth.topology.io import load_topology
     from synth.units import parse_size
@@ -81,7 +83,7 @@ def main() -> None:
             if args.ring:
                 try:
                     # NCCL's own rings: it runs them at any chunk count (no nchunksperloop rule)
-                    base = run_one(topology, cname, size, "ring", runtime_chunks=False)
+                    base = run_one(topology, cname, size, "ring", runtime_chunks=False, extra={OWN_CHUNKS: True})
                     extra = f"  {base['ratio']:10.4f}  {base['time_us'] / row['time_us']:10.3f}"
                 except Exception as exc:  # a baseline may not support a fabric
                     extra = f"  ring: {exc}"

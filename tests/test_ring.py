@@ -9,7 +9,7 @@ from synth.errors import SynthError
 from synth.program.lower import lower
 from synth.simulate import simulate
 from synth.synthesis.base import SynthOptions
-from synth.synthesis.ring import find_line, find_rings, split_counts, synthesize
+from synth.synthesis.ring import OWN_CHUNKS, find_line, find_rings, split_counts, synthesize
 from synth.topology import generators as gen
 from synth.topology.io import load_topology
 from synth.verify import verify
@@ -25,9 +25,11 @@ TOPOLOGIES = {
 
 
 def run(topology, name: str, size: float = GiB, inplace: bool = False, root: int = 0, chunks: int | None = None,
-        exact: bool = True, runtime_chunks: bool = True):
+        exact: bool = True, runtime_chunks: bool = True, own: bool = False):
+    """``own``: the rings' own chunk count (what NCCL runs), no other count timed."""
     coll = Collective(name, topology.num_ranks, root=root, inplace=inplace)
-    schedule = synthesize(topology, coll, size, SynthOptions(chunks=chunks, runtime_chunks=runtime_chunks))
+    options = SynthOptions(chunks=chunks, runtime_chunks=runtime_chunks and not own, extra={OWN_CHUNKS: own})
+    schedule = synthesize(topology, coll, size, options)
     program = lower(schedule)
     result = verify(program)
     assert result.ok, result.errors[:3]
@@ -79,7 +81,7 @@ def test_dgx1_uses_the_nccl_rings():
     assert all(sum(r for (a, _), r in used.items() if a == g) == pytest.approx(150) for g in range(8))
     # weights 2:2:1:1, one chunk each (--any-chunks): NCCL's 150 GB/s busbw, but 48 chunks per loop,
     # which MSCCL runtimes do not run on a 1 GiB buffer
-    schedule, program, sim = run(topology, "allgather", runtime_chunks=False)
+    schedule, program, sim = run(topology, "allgather", own=True)
     assert program.nchannels == 4 and len({t.channel for t in schedule.transfers}) == 4
     assert sim.busbw_GBps == pytest.approx(150, rel=2e-3)
     assert not schedule.collective.runtime_divides(GiB)
@@ -92,14 +94,14 @@ def test_default_chunks_are_runnable_at_size(name, size):
     43:43:21:21 over the rings), at most 1 % slower than the rings' own count (broadcast: 7 %, at most 64
     steps per ring). 64 MB allreduce: 1600 chunks, 200 per owner, not 625 (owners of 79 and 78 chunks)."""
     topology = load_topology("dgx1")
-    free, _, _ = run(topology, name, size, runtime_chunks=False)
+    free, _, _ = run(topology, name, size, own=True)
     schedule, program, sim = run(topology, name, size)
     assert not free.collective.runtime_divides(size)
     assert schedule.collective.runtime_divides(size) and program.nchunksperloop == schedule.collective.size_chunks
     assert sim.time_us <= free.predicted_time_us * (1.07 if name == "broadcast" else 1.01)
     # where the rings' own count already runs, only a faster runnable count replaces it
     ring = gen.ring(8)
-    own, kept = run(ring, name, runtime_chunks=False)[0], run(ring, name)[0]
+    own, kept = run(ring, name, own=True)[0], run(ring, name)[0]
     assert own.collective.runtime_divides(GiB) and kept.collective.runtime_divides(GiB)
     assert kept.predicted_time_us <= own.predicted_time_us * (1 + 1e-9)
 
@@ -132,7 +134,7 @@ def test_prime_size_keeps_the_rings_own_count():
     """At 2**28 + 3 elements only one chunk runs: an unpipelined broadcast far over RUNNABLE_LOSS slower."""
     topology = load_topology("dgx1")
     schedule = run(topology, "broadcast", GiB + 12)[0]
-    assert schedule.collective == run(topology, "broadcast", GiB + 12, runtime_chunks=False)[0].collective
+    assert schedule.collective == run(topology, "broadcast", GiB + 12, own=True)[0].collective
     assert not schedule.collective.runtime_divides(GiB + 12)
 
 
@@ -214,8 +216,23 @@ def test_pipelined_chain_takes_a_faster_runnable_depth(name):
     """The chain's p* (sqrt((N-2)·S/(bw·α)), capped at 32 chunks per ring) already runs on ring-8 at 1 GiB,
     but 128 chunks, also runnable, are timed faster: they are kept."""
     ring = gen.ring(8)
-    own = run(ring, name, runtime_chunks=False)[0]
+    own = run(ring, name, own=True)[0]
     kept = run(ring, name)[0]
     assert own.collective.runtime_divides(GiB) and kept.collective.runtime_divides(GiB)
     assert kept.collective.chunk_factor == 128 and own.collective.chunk_factor == 64
     assert kept.predicted_time_us < own.predicted_time_us * 0.95
+
+
+def test_any_chunks_times_any_count():
+    """--any-chunks: counts the runtime would not run compete too, so the program is never slower than the
+    default runnable one (ring-8 1 GiB broadcast: before this, the rings' own 64 chunks, 8 % slower)."""
+    ring = gen.ring(8)
+    for name in ("broadcast", "allgather"):
+        default = run(ring, name)[0]
+        anything = run(ring, name, runtime_chunks=False)[0]
+        own = run(ring, name, own=True)[0]
+        assert anything.predicted_time_us <= min(default.predicted_time_us, own.predicted_time_us) * (1 + 1e-9)
+    # at 2**28 + 3 elements nothing but one chunk runs; any count may be timed, and beats the own count here
+    anything = run(load_topology("dgx1"), "broadcast", GiB + 12, runtime_chunks=False)[0]
+    own = run(load_topology("dgx1"), "broadcast", GiB + 12, own=True)[0]
+    assert anything.predicted_time_us <= own.predicted_time_us * (1 + 1e-9)

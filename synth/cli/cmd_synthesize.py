@@ -31,9 +31,9 @@ def _default_output(topology: str, collective: str, method: str) -> str:
                    "16/8/4 are tried too); fewer trees mean fewer messages per link, at a rate within ~1/K "
                    "of the optimum.")
 @click.option("--any-chunks", is_flag=True,
-              help="Allow programs whose nchunksperloop does not divide the SIZE buffer: trees may pick such a "
-                   "chunk count and auto may keep such a program when it is the fastest (MSCCL runtimes then run "
-                   "their own algorithm at that SIZE; the simulator and `synth execute` do not mind). Default: "
+              help="Allow programs whose nchunksperloop does not divide the SIZE buffer: trees and ring may pick "
+                   "such a chunk count and auto may keep such a program when it is the fastest (MSCCL runtimes then "
+                   "run their own algorithm at that SIZE; the simulator and `synth execute` do not mind). Default: "
                    "programs the runtime runs at SIZE, where there are any.")
 @click.option("--root", type=int, default=0, show_default=True, help="Root rank of rooted collectives.")
 @click.option("--gap", type=float, default=None, help="Relative MIP gap at which exact methods stop.")

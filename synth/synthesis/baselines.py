@@ -806,11 +806,12 @@ def _hierarchical_build(topology: Topology, collective: Collective, size_bytes: 
 
 # ---- nccl: NCCL's own choice ----------------------------------------------------------------------
 def _nccl(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions) -> Schedule:
+    from synth.synthesis.ring import OWN_CHUNKS
     from synth.synthesis.ring import synthesize as ring
 
     _check(topology, collective, options)
-    # NCCL runs its own rings at any size: MSCCL's rule on nchunksperloop does not bind it
-    options = replace(options, runtime_chunks=False)
+    # NCCL runs its own rings, at their own chunk counts, at any size: MSCCL's rule on nchunksperloop does not bind it
+    options = replace(options, runtime_chunks=False, extra={**options.extra, OWN_CHUNKS: True})
     name = collective.name
     if name == "alltoall":
         choice, schedule = "direct", _direct(topology, collective, size_bytes, options)

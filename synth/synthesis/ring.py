@@ -25,10 +25,11 @@ bandwidth-optimal ring allreduce = reduce-scatter then allgather):
 Times come from a list schedule under the SPEC α-β model (a transfer pays the α of every hop plus
 bytes / bottleneck bw, and holds every link of its route; transfers on a link are serialized).
 
-Chunk counts (unless ``--chunks`` or ``--any-chunks``): the count above, and the most promising counts at
-which an MSCCL runtime runs the program at SIZE (:func:`_runnable_candidates`), are all timed; the fastest
-runnable one is kept (ring-8 1 GiB broadcast: 128 chunks, 7.8 % faster than p*'s 64; dgx-a100-2node 1 MiB
-allgather: 2 per piece, 0.62x the time of 256).
+Chunk counts (unless ``--chunks``): the count above, and the most promising counts at which an MSCCL
+runtime runs the program at SIZE (:func:`_runnable_candidates`; with ``--any-chunks`` any counts), are all
+timed; the fastest runnable one (any one) is kept (ring-8 1 GiB broadcast: 128 chunks, 7.8 % faster than
+p*'s 64; dgx-a100-2node 1 MiB allgather: 2 per piece, 0.62x the time of 256). The ``nccl`` baseline keeps the
+rings' own count (``OWN_CHUNKS``).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ MAX_RINGS = 8
 MAX_WEIGHT = 16          # total integer ring weight (chunks per piece with no pipelining)
 MAX_PIPELINE = 32        # chunks per ring for the pipelined chain (broadcast / reduce)
 DFS_STEPS = 20_000       # expansions per Hamiltonian DFS (a deterministic budget)
+OWN_CHUNKS = "own_chunks"  # SynthOptions.extra key: keep the rings' own chunk count (what NCCL runs)
 RUNNABLE_TIMED = 8       # runtime-usable chunk counts timed, the lowest estimated costs (_runnable_candidates)
 RUNNABLE_SLACK = 1e-3    # ... the fastest kept, or one this close to it with fewer chunks
 RUNNABLE_LOSS = 0.25     # ... kept only within this share of the rings' own count (else a note says so)
@@ -360,11 +362,11 @@ def _ring_alpha(topology: Topology, ring: Ring) -> float:
 
 
 def _runnable_candidates(collective: Collective, chunks: int, weights: list[int], rates: list[float],
-                         size_bytes: float, alphas: list[float]) -> list[int]:
+                         size_bytes: float, alphas: list[float], runnable: bool = True) -> list[int]:
     """Chunk factors at which an MSCCL runtime runs the program on the SIZE buffer (its ``nchunksperloop``
     divides the element count, :meth:`Collective.runtime_divides`; dgx1 allgather: 6 rings' weights sum
-    to 6, 48 chunks per loop do not divide 1 GiB), up to 64x ``chunks`` and other than it, the
-    ``RUNNABLE_TIMED`` of lowest estimated cost first; empty where no count runs.
+    to 6, 48 chunks per loop do not divide 1 GiB), or any if not ``runnable``, up to 64x ``chunks`` and
+    other than it, the ``RUNNABLE_TIMED`` of lowest estimated cost first; empty where no count runs.
 
     Each candidate is estimated by its slowest ring under the α-β model. A ring moves its pieces' messages
     (an allreduce owner's, a pipelined chain's single chunks) in lockstep around the ring, so it takes
@@ -389,7 +391,8 @@ def _runnable_candidates(collective: Collective, chunks: int, weights: list[int]
                    for ms, rate, alpha in zip(messages, rates, alphas, strict=True) if ms)
 
     scored = sorted((t, c) for c in range(1, 64 * chunks + 1) if c != chunks
-                    and replace(collective, chunk_factor=c).runtime_divides(size_bytes) and (t := cost(c)) is not None)
+                    and (not runnable or replace(collective, chunk_factor=c).runtime_divides(size_bytes))
+                    and (t := cost(c)) is not None)
     # the two fewest chunks too (cheap to time): the estimate has every ring step pay the slowest hop, which
     # overprices few pieces on a fabric with one slow hop (ndv2-2node 1 KB allreduce: 1 chunk 35.6 µs, 10 102.5)
     fewest = sorted(c for _, c in scored)[:2]
@@ -523,11 +526,12 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
         return makespan, coll, transfers
 
     best = timed(chunks)
-    if options.chunks is None and options.runtime_chunks:
+    # OWN_CHUNKS in options.extra: the rings' own count, untimed alternatives aside (NCCL's rings, `nccl`)
+    if options.chunks is None and not options.extra.get(OWN_CHUNKS):
         candidates = _runnable_candidates(collective, chunks, weights, [rg.rate for rg in rings], size_bytes,
-                                          [_ring_alpha(topology, rg) for rg in rings])
+                                          [_ring_alpha(topology, rg) for rg in rings], options.runtime_chunks)
         runnable = [timed(c) for c in candidates]
-        if best[1].runtime_divides(size_bytes):
+        if not options.runtime_chunks or best[1].runtime_divides(size_bytes):
             runnable.append(best)
         fastest = min((t for t, _, _ in runnable), default=None)
         # the fastest runnable count (fewer chunks within RUNNABLE_SLACK), unless far slower than the rings' own
