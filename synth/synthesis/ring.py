@@ -282,7 +282,6 @@ class _Timer:
         self.routes = routes
         self.chunk_bytes = chunk_bytes
         self.moves: list[_Move] = []
-        self.makespan = 0.0
 
     def add(self, key: tuple, src: int, dst: int, chunks: tuple[int, ...], reduce: bool, channel: int,
             deps: tuple[int, ...] = ()) -> int:
@@ -290,9 +289,8 @@ class _Timer:
         return len(self.moves) - 1
 
     def run(self, build: bool = True) -> list[Transfer]:
-        """The moves timed in key order, as per-chunk Transfers (none unless ``build``: :attr:`makespan` only)."""
+        """The moves timed in key order (their ``start``/``end`` set), as per-chunk Transfers if ``build``."""
         free: dict[tuple[int, int], float] = {}
-        self.makespan = 0.0
         order = sorted(range(len(self.moves)), key=lambda i: self.moves[i].key)
         done: set[int] = set()
         out: list[Transfer] = []
@@ -310,7 +308,6 @@ class _Timer:
             for lk in links:
                 free[(lk.src, lk.dst)] = m.end
             done.add(i)
-            self.makespan = max(self.makespan, m.end)
             if build:
                 route = tuple(path[1:-1])
                 out.extend(Transfer(m.start, m.end, c, m.src, m.dst, m.reduce, route, m.channel, group)
@@ -525,20 +522,19 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
         makespan, transfers = _ring_transfers(topology, coll, rings, weights, routes, size_bytes, build)
         return makespan, coll, transfers
 
-    best = timed(chunks)
     # OWN_CHUNKS in options.extra: the rings' own count, untimed alternatives aside (NCCL's rings, `nccl`)
     if options.chunks is None and not options.extra.get(OWN_CHUNKS):
+        own = timed(chunks)
         candidates = _runnable_candidates(collective, chunks, weights, [rg.rate for rg in rings], size_bytes,
                                           [_ring_alpha(topology, rg) for rg in rings], options.runtime_chunks)
-        runnable = [timed(c) for c in candidates]
-        if not options.runtime_chunks or best[1].runtime_divides(size_bytes):
-            runnable.append(best)
-        fastest = min((t for t, _, _ in runnable), default=None)
+        timings = [timed(c) for c in candidates]
+        if not options.runtime_chunks or own[1].runtime_divides(size_bytes):
+            timings.append(own)
+        fastest = min((t for t, _, _ in timings), default=None)
         # the fastest runnable count (fewer chunks within RUNNABLE_SLACK), unless far slower than the rings' own
-        if fastest is not None and fastest <= best[0] * (1 + RUNNABLE_LOSS):
-            best = min((r for r in runnable if r[0] <= fastest * (1 + RUNNABLE_SLACK)),
-                       key=lambda r: r[1].chunk_factor)
-    makespan, coll, transfers = timed(best[1].chunk_factor, build=True)
+        if fastest is not None and fastest <= own[0] * (1 + RUNNABLE_LOSS):
+            chunks = min(coll.chunk_factor for t, coll, _ in timings if t <= fastest * (1 + RUNNABLE_SLACK))
+    makespan, coll, transfers = timed(chunks, build=True)
     schedule = Schedule(
         collective=coll,
         topology=topology.name,
@@ -653,7 +649,7 @@ def _ring_transfers(topology: Topology, coll: Collective, rings: list[Ring], wei
             raise SynthError(f"ring does not support {name}")
 
     transfers = timer.run(build)
-    return timer.makespan, transfers
+    return max((m.end for m in timer.moves), default=0.0), transfers
 
 
 METHOD = MethodSpec(
