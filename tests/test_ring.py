@@ -79,7 +79,7 @@ def test_dgx1_uses_the_nccl_rings():
     # rings never oversubscribe a link, and together they use every NVLink (6 per GPU)
     assert all(rate <= topology.link(a, b).bw + 1e-9 for (a, b), rate in used.items())
     assert all(sum(r for (a, _), r in used.items() if a == g) == pytest.approx(150) for g in range(8))
-    # weights 2:2:1:1, one chunk each (--any-chunks): NCCL's 150 GB/s busbw, but 48 chunks per loop,
+    # weights 2:2:1:1, one chunk each (the rings' own count, as NCCL runs them): 150 GB/s busbw, but 48 chunks per loop,
     # which MSCCL runtimes do not run on a 1 GiB buffer
     schedule, program, sim = run(topology, "allgather", own=True)
     assert program.nchannels == 4 and len({t.channel for t in schedule.transfers}) == 4
