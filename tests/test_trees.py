@@ -321,7 +321,9 @@ def test_split_connections_keep_the_planned_order_in_the_simulator():
     # other orientation (0.9794 / 0.9768 with the first one), messages coalesced at α share 0.0035
     ("dgx-a100-2node", "allgather", 0.98, False),
     ("dgx-a100-2node", "reducescatter", 0.98, False),
-    ("dgx-a100-4node", "allgather", 0.97, False),       # tail-split messages (0.964 without)
+    # tail-split messages (0.964 without), drained and batched when built (0.976 without, see _polish)
+    ("dgx-a100-4node", "allgather", 0.98, False),
+    ("dgx-a100-4node", "reducescatter", 0.98, False),
 ])
 def test_multi_box_fabrics_near_the_cut_bound(name, collective, ratio, any_chunks):
     from synth.bounds import compute_bounds
@@ -379,7 +381,8 @@ def test_halving_shape_beats_tails_where_every_link_is_a_bottleneck():
 @pytest.mark.slow
 def test_mi250_2node_allreduce_gets_the_halving_shape():
     # both forests at 16 trees per root in halving messages make 69.5k transfers: the depth search
-    # must time them (REFINE_JOBS); they take 0.949 of the bound, the best shape below that limit 0.937
+    # must time them (REFINE_JOBS); they take 0.949 of the bound, the best shape below that limit 0.937;
+    # polished with drained messages (_polish) 0.952, the allreduce target (0.95)
     from synth.bounds import compute_bounds
     from synth.program.lower import lower
     from synth.simulate import simulate
@@ -393,7 +396,7 @@ def test_mi250_2node_allreduce_gets_the_halving_shape():
     assert verify(program).ok
     simulated = simulate(program, topology, 2**30, record_events=False).time_us
     assert simulated == pytest.approx(schedule.predicted_time_us, rel=1e-6)
-    assert compute_bounds(topology, schedule.collective, 2**30).time_bound_us / simulated > 0.945
+    assert compute_bounds(topology, schedule.collective, 2**30).time_bound_us / simulated >= 0.95
 
 
 def test_coalesced_reductions_simulate_as_planned():

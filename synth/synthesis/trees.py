@@ -74,7 +74,7 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from fractions import Fraction
 
 import numpy as np
@@ -111,6 +111,8 @@ CAP_ROOM = 0.05             # ... where the next cap's rate leaves this much roo
 LARGE_RANKS = 256           # beyond this, one fast tree per root (synth.synthesis.scale)
 REFINE_JOBS = 80_000        # time other pipeline depths only below this many transfers (mi250-2node AR: 69.5k)
 REPLAY = True
+DRAINS = (None, 0.7)        # the kept shape is also coalesced with each link's stream ending in shrinking messages
+BATCHES = (False, True)     # ... and with the transfers ready at one instant queued together
 HEIGHT_WEIGHTS = (1.0, 4.0)  # priorities tried: hops ahead weighed 1x (default) and 4x (mi250, dgx-a100-2node)
 ALT_PRIORITY_JOBS = 10_000  # ... the 4x one only up to this many transfers at the first depth
 FORWARD_JOBS = 20_000        # forward-timed reductions only below this many transfers
@@ -474,9 +476,27 @@ def _route_costs(jobs: _Jobs, topology: Topology,
     return hops, route_alpha, route_rate, route_alpha * steps + size * chunk_bytes / route_rate
 
 
+@dataclass(frozen=True)
+class Coalescing:
+    """How one coalesced :func:`list_schedule` merges messages: α at most ``alpha_share`` of a message's
+    time; with ``drain``, a message at most ``drain`` times what its links carry after it; with
+    ``batch``, every transfer that becomes ready at one instant is queued before a link starts one
+    (otherwise the first one ready may leave alone)."""
+    alpha_share: float = ALPHA_SHARE
+    drain: float | None = None
+    batch: bool = False
+
+
+# the shapes a search keeps are built with every share of α; the shape finally kept with drains and batches too
+BUILT = tuple(Coalescing(share) for share in ALPHA_SHARES)
+POLISH = tuple(Coalescing(share, drain, batch) for share in ALPHA_SHARES for drain in DRAINS for batch in BATCHES
+               if (drain, batch) != (None, False))
+
+
 def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
                   chained: list[int] | None = None,
-                  coalesce: bool = False, alpha_share: float = ALPHA_SHARE) -> tuple[list[int], np.ndarray, np.ndarray]:
+                  coalesce: bool = False, alpha_share: float = ALPHA_SHARE,
+                  drain: float | None = None, batch: bool = False) -> tuple[list[int], np.ndarray, np.ndarray]:
     """Work-conserving list schedule: whenever a link is free it starts the ready transfer with the
     smallest key (critical path first, see :func:`add_broadcast`) among those whose route begins on it.
 
@@ -489,6 +509,12 @@ def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
     (an MSCCL step with ``cnt`` > 1). A link only has such a backlog when it is the bottleneck, so
     this cuts α where it costs time and keeps small messages (short pipeline fill) elsewhere.
     Merged transfers share ``jobs.head`` (the first one).
+
+    With ``drain`` as well, a message carries at most ``drain`` times the data its links still
+    carry after it, so each link's stream ends in geometrically shrinking messages: the last
+    data a link delivers is forwarded soon after it arrives, while earlier, larger messages pay
+    less α (the shrinking tail of a pipelined broadcast, Träff & Ripke, JPDC 2008, applied per
+    link instead of per tree).
 
     With ``chained`` (per job, the job before it on its threadblock, or -1) the runtime's rule is
     replayed instead: a send is ready when its data has arrived and the previous send of its
@@ -512,6 +538,12 @@ def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
     taken = [False] * n
     route_alpha, route_rate, duration = route_alpha.tolist(), route_rate.tolist(), duration.tolist()
     by_first: dict[tuple, int] = {}   # queued jobs by (src, dst, route, first chunk)
+    left = [0.0] * len(topology.links)   # with drain: data time still to cross each link
+    if drain is not None:
+        data_time = [len(jobs.msg[i]) * chunk_bytes / route_rate[i] for i in range(n)]
+        for i in range(n):
+            for hop_link in hops[i]:
+                left[hop_link] += data_time[i]
     events: list[tuple[float, int, int]] = []   # (time, 0 = job ready / 1 = link free, id)
     for i in range(n):
         if waiting[i] == 0:
@@ -524,6 +556,13 @@ def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
             heapq.heappush(queues[link], (jobs.key[ident], ident))
             if coalesce:
                 by_first[(jobs.src[ident], jobs.dst[ident], jobs.route[ident], jobs.msg[ident][0])] = ident
+                while batch and events and events[0][1] == 0 and events[0][0] <= t + 1e-12:
+                    other = heapq.heappop(events)[2]
+                    other_link = hops[other][0]
+                    heapq.heappush(queues[other_link], (jobs.key[other], other))
+                    by_first[(jobs.src[other], jobs.dst[other], jobs.route[other], jobs.msg[other][0])] = other
+                    if other_link != link:
+                        heapq.heappush(events, (t, 1, other_link))
         else:
             link = ident
         while queues[link] and taken[queues[link][0][1]]:
@@ -538,6 +577,9 @@ def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
             # enough chunks that α is alpha_share of the message, no more (bigger ones slow the pipeline)
             most = min(MAX_COALESCE, max(size, int(route_alpha[i] / alpha_share * route_rate[i] / chunk_bytes)))
             nxt = by_first.get((jobs.src[i], jobs.dst[i], jobs.route[i], jobs.msg[i][-1] + 1))
+            if drain is not None:   # message <= drain * (data left after it) on its busiest-to-end link
+                left_now = min(left[hop_link] for hop_link in hops[i])
+                most = max(size, min(most, int(left_now * drain / (1 + drain) * route_rate[i] / chunk_bytes)))
             while nxt is not None and not taken[nxt] and size + len(jobs.msg[nxt]) <= most:
                 taken[nxt] = True
                 members.append(nxt)
@@ -550,6 +592,8 @@ def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
         taken[i] = True
         for hop_link in hops[i]:
             free[hop_link] = finish
+            if drain is not None:
+                left[hop_link] -= sum(data_time[m] for m in members)
         heapq.heappush(events, (finish, 1, link))
         for m in members:
             start[m], end[m] = s, finish
@@ -912,10 +956,20 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
         return _flipped_planner(topology, trees_cap) if flippable else None
 
     began = time.monotonic()
-    best = schedule_from_plans(topology, collective, size_bytes, options, planner_for(max_trees), "trees",
-                               flipped_for(max_trees))
+    def pipelined(trees_cap: int) -> tuple[_Pipelined, Schedule]:
+        found = _pipeline(topology, collective, size_bytes, options, planner_for(trees_cap), flipped_for(trees_cap))
+        return found, _finish(topology, collective, size_bytes, options, found, "trees")
+
+    def polished(found: _Pipelined, kept: Schedule) -> Schedule:
+        # only the shape finally kept is polished (POLISH tries 15 more list schedules)
+        better = _polish(topology, collective, size_bytes, found)
+        if better is found or better.timed[1] >= kept.predicted_time_us * (1 - 1e-9):
+            return kept
+        return _finish(topology, collective, size_bytes, options, better, "trees", rounds_tried=True)
+
+    best_found, best = pipelined(max_trees)
     if options.max_trees is not None or options.chunks is not None or n > TREE_SEARCH_RANKS:
-        return best
+        return polished(best_found, best)
     # Many trees per root mean many messages per link (α) and coarse pipelines under the MSCCL
     # chunk limits; a few trees at a rate within ~1/K of the optimum are often faster in the
     # α-β model (mi250-2node allgather: 83 trees 0.875 of the bound, 8 trees 0.92).
@@ -930,12 +984,12 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
         # if the rate they keep leaves room (dgx-a100-2node 64 MB: 13 trees 252 µs, 8 trees 257, 4 trees 224)
         if slower and _capped_floor_us(topology, collective, size_bytes, cap) > best.predicted_time_us * (1 - CAP_ROOM):
             break
-        trial = schedule_from_plans(topology, collective, size_bytes, options, planner_for(cap), "trees",
-                                    flipped_for(cap))
+        trial_found, trial = pipelined(cap)
         if trial.predicted_time_us < best.predicted_time_us * (1 - 1e-9):
-            best = trial
+            best_found, best = trial_found, trial
         elif trial.predicted_time_us > best.predicted_time_us * (1 + CAP_STOP):
             slower = True
+    best = polished(best_found, best)
     if name == "allreduce" and not topology.switches:
         deadline = None if budget is None else budget - (time.monotonic() - began) / 2
         try:
@@ -1072,7 +1126,32 @@ def _flipped_planner(topology: Topology, trees_cap: int):
 
 def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
                         planner, method: str, other_planner=None) -> Schedule:
-    """Plan the forests a collective needs with ``planner(roots, reverse)`` and pipeline them.
+    """Plan the forests a collective needs with ``planner(roots, reverse)`` and pipeline them
+    (:func:`_pipeline`, :func:`_polish`, :func:`_finish`)."""
+    pipelined = _pipeline(topology, collective, size_bytes, options, planner, other_planner)
+    return _finish(topology, collective, size_bytes, options, _polish(topology, collective, size_bytes, pipelined),
+                   method)
+
+
+@dataclass(frozen=True)
+class _Pipelined:
+    """Forests timed at the message shape found for them: ``timed`` is (collective, makespan,
+    transfers) at ``chunks`` per root, ``messages`` per tree and ``tail`` (:func:`_messages`), with
+    priority ``weight``; ``floor`` is the forests' bandwidth time."""
+    plans: list[Forest]
+    timed: tuple[Collective, float, list[Transfer]]
+    chunks: int
+    messages: int | None
+    tail: int
+    trials: int
+    weight: float
+    floor: float
+    deadline: float | None
+
+
+def _pipeline(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
+              planner, other_planner=None) -> _Pipelined:
+    """Plan the forests with ``planner`` and search their pipeline depth and message shape.
 
     ``other_planner``: forests as good by rate, timed at the message shape found for the first ones
     and kept if faster (:func:`_flipped_planner`)."""
@@ -1096,14 +1175,14 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
                   and (deadline is None or time.monotonic() < deadline))
         # a search starts plain (it tries mirrors itself; its shape is built with every α share below);
         # a timing without a search tries everything at once
-        first = _Timing(weight, mirror=not search, alpha_shares=ALPHA_SHARES[:1] if search else ALPHA_SHARES)
+        first = _Timing(weight, mirror=False) if search else _Timing(weight, coalescings=BUILT)
         best = _timed(topology, collective, plans, chunks, messages, size_bytes, build=not search, timing=first)
         if search:
             best, shape, messages, tail, trials = _refine_depth(topology, collective, plans, size_bytes, best,
                                                                 chunks, messages, deadline, weight, floor, fit)
             # the shape found is built with every share of α for coalesced messages (see ALPHA_SHARES)
             built = [(_timed(topology, collective, plans, c, m, size_bytes, tail=tail,
-                             timing=_Timing(weight, alpha_shares=ALPHA_SHARES)), c, m)
+                             timing=_Timing(weight, coalescings=BUILT)), c, m)
                      for c, m in _built_shapes(plans, fit, shape, messages, tail)]
             best, chunks, messages = min(built, key=lambda b: b[0][1])
         if outcome is None or best[1] < outcome[0][1] * (1 - 1e-9):
@@ -1117,22 +1196,45 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
         others = [other_planner(roots, reverse) for roots, reverse in _forest_phases(collective)]
         if [f.k for f in others] == [f.k for f in plans]:
             timed = _timed(topology, collective, others, chunks, messages, size_bytes, tail=tail,
-                           timing=_Timing(weight, alpha_shares=ALPHA_SHARES))
+                           timing=_Timing(weight, coalescings=BUILT))
             if timed[1] < best[1] * (1 - 1e-9):
                 best, plans = timed, others
-    coll, offset, transfers = best
-    if (offset > floor * (1 + TAIL_GAIN) and n <= LARGE_RANKS and name in ROUND_TIMED and not topology.switches
-            and ROUNDS * float(topology.arrays[3].max()) * 2 <= ROUND_ALPHA_SHARE * floor):
+    return _Pipelined(plans, best, chunks, messages, tail, trials, weight, floor, deadline)
+
+
+def _polish(topology: Topology, collective: Collective, size_bytes: float, pipelined: _Pipelined) -> _Pipelined:
+    """The kept shape timed once more with the coalescings only it gets (:data:`POLISH`: drained and
+    batched messages); the faster timing is kept. Not at scale (one timing pass there) nor past
+    the time limit."""
+    if topology.num_ranks > LARGE_RANKS or (pipelined.deadline is not None and time.monotonic() > pipelined.deadline):
+        return pipelined
+    timed = _timed(topology, collective, pipelined.plans, pipelined.chunks, pipelined.messages, size_bytes,
+                   tail=pipelined.tail, timing=_Timing(pipelined.weight, coalescings=POLISH))
+    return replace(pipelined, timed=timed) if timed[1] < pipelined.timed[1] * (1 - 1e-9) else pipelined
+
+
+def _finish(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
+            pipelined: _Pipelined, method: str, rounds_tried: bool = False) -> Schedule:
+    """The Schedule of a pipeline, or of its forests timed by rounds where that is faster (unless
+    ``rounds_tried``)."""
+    name, n = collective.name, topology.num_ranks
+    plans, floor, trials = pipelined.plans, pipelined.floor, pipelined.trials
+    coll, offset, transfers = pipelined.timed
+    if (not rounds_tried and offset > floor * (1 + TAIL_GAIN) and n <= LARGE_RANKS and name in ROUND_TIMED
+            and not topology.switches and ROUNDS * float(topology.arrays[3].max()) * 2 <= ROUND_ALPHA_SHARE * floor):
         # α, fill and drain cost more than 1 %: try timing the same forests by rounds (synth.synthesis.rounds).
         # Not behind switches, where every message pays α on each hop and holds its whole route: there
         # rounds lose (dgx-a100-2node allgather 0.947 against 0.978, dgx-a100-4node 0.928 against 0.976)
+        fit = _chunk_fit(collective, size_bytes, options)
         options_chunks = list(dict.fromkeys(fit(c)[0] for c in ROUND_CHUNKS))
-        timed = _timed_rounds(topology, collective, plans, options_chunks, size_bytes, deadline, offset)
+        timed = _timed_rounds(topology, collective, plans, options_chunks, size_bytes, pipelined.deadline, offset)
         if timed is not None and timed[1] < offset * (1 - 1e-9):
             coll, offset, transfers, chunks = timed
             return _forest_schedule(topology, coll, transfers, offset, plans, size_bytes, method,
                                     chunks_per_root=chunks, round_timed=ROUNDS, depth_trials=trials)
-    return _forest_schedule(topology, coll, transfers, offset, plans, size_bytes, method, chunks_per_root=chunks,
+    tail, messages = pipelined.tail, pipelined.messages
+    return _forest_schedule(topology, coll, transfers, offset, plans, size_bytes, method,
+                            chunks_per_root=pipelined.chunks,
                             messages_per_tree=None if tail == HALVING else messages, tail_splits=max(tail, 0),
                             halving_messages=tail == HALVING, depth_trials=trials)
 
@@ -1285,11 +1387,11 @@ class _Timing:
 
     ``height_weight``: the hops-ahead term of the priority (:func:`add_broadcast`); ``mirror``: an
     allgather is also timed as the mirror of its reduction timed forward (:func:`_mirrored_reduction`)
-    and the faster is kept; ``alpha_shares``: the coalesced timings tried (:func:`list_schedule`).
+    and the faster is kept; ``coalescings``: the coalesced timings tried (:func:`list_schedule`).
     """
     height_weight: float = 1.0
     mirror: bool = True
-    alpha_shares: tuple[float, ...] = (ALPHA_SHARE,)
+    coalescings: tuple[Coalescing, ...] = (Coalescing(),)
 
 
 def _timed(topology: Topology, collective: Collective, plans: list[Forest], chunks: int, messages: int | None,
@@ -1310,17 +1412,17 @@ def _timed(topology: Topology, collective: Collective, plans: list[Forest], chun
         # each phase on its own channel: an allreduce's two phases fill a threadblock each
         part, makespan = _timed_phase(jobs, forest, topology, chunk_bytes, offset, coll.is_reduction, build,
                                       channel=phase, coalesce=name in COALESCING,
-                                      alpha_shares=timing.alpha_shares)
+                                      coalescings=timing.coalescings)
         transfers += part
         offset += makespan
     if name in ("reducescatter", "allreduce"):
         forward = _timed_forward(coll, plans, topology, chunks, messages, chunk_bytes, build, tail,
-                                 alpha_shares=timing.alpha_shares)
+                                 coalescings=timing.coalescings)
         if forward is not None and forward[0] < offset * (1 - 1e-9):
             return coll, forward[0], forward[1]
     if name == "allgather" and timing.mirror:
         mirrored = _mirrored_reduction(coll, plans[0], topology, chunks, messages, chunk_bytes, build, tail,
-                                       timing.alpha_shares)
+                                       timing.coalescings)
         if mirrored is not None and mirrored[0] < offset * (1 - 1e-9):
             return coll, mirrored[0], mirrored[1]
     return coll, offset, transfers
@@ -1328,13 +1430,14 @@ def _timed(topology: Topology, collective: Collective, plans: list[Forest], chun
 
 def _mirrored_reduction(coll: Collective, forest: Forest, topology: Topology, chunks: int, messages: int | None,
                         chunk_bytes: float, build: bool, tail: int = 0,
-                        alpha_shares: tuple[float, ...] = (ALPHA_SHARE,)) -> tuple[float, list[Transfer]] | None:
+                        coalescings: tuple[Coalescing, ...] = (Coalescing(),)
+                        ) -> tuple[float, list[Transfer]] | None:
     """A broadcast phase as the time mirror of the reduction on its trees timed forward
     (:func:`_timed_forward`) on the reversed fabric: t -> T - t, every transfer the other way."""
     if not _forward_fits([forest], chunks, messages, tail):   # checked before any job is built
         return None
     reduction = _timed_forward(coll, [replace(forest, reversed=True)], topology.reversed(), chunks, messages,
-                               chunk_bytes, build, tail, alpha_shares=alpha_shares)
+                               chunk_bytes, build, tail, coalescings=coalescings)
     if reduction is None:
         return None
     makespan, transfers = reduction
@@ -1344,7 +1447,7 @@ def _mirrored_reduction(coll: Collective, forest: Forest, topology: Topology, ch
 
 def _timed_forward(coll: Collective, plans: list[Forest], topology: Topology, chunks: int, messages: int | None,
                    chunk_bytes: float, build: bool, tail: int = 0,
-                   joint: bool = False, alpha_shares: tuple[float, ...] = (ALPHA_SHARE,)
+                   joint: bool = False, coalescings: tuple[Coalescing, ...] = (Coalescing(),)
                    ) -> tuple[float, list[Transfer]] | None:
     """Reductions timed forward, leaf to root (:func:`add_reduction`), instead of as a mirrored
     broadcast; for allreduce the two phases overlap: each piece's allgather starts from its owner
@@ -1354,7 +1457,7 @@ def _timed_forward(coll: Collective, plans: list[Forest], topology: Topology, ch
     by side: links serve both phases by pipeline position (hops ahead only), with no limit on size
     but the list schedule's.
 
-    One list schedule of all transfers, plain and coalesced (each share of α in ``alpha_shares``;
+    One list schedule of all transfers, plain and coalesced (each of ``coalescings``;
     the fastest is kept). Where a rank's
     in- and out-links are not all saturated in both phases (a mesh corner), the allgather of early
     pieces fills the reduction's idle links. None on fabrics where rank pairs share switch links
@@ -1383,11 +1486,11 @@ def _timed_forward(coll: Collective, plans: list[Forest], topology: Topology, ch
         jobs = _forward_jobs(plans, n, chunks, messages, priority, tail, 0 if joint else 1)
         if len(jobs.msg) > MAX_TRANSFERS or len(jobs.msg) > LEVEL_JOBS or (topology.switches and _shares_links(jobs)):
             return None
-        for share in (None, *alpha_shares):
-            timed = list_schedule(jobs, topology, chunk_bytes, coalesce=share is not None,
-                                  alpha_share=share or ALPHA_SHARE)
+        for how in (None, *coalescings):
+            timed = list_schedule(jobs, topology, chunk_bytes, coalesce=how is not None,
+                                  **(asdict(how) if how is not None else {}))
             if best is None or timed[2].max() < best[1][2].max() * (1 - 1e-9):
-                best = (jobs, timed, list(jobs.head) if share is not None else None)
+                best = (jobs, timed, list(jobs.head) if how is not None else None)
     jobs, (order, start, end), heads = best
     makespan = float(end.max()) if len(end) else 0.0
     if not build:
@@ -1459,11 +1562,12 @@ def _message_count(tree_chunks: int, parts: int | None, tail: int) -> int:
 def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: float, offset: float,
                  reducing: bool, build: bool = True, channel: int = 0,
                  coalesce: bool = False,
-                 alpha_shares: tuple[float, ...] = (ALPHA_SHARE,)) -> tuple[list[Transfer], float]:
+                 coalescings: tuple[Coalescing, ...] = (Coalescing(),)
+                 ) -> tuple[list[Transfer], float]:
     """Time one phase's broadcasts on its planning fabric; a reversed forest's schedule is then
     mirrored in time (t -> T - t) and direction: the broadcast becomes a reduction (or a gather)
     with the same makespan, and link serialization and data dependencies carry over. With
-    ``coalesce``, coalesced timings (one per share of α in ``alpha_shares``) compete with the plain one."""
+    ``coalesce``, coalesced timings (one per :class:`Coalescing` in ``coalescings``) compete with the plain one."""
     fabric = topology.reversed() if forest.reversed else topology
     heads = None   # set when a coalesced timing wins: the first job of each job's message
     if forest.slots is not None and len(jobs.msg) == len(forest.trees) * len(forest.slots):
@@ -1481,8 +1585,8 @@ def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: f
         # Mirrored into reductions too: once the lowering kept the planned order (blocks per
         # connection, one α per step), their simulated times match the plan (benchmarks/bench_trees.py
         # sim/plan 1.000; mi250-2node reducescatter 0.930 -> 0.944, dgx-a100-2node 0.970 -> 0.978).
-        for share in alpha_shares if coalesce else ():
-            merged = list_schedule(jobs, fabric, chunk_bytes, coalesce=True, alpha_share=share)
+        for how in coalescings if coalesce else ():
+            merged = list_schedule(jobs, fabric, chunk_bytes, coalesce=True, **asdict(how))
             if merged[2].max() < end.max() - 1e-9:
                 (order, start, end), heads = merged, list(jobs.head)
         if topology.switches and not forest.reversed and REPLAY and not build and _shares_links(jobs):
