@@ -41,6 +41,10 @@ bottleneck links build such a backlog, so α drops where it costs time while the
 small messages elsewhere; each phase keeps the faster of the coalesced and the plain timing. The
 shape the search settles on is built once more with each share in ``ALPHA_SHARES``: where α is most
 of the gap (NVSwitch ports pay it twice), half the share means longer messages and fewer α.
+The shape finally kept (after the trees-per-root search) is polished (:func:`_polish`, ``POLISH``):
+timed again with messages that are at most ``0.7×`` what their links still carry after them
+(each link's stream ends in shrinking messages while its earlier ones grow) and with the transfers
+ready at one instant queued together before a link starts one (so the first does not leave alone).
 
 Round timing: where α, fill and drain still cost more than 1 % at a bandwidth-bound SIZE, the same
 forests are also timed by rounds (:mod:`synth.synthesis.rounds`): an LP over ``ROUNDS`` rounds
@@ -955,7 +959,6 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
     def flipped_for(trees_cap: int):
         return _flipped_planner(topology, trees_cap) if flippable else None
 
-    began = time.monotonic()
     def pipelined(trees_cap: int) -> tuple[_Pipelined, Schedule]:
         found = _pipeline(topology, collective, size_bytes, options, planner_for(trees_cap), flipped_for(trees_cap))
         return found, _finish(topology, collective, size_bytes, options, found, "trees")
@@ -967,6 +970,7 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
             return kept
         return _finish(topology, collective, size_bytes, options, better, "trees", rounds_tried=True)
 
+    began = time.monotonic()
     best_found, best = pipelined(max_trees)
     if options.max_trees is not None or options.chunks is not None or n > TREE_SEARCH_RANKS:
         return polished(best_found, best)
