@@ -38,6 +38,33 @@ def test_all_backends_find_the_cut_bound(topology, solver):
 
 
 @pytest.mark.parametrize("topology", SMALL, ids=lambda t: t.name)
+def test_large_lps_take_highs_interior_point_to_the_same_optimum(topology, monkeypatch):
+    # above IPM_VARIABLES HiGHS runs interior point + crossover (large fabrics: minutes, not hours);
+    # here every model counts as large, and the optimum and the programs are the same
+    import synth.solvers
+    from synth.program.lower import lower
+    from synth.synthesis import lp as lp_method
+    from synth.verify import verify
+
+    algorithms = []
+    real_solve = synth.solvers.solve
+
+    def recording(model, *args, **kwargs):
+        algorithms.append(kwargs.get("lp_algorithm"))
+        return real_solve(model, *args, **kwargs)
+
+    monkeypatch.setattr(synth.solvers, "solve", recording)
+    roots = tuple(range(topology.num_ranks))
+    simplex = solve_rate(topology, roots, "highs")
+    monkeypatch.setattr(lp_method, "IPM_VARIABLES", 0)
+    interior = solve_rate(topology, roots, "highs")
+    assert algorithms == [None, "ipm"]
+    assert interior.ratio == pytest.approx(simplex.ratio, rel=1e-7)
+    schedule = synthesize(topology, Collective("allgather", topology.num_ranks), 2**24, SynthOptions())
+    assert verify(lower(schedule)).ok
+
+
+@pytest.mark.parametrize("topology", SMALL, ids=lambda t: t.name)
 def test_broadcast_lp_matches_min_cut(topology):
     exact = float(optimal_ratio(integer_fabric(topology), {0: 1}))
     assert solve_rate(topology, (0,), "highs").ratio == pytest.approx(exact, rel=1e-7)
