@@ -560,13 +560,15 @@ def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
             heapq.heappush(queues[link], (jobs.key[ident], ident))
             if coalesce:
                 by_first[(jobs.src[ident], jobs.dst[ident], jobs.route[ident], jobs.msg[ident][0])] = ident
+                woken: set[int] = set()   # other links that got jobs now: each tries to start once
                 while batch and events and events[0][1] == 0 and events[0][0] <= t + 1e-12:
                     other = heapq.heappop(events)[2]
                     other_link = hops[other][0]
                     heapq.heappush(queues[other_link], (jobs.key[other], other))
                     by_first[(jobs.src[other], jobs.dst[other], jobs.route[other], jobs.msg[other][0])] = other
-                    if other_link != link:
-                        heapq.heappush(events, (t, 1, other_link))
+                    woken.add(other_link)
+                for other_link in woken - {link}:
+                    heapq.heappush(events, (t, 1, other_link))
         else:
             link = ident
         while queues[link] and taken[queues[link][0][1]]:
@@ -594,10 +596,10 @@ def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
         else:
             finish = s + duration[i]
         taken[i] = True
+        moved = sum(data_time[m] for m in members) if drain is not None else 0.0
         for hop_link in hops[i]:
             free[hop_link] = finish
-            if drain is not None:
-                left[hop_link] -= sum(data_time[m] for m in members)
+            left[hop_link] -= moved
         heapq.heappush(events, (finish, 1, link))
         for m in members:
             start[m], end[m] = s, finish
