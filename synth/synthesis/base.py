@@ -13,6 +13,7 @@ from synth.topology.model import Topology
 MAX_CHANNELS = 32        # channels
 MAX_STEPS_PER_TB = 64    # steps per threadblock
 MAX_STEP_CHUNKS = 71     # chunks one step moves (cnt < 72)
+MAX_XML_NODES = 4096     # XML nodes per rank: the algo, the gpus, the rank's threadblocks and steps
 
 
 @dataclass(frozen=True)

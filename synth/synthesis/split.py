@@ -16,6 +16,11 @@ By max-flow/min-cut and Edmonds' theorem, ``x`` then carries an allgather forest
 per root piece and ``z`` a reduce-scatter forest at the same rate: both phases move ``M`` bytes per
 piece in ``M / ρ``. On a 5×5 mesh this meets the allreduce traffic bound (2(N-1)·SIZE / ΣB, the
 binding bound there), 0.62× the time of the phases one after the other.
+
+The split's shares are fractions of a link; packed into ``k`` trees per root they are rounded to
+whole tree edges, phase by phase, and the forests lose rate (mesh-5x5, one tree per root: 0.92 and
+0.90 of ρ). :func:`whole_tree_split` rounds both phases together instead, as an integer program
+over tree edges per link (below), which keeps ρ exactly on the 5×5 mesh.
 """
 
 from __future__ import annotations
@@ -27,9 +32,14 @@ import numpy as np
 from synth.errors import SynthError
 from synth.topology.model import Link, Topology
 
+WHOLE_SPLIT_ROUNDS = 100   # cut-generation rounds of whole_tree_split before it gives up
+
 
 @dataclass(frozen=True)
 class CapacitySplit:
+    """``allgather`` and ``reducescatter``: the fabric with each link's share of the phase as its
+    bandwidth (links without one dropped); only the shares' ratios matter to the forests planned on
+    them. :func:`split_capacities` gives GB/s, :func:`whole_tree_split` tree edges per link."""
     rate_GBps: float          # ρ: per root piece, in each phase
     allgather: Topology       # the fabric with bandwidths x_e (links with x_e = 0 dropped)
     reducescatter: Topology   # ... z_e
@@ -94,3 +104,89 @@ def _with_bandwidths(topology: Topology, capacity: np.ndarray) -> Topology:
     links = tuple(Link(link.src, link.dst, float(c), link.alpha)
                   for link, c in zip(topology.links, capacity) if c > 1e-7 * link.bw)
     return replace(topology, links=links)
+
+
+def whole_tree_split(topology: Topology, split: CapacitySplit, trees_per_root: int = 1, solver: str = "highs",
+                     deadline: float | None = None) -> CapacitySplit | None:
+    """``split`` rounded to whole trees in both phases at once: with ``k`` trees per root and phase,
+    each carrying ``1/k`` of a piece, find integer tree-edge counts ``x_e`` (allgather) and ``z_e``
+    (reduce-scatter) per link,
+
+        minimise λ  subject to  x_e + z_e ≤ λ · k · B_e / ρ                          (every link e)
+            Σ_{e into U} x_e ≥ k · |ranks ∖ U|,   Σ_{e out of U} z_e ≥ k · |ranks ∖ U|   (every rank set U)
+
+    the cut rows being Edmonds' branching theorem (k arborescences per root within the counts; the
+    reduce-scatter's on the reversed fabric, ForestColl §3). The phases then run at ρ/λ, and λ = 1
+    keeps the split's rate exactly. Cuts are generated lazily: each round solves the integer program
+    (HiGHS) and adds, for every rank whose max-flow from a super-source is short, the sink side of
+    its minimum cut. Switchless fabrics only (switches would need the edge splitting of
+    :mod:`synth.synthesis.packing`); ``None`` there, or where the solver or ``deadline`` (a
+    ``time.monotonic()`` instant) stops it before no cut is violated.
+    """
+    import time
+
+    from synth.solvers import Model, solve
+    from synth.synthesis.packing import max_flow
+
+    n = topology.num_ranks
+    if topology.num_nodes != n or n < 2:
+        return None
+    src, dst, bw, _ = topology.arrays
+    k = trees_per_root
+    per_link = k * bw / split.rate_GBps      # tree edges a link carries in the split's time, λ = 1
+    phases = ((dst, src), (src, dst))         # (head, tail) of the arcs each phase's trees use
+    cuts: list[tuple[int, frozenset[int]]] = [(p, frozenset(u)) for v in range(n) for p in (0, 1)
+                                              for u in ({v}, set(range(n)) - {v})]
+    for _ in range(WHOLE_SPLIT_ROUNDS):
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return None
+        counts = _whole_counts(per_link, phases, cuts, k, n, solver, left, Model, solve)
+        if counts is None:
+            return None
+        new = [(p, u) for p in (0, 1) for u in _short_cuts(counts[p], *phases[p], k, n, max_flow)]
+        if not new:
+            x, z = counts
+            stretch = float(np.max((x + z) / per_link))
+            return CapacitySplit(split.rate_GBps / stretch, _with_bandwidths(topology, x.astype(float)),
+                                 _with_bandwidths(topology, z.astype(float)))
+        cuts += [cut for cut in dict.fromkeys(new) if cut not in cuts]
+    return None
+
+
+def _whole_counts(per_link: np.ndarray, phases, cuts, k: int, n: int, solver: str, time_limit: float | None,
+                  model_class, solve) -> tuple[np.ndarray, np.ndarray] | None:
+    """One integer program of :func:`whole_tree_split` with the ``cuts`` found so far: (x, z) or None."""
+    m = len(per_link)
+    model = model_class("whole-tree-split")
+    lam = model.add_var()
+    counts = [model.add_vars(m, integer=True), model.add_vars(m, integer=True)]
+    arange = np.arange(m)
+    model.add_rows(np.concatenate([arange, arange, arange]),
+                   np.concatenate([counts[0], counts[1], np.full(m, lam)]),
+                   np.concatenate([np.ones(2 * m), -per_link]), np.full(m, -np.inf), np.zeros(m))
+    for phase, inside in cuts:
+        heads, tails = phases[phase]
+        crossing = np.isin(heads, list(inside)) & ~np.isin(tails, list(inside))
+        model.add_row(counts[phase][crossing], np.ones(int(crossing.sum())), k * (n - len(inside)))
+    model.set_objective([lam], [1.0])
+    result = solve(model, solver, time_limit=time_limit)
+    if not result.has_solution:
+        return None
+    values = np.asarray(result.values)
+    return tuple(np.round(values[c]).astype(np.int64) for c in counts)
+
+
+def _short_cuts(count: np.ndarray, heads: np.ndarray, tails: np.ndarray, k: int, n: int, max_flow) -> list[frozenset]:
+    """Sink sides ``U`` of the ranks whose max-flow from a super-source (``k`` to every rank) over
+    ``count`` arcs falls short of ``k·n``: each violates ``count(into U) ≥ k·|ranks ∖ U|``."""
+    used = count > 0
+    arc_tails = np.concatenate([tails[used], np.full(n, n)])
+    arc_heads = np.concatenate([heads[used], np.arange(n)])
+    caps = np.concatenate([count[used], np.full(n, k)])
+    found = []
+    for v in range(n):
+        value, side = max_flow(n + 1, arc_tails, arc_heads, caps, n, v, cut=True)
+        if value < k * n:
+            found.append(frozenset(range(n)) - frozenset(side))
+    return found

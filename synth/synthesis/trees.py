@@ -87,7 +87,14 @@ from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.schedule import Schedule, Transfer
 from synth.synthesis import rounds
-from synth.synthesis.base import MAX_CHANNELS, MAX_STEP_CHUNKS, MAX_STEPS_PER_TB, MethodSpec, SynthOptions
+from synth.synthesis.base import (
+    MAX_CHANNELS,
+    MAX_STEP_CHUNKS,
+    MAX_STEPS_PER_TB,
+    MAX_XML_NODES,
+    MethodSpec,
+    SynthOptions,
+)
 from synth.synthesis.packing import (
     Route,
     SplitError,
@@ -132,6 +139,7 @@ TAIL_GAIN = 0.01            # ... searched only where fill, drain and α cost mo
 SPLIT_GAIN = 0.05           # allreduce on split capacities where that LP beats RS then AG by this share
 SPLIT_TREES = (1, 2)        # ... with this many trees per root (MSCCL step limits favour few)
 SPLIT_CHUNKS = (32, 64, 96, 128)  # ... and this many chunks per tree and root (one chunk per message)
+STEP_MARGIN = 1.3           # ... kept where messages x this (nop steps: 1.2-1.25 on mesh-5x5) fit MSCCL's limits
 ROUNDS = 30                 # rounds of a round-timed schedule (synth.synthesis.rounds); mi250 AG 20: 0.973, 30: 0.983
 ROUND_VARIABLES = 40_000    # ... tried only up to this many (tree edge, round) shares
 ROUND_CHUNKS = (256, 512)   # ... chunks per root tried (nearest runtime-usable counts)
@@ -1040,11 +1048,16 @@ def _split_allreduce(topology: Topology, collective: Collective, size_bytes: flo
     """Allreduce on forests planned on link capacities split between its two phases
     (:mod:`synth.synthesis.split`) and timed side by side (:func:`_timed_forward`, ``joint``).
 
+    The split is rounded to whole trees in both phases at once (:func:`~synth.synthesis.split.whole_tree_split`)
+    where that solves in time, so the forests keep its rate (mesh-5x5, one tree per root: 0.92 / 0.90
+    of it rounded phase by phase, all of it together). The fastest candidate is timed once more with
+    :data:`POLISH`'s coalescings.
+
     None where that LP is not ``SPLIT_GAIN`` faster than the phases one after the other
     (``sequential_us``), and where no candidate fits MSCCL's limits. Switchless fabrics only: a
     split fabric can route a rank pair through other switches than the runtime would.
     """
-    from synth.synthesis.split import split_capacities
+    from synth.synthesis.split import split_capacities, whole_tree_split
 
     n = topology.num_ranks
     split = split_capacities(topology)
@@ -1052,10 +1065,19 @@ def _split_allreduce(topology: Topology, collective: Collective, size_bytes: flo
     if split_us > sequential_us * (1 - SPLIT_GAIN):
         return None
     roots = tuple(range(n))
+
+    def fits(jobs: _Jobs, heads: list[int] | None) -> bool:
+        per_connection, per_rank = _message_counts(jobs, heads)
+        # each phase keeps its own channels, so a connection splits over half of them
+        return (per_connection * STEP_MARGIN <= MAX_CHANNELS // 2 * MAX_STEPS_PER_TB
+                and per_rank * STEP_MARGIN + 1 + n + 4 * MAX_CHANNELS <= MAX_XML_NODES)
+
     best = None
     for cap in SPLIT_TREES:
-        plans = [plan_forest(split.reducescatter, roots, reverse=True, max_trees=cap),
-                 plan_forest(split.allgather, roots, max_trees=cap)]
+        whole = whole_tree_split(topology, split, cap, deadline=deadline)
+        shares = whole or split
+        plans = [plan_forest(shares.reducescatter, roots, reverse=True, max_trees=cap),
+                 plan_forest(shares.allgather, roots, max_trees=cap)]
         k = max(f.k for f in plans)
         for per_tree in SPLIT_CHUNKS:
             if deadline is not None and time.monotonic() > deadline:
@@ -1069,16 +1091,37 @@ def _split_allreduce(topology: Topology, collective: Collective, size_bytes: flo
                               collective.inplace)
             # built as it is timed: the transfers are cheap next to the list schedule
             timed = _timed_forward(coll, plans, topology, chunks, None, coll.chunk_bytes(size_bytes), True,
-                                   joint=True)
+                                   joint=True, fits=fits)
             if timed is not None and (best is None or timed[0] < best[0] * (1 - 1e-9)):
                 best = (*timed, plans, chunks, coll)
+        if whole is not None and whole.rate_GBps >= split.rate_GBps * (1 - 1e-9):
+            break   # whole trees at the split's rate: more trees per root only cut the messages finer
     if best is None:
         return None
     makespan, transfers, plans, chunks, coll = best
+    if deadline is None or time.monotonic() < deadline:
+        polished = _timed_forward(coll, plans, topology, chunks, None, coll.chunk_bytes(size_bytes), True,
+                                  joint=True, coalescings=POLISH, fits=fits)
+        if polished is not None and polished[0] < makespan * (1 - 1e-9):
+            makespan, transfers = polished
     return _forest_schedule(topology, coll, transfers, makespan, plans, size_bytes, "trees",
                             chunks_per_root=chunks, messages_per_tree=None, tail_splits=0, halving_messages=False,
                             depth_trials=0,
                             capacity_split_time_us=split_us)
+
+
+def _message_counts(jobs: _Jobs, heads: list[int] | None) -> tuple[int, int]:
+    """The most messages (MSCCL steps before ``nop`` steps) on one connection and phase, and at one rank
+    (sent and received), of jobs timed with messages ``heads`` (None: every job its own message)."""
+    firsts = range(len(jobs.msg)) if heads is None else set(heads)
+    per_connection: dict[tuple[int, int, bool], int] = defaultdict(int)
+    per_rank: dict[int, int] = defaultdict(int)
+    for i in firsts:
+        steps = -(-len(jobs.msg[i]) // MAX_STEP_CHUNKS)
+        per_connection[(jobs.src[i], jobs.dst[i], jobs.reduce[i])] += steps
+        per_rank[jobs.src[i]] += steps
+        per_rank[jobs.dst[i]] += steps
+    return max(per_connection.values(), default=0), max(per_rank.values(), default=0)
 
 
 def _forest_schedule(topology: Topology, coll: Collective, transfers: list[Transfer], makespan: float,
@@ -1453,8 +1496,8 @@ def _mirrored_reduction(coll: Collective, forest: Forest, topology: Topology, ch
 
 def _timed_forward(coll: Collective, plans: list[Forest], topology: Topology, chunks: int, messages: int | None,
                    chunk_bytes: float, build: bool, tail: int = 0,
-                   joint: bool = False, coalescings: tuple[Coalescing, ...] = (Coalescing(),)
-                   ) -> tuple[float, list[Transfer]] | None:
+                   joint: bool = False, coalescings: tuple[Coalescing, ...] = (Coalescing(),),
+                   fits=None) -> tuple[float, list[Transfer]] | None:
     """Reductions timed forward, leaf to root (:func:`add_reduction`), instead of as a mirrored
     broadcast; for allreduce the two phases overlap: each piece's allgather starts from its owner
     as soon as its sum is complete there, and links serve reduction transfers first.
@@ -1464,7 +1507,7 @@ def _timed_forward(coll: Collective, plans: list[Forest], topology: Topology, ch
     but the list schedule's.
 
     One list schedule of all transfers, plain and coalesced (each of ``coalescings``;
-    the fastest is kept). Where a rank's
+    the fastest is kept, among those ``fits(jobs, heads)`` accepts where given). Where a rank's
     in- and out-links are not all saturated in both phases (a mesh corner), the allgather of early
     pieces fills the reduction's idle links. None on fabrics where rank pairs share switch links
     (the runtime's arbitration is not modelled here) and on schedules too large to list-schedule.
@@ -1495,8 +1538,13 @@ def _timed_forward(coll: Collective, plans: list[Forest], topology: Topology, ch
         for how in (None, *coalescings):
             timed = list_schedule(jobs, topology, chunk_bytes, coalesce=how is not None,
                                   **(asdict(how) if how is not None else {}))
+            heads = list(jobs.head) if how is not None else None
+            if fits is not None and not fits(jobs, heads):
+                continue
             if best is None or timed[2].max() < best[1][2].max() * (1 - 1e-9):
-                best = (jobs, timed, list(jobs.head) if how is not None else None)
+                best = (jobs, timed, heads)
+    if best is None:
+        return None
     jobs, (order, start, end), heads = best
     makespan = float(end.max()) if len(end) else 0.0
     if not build:
