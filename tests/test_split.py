@@ -81,8 +81,9 @@ def test_mesh_allreduce_runs_its_phases_on_split_capacities():
     sim = simulate(program, mesh, GiB, record_events=False)
     assert sim.time_us == pytest.approx(schedule.predicted_time_us, rel=1e-6)
     bound = compute_bounds(mesh, Collective("allreduce", 25), GiB).time_bound_us
-    # RS then AG, overlapped where idle: 0.71; split rounded phase by phase 0.883; whole trees 0.9095
-    assert bound / sim.time_us > 0.905
+    # RS then AG, overlapped where idle: 0.71; split rounded phase by phase 0.883; whole trees 0.9095;
+    # whole trees with every link shared by both phases 0.953 (issue 4's allreduce target is 0.95)
+    assert bound / sim.time_us >= 0.95
     assert schedule.notes["rate_ratio"] == [1.0, 1.0]
     assert sim.time_us < 0.75 * _phases_us(mesh)
 
@@ -114,6 +115,8 @@ def test_whole_tree_split_keeps_the_mesh_rate_with_one_tree_per_root():
     assert all(float(v).is_integer() for v in (*ag.values(), *rs.values()))
     for link in mesh.links:
         assert ag.get((link.src, link.dst), 0) + rs.get((link.src, link.dst), 0) <= 15
+        # shared out evenly: each phase can use every link while the other has nothing to send
+        assert min(ag.get((link.src, link.dst), 0), rs.get((link.src, link.dst), 0)) >= 3
     roots = tuple(range(25))
     for phase, reverse in ((whole.allgather, False), (whole.reducescatter, True)):
         forest = plan_forest(phase, roots, reverse=reverse, max_trees=1)

@@ -117,17 +117,19 @@ def whole_tree_split(topology: Topology, split: CapacitySplit, trees_per_root: i
 
     the cut rows being Edmonds' branching theorem (k arborescences per root within the counts; the
     reduce-scatter's on the reversed fabric, ForestColl §3). The phases then run at ρ/λ, and λ = 1
-    keeps the split's rate exactly. Cuts are generated lazily: each round solves the integer program
-    (HiGHS) and adds, for every rank whose max-flow from a super-source is short, the sink side of
-    its minimum cut. Switchless fabrics only (switches would need the edge splitting of
-    :mod:`synth.synthesis.packing`); ``None`` there, or where the solver or ``deadline`` (a
-    ``time.monotonic()`` instant) stops it before no cut is violated.
+    keeps the split's rate exactly. At that λ a second program shares the links out evenly: it
+    maximises the least share ``min(x_e, z_e) / (k · B_e / ρ)`` over the links (then, a little, their
+    sum). A link that carries both phases serves either while the other has nothing to send, the
+    reduce-scatter before the first sums are complete and the allgather after the last: on the 5×5
+    mesh, 36 of 80 links held one phase only and the allreduce reached 0.91 of its bound, with every
+    link at least 3 of 15 tree edges each way it reaches 0.95.
+
+    Cuts are generated lazily: each round solves the integer program (HiGHS) and adds, for every
+    rank whose max-flow from a super-source is short, the sink side of its minimum cut. Switchless
+    fabrics only (switches would need the edge splitting of :mod:`synth.synthesis.packing`); ``None``
+    there, or where the solver or ``deadline`` (a ``time.monotonic()`` instant) stops it before no
+    cut is violated.
     """
-    import time
-
-    from synth.solvers import Model, solve
-    from synth.synthesis.packing import max_flow
-
     n = topology.num_ranks
     if topology.num_nodes != n or n < 2:
         return None
@@ -137,39 +139,66 @@ def whole_tree_split(topology: Topology, split: CapacitySplit, trees_per_root: i
     phases = ((dst, src), (src, dst))         # (head, tail) of the arcs each phase's trees use
     cuts: list[tuple[int, frozenset[int]]] = [(p, frozenset(u)) for v in range(n) for p in (0, 1)
                                               for u in ({v}, set(range(n)) - {v})]
+    least = _counts_with_cuts(per_link, phases, cuts, k, n, None, solver, deadline)
+    if least is None:
+        return None
+    stretch = float(np.max((least[0] + least[1]) / per_link))
+    x, z = _counts_with_cuts(per_link, phases, cuts, k, n, stretch, solver, deadline) or least
+    return CapacitySplit(split.rate_GBps / stretch, _with_bandwidths(topology, x.astype(float)),
+                         _with_bandwidths(topology, z.astype(float)))
+
+
+def _counts_with_cuts(per_link: np.ndarray, phases, cuts: list, k: int, n: int, stretch: float | None, solver: str,
+                      deadline: float | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """The integer program of :func:`whole_tree_split` (least λ, or with ``stretch`` the most even shares
+    at that λ), re-solved with the violated cuts added (to ``cuts``) until none is: (x, z) or None."""
+    import time
+
+    from synth.synthesis.packing import max_flow
+
     for _ in range(WHOLE_SPLIT_ROUNDS):
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
             return None
-        counts = _whole_counts(per_link, phases, cuts, k, n, solver, left, Model, solve)
+        counts = _whole_counts(per_link, phases, cuts, k, n, stretch, solver, left)
         if counts is None:
             return None
         new = [(p, u) for p in (0, 1) for u in _short_cuts(counts[p], *phases[p], k, n, max_flow)]
         if not new:
-            x, z = counts
-            stretch = float(np.max((x + z) / per_link))
-            return CapacitySplit(split.rate_GBps / stretch, _with_bandwidths(topology, x.astype(float)),
-                                 _with_bandwidths(topology, z.astype(float)))
+            return counts
         cuts += [cut for cut in dict.fromkeys(new) if cut not in cuts]
     return None
 
 
-def _whole_counts(per_link: np.ndarray, phases, cuts, k: int, n: int, solver: str, time_limit: float | None,
-                  model_class, solve) -> tuple[np.ndarray, np.ndarray] | None:
+def _whole_counts(per_link: np.ndarray, phases, cuts, k: int, n: int, stretch: float | None, solver: str,
+                  time_limit: float | None) -> tuple[np.ndarray, np.ndarray] | None:
     """One integer program of :func:`whole_tree_split` with the ``cuts`` found so far: (x, z) or None."""
+    from synth.solvers import Model, solve
+
     m = len(per_link)
-    model = model_class("whole-tree-split")
-    lam = model.add_var()
+    model = Model("whole-tree-split")
     counts = [model.add_vars(m, integer=True), model.add_vars(m, integer=True)]
     arange = np.arange(m)
-    model.add_rows(np.concatenate([arange, arange, arange]),
-                   np.concatenate([counts[0], counts[1], np.full(m, lam)]),
-                   np.concatenate([np.ones(2 * m), -per_link]), np.full(m, -np.inf), np.zeros(m))
+    if stretch is None:   # x_e + z_e - λ·per_link_e <= 0, minimise λ
+        lam = model.add_var()
+        model.add_rows(np.concatenate([arange, arange, arange]),
+                       np.concatenate([counts[0], counts[1], np.full(m, lam)]),
+                       np.concatenate([np.ones(2 * m), -per_link]), np.full(m, -np.inf), np.zeros(m))
+        model.set_objective([lam], [1.0])
+    else:                 # x_e + z_e <= λ·per_link_e; share_e <= x_e, z_e; least <= share_e / per_link_e
+        model.add_rows(np.concatenate([arange, arange]), np.concatenate(counts), np.ones(2 * m),
+                       np.full(m, -np.inf), np.floor(stretch * per_link + 1e-6))
+        share, least = model.add_vars(m), model.add_var()
+        for phase in (0, 1):
+            model.add_rows(np.concatenate([arange, arange]), np.concatenate([share, counts[phase]]),
+                           np.concatenate([np.ones(m), -np.ones(m)]), np.full(m, -np.inf), np.zeros(m))
+        model.add_rows(np.concatenate([arange, arange]), np.concatenate([np.full(m, least), share]),
+                       np.concatenate([per_link, -np.ones(m)]), np.full(m, -np.inf), np.zeros(m))
+        model.set_objective(np.concatenate([[least], share]), np.concatenate([[1.0], 1e-3 / per_link]), "max")
     for phase, inside in cuts:
         heads, tails = phases[phase]
         crossing = np.isin(heads, list(inside)) & ~np.isin(tails, list(inside))
         model.add_row(counts[phase][crossing], np.ones(int(crossing.sum())), k * (n - len(inside)))
-    model.set_objective([lam], [1.0])
     result = solve(model, solver, time_limit=time_limit)
     if not result.has_solution:
         return None
