@@ -143,3 +143,12 @@ def test_whole_tree_split_rounds_to_the_least_whole_tree_load():
 def test_whole_tree_split_leaves_switch_fabrics_to_the_lp_split():
     boxes = _four_boxes()
     assert whole_tree_split(boxes, split_capacities(boxes), 1) is None
+
+
+def test_whole_tree_split_gives_up_past_its_deadline():
+    import time
+
+    mesh = generators.mesh([3, 3])
+    split = split_capacities(mesh)
+    assert whole_tree_split(mesh, split, 1, deadline=time.monotonic() - 1.0) is None
+    assert whole_tree_split(mesh, split, 1, deadline=time.monotonic() + 60.0) is not None

@@ -139,6 +139,7 @@ TAIL_GAIN = 0.01            # ... searched only where fill, drain and α cost mo
 SPLIT_GAIN = 0.05           # allreduce on split capacities where that LP beats RS then AG by this share
 SPLIT_TREES = (1, 2)        # ... with this many trees per root (MSCCL step limits favour few)
 SPLIT_CHUNKS = (32, 64, 96, 128)  # ... and this many chunks per tree and root (one chunk per message)
+WHOLE_SPLIT_SECONDS = 60.0  # ... rounded to whole trees within this long (8x8 torus: 25 s), else on the LP's
 STEP_MARGIN = 1.3           # ... kept where messages x this (nop steps: 1.2-1.25 on mesh-5x5) fit MSCCL's limits
 ROUNDS = 30                 # rounds of a round-timed schedule (synth.synthesis.rounds); mi250 AG 20: 0.973, 30: 0.983
 ROUND_VARIABLES = 40_000    # ... tried only up to this many (tree edge, round) shares
@@ -1074,7 +1075,8 @@ def _split_allreduce(topology: Topology, collective: Collective, size_bytes: flo
 
     best = None
     for cap in SPLIT_TREES:
-        whole = whole_tree_split(topology, split, cap, deadline=deadline)
+        budget = time.monotonic() + WHOLE_SPLIT_SECONDS
+        whole = whole_tree_split(topology, split, cap, deadline=budget if deadline is None else min(deadline, budget))
         shares = whole or split
         plans = [plan_forest(shares.reducescatter, roots, reverse=True, max_trees=cap),
                  plan_forest(shares.allgather, roots, max_trees=cap)]
