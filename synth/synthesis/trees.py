@@ -15,8 +15,9 @@ Collectives:
   allgather of the reduced pieces, in one schedule; where it is faster, the two overlap (a piece's
   allgather leaves its owner once its reduction is complete there, :func:`_timed_forward`). On
   switchless fabrics where the phases' bottlenecks differ (a mesh), the two forests are also planned
-  on link capacities split between them by an LP (:mod:`synth.synthesis.split`) and run side by
-  side (:func:`_split_allreduce`); the faster allreduce is kept.
+  on link capacities split between them by an LP (:mod:`synth.synthesis.split`), rounded to whole
+  trees in both phases at once, and run side by side (:func:`_split_allreduce`); the faster
+  allreduce is kept.
 
 Chunking (cost model). A root's data of ``M`` bytes is cut into ``C`` chunks; a distinct tree of
 multiplicity ``m`` carries ``≈ C·m/k`` of them (largest remainder), each chunk pipelined down the
