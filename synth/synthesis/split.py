@@ -25,11 +25,14 @@ over tree edges per link (below), which keeps ρ exactly on the 5×5 mesh.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from synth.errors import SynthError
+from synth.solvers import Model, solve
+from synth.synthesis.packing import max_flow
 from synth.topology.model import Link, Topology
 
 WHOLE_SPLIT_ROUNDS = 100   # cut-generation rounds of whole_tree_split before it gives up
@@ -50,8 +53,6 @@ class CapacitySplit:
 
 def split_capacities(topology: Topology, solver: str = "highs") -> CapacitySplit:
     """Solve the LP of the module docstring (HiGHS through :mod:`synth.solvers`)."""
-    from synth.solvers import Model, solve
-
     n, nodes = topology.num_ranks, topology.num_nodes
     src, dst, bw, _ = topology.arrays
     m = len(src)
@@ -152,10 +153,6 @@ def _counts_with_cuts(per_link: np.ndarray, phases, cuts: list, k: int, n: int, 
                       deadline: float | None) -> tuple[np.ndarray, np.ndarray] | None:
     """The integer program of :func:`whole_tree_split` (least λ, or with ``stretch`` the most even shares
     at that λ), re-solved with the violated cuts added (to ``cuts``) until none is: (x, z) or None."""
-    import time
-
-    from synth.synthesis.packing import max_flow
-
     for _ in range(WHOLE_SPLIT_ROUNDS):
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
@@ -163,7 +160,7 @@ def _counts_with_cuts(per_link: np.ndarray, phases, cuts: list, k: int, n: int, 
         counts = _whole_counts(per_link, phases, cuts, k, n, stretch, solver, left)
         if counts is None:
             return None
-        new = [(p, u) for p in (0, 1) for u in _short_cuts(counts[p], *phases[p], k, n, max_flow)]
+        new = [(p, u) for p in (0, 1) for u in _short_cuts(counts[p], *phases[p], k, n)]
         if not new:
             return counts
         cuts += [cut for cut in dict.fromkeys(new) if cut not in cuts]
@@ -173,8 +170,6 @@ def _counts_with_cuts(per_link: np.ndarray, phases, cuts: list, k: int, n: int, 
 def _whole_counts(per_link: np.ndarray, phases, cuts, k: int, n: int, stretch: float | None, solver: str,
                   time_limit: float | None) -> tuple[np.ndarray, np.ndarray] | None:
     """One integer program of :func:`whole_tree_split` with the ``cuts`` found so far: (x, z) or None."""
-    from synth.solvers import Model, solve
-
     m = len(per_link)
     model = Model("whole-tree-split")
     counts = [model.add_vars(m, integer=True), model.add_vars(m, integer=True)]
@@ -206,7 +201,7 @@ def _whole_counts(per_link: np.ndarray, phases, cuts, k: int, n: int, stretch: f
     return tuple(np.round(values[c]).astype(np.int64) for c in counts)
 
 
-def _short_cuts(count: np.ndarray, heads: np.ndarray, tails: np.ndarray, k: int, n: int, max_flow) -> list[frozenset]:
+def _short_cuts(count: np.ndarray, heads: np.ndarray, tails: np.ndarray, k: int, n: int) -> list[frozenset]:
     """Sink sides ``U`` of the ranks whose max-flow from a super-source (``k`` to every rank) over
     ``count`` arcs falls short of ``k·n``: each violates ``count(into U) ≥ k·|ranks ∖ U|``."""
     used = count > 0

@@ -1069,10 +1069,14 @@ def _split_allreduce(topology: Topology, collective: Collective, size_bytes: flo
     roots = tuple(range(n))
 
     def fits(jobs: _Jobs, heads: list[int] | None) -> bool:
-        per_connection, per_rank = _message_counts(jobs, heads)
+        steps = _connection_steps(jobs, heads)
+        per_rank: dict[int, int] = defaultdict(int)
+        for (src, dst, _), count in steps.items():
+            per_rank[src] += count
+            per_rank[dst] += count
         # each phase keeps its own channels, so a connection splits over half of them
-        return (per_connection * STEP_MARGIN <= MAX_CHANNELS // 2 * MAX_STEPS_PER_TB
-                and per_rank * STEP_MARGIN + 1 + n + 4 * MAX_CHANNELS <= MAX_XML_NODES)
+        return (max(steps.values(), default=0) * STEP_MARGIN <= MAX_CHANNELS // 2 * MAX_STEPS_PER_TB
+                and max(per_rank.values(), default=0) * STEP_MARGIN + 1 + n + 4 * MAX_CHANNELS <= MAX_XML_NODES)
 
     best = None
     for cap in SPLIT_TREES:
@@ -1111,20 +1115,6 @@ def _split_allreduce(topology: Topology, collective: Collective, size_bytes: flo
                             chunks_per_root=chunks, messages_per_tree=None, tail_splits=0, halving_messages=False,
                             depth_trials=0,
                             capacity_split_time_us=split_us)
-
-
-def _message_counts(jobs: _Jobs, heads: list[int] | None) -> tuple[int, int]:
-    """The most messages (MSCCL steps before ``nop`` steps) on one connection and phase, and at one rank
-    (sent and received), of jobs timed with messages ``heads`` (None: every job its own message)."""
-    firsts = range(len(jobs.msg)) if heads is None else set(heads)
-    per_connection: dict[tuple[int, int, bool], int] = defaultdict(int)
-    per_rank: dict[int, int] = defaultdict(int)
-    for i in firsts:
-        steps = -(-len(jobs.msg[i]) // MAX_STEP_CHUNKS)
-        per_connection[(jobs.src[i], jobs.dst[i], jobs.reduce[i])] += steps
-        per_rank[jobs.src[i]] += steps
-        per_rank[jobs.dst[i]] += steps
-    return max(per_connection.values(), default=0), max(per_rank.values(), default=0)
 
 
 def _forest_schedule(topology: Topology, coll: Collective, transfers: list[Transfer], makespan: float,
@@ -1801,11 +1791,16 @@ def _timed_rounds(topology: Topology, coll: Collective, plans: list[Forest], chu
     return best
 
 
-def _connection_steps(jobs: _Jobs) -> dict[tuple[int, int], int]:
-    """MSCCL steps per rank pair: one per message of up to ``MAX_STEP_CHUNKS`` chunks."""
-    steps: dict[tuple[int, int], int] = defaultdict(int)
-    for msg, src, dst in zip(jobs.msg, jobs.src, jobs.dst):
-        steps[(src, dst)] += -(-len(msg) // MAX_STEP_CHUNKS)
+def _connection_steps(jobs: _Jobs, heads: list[int] | None = None) -> dict[tuple[int, int, bool], int]:
+    """MSCCL steps per rank pair and phase (reduction or not): one per message of up to
+    ``MAX_STEP_CHUNKS`` chunks. ``heads``: each job's message, from a coalescing timing (None: every job
+    its own message)."""
+    chunks: dict[int, int] = defaultdict(int)
+    for i, msg in enumerate(jobs.msg):
+        chunks[i if heads is None else heads[i]] += len(msg)
+    steps: dict[tuple[int, int, bool], int] = defaultdict(int)
+    for head, count in chunks.items():
+        steps[(jobs.src[head], jobs.dst[head], jobs.reduce[head])] += -(-count // MAX_STEP_CHUNKS)
     return steps
 
 
