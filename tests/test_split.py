@@ -86,6 +86,8 @@ def test_mesh_allreduce_runs_its_phases_on_split_capacities():
     assert bound / sim.time_us >= 0.95
     assert schedule.notes["rate_ratio"] == [1.0, 1.0]
     assert sim.time_us < 0.75 * _phases_us(mesh)
+    # the forests' bandwidth time is the split's (the phases side by side), not a sum in tree-edge units
+    assert schedule.notes["tree_bandwidth_time_us"] == pytest.approx(schedule.notes["capacity_split_time_us"])
 
 
 def test_split_fabrics_drop_empty_links_only():

@@ -560,3 +560,27 @@ def test_forests_of_the_other_orientation_only_where_routes_run_back_the_same_wa
     topology = Topology("two-paths", 2, links, ("s0", "s1", "s2", "s3"))
     assert trees._symmetric(topology)
     assert not trees._routes_symmetric(topology)
+
+
+def test_ring_broadcast_pipelines_deeper_than_the_multi_root_grid():
+    # Two path trees of depth 7 (one each way round ring-8, 50 GB/s, α 0.5 µs) carry 512 MiB each:
+    # P messages per tree take (P + 6)(α + 512 MiB / (P · 50 GB/s)), least at P ≈ 359 with
+    # 0.967 of the 10737 µs bound; PIPELINE_GRID's 128 messages give at best 0.955 (measured 0.9496)
+    from synth.bounds import compute_bounds
+    from synth.program.lower import lower
+    from synth.program.msccl_xml import check_runtime_limits
+
+    topology = ring(8)
+    size = 2**30
+    schedule, sim = _verified(topology, "broadcast", size)
+    assert schedule.notes["chunks_per_root"] > trees.MAX_CHUNKS // 2   # the search went past P = 128 per tree
+    bound_us = compute_bounds(topology, schedule.collective, size).time_bound_us
+    assert bound_us / sim.time_us > 0.96
+    check_runtime_limits(lower(schedule))
+
+
+def test_deep_shapes_stop_at_a_relaying_ranks_xml_nodes():
+    forest = plan_forest(ring(8), (0,))
+    fits = [[trees.MAX_STEPS_PER_TB * 2] * len(forest.trees)]     # 128 steps per edge: far below the limit
+    deep = [[trees.MAX_XML_NODES] * len(forest.trees)]             # a relay sends and receives this many
+    assert trees._xml_nodes([forest], fits) <= trees.MAX_XML_NODES < trees._xml_nodes([forest], deep)

@@ -115,6 +115,9 @@ COALESCING = frozenset({"allgather", "reducescatter", "allreduce", "broadcast", 
 SUPPORTED = frozenset({"allgather", "reducescatter", "allreduce", "broadcast", "reduce", "gather", "scatter"})
 DEFAULT_MAX_TREES = 256     # trees per root; the packing cost grows with distinct trees, not with k
 MAX_CHUNKS = 512            # chunks per root piece considered by the cost model
+ONE_ROOT = frozenset({"broadcast", "reduce"})   # one root piece, the whole buffer: deeper pipelines pay
+ONE_ROOT_CHUNKS = 2048      # ... chunks it may be cut into (ring-8 broadcast of 1 GiB: 512 -> 0.966 of the bound)
+DEEP_GRID = (192, 256, 384, 512)   # ... messages per tree tried beyond PIPELINE_GRID there
 MAX_TRANSFERS = 3_000_000   # keep schedules within memory/time budgets
 TREE_SEARCH_RANKS = 64      # up to this many ranks, fewer trees per root are tried too
 TREE_SEARCH_CAPS = (16, 8, 4)
@@ -1076,7 +1079,7 @@ def _split_allreduce(topology: Topology, collective: Collective, size_bytes: flo
             per_rank[dst] += count
         # each phase keeps its own channels, so a connection splits over half of them
         return (max(steps.values(), default=0) * STEP_MARGIN <= MAX_CHANNELS // 2 * MAX_STEPS_PER_TB
-                and max(per_rank.values(), default=0) * STEP_MARGIN + 1 + n + 4 * MAX_CHANNELS <= MAX_XML_NODES)
+                and _xml_estimate(max(per_rank.values(), default=0), n) <= MAX_XML_NODES)
 
     best = None
     for cap in SPLIT_TREES:
@@ -1100,12 +1103,12 @@ def _split_allreduce(topology: Topology, collective: Collective, size_bytes: flo
             timed = _timed_forward(coll, plans, topology, chunks, None, coll.chunk_bytes(size_bytes), True,
                                    joint=True, fits=fits)
             if timed is not None and (best is None or timed[0] < best[0] * (1 - 1e-9)):
-                best = (*timed, plans, chunks, coll)
+                best = (*timed, plans, chunks, coll, shares)
         if whole is not None and whole.rate_GBps >= split.rate_GBps * (1 - 1e-9):
             break   # whole trees at the split's rate: more trees per root only cut the messages finer
     if best is None:
         return None
-    makespan, transfers, plans, chunks, coll = best
+    makespan, transfers, plans, chunks, coll, shares = best
     if deadline is None or time.monotonic() < deadline:
         polished = _timed_forward(coll, plans, topology, chunks, None, coll.chunk_bytes(size_bytes), True,
                                   joint=True, coalescings=POLISH, fits=fits)
@@ -1114,7 +1117,10 @@ def _split_allreduce(topology: Topology, collective: Collective, size_bytes: flo
     return _forest_schedule(topology, coll, transfers, makespan, plans, size_bytes, "trees",
                             chunks_per_root=chunks, messages_per_tree=None, tail_splits=0, halving_messages=False,
                             depth_trials=0,
-                            capacity_split_time_us=split_us)
+                            capacity_split_time_us=split_us,
+                            # the phases run side by side, each on its share (in tree edges, not GB/s)
+                            tree_bandwidth_time_us=shares.time_us(_per_root_bytes("allreduce", n, size_bytes))
+                            * max(float(f.ratio / f.optimal) for f in plans))
 
 
 def _forest_schedule(topology: Topology, coll: Collective, transfers: list[Transfer], makespan: float,
@@ -1126,8 +1132,8 @@ def _forest_schedule(topology: Topology, coll: Collective, transfers: list[Trans
         "trees_per_root": [f.k for f in plans],
         "distinct_trees": [len(f.trees) for f in plans],
         "rate_ratio": [float(f.optimal / f.ratio) for f in plans],
-        **notes,
         "tree_bandwidth_time_us": sum(f.bandwidth_time_us(per_root_bytes) for f in plans),
+        **notes,
     }
     return Schedule(coll, topology.name, tuple(transfers), method=method, size_bytes=float(size_bytes),
                     predicted_time_us=makespan, notes=notes)
@@ -1142,6 +1148,24 @@ def _pair_load(plans: list[Forest], messages: list[list[int]]) -> int:
             for parent, child in tree.edges:
                 load[(child, parent) if forest.reversed else (parent, child)] += count
     return max(load.values(), default=0)
+
+
+def _xml_nodes(plans: list[Forest], messages: list[list[int]]) -> float:
+    """XML nodes of the busiest rank when tree ``t`` of ``plans[f]`` sends ``messages[f][t]`` per edge: a
+    step per message sent or received, × ``STEP_MARGIN`` for nops, plus the algo, gpu and (at most
+    ``4 · MAX_CHANNELS``) threadblock nodes."""
+    steps: dict[int, int] = defaultdict(int)
+    for forest, counts in zip(plans, messages):
+        for tree, count in zip(forest.trees, counts):
+            for parent, child in tree.edges:
+                steps[parent] += count
+                steps[child] += count
+    return _xml_estimate(max(steps.values(), default=0), plans[0].num_ranks)
+
+
+def _xml_estimate(steps: int, n: int) -> float:
+    """XML nodes of a rank with ``steps`` sends and receives among ``n`` ranks (see :func:`_xml_nodes`)."""
+    return steps * STEP_MARGIN + 1 + n + 4 * MAX_CHANNELS
 
 
 def _symmetric(topology: Topology) -> bool:
@@ -1290,7 +1314,9 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
     """Search the pipeline depth, timing each candidate with the list schedule (the closed form is
     rough about fill and drain), while schedules are cheap and the time limit allows.
 
-    Three message shapes are tried, each hill-climbed on :data:`PIPELINE_GRID`: ``P`` messages per
+    Three message shapes are tried, each hill-climbed on :data:`PIPELINE_GRID` (broadcast and reduce,
+    whose one piece is the whole buffer, also on :data:`DEEP_GRID`, up to ``ONE_ROOT_CHUNKS`` chunks and
+    within a rank's XML nodes, :func:`_xml_nodes`): ``P`` messages per
     distinct tree (``C = k·P`` chunks per root; a tree of multiplicity ``m`` sends messages of
     ``m`` chunks); one chunk per message (``C = k·P``; a tree of multiplicity ``m`` sends
     ``m·P`` equal messages, so every link pays α in proportion to its bytes, not to the number of
@@ -1303,6 +1329,8 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
     Returns (best timed, the shape's own chunks, messages or None, tail, candidates timed).
     """
     k = max(f.k for f in plans)
+    one_root = collective.name in ONE_ROOT
+    grid = PIPELINE_GRID + DEEP_GRID if one_root else PIPELINE_GRID
 
     def fitted(per_tree: bool, p: int, tail: int) -> tuple[int, int | None]:
         raw = _shape_chunks(k, p, tail)
@@ -1315,17 +1343,21 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
     last_trial = 0.0
 
     def feasible(per_tree: bool, p: int, tail: int) -> bool:
-        if _shape_chunks(k, p, tail) > (MAX_TAIL_CHUNKS if tail != 0 else MAX_CHUNKS):   # tailed or halving
+        cap = ONE_ROOT_CHUNKS if one_root else MAX_TAIL_CHUNKS if tail != 0 else MAX_CHUNKS   # tailed or halving
+        if _shape_chunks(k, p, tail) > cap:
             return False
         shape = (*fitted(per_tree, p, tail), tail)
         if _job_estimate(plans, *shape) > REFINE_JOBS:
             return False
-        return _pair_load(plans, _tree_messages(plans, *shape)) <= MAX_CHANNELS * MAX_STEPS_PER_TB
+        messages = _tree_messages(plans, *shape)
+        # deep pipelines of one root can outgrow a relaying rank's XML nodes before any connection's steps
+        return (_pair_load(plans, messages) <= MAX_CHANNELS * MAX_STEPS_PER_TB
+                and (not one_root or _xml_nodes(plans, messages) <= MAX_XML_NODES))
 
     def neighbours(p: int) -> list[int]:
         # two grid points each way: the makespan is not unimodal in P (ndv2-2node: 12 < 16 > 24 > 32)
-        below = [g for g in PIPELINE_GRID if g < p]
-        above = [g for g in PIPELINE_GRID if g > p]
+        below = [g for g in grid if g < p]
+        above = [g for g in grid if g > p]
         return below[-2:] + above[:2]
 
     def trial(per_tree: bool, p: int, tail: int, mirror: bool = False) -> bool:
@@ -1366,7 +1398,7 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
         # two grid points below (a reduction pipelines best with fewer messages: dgx-h100-2node P 2 -> 1)
         if collective.name == "allgather":
             per_tree, p, tail = choice
-            for q in [p] + [g for g in PIPELINE_GRID if g < p][-2:]:
+            for q in [p] + [g for g in grid if g < p][-2:]:
                 if not _forward_fits(plans, *fitted(per_tree, q, tail), tail):
                     continue   # the trial would only repeat the plain timing
                 if feasible(per_tree, q, tail) and not trial(per_tree, q, tail, mirror=True):
