@@ -9,6 +9,7 @@ import pytest
 
 from synth.bounds import compute_bounds
 from synth.collectives import Collective
+from synth.synthesis.base import SynthOptions
 from synth.synthesis.split import split_capacities, whole_tree_split
 from synth.topology import generators
 from synth.topology.io import load_topology
@@ -68,7 +69,6 @@ def test_mesh_allreduce_runs_its_phases_on_split_capacities():
     from synth.program.lower import lower
     from synth.program.msccl_xml import check_runtime_limits
     from synth.simulate import simulate
-    from synth.synthesis.base import SynthOptions
     from synth.synthesis.trees import synthesize
     from synth.verify import verify
 
@@ -154,3 +154,27 @@ def test_whole_tree_split_gives_up_past_its_deadline():
     split = split_capacities(mesh)
     assert whole_tree_split(mesh, split, 1, deadline=time.monotonic() - 1.0) is None
     assert whole_tree_split(mesh, split, 1, deadline=time.monotonic() + 60.0) is not None
+
+
+def _irregular_five() -> Topology:
+    # links of 1, 2 or 4 x 25 GB/s (α 0.3 µs): where the split's shares need 4 trees per root to round exactly
+    counts = [[0, 2, 1, 4, 4], [2, 0, 1, 2, 4], [1, 1, 0, 2, 0], [4, 2, 2, 0, 2], [4, 4, 0, 2, 0]]
+    return generators.from_matrix(counts, 25.0, 0.3, name="irregular-five")
+
+
+def test_more_trees_per_root_where_few_lose_the_splits_rate():
+    from synth.program.lower import lower
+    from synth.synthesis.trees import SPLIT_TREES, synthesize
+    from synth.verify import verify
+
+    topology = _irregular_five()
+    split = split_capacities(topology)
+    rates = {cap: whole_tree_split(topology, split, cap).rate_GBps / split.rate_GBps for cap in (1, 2, 4)}
+    assert rates[1] == rates[2] == pytest.approx(5 / 6) and rates[4] == pytest.approx(1.0)
+    assert 4 in SPLIT_TREES
+    schedule = synthesize(topology, Collective("allreduce", 5), GiB, SynthOptions())
+    assert schedule.notes["trees_per_root"] == [4, 4]
+    assert verify(lower(schedule)).ok
+    bound = compute_bounds(topology, Collective("allreduce", 5), GiB).time_bound_us
+    # at most 2 trees per root: 0.825 of the allreduce bound (the split's own time); 4 trees: 0.985
+    assert bound / schedule.predicted_time_us > 0.98
