@@ -178,3 +178,20 @@ def test_more_trees_per_root_where_few_lose_the_splits_rate():
     bound = compute_bounds(topology, Collective("allreduce", 5), GiB).time_bound_us
     # at most 2 trees per root: 0.825 of the allreduce bound (the split's own time); 4 trees: 0.985
     assert bound / schedule.predicted_time_us > 0.98
+
+
+def test_many_trees_per_root_are_cut_into_as_many_chunks_per_root_as_few():
+    # A 10-rank ring with two chords (links of 1, 2 or 4 x 50 GB/s, α 0.7 µs): one tree per root keeps
+    # 0.952 of the split's rate, four keep 0.988, but 4 trees x 32 chunks, one chunk per message,
+    # outgrow MSCCL's steps per connection; 4 or 8 trees at 32-96 chunks per root fit and are faster
+    from synth.synthesis.trees import synthesize
+
+    counts = [[0, 2, 0, 0, 0, 0, 4, 0, 0, 2], [2, 0, 2, 0, 0, 0, 0, 0, 0, 0], [0, 2, 0, 1, 0, 0, 0, 0, 0, 0],
+              [0, 0, 1, 0, 2, 0, 0, 0, 0, 0], [0, 0, 0, 2, 0, 1, 0, 0, 0, 0], [0, 0, 0, 0, 1, 0, 1, 0, 0, 0],
+              [4, 0, 0, 0, 0, 1, 0, 1, 0, 0], [0, 0, 0, 0, 0, 0, 1, 0, 1, 0], [0, 0, 0, 0, 0, 0, 0, 1, 0, 2],
+              [2, 0, 0, 0, 0, 0, 0, 0, 2, 0]]
+    topology = generators.from_matrix(counts, 50.0, 0.7, name="ring-with-chords")
+    schedule = synthesize(topology, Collective("allreduce", 10), GiB, SynthOptions())
+    assert "capacity_split_time_us" in schedule.notes
+    assert min(schedule.notes["trees_per_root"]) >= 4
+    assert schedule.notes["chunks_per_root"] <= 128

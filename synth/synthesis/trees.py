@@ -142,7 +142,8 @@ HALVING_CHUNKS = (64, 32)   # ... timed with this many chunks per tree and root 
 TAIL_GAIN = 0.01            # ... searched only where fill, drain and α cost more than this share
 SPLIT_GAIN = 0.05           # allreduce on split capacities where that LP beats RS then AG by this share
 SPLIT_TREES = (1, 2, 4, 8)  # ... with this many trees per root, fewer first (MSCCL step limits favour few)
-SPLIT_CHUNKS = (32, 64, 96, 128)  # ... and this many chunks per tree and root (one chunk per message)
+SPLIT_CHUNKS = (32, 64, 96, 128)  # ... and this many chunks per tree and root, or per root where trees are
+                                  # many (one chunk per message; 4 trees of 32 outgrow MSCCL's steps on 10 ranks)
 WHOLE_SPLIT_SECONDS = 60.0  # ... rounded to whole trees within this long (8x8 torus: 25 s), else on the LP's
 STEP_MARGIN = 1.3           # ... kept where messages x this (nop steps: 1.2-1.25 on mesh-5x5) fit MSCCL's limits
 ROUNDS = 30                 # rounds of a round-timed schedule (synth.synthesis.rounds); mi250 AG 20: 0.973, 30: 0.983
@@ -1089,10 +1090,10 @@ def _split_allreduce(topology: Topology, collective: Collective, size_bytes: flo
         plans = [plan_forest(shares.reducescatter, roots, reverse=True, max_trees=cap),
                  plan_forest(shares.allgather, roots, max_trees=cap)]
         k = max(f.k for f in plans)
-        for per_tree in SPLIT_CHUNKS:
+        for wanted in sorted({c for c in SPLIT_CHUNKS if c >= k} | {k * c for c in SPLIT_CHUNKS}):
             if deadline is not None and time.monotonic() > deadline:
                 break
-            chunks = fit(k * per_tree)[0]   # see _runtime_chunks
+            chunks = fit(wanted)[0]   # see _runtime_chunks
             # one chunk per message; split_chunks gives each root's trees their chunks and the others 0
             per_tree_chunks = [[sum(c) for c in zip(*(split_chunks(f, r, chunks) for r in roots))] for f in plans]
             if _pair_load(plans, per_tree_chunks) > MAX_CHANNELS * MAX_STEPS_PER_TB:
