@@ -108,21 +108,29 @@ def _source_arcs(num_nodes: int, weights: dict[int, int], scale: int):
     return [s] * len(roots), roots, [weights[r] * scale for r in roots]
 
 
+def short_cuts(num_nodes: int, tails: np.ndarray, heads: np.ndarray, caps: np.ndarray, weights: dict[int, int],
+               scale: int, targets):
+    """Edmonds' condition rank by rank: yields ``(v, S)`` for each ``v`` in ``targets`` whose max-flow from a
+    super-source (``scale·w_r`` into every root ``r``) over the arcs falls short of ``scale·Σw``, with ``S``
+    the source side of a min cut (the super-source left out): fewer than that many arborescences fit."""
+    st, sh, sc = _source_arcs(num_nodes, weights, scale)
+    all_tails = np.concatenate([tails, st]).astype(np.int64)
+    all_heads = np.concatenate([heads, sh]).astype(np.int64)
+    all_caps = np.concatenate([caps, sc]).astype(np.int64)
+    need = scale * sum(weights.values())
+    for v in targets:
+        value, side = max_flow(num_nodes + 1, all_tails, all_heads, all_caps, num_nodes, v, cut=True)
+        if value < need:
+            yield v, [x for x in side if x != num_nodes]
+
+
 def _violated_cut(fabric: Fabric, caps: np.ndarray, weights: dict[int, int], scale: int,
                   order: list[int]) -> list[int] | None:
     """First rank ``v`` (in ``order``) with ``maxflow(s, v) < scale·Σw``; returns the min cut side S."""
-    n = fabric.num_nodes
-    st, sh, sc = _source_arcs(n, weights, scale)
-    tails = np.concatenate([fabric.tails, st]).astype(np.int64)
-    heads = np.concatenate([fabric.heads, sh]).astype(np.int64)
-    cc = np.concatenate([caps, sc]).astype(np.int64)
-    need = scale * sum(weights.values())
-    for v in order:
-        value, side = max_flow(n + 1, tails, heads, cc, n, v, cut=True)
-        if value < need:
-            order.remove(v)
-            order.insert(0, v)  # a violated rank tends to stay violated: test it first next time
-            return [x for x in side if x != n]
+    for v, side in short_cuts(fabric.num_nodes, fabric.tails, fabric.heads, caps, weights, scale, order):
+        order.remove(v)
+        order.insert(0, v)  # a violated rank tends to stay violated: test it first next time
+        return side
     return None
 
 

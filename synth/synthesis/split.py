@@ -32,7 +32,7 @@ import numpy as np
 
 from synth.errors import SynthError
 from synth.solvers import Model, solve
-from synth.synthesis.packing import max_flow
+from synth.synthesis.packing import short_cuts
 from synth.topology.model import Link, Topology
 
 WHOLE_SPLIT_ROUNDS = 100   # cut-generation rounds of whole_tree_split before it gives up
@@ -205,12 +205,6 @@ def _short_cuts(count: np.ndarray, heads: np.ndarray, tails: np.ndarray, k: int,
     """Sink sides ``U`` of the ranks whose max-flow from a super-source (``k`` to every rank) over
     ``count`` arcs falls short of ``k·n``: each violates ``count(into U) ≥ k·|ranks ∖ U|``."""
     used = count > 0
-    arc_tails = np.concatenate([tails[used], np.full(n, n)])
-    arc_heads = np.concatenate([heads[used], np.arange(n)])
-    caps = np.concatenate([count[used], np.full(n, k)])
-    found = []
-    for v in range(n):
-        value, side = max_flow(n + 1, arc_tails, arc_heads, caps, n, v, cut=True)
-        if value < k * n:
-            found.append(frozenset(range(n)) - frozenset(side))
-    return found
+    every_rank = dict.fromkeys(range(n), 1)
+    return [frozenset(range(n)) - frozenset(side)
+            for _, side in short_cuts(n, tails[used], heads[used], count[used], every_rank, k, range(n))]
