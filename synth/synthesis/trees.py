@@ -1067,20 +1067,17 @@ def _split_allreduce(topology: Topology, collective: Collective, size_bytes: flo
 
     n = topology.num_ranks
     split = split_capacities(topology)
-    split_us = split.time_us(_per_root_bytes("allreduce", n, size_bytes))
+    piece_bytes = _per_root_bytes("allreduce", n, size_bytes)
+    split_us = split.time_us(piece_bytes)
     if split_us > sequential_us * (1 - SPLIT_GAIN):
         return None
     roots = tuple(range(n))
 
     def fits(jobs: _Jobs, heads: list[int] | None) -> bool:
         steps = _connection_steps(jobs, heads)
-        per_rank: dict[int, int] = defaultdict(int)
-        for (src, dst, _), count in steps.items():
-            per_rank[src] += count
-            per_rank[dst] += count
         # each phase keeps its own channels, so a connection splits over half of them
         return (max(steps.values(), default=0) * STEP_MARGIN <= MAX_CHANNELS // 2 * MAX_STEPS_PER_TB
-                and _xml_estimate(max(per_rank.values(), default=0), n) <= MAX_XML_NODES)
+                and _busiest_rank_xml(steps, n) <= MAX_XML_NODES)
 
     best = None
     for cap in SPLIT_TREES:
@@ -1120,7 +1117,7 @@ def _split_allreduce(topology: Topology, collective: Collective, size_bytes: flo
                             depth_trials=0,
                             capacity_split_time_us=split_us,
                             # the phases run side by side, each on its share (in tree edges, not GB/s)
-                            tree_bandwidth_time_us=shares.time_us(_per_root_bytes("allreduce", n, size_bytes))
+                            tree_bandwidth_time_us=shares.time_us(piece_bytes)
                             * max(float(f.ratio / f.optimal) for f in plans))
 
 
@@ -1140,33 +1137,37 @@ def _forest_schedule(topology: Topology, coll: Collective, transfers: list[Trans
                     predicted_time_us=makespan, notes=notes)
 
 
-def _pair_load(plans: list[Forest], messages: list[list[int]]) -> int:
-    """Most messages one directed rank pair carries, all phases together, when every edge of tree
-    ``t`` of ``plans[f]`` carries ``messages[f][t]`` (a reduction's edges run child -> parent)."""
+def _pair_loads(plans: list[Forest], messages: list[list[int]]) -> dict[tuple[int, int], int]:
+    """Messages per directed rank pair, all phases together, when every edge of tree ``t`` of
+    ``plans[f]`` carries ``messages[f][t]`` (a reduction's edges run child -> parent)."""
     load: dict[tuple[int, int], int] = defaultdict(int)
     for forest, counts in zip(plans, messages):
         for tree, count in zip(forest.trees, counts):
             for parent, child in tree.edges:
                 load[(child, parent) if forest.reversed else (parent, child)] += count
-    return max(load.values(), default=0)
+    return load
+
+
+def _pair_load(plans: list[Forest], messages: list[list[int]]) -> int:
+    """Most messages one directed rank pair carries (:func:`_pair_loads`)."""
+    return max(_pair_loads(plans, messages).values(), default=0)
 
 
 def _xml_nodes(plans: list[Forest], messages: list[list[int]]) -> float:
-    """XML nodes of the busiest rank when tree ``t`` of ``plans[f]`` sends ``messages[f][t]`` per edge: a
-    step per message sent or received, × ``STEP_MARGIN`` for nops, plus the algo, gpu and (at most
+    """XML nodes of the busiest rank when tree ``t`` of ``plans[f]`` sends ``messages[f][t]`` per edge
+    (:func:`_busiest_rank_xml` of :func:`_pair_loads`)."""
+    return _busiest_rank_xml(_pair_loads(plans, messages), plans[0].num_ranks)
+
+
+def _busiest_rank_xml(steps: dict[tuple, int], n: int) -> float:
+    """XML nodes of the busiest of ``n`` ranks, with ``steps`` keyed by (sender, receiver, ...): a step per
+    message sent or received, × ``STEP_MARGIN`` for nops, plus the algo, gpu and (at most
     ``4 · MAX_CHANNELS``) threadblock nodes."""
-    steps: dict[int, int] = defaultdict(int)
-    for forest, counts in zip(plans, messages):
-        for tree, count in zip(forest.trees, counts):
-            for parent, child in tree.edges:
-                steps[parent] += count
-                steps[child] += count
-    return _xml_estimate(max(steps.values(), default=0), plans[0].num_ranks)
-
-
-def _xml_estimate(steps: int, n: int) -> float:
-    """XML nodes of a rank with ``steps`` sends and receives among ``n`` ranks (see :func:`_xml_nodes`)."""
-    return steps * STEP_MARGIN + 1 + n + 4 * MAX_CHANNELS
+    per_rank: dict[int, int] = defaultdict(int)
+    for (src, dst, *_), count in steps.items():
+        per_rank[src] += count
+        per_rank[dst] += count
+    return max(per_rank.values(), default=0) * STEP_MARGIN + 1 + n + 4 * MAX_CHANNELS
 
 
 def _symmetric(topology: Topology) -> bool:
@@ -1350,10 +1351,10 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
         shape = (*fitted(per_tree, p, tail), tail)
         if _job_estimate(plans, *shape) > REFINE_JOBS:
             return False
-        messages = _tree_messages(plans, *shape)
+        loads = _pair_loads(plans, _tree_messages(plans, *shape))
         # deep pipelines of one root can outgrow a relaying rank's XML nodes before any connection's steps
-        return (_pair_load(plans, messages) <= MAX_CHANNELS * MAX_STEPS_PER_TB
-                and (not one_root or _xml_nodes(plans, messages) <= MAX_XML_NODES))
+        return (max(loads.values(), default=0) <= MAX_CHANNELS * MAX_STEPS_PER_TB
+                and (not one_root or _busiest_rank_xml(loads, topology.num_ranks) <= MAX_XML_NODES))
 
     def neighbours(p: int) -> list[int]:
         # two grid points each way: the makespan is not unimodal in P (ndv2-2node: 12 < 16 > 24 > 32)
@@ -1562,10 +1563,12 @@ def _timed_forward(coll: Collective, plans: list[Forest], topology: Topology, ch
         if len(jobs.msg) > MAX_TRANSFERS or len(jobs.msg) > LEVEL_JOBS or (topology.switches and _shares_links(jobs)):
             return None
         for how in (None, *coalescings):
+            if how is None and fits is not None and not fits(jobs, None):
+                continue   # one message per job: its steps are known before the timing
             timed = list_schedule(jobs, topology, chunk_bytes, coalesce=how is not None,
                                   **(asdict(how) if how is not None else {}))
             heads = list(jobs.head) if how is not None else None
-            if fits is not None and not fits(jobs, heads):
+            if heads is not None and fits is not None and not fits(jobs, heads):
                 continue
             if best is None or timed[2].max() < best[1][2].max() * (1 - 1e-9):
                 best = (jobs, timed, heads)
