@@ -604,13 +604,31 @@ def test_justify_repacks_what_a_list_schedule_left_idle():
 
 
 def test_justified_scatter_runs_as_planned_nearer_the_bound():
-    # ring-8 scatter from rank 0: the list schedule alone reached 0.962 of the cut bound; justified 0.988
+    # ring-8 scatter from rank 0 on its two trees (--max-trees 2: no flow paths): the list schedule
+    # alone reached 0.962 of the cut bound; justified 0.988
     from synth.bounds import compute_bounds
 
     topology = ring(8)
     size = 2**30
-    schedule, sim = _verified(topology, "scatter", size)
+    schedule, sim = _verified(topology, "scatter", size, max_trees=2)
+    assert "paths" not in schedule.notes
     assert schedule.notes["justified"]
     assert sim.time_us == pytest.approx(schedule.predicted_time_us, rel=1e-9)
     bound_us = compute_bounds(topology, schedule.collective, size).time_bound_us
     assert bound_us / sim.time_us > 0.985
+
+
+@pytest.mark.parametrize("name", ["scatter", "gather"])
+def test_scatter_and_gather_ride_the_flow_paths_behind_switches(name):
+    # dgx-a100-2node, root 0: the root's NVSwitch port and NIC (325 GB/s) bind; half the data must
+    # also cross the other GPUs' NICs. On broadcast trees scatter reached 0.71 of the cut bound;
+    # on the flow's paths 0.97 (gather 0.98), and the runtime's rule changes nothing (sim = plan)
+    from synth.bounds import compute_bounds
+    from synth.topology.io import load_topology
+
+    topology = load_topology("dgx-a100-2node")
+    size = 2**30
+    schedule, sim = _verified(topology, name, size)
+    assert schedule.notes["paths"] >= topology.num_ranks - 1
+    assert sim.time_us == pytest.approx(schedule.predicted_time_us, rel=1e-9)
+    assert compute_bounds(topology, schedule.collective, size).time_bound_us / sim.time_us > 0.96

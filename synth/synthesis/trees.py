@@ -76,6 +76,7 @@ Reductions are also timed forward, leaf to root (:func:`_timed_forward`), below 
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections import defaultdict
@@ -126,6 +127,7 @@ CAP_ROOM = 0.05             # ... where the next cap's rate leaves this much roo
 LARGE_RANKS = 256           # beyond this, one fast tree per root (synth.synthesis.scale)
 REFINE_JOBS = 80_000        # time other pipeline depths only below this many transfers (mi250-2node AR: 69.5k)
 REPLAY = True
+PATH_CHUNKS = (1, 2, 4, 8, 16, 32, 64, 128, 256)   # chunks per rank piece tried for scatter/gather on flow paths
 JUSTIFY_PASSES = 6          # backward-forward pairs of justify(), while they gain
 JUSTIFY_TRANSFERS = 1_500_000   # ... tried on schedules of at most this many transfers
 DRAINS = (None, 0.7)        # the kept shape is also coalesced with each link's stream ending in shrinking messages
@@ -1086,7 +1088,7 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
     began = time.monotonic()
     best_found, best = pipelined(max_trees)
     if options.max_trees is not None or options.chunks is not None or n > TREE_SEARCH_RANKS:
-        return _justified(topology, polished(best_found, best))
+        return _or_paths(topology, collective, size_bytes, options, polished(best_found, best))
     # Many trees per root mean many messages per link (α) and coarse pipelines under the MSCCL
     # chunk limits; a few trees at a rate within ~1/K of the optimum are often faster in the
     # α-β model (mi250-2node allgather: 83 trees 0.875 of the bound, 8 trees 0.92).
@@ -1116,7 +1118,23 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
             split = None
         if split is not None and split.predicted_time_us < best.predicted_time_us * (1 - 1e-9):
             best = split
-    return _justified(topology, best)
+    return _or_paths(topology, collective, size_bytes, options, best)
+
+
+def _or_paths(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
+              best: Schedule) -> Schedule:
+    """``best`` justified (:func:`_justified`); for scatter and gather, the schedule on the optimal
+    flow's paths (:func:`_path_schedule`, justified too) where that is faster (not with
+    ``--max-trees``, which asks for trees)."""
+    best = _justified(topology, best)
+    if collective.name not in ("scatter", "gather") or options.max_trees is not None:
+        return best
+    found = _path_schedule(topology, collective, size_bytes, options)
+    if found is None:
+        return best
+    found = _justified(topology, found)
+    score = max(found.predicted_time_us, found.notes["score_us"])
+    return found if score < best.predicted_time_us * (1 - 1e-9) else best
 
 
 def _forest_phases(collective: Collective) -> list[tuple[tuple[int, ...], bool]]:
@@ -1216,6 +1234,108 @@ def _split_allreduce(topology: Topology, collective: Collective, size_bytes: flo
                             # the phases run side by side, each on its share (in tree edges, not GB/s)
                             tree_bandwidth_time_us=shares.time_us(piece_bytes)
                             * max(float(f.ratio / f.optimal) for f in plans))
+
+
+def _path_schedule(topology: Topology, collective: Collective, size_bytes: float,
+                   options: SynthOptions) -> Schedule | None:
+    """Scatter or gather over the paths of its optimal flow (:mod:`synth.synthesis.paths`) instead of a
+    broadcast forest, whose subtrees load links by where ranks sit in the trees rather than by what the
+    cut needs (dgx-a100-2node scatter: 0.71 of the bound on trees). Each rank's chunks are shared among
+    its paths by their flow and pipelined hop by hop (one job per chunk, coalesced as in
+    :func:`list_schedule`), at each of ``PATH_CHUNKS`` chunks per rank piece (or ``--chunks``) within
+    MSCCL's limits; the fastest is kept. Gather walks the paths of the reversed fabric's flow from each
+    rank to the root. None if the flow cannot be planned."""
+    from synth.synthesis import paths
+
+    name, n, root = collective.name, topology.num_ranks, collective.root
+    try:
+        plans = paths.plan_paths(topology.reversed() if name == "gather" else topology, root)
+    except SynthError:
+        return None
+    if name == "gather":   # the reversed fabric's paths, walked from each rank towards the root
+        plans = [replace(plan, paths=tuple(replace(path, hops=tuple((b, a, route[::-1]) for a, b, route
+                                                                    in reversed(path.hops)))
+                                           for path in plan.paths)) for plan in plans]
+    shared = None   # do rank pairs share switch links (the runtime's arbitration then matters)?
+    fit = _chunk_fit(collective, size_bytes, options)
+    counts = [options.chunks] if options.chunks else sorted({fit(c)[0] for c in PATH_CHUNKS})
+    limit = MAX_CHANNELS * MAX_STEPS_PER_TB
+    best = None
+    for plan, deadlines, chunks in itertools.product(plans, (True, False), counts):
+        coll = replace(collective, chunk_factor=chunks)
+        chunk_bytes = coll.chunk_bytes(size_bytes)
+        jobs = _path_jobs(coll, plan, chunks, topology, chunk_bytes, deadlines)
+        if shared is None:
+            shared = bool(topology.switches) and _shares_links(jobs)
+        for how in (None, *BUILT):
+            order, start, end = list_schedule(jobs, topology, chunk_bytes, coalesce=how is not None,
+                                              **(asdict(how) if how is not None else {}))
+            heads = list(jobs.head) if how is not None else None
+            steps = _connection_steps(jobs, heads)
+            if max(steps.values()) > limit or _busiest_rank_xml(steps, n) > MAX_XML_NODES:
+                continue
+            makespan = float(end.max())
+            # behind shared switch links the runtime serves sends as they become ready: score the
+            # mean of the planned and the replayed makespans, as the forests' search does
+            score = (makespan + _replayed_makespan(jobs, topology, chunk_bytes, order)) / 2 if shared else makespan
+            if best is None or score < best[0] * (1 - 1e-9):
+                best = (score, coll, jobs, start, end, heads, plan)
+    if best is None:
+        return None
+    score, coll, jobs, start, end, heads, plan = best
+    groups = _message_groups(jobs, heads)
+    transfers = [Transfer(float(start[i]), float(end[i]), chunk, jobs.src[i], jobs.dst[i], False, jobs.route[i], 0,
+                          groups[i]) for i, msg in enumerate(jobs.msg) for chunk in msg]
+    transfers.sort(key=lambda t: (t.start, t.end))
+    notes = {"paths": len(plan.paths), "chunks_per_root": coll.chunk_factor, "score_us": score,
+             "flow_time_us": plan.time_per_byte_us * _per_root_bytes(name, n, size_bytes)}
+    return Schedule(coll, topology.name, tuple(transfers), method="trees", size_bytes=float(size_bytes),
+                    predicted_time_us=float(end.max()), notes=notes)
+
+
+def _path_jobs(coll: Collective, plan, chunks: int, fabric: Topology, chunk_bytes: float,
+               deadlines: bool = True) -> _Jobs:
+    """One job per chunk and hop: rank ``q``'s chunks are shared among its paths in proportion to their
+    flow (largest remainders), a contiguous block each, and pipelined down the path. Priority with
+    ``deadlines``: the latest start that keeps the flow's pace (earliest deadline first): chunk ``j``
+    of ``m`` on a path is due at its rank at ``(j+1)/m`` of the flow's time, less the α-β time of the
+    hops still ahead, so data bound for a slow last hop (a NIC) leaves the root first (dgx-h100-2node
+    scatter 0.92 -> 0.96 of the bound). Otherwise as in :func:`add_broadcast`: the chunk's position in
+    its path's data less the hops ahead (mi250-2node 0.86 -> 0.90)."""
+    n = coll.num_ranks
+    span = plan.time_per_byte_us * chunk_bytes * chunks
+    link = {(x.src, x.dst): x for x in fabric.links}
+
+    def hop_us(src: int, dst: int, route: tuple[int, ...]) -> float:
+        nodes = (src, *route, dst)
+        hops = [link[pair] for pair in zip(nodes, nodes[1:])]
+        return sum(x.alpha for x in hops) + chunk_bytes / (min(x.bw for x in hops) * 1e3)
+
+    jobs = _Jobs.empty()
+    by_dest: dict[int, list[int]] = defaultdict(list)
+    for p, path in enumerate(plan.paths):
+        by_dest[path.dest].append(p)
+    for q, members in sorted(by_dest.items()):
+        ids = ([coll.contribution(plan.root, q * chunks + s) for s in range(chunks)] if coll.name == "scatter"
+               else [coll.contribution(q, s) for s in range(chunks)])
+        total = sum(plan.paths[p].share for p in members)
+        exact = [chunks * plan.paths[p].share / total for p in members]
+        counts = [math.floor(x) for x in exact]
+        for i in sorted(range(len(members)), key=lambda i: counts[i] - exact[i])[:chunks - sum(counts)]:
+            counts[i] += 1
+        pos = 0
+        for p, count in zip(members, counts):
+            hops = plan.paths[p].hops
+            times = [hop_us(*hop) for hop in hops]
+            for j, chunk in enumerate(ids[pos:pos + count]):
+                before = ()
+                for h, (src, dst, route) in enumerate(hops):
+                    latest = (span * (j + 1) / count - sum(times[h:]) if deadlines
+                              else (j + 1 - (len(hops) - h - 1)) / count)
+                    key = (0, latest, h - len(hops), (dst - src) % n, p, h)
+                    before = (jobs.add((chunk,), src, dst, route, False, before, key),)
+            pos += count
+    return jobs
 
 
 def _forest_schedule(topology: Topology, coll: Collective, transfers: list[Transfer], makespan: float,
@@ -1791,23 +1911,28 @@ def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: f
             # that rule (each connection's sends in priority order, spread round-robin over
             # threadblocks of <= 64 steps, no backfilling) and score the mean of the two makespans
             # (the simulator lies between them). The transfers keep the priority order's times.
-            count: dict[tuple[int, int], int] = defaultdict(int)
-            for i in order:
-                count[(jobs.src[i], jobs.dst[i])] += 1
-            width = {c: max(1, math.ceil(v / MAX_STEPS_PER_TB)) for c, v in count.items()}
-            seen: dict[tuple[int, int], list[int]] = defaultdict(list)
-            chained = [-1] * len(jobs.msg)
-            for i in order:
-                prev = seen[(jobs.src[i], jobs.dst[i])]
-                m = width[(jobs.src[i], jobs.dst[i])]
-                chained[i] = prev[-m] if len(prev) >= m else -1
-                prev.append(i)
-            _, _, replay_end = list_schedule(jobs, fabric, chunk_bytes, chained)
-            return [], (float(end.max()) + float(replay_end.max())) / 2
+            return [], (float(end.max()) + _replayed_makespan(jobs, fabric, chunk_bytes, order)) / 2
     makespan = float(end.max()) if len(end) else 0.0
     if not build:
         return [], makespan
     return _phase_transfers(jobs, forest, order, start, end, makespan, offset, reducing, channel, heads), makespan
+
+
+def _replayed_makespan(jobs: _Jobs, fabric: Topology, chunk_bytes: float, order: list[int]) -> float:
+    """Makespan under the runtime's rule (:func:`list_schedule` with ``chained``): each connection's
+    sends in ``order``, spread round-robin over threadblocks of at most ``MAX_STEPS_PER_TB`` steps."""
+    count: dict[tuple[int, int], int] = defaultdict(int)
+    for i in order:
+        count[(jobs.src[i], jobs.dst[i])] += 1
+    width = {c: max(1, math.ceil(v / MAX_STEPS_PER_TB)) for c, v in count.items()}
+    seen: dict[tuple[int, int], list[int]] = defaultdict(list)
+    chained = [-1] * len(jobs.msg)
+    for i in order:
+        prev = seen[(jobs.src[i], jobs.dst[i])]
+        m = width[(jobs.src[i], jobs.dst[i])]
+        chained[i] = prev[-m] if len(prev) >= m else -1
+        prev.append(i)
+    return float(list_schedule(jobs, fabric, chunk_bytes, chained)[2].max())
 
 
 def _phase_transfers(jobs: _Jobs, forest: Forest, order: list[int], start: np.ndarray, end: np.ndarray,

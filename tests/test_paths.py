@@ -1,0 +1,68 @@
+"""Scatter flows (synth.synthesis.paths): the LP optimum equals the cut bound, its paths carry every unit."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+from synth.bounds import scatter_cut
+from synth.synthesis.paths import plan_paths
+from synth.topology.model import Link, Topology
+
+
+def _bidir(n: int, edges, switches=()) -> Topology:
+    links = tuple(Link(x, y, bw, 0.5) for a, b, bw in edges for x, y in ((a, b), (b, a)))
+    return Topology("t", n, links, tuple(switches))
+
+
+def _loads(topology: Topology, plan) -> dict[tuple[int, int], float]:
+    load: dict[tuple[int, int], float] = defaultdict(float)
+    for path in plan.paths:
+        for src, dst, route in path.hops:
+            nodes = (src, *route, dst)
+            for pair in zip(nodes, nodes[1:]):
+                load[pair] += path.share
+    return load
+
+
+def test_line_scatter_flow_by_hand():
+    # 0 - 1 - 2 at 10 GB/s: link 0->1 carries both units, so T = 2 / 10 GB/s per byte of a unit
+    topology = _bidir(3, [(0, 1, 10.0), (1, 2, 10.0)])
+    for plan in plan_paths(topology, 0):
+        assert plan.time_per_byte_us == pytest.approx(2 / 10e3)
+        by_dest = defaultdict(float)
+        for path in plan.paths:
+            by_dest[path.dest] += path.share
+        assert by_dest == pytest.approx({1: 1.0, 2: 1.0})
+        assert [hop[:2] for path in plan.paths if path.dest == 2 for hop in path.hops] == [(0, 1), (1, 2)]
+
+
+@pytest.mark.parametrize("root", [0, 3])
+def test_flow_meets_the_cut_bound_and_fits_every_link(root):
+    # an irregular switchless fabric: the LP optimum is the scatter cut bound exactly, and the paths
+    # (both the vertex flow and the spread one) carry one unit to every rank within T* · bw per link
+    topology = _bidir(6, [(0, 1, 50.0), (1, 2, 20.0), (2, 3, 50.0), (3, 4, 20.0), (4, 5, 50.0), (5, 0, 20.0),
+                          (0, 3, 10.0), (1, 4, 30.0)])
+    cut = scatter_cut(topology, root)
+    plans = plan_paths(topology, root)
+    assert len(plans) == 2
+    for plan in plans:
+        assert plan.time_per_byte_us == pytest.approx(cut.ratio / 1e3, rel=1e-7)
+        shares = defaultdict(float)
+        for path in plan.paths:
+            assert path.hops[0][0] == root and path.hops[-1][1] == path.dest
+            assert all(a[1] == b[0] for a, b in zip(path.hops, path.hops[1:]))
+            shares[path.dest] += path.share
+        assert shares == pytest.approx({v: 1.0 for v in range(6) if v != root})
+        bw = {(link.src, link.dst): link.bw for link in topology.links}
+        for pair, load in _loads(topology, plan).items():
+            assert load <= bw[pair] * 1e3 * plan.time_per_byte_us * (1 + 1e-6)
+
+
+def test_switch_routes_are_the_runtimes():
+    # behind a switch a hop is one route through it (the simulator's), never a switch-to-rank arc
+    topology = _bidir(4, [(0, 4, 100.0), (1, 4, 100.0), (2, 4, 100.0), (3, 4, 100.0)], switches=("sw",))
+    for plan in plan_paths(topology, 0):
+        assert all(route == (4,) for path in plan.paths for _, _, route in path.hops)
+        assert plan.time_per_byte_us == pytest.approx(3 / 100e3)
