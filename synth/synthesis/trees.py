@@ -1123,11 +1123,12 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
 
 def _or_paths(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
               best: Schedule) -> Schedule:
-    """``best`` justified (:func:`_justified`); for scatter and gather, the schedule on the optimal
-    flow's paths (:func:`_path_schedule`, justified too) where that is faster (not with
-    ``--max-trees``, which asks for trees)."""
+    """``best`` justified (:func:`_justified`); for scatter and gather up to ``TREE_SEARCH_RANKS``
+    ranks, the schedule on the optimal flow's paths (:func:`_path_schedule`, justified too) where that
+    is faster (not with ``--max-trees``, which asks for trees)."""
     best = _justified(topology, best)
-    if collective.name not in ("scatter", "gather") or options.max_trees is not None:
+    if (collective.name not in ("scatter", "gather") or options.max_trees is not None
+            or topology.num_ranks > TREE_SEARCH_RANKS):   # one LP column per routed rank pair
         return best
     found = _path_schedule(topology, collective, size_bytes, options)
     if found is None:
