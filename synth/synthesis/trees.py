@@ -687,9 +687,11 @@ def justify(transfers: list[Transfer], topology: Topology, chunk_bytes: float, m
     Its messages keep their chunks, links and data dependencies (:func:`_message_jobs`). A backward
     pass list-schedules them in reversed time on the reversed fabric, the message that ended last
     first: every message moves as late as the others allow. The forward pass that follows takes
-    them in the order they start there: every message moves as early as possible. Each pass keeps
-    every dependency and link, so each one is a valid schedule; the shortest is kept. Returns
-    (makespan, transfers) if one is shorter than ``makespan``, else None.
+    them in the order they start there: every message moves as early as possible. Pairs of passes
+    repeat while one of them shortens the schedule. Behind switches only forward schedules are kept:
+    a backward one, mirrored in time, is as valid, but the runtime serves shared switch links in the
+    order sends become ready, not as that plan has it. Returns (makespan, transfers) if one is
+    shorter than ``makespan``, else None.
 
     List schedules place a message as soon as its link is free (critical path first); one pair of
     passes repacks what that greedy rule left idle (ring-8 scatter: 0.974 -> 1.0 of the first
@@ -705,19 +707,19 @@ def justify(transfers: list[Transfer], topology: Topology, chunk_bytes: float, m
     for i, deps in enumerate(jobs.deps):
         for d in deps:
             dependents[d].append(i)
+    reversed_jobs = _Jobs.empty()
+    for i in range(n):
+        reversed_jobs.add(jobs.msg[i], jobs.dst[i], jobs.src[i], jobs.route[i][::-1], jobs.reduce[i],
+                          tuple(dependents[i]), ())
     first = np.array([transfers[members[0]].start for members in messages])
-    _, start, end = list_schedule(_keyed(jobs, first), topology, chunk_bytes)
+    start, end = _prioritised(jobs, first, topology, chunk_bytes)
     best = (float(end.max()), start, end)
     for _ in range(passes):
-        backward = _Jobs.empty()
-        for i in range(n):
-            backward.add(jobs.msg[i], jobs.dst[i], jobs.src[i], jobs.route[i][::-1], jobs.reduce[i],
-                         tuple(dependents[i]), (-end[i], i))
-        _, back_start, back_end = list_schedule(backward, backward_fabric, chunk_bytes)
+        back_start, back_end = _prioritised(reversed_jobs, -end, backward_fabric, chunk_bytes)
         span = float(back_end.max())
-        _, start, end = list_schedule(_keyed(jobs, span - back_end), topology, chunk_bytes)
+        start, end = _prioritised(jobs, span - back_end, topology, chunk_bytes)
         gained = min(span, end.max()) < best[0] * (1 - 1e-9)
-        if span < best[0]:
+        if span < best[0] and not topology.switches:
             best = (span, span - back_end, span - back_start)
         if end.max() < best[0]:
             best = (float(end.max()), start, end)
@@ -733,9 +735,20 @@ def justify(transfers: list[Transfer], topology: Topology, chunk_bytes: float, m
     return span, out
 
 
-def _keyed(jobs: _Jobs, priority: np.ndarray) -> _Jobs:
-    """``jobs`` with key (priority, index)."""
-    return replace(jobs, key=[(float(p), i) for i, p in enumerate(priority)], head=[])
+def _prioritised(jobs: _Jobs, priority: np.ndarray, fabric: Topology,
+                 chunk_bytes: float) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) per job of :func:`list_schedule` with ``priority`` (smallest first). Jobs are
+    renumbered in priority order first: transfers that become ready at one instant reach their
+    links in job order, so without that the first-numbered one would leave first."""
+    order = np.argsort(priority, kind="stable")
+    new_index = np.empty(len(order), dtype=np.int64)
+    new_index[order] = np.arange(len(order))
+    ranked = _Jobs.empty()
+    for rank, i in enumerate(order.tolist()):
+        ranked.add(jobs.msg[i], jobs.src[i], jobs.dst[i], jobs.route[i], jobs.reduce[i],
+                   tuple(int(new_index[d]) for d in jobs.deps[i]), (rank,))
+    _, start, end = list_schedule(ranked, fabric, chunk_bytes)
+    return start[new_index], end[new_index]
 
 
 def _schedule_messages(transfers: list[Transfer]) -> list[list[int]]:
@@ -1238,6 +1251,44 @@ def _split_allreduce(topology: Topology, collective: Collective, size_bytes: flo
 
 
 def _path_schedule(topology: Topology, collective: Collective, size_bytes: float,
+                   options: SynthOptions) -> Schedule | None:
+    """Scatter or gather over the paths of its optimal flow (:func:`_forward_paths`); a scatter is also
+    built as the time mirror of the gather on the reversed fabric (:func:`_mirrored_gather`) and the
+    faster plan kept. None if no flow can be planned."""
+    found = [_forward_paths(topology, collective, size_bytes, options)]
+    if collective.name == "scatter":
+        found.append(_mirrored_gather(topology, collective, size_bytes, options))
+    found = [schedule for schedule in found if schedule is not None]
+    return min(found, key=lambda schedule: schedule.predicted_time_us, default=None)
+
+
+def _mirrored_gather(topology: Topology, collective: Collective, size_bytes: float,
+                     options: SynthOptions) -> Schedule | None:
+    """A scatter as the gather on the reversed fabric (:func:`_forward_paths`) run backwards in time, every
+    transfer the other way, then re-timed forwards by :func:`justify` (always: the mirror alone plans
+    what the runtime does not do; mi250-2node 3094 µs planned, 3371 simulated, justified 3123 and 3292).
+    Each rank's sources push their own data from the start, which pipelines better than pulling it
+    from the root: simulated scatter mi250-2node 0.855 -> 0.921 of the bound, dgx-h100-2node 0.964 -> 0.969,
+    dgx-a100-4node 0.931 -> 0.940, and never slower on the built-in fabrics."""
+    gather = _forward_paths(topology.reversed(), replace(collective, name="gather"), size_bytes, options)
+    if gather is None:
+        return None
+    span = gather.predicted_time_us
+    coll = replace(gather.collective, name="scatter")
+    base = collective.root * coll.input_chunks   # a gather's chunk q·C+s is slot q·C+s of the root's input
+    mirrored = [Transfer(span - t.end, span - t.start, base + t.chunk, t.dst, t.src, False, t.route[::-1],
+                         t.channel, t.group) for t in gather.transfers]
+    timed = justify(mirrored, topology, coll.chunk_bytes(size_bytes), math.inf)
+    if timed is None:
+        return None
+    makespan, transfers = timed
+    transfers.sort(key=lambda t: (t.start, t.end))
+    notes = {**gather.notes, "score_us": makespan, "mirrored_gather": True}
+    return Schedule(coll, topology.name, tuple(transfers), method="trees", size_bytes=float(size_bytes),
+                    predicted_time_us=makespan, notes=notes)
+
+
+def _forward_paths(topology: Topology, collective: Collective, size_bytes: float,
                    options: SynthOptions) -> Schedule | None:
     """Scatter or gather over the paths of its optimal flow (:mod:`synth.synthesis.paths`) instead of a
     broadcast forest, whose subtrees load links by where ranks sit in the trees rather than by what the
