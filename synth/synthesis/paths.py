@@ -16,7 +16,7 @@ and each physical link bounds the sum of the routes through it:
 On a fabric without switches the routes are the links and ``T`` is the cut bound exactly; behind
 switches the runtime's fixed routes may cost more, and ``T`` is what they allow. Solved with HiGHS
 (:func:`scipy.optimize.linprog`), then again for a flow at that ``T`` that spreads the load
-(:func:`_spread`); gather is the same flow on the reversed fabric, run backwards in time.
+(:func:`_spread`). A gather uses the flow of the reversed fabric, its paths walked towards the root.
 """
 
 from __future__ import annotations
@@ -57,8 +57,7 @@ class PathPlan:
 def plan_paths(topology: Topology, root: int) -> list[PathPlan]:
     """Optimal scatter flows from ``root`` over the runtime's routes, decomposed into paths (module doc):
     the LP's vertex solution (few paths, possibly long) and the flow at the same time that spreads
-    the load (:func:`_spread`); which pipelines better depends on the fabric (dgx-a100-2node scatter:
-    the vertex 0.91 of the bound, spread 0.83; mi250: spread ahead), so both are returned."""
+    the load (:func:`_spread`). Which pipelines better depends on the fabric, so both are returned."""
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
 
@@ -98,7 +97,7 @@ def plan_paths(topology: Topology, root: int) -> list[PathPlan]:
 
 
 def _spread(uses, conservation, supply: np.ndarray, capacity: np.ndarray) -> np.ndarray | None:
-    """Among the flows within ``capacity`` (bytes per link at the optimal T), one that leaves links
+    """Among the flows within ``capacity`` (units of a rank's data per link at the optimal T), one that leaves links
     slack where it can: any optimum may saturate every NIC or wander over 7 hops (dgx-a100-2node),
     while α and pipeline fill need room. Minimises ``Σ_e Σ_l max(0, u_e − l)`` over ``LEVELS`` ``l``
     (a convex piecewise-linear load penalty, ``u_e`` the share of link ``e`` used) plus ``HOP_COST``

@@ -1294,9 +1294,11 @@ def _forward_paths(topology: Topology, collective: Collective, size_bytes: float
     broadcast forest, whose subtrees load links by where ranks sit in the trees rather than by what the
     cut needs (dgx-a100-2node scatter: 0.71 of the bound on trees). Each rank's chunks are shared among
     its paths by their flow and pipelined hop by hop (one job per chunk, coalesced as in
-    :func:`list_schedule`), at each of ``PATH_CHUNKS`` chunks per rank piece (or ``--chunks``) within
-    MSCCL's limits; the fastest is kept. Gather walks the paths of the reversed fabric's flow from each
-    rank to the root. None if the flow cannot be planned."""
+    :func:`list_schedule`), for each flow :func:`synth.synthesis.paths.plan_paths` returns, both
+    priorities of :func:`_path_jobs` and each of ``PATH_CHUNKS`` chunks per rank piece (or ``--chunks``)
+    within MSCCL's limits; the fastest is kept (behind shared switch links by the mean of the planned
+    and the replayed makespan, :func:`_replayed_makespan`). Gather walks the paths of the reversed
+    fabric's flow from each rank to the root. None if the flow cannot be planned."""
     from synth.synthesis import paths
 
     name, n, root = collective.name, topology.num_ranks, collective.root
@@ -1351,9 +1353,9 @@ def _path_jobs(coll: Collective, plan, chunks: int, fabric: Topology, chunk_byte
     flow (largest remainders), a contiguous block each, and pipelined down the path. Priority with
     ``deadlines``: the latest start that keeps the flow's pace (earliest deadline first): chunk ``j``
     of ``m`` on a path is due at its rank at ``(j+1)/m`` of the flow's time, less the α-β time of the
-    hops still ahead, so data bound for a slow last hop (a NIC) leaves the root first (dgx-h100-2node
-    scatter 0.92 -> 0.96 of the bound). Otherwise as in :func:`add_broadcast`: the chunk's position in
-    its path's data less the hops ahead (mi250-2node 0.86 -> 0.90)."""
+    hops still ahead, so data bound for a slow last hop (a NIC) leaves the root first. Otherwise as in
+    :func:`add_broadcast`: the chunk's position in its path's data less the hops ahead. Which one is
+    faster depends on the fabric; :func:`_forward_paths` times both."""
     n = coll.num_ranks
     span = plan.time_per_byte_us * chunk_bytes * chunks
     link = {(x.src, x.dst): x for x in fabric.links}
