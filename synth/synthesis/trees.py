@@ -108,6 +108,7 @@ from synth.synthesis.packing import (
     pack_arborescences,
     split_switches,
 )
+from synth.synthesis.paths import PathPlan, plan_paths
 from synth.topology.model import Topology
 from synth.topology.routes import rank_routes
 
@@ -703,10 +704,7 @@ def justify(transfers: list[Transfer], topology: Topology, chunk_bytes: float, m
     if n == 0:
         return None
     backward_fabric = topology.reversed()
-    dependents: list[list[int]] = [[] for _ in range(n)]
-    for i, deps in enumerate(jobs.deps):
-        for d in deps:
-            dependents[d].append(i)
+    _, dependents = _dependents(jobs.deps)
     reversed_jobs = _Jobs.empty()
     for i in range(n):
         reversed_jobs.add(jobs.msg[i], jobs.dst[i], jobs.src[i], jobs.route[i][::-1], jobs.reduce[i],
@@ -783,7 +781,7 @@ def _message_jobs(transfers: list[Transfer], messages: list[list[int]]) -> _Jobs
     for m, members in enumerate(messages):
         t = transfers[members[0]]
         jobs.add(tuple(transfers[i].chunk for i in members), t.src, t.dst, t.route, t.reduce,
-                 tuple(sorted(deps[m] - {m})), (t.start, m))
+                 tuple(sorted(deps[m] - {m})), ())   # keyed by each pass (_prioritised)
     return jobs
 
 
@@ -1252,25 +1250,40 @@ def _split_allreduce(topology: Topology, collective: Collective, size_bytes: flo
 
 def _path_schedule(topology: Topology, collective: Collective, size_bytes: float,
                    options: SynthOptions) -> Schedule | None:
-    """Scatter or gather over the paths of its optimal flow (:func:`_forward_paths`); a scatter is also
-    built as the time mirror of the gather on the reversed fabric (:func:`_mirrored_gather`) and the
-    faster plan kept. None if no flow can be planned."""
-    found = [_forward_paths(topology, collective, size_bytes, options)]
-    if collective.name == "scatter":
-        found.append(_mirrored_gather(topology, collective, size_bytes, options))
-    found = [schedule for schedule in found if schedule is not None]
-    return min(found, key=lambda schedule: schedule.predicted_time_us, default=None)
+    """Scatter or gather over the paths of its optimal flow (:mod:`synth.synthesis.paths`,
+    :func:`_forward_paths`); a scatter is also built as the time mirror of the gather on the reversed
+    fabric, whose flow is the same one walked back (:func:`_mirrored_gather`), and the faster plan kept.
+    A gather walks the reversed fabric's flow from each rank to the root. None if no flow can be planned."""
+    name, root = collective.name, collective.root
+    try:
+        flows = plan_paths(topology.reversed() if name == "gather" else topology, root)
+    except SynthError:
+        return None
+    if name == "gather":
+        return _forward_paths(topology, collective, size_bytes, options, _towards_root(flows))
+    found = [_forward_paths(topology, collective, size_bytes, options, flows),
+             _mirrored_gather(topology, collective, size_bytes, options, _towards_root(flows))]
+    return min((schedule for schedule in found if schedule is not None),
+               key=lambda schedule: schedule.predicted_time_us, default=None)
 
 
-def _mirrored_gather(topology: Topology, collective: Collective, size_bytes: float,
-                     options: SynthOptions) -> Schedule | None:
-    """A scatter as the gather on the reversed fabric (:func:`_forward_paths`) run backwards in time, every
-    transfer the other way, then re-timed forwards by :func:`justify` (always: the mirror alone plans
-    what the runtime does not do; mi250-2node 3094 µs planned, 3371 simulated, justified 3123 and 3292).
-    Each rank's sources push their own data from the start, which pipelines better than pulling it
-    from the root: simulated scatter mi250-2node 0.855 -> 0.921 of the bound, dgx-h100-2node 0.964 -> 0.969,
-    dgx-a100-4node 0.931 -> 0.940, and never slower on the built-in fabrics."""
-    gather = _forward_paths(topology.reversed(), replace(collective, name="gather"), size_bytes, options)
+def _towards_root(plans: list[PathPlan]) -> list[PathPlan]:
+    """``plans`` with every path walked backwards, from its rank to the root (on the reversed fabric)."""
+    return [replace(plan, paths=tuple(replace(path, hops=tuple((b, a, route[::-1]) for a, b, route
+                                                                in reversed(path.hops)))
+                                       for path in plan.paths)) for plan in plans]
+
+
+def _mirrored_gather(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
+                     gather_plans: list[PathPlan]) -> Schedule | None:
+    """A scatter as the gather on the reversed fabric (:func:`_forward_paths` on ``gather_plans``) run
+    backwards in time, every transfer the other way, then re-timed forwards by :func:`justify` (always:
+    the mirror alone plans what the runtime does not do; mi250-2node 3094 µs planned, 3371 simulated,
+    justified 3123 and 3292). Each rank's sources push their own data from the start, which pipelines
+    better than pulling it from the root: simulated scatter mi250-2node 0.855 -> 0.921 of the bound,
+    dgx-h100-2node 0.964 -> 0.969, dgx-a100-4node 0.931 -> 0.940, and never slower on the built-in fabrics."""
+    gather = _forward_paths(topology.reversed(), replace(collective, name="gather"), size_bytes, options,
+                            gather_plans)
     if gather is None:
         return None
     span = gather.predicted_time_us
@@ -1288,33 +1301,26 @@ def _mirrored_gather(topology: Topology, collective: Collective, size_bytes: flo
                     predicted_time_us=makespan, notes=notes)
 
 
-def _forward_paths(topology: Topology, collective: Collective, size_bytes: float,
-                   options: SynthOptions) -> Schedule | None:
-    """Scatter or gather over the paths of its optimal flow (:mod:`synth.synthesis.paths`) instead of a
-    broadcast forest, whose subtrees load links by where ranks sit in the trees rather than by what the
-    cut needs (dgx-a100-2node scatter: 0.71 of the bound on trees). Each rank's chunks are shared among
-    its paths by their flow and pipelined hop by hop (one job per chunk, coalesced as in
-    :func:`list_schedule`), for each flow :func:`synth.synthesis.paths.plan_paths` returns, both
-    priorities of :func:`_path_jobs` and each of ``PATH_CHUNKS`` chunks per rank piece (or ``--chunks``)
-    within MSCCL's limits; the fastest is kept (behind shared switch links by the mean of the planned
-    and the replayed makespan, :func:`_replayed_makespan`). Gather walks the paths of the reversed
-    fabric's flow from each rank to the root. None if the flow cannot be planned."""
-    from synth.synthesis import paths
-
-    name, n, root = collective.name, topology.num_ranks, collective.root
-    try:
-        plans = paths.plan_paths(topology.reversed() if name == "gather" else topology, root)
-    except SynthError:
-        return None
-    if name == "gather":   # the reversed fabric's paths, walked from each rank towards the root
-        plans = [replace(plan, paths=tuple(replace(path, hops=tuple((b, a, route[::-1]) for a, b, route
-                                                                    in reversed(path.hops)))
-                                           for path in plan.paths)) for plan in plans]
-    shared = None   # do rank pairs share switch links (the runtime's arbitration then matters)?
+def _forward_paths(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
+                   plans: list[PathPlan]) -> Schedule | None:
+    """Scatter or gather on ``plans`` (:func:`synth.synthesis.paths.plan_paths`, each path walked in the
+    collective's direction) instead of a broadcast forest, whose subtrees load links by where ranks sit
+    in the trees rather than by what the cut needs (dgx-a100-2node scatter: 0.71 of the bound on trees).
+    Each rank's chunks are shared among its paths by their flow and pipelined hop by hop (one job per
+    chunk, coalesced as in :func:`list_schedule`), for each plan, both priorities of :func:`_path_jobs`
+    and each of ``PATH_CHUNKS`` chunks per rank piece (or ``--chunks``) within MSCCL's limits; the
+    fastest is kept (behind shared switch links by the mean of the planned and the replayed makespan,
+    :func:`_replayed_makespan`). None if no candidate fits."""
+    name, n = collective.name, topology.num_ranks
     fit = _chunk_fit(collective, size_bytes, options)
     counts = [options.chunks] if options.chunks else sorted({fit(c)[0] for c in PATH_CHUNKS})
     limit = MAX_CHANNELS * MAX_STEPS_PER_TB
     best = None
+    # Do rank pairs share switch links (the runtime's arbitration then matters)? Judged on the first
+    # candidate, the fewest chunks. On mi250-2node its few transfers share none, so candidates there are
+    # scored by their plan alone, which simulates better than the replay-scored choice (gather 0.979 of
+    # the bound against 0.899).
+    shared = None
     for plan, deadlines, chunks in itertools.product(plans, (True, False), counts):
         coll = replace(collective, chunk_factor=chunks)
         chunk_bytes = coll.chunk_bytes(size_bytes)
@@ -1347,7 +1353,7 @@ def _forward_paths(topology: Topology, collective: Collective, size_bytes: float
                     predicted_time_us=float(end.max()), notes=notes)
 
 
-def _path_jobs(coll: Collective, plan, chunks: int, fabric: Topology, chunk_bytes: float,
+def _path_jobs(coll: Collective, plan: PathPlan, chunks: int, fabric: Topology, chunk_bytes: float,
                deadlines: bool = True) -> _Jobs:
     """One job per chunk and hop: rank ``q``'s chunks are shared among its paths in proportion to their
     flow (largest remainders), a contiguous block each, and pipelined down the path. Priority with
