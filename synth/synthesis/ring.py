@@ -35,6 +35,7 @@ rings' own count (``OWN_CHUNKS``).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from synth.collectives import Collective
@@ -247,8 +248,9 @@ def ring_weights(rings: list[Ring], max_total: int = MAX_WEIGHT) -> list[int]:
     return weights
 
 
-def split_counts(total: int, weights: list[int]) -> list[int]:
-    """Largest-remainder split of ``total`` items in proportion to ``weights``."""
+def split_counts(total: int, weights: Sequence[float]) -> list[int]:
+    """Largest-remainder split of ``total`` items in proportion to ``weights`` (Hamilton's method; ties
+    go to the larger weight, then the first)."""
     wsum = sum(weights)
     if wsum <= 0:
         return [0] * len(weights)

@@ -109,6 +109,7 @@ from synth.synthesis.packing import (
     split_switches,
 )
 from synth.synthesis.paths import PathPlan, plan_paths
+from synth.synthesis.ring import split_counts
 from synth.topology.model import Topology
 from synth.topology.routes import rank_routes
 
@@ -470,6 +471,14 @@ def _needed_nodes(tree: PlannedTree, targets) -> set[int]:
 # ---------------------------------------------------------------------------------------------
 # timing: in-order list schedule with link serialization
 # ---------------------------------------------------------------------------------------------
+def _route_cost(nodes: tuple[int, ...], link_index: dict[tuple[int, int], int], alpha: np.ndarray,
+                bw: np.ndarray) -> tuple[list[int], float, float]:
+    """A route through ``nodes``: its link ids, their summed α (µs) and their least bandwidth (GB/s);
+    a transfer of ``b`` bytes on it takes ``Σα + b / min bw`` (SPEC cost model)."""
+    links = [link_index[pair] for pair in zip(nodes, nodes[1:])]
+    return links, float(alpha[links].sum()), float(bw[links].min())
+
+
 def _route_costs(jobs: _Jobs, topology: Topology,
                  chunk_bytes: float) -> tuple[list[list[int]], np.ndarray, np.ndarray, np.ndarray]:
     """Per job: the link ids of its route, their summed α (µs), their least bandwidth (bytes/µs)
@@ -489,10 +498,10 @@ def _route_costs(jobs: _Jobs, topology: Topology,
         if hit is None:
             nodes = (jobs.src[i], *jobs.route[i], jobs.dst[i])
             try:
-                links = [link_index[(a, b)] for a, b in zip(nodes, nodes[1:])]
+                links, route_alpha_us, route_bw = _route_cost(nodes, link_index, alpha, bw)
             except KeyError as exc:
                 raise SynthError(f"internal error: route {nodes} uses a missing link") from exc
-            hit = cache[hop_key] = (links, float(alpha[links].sum()), float(bw[links].min()) * 1e3)
+            hit = cache[hop_key] = (links, route_alpha_us, route_bw * 1e3)
         hops.append(hit[0])
         route_alpha[i], route_rate[i] = hit[1], hit[2]
     steps = np.ceil(size / MAX_STEP_CHUNKS)
@@ -1005,12 +1014,11 @@ def _usage(forest: Forest, topology: Topology) -> _Usage:
         for e, (parent, child) in enumerate(tree.edges):
             route = tree.routes[e][0][0]
             src, dst, route = _real_edge(forest, parent, child, route)
-            nodes = (src, *route, dst)
-            links = [link_index[(x, y)] for x, y in zip(nodes, nodes[1:])]
+            links, route_alpha_us, route_bw = _route_cost((src, *route, dst), link_index, alpha, bw)
             for link in links:
                 r.append(link)
-                a.append(float(alpha[links].sum()))
-                b.append(float(bw[links].min()))
+                a.append(route_alpha_us)
+                b.append(route_bw)
             p.append((src, dst))
         rows.append(np.array(r, dtype=np.int64))
         alphas.append(np.array(a))
@@ -1364,12 +1372,12 @@ def _path_jobs(coll: Collective, plan: PathPlan, chunks: int, fabric: Topology, 
     faster depends on the fabric; :func:`_forward_paths` times both."""
     n = coll.num_ranks
     span = plan.time_per_byte_us * chunk_bytes * chunks
-    link = {(x.src, x.dst): x for x in fabric.links}
+    link_index = {(link.src, link.dst): i for i, link in enumerate(fabric.links)}
+    _, _, bw, alpha = fabric.arrays
 
     def hop_us(src: int, dst: int, route: tuple[int, ...]) -> float:
-        nodes = (src, *route, dst)
-        hops = [link[pair] for pair in zip(nodes, nodes[1:])]
-        return sum(x.alpha for x in hops) + chunk_bytes / (min(x.bw for x in hops) * 1e3)
+        _, route_alpha_us, route_bw = _route_cost((src, *route, dst), link_index, alpha, bw)
+        return route_alpha_us + chunk_bytes / (route_bw * 1e3)
 
     jobs = _Jobs.empty()
     by_dest: dict[int, list[int]] = defaultdict(list)
@@ -1378,11 +1386,7 @@ def _path_jobs(coll: Collective, plan: PathPlan, chunks: int, fabric: Topology, 
     for q, members in sorted(by_dest.items()):
         ids = ([coll.contribution(plan.root, q * chunks + s) for s in range(chunks)] if coll.name == "scatter"
                else [coll.contribution(q, s) for s in range(chunks)])
-        total = sum(plan.paths[p].share for p in members)
-        exact = [chunks * plan.paths[p].share / total for p in members]
-        counts = [math.floor(x) for x in exact]
-        for i in sorted(range(len(members)), key=lambda i: counts[i] - exact[i])[:chunks - sum(counts)]:
-            counts[i] += 1
+        counts = split_counts(chunks, [plan.paths[p].share for p in members])
         pos = 0
         for p, count in zip(members, counts):
             hops = plan.paths[p].hops
