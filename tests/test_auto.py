@@ -218,3 +218,18 @@ def test_candidate_options_caps_scale_and_chunks():
     assert auto.candidate_options(SynthOptions(), cand, auto.MIN_START_S / 2) is None
     assert auto.budget_s(SynthOptions()) == auto.DEFAULT_BUDGET_S
     assert auto.budget_s(SynthOptions(time_limit=5)) == 5.0
+
+
+def test_auto_says_what_keeping_a_runnable_program_costs():
+    # 6 ranks: no trees allreduce has a chunk count that divides a power-of-two buffer, so auto keeps
+    # the ring the runtime runs and names the faster program it passed over; --any-chunks keeps that one
+    topology = gen.torus([3, 2])
+    kept = synthesize(topology, "allreduce", 64 * MiB, options=SynthOptions(time_limit=30))
+    assert kept.method == "ring" and runtime_divides(kept.program.nchunksperloop, 64 * MiB)
+    faster = min((row for row in kept.tried if "time_us" in row), key=lambda row: row["time_us"])
+    assert faster["time_us"] < kept.time_us
+    note = next(n for n in kept.notes if "--any-chunks" in n)
+    assert note.startswith(f"{faster['method']} took {faster['time_us']:.1f} us")
+    fastest = synthesize(topology, "allreduce", 64 * MiB, options=SynthOptions(time_limit=30, runtime_chunks=False))
+    assert fastest.method == faster["method"] and fastest.time_us == pytest.approx(faster["time_us"], rel=1e-6)
+    assert not any("--any-chunks" in n for n in fastest.notes)

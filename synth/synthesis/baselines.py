@@ -664,8 +664,8 @@ def _hierarchical(topology: Topology, collective: Collective, size_bytes: float,
     name, n = collective.name, topology.num_ranks
     boxes = [tuple(b) for b in topology.machines]
     if len(boxes) < 2:
-        raise SynthError(f"hierarchical needs a multi-box topology (machines with 2 or more boxes); "
-                         f"{topology.name!r} has {len(boxes)}")
+        raise SynthError(f"hierarchical needs a multi-box topology (2 or more boxes in its 'machines'); "
+                         f"{topology.name!r} lists {len(boxes)}")
     g = len(boxes[0])
     if any(len(b) != g for b in boxes) or sorted(r for b in boxes for r in b) != list(range(n)):
         raise SynthError(f"hierarchical needs equal boxes that cover every rank once ({topology.name!r})")
