@@ -56,9 +56,8 @@ def floor_us(forest, topology, per_root_bytes: float, chunks: int) -> tuple[floa
                 per_tree[pair] = per_tree.get(pair, 0.0) + seconds + alpha * math.ceil(c / MAX_STEP_CHUNKS)
     any_floor = max(data[p] + least_alpha[p] * math.ceil(carried[p] / MAX_STEP_CHUNKS) for p in data)
     worst = max(per_tree, key=per_tree.get)
-    names = {i: str(i) for i in range(topology.num_ranks)}
-    names.update({topology.num_ranks + i: s for i, s in enumerate(topology.switches)})
-    return any_floor, per_tree[worst], max(data.values()), f"{names[worst[0]]}->{names[worst[1]]}"
+    link = f"{topology.node_name(worst[0])}->{topology.node_name(worst[1])}"
+    return any_floor, per_tree[worst], max(data.values()), link
 
 
 def main() -> None:

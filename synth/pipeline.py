@@ -134,6 +134,7 @@ def _run_one(topology: Topology, collective: Collective, size_bytes: float, meth
 
 
 OPTIMAL_GAP = 1e-6
+UNRUNNABLE_NOTE_SHARE = 0.01   # a faster program the runtime would not run is named when it saves more than this
 
 
 def honest_status(status: str, gap: float | None) -> str:
@@ -229,9 +230,10 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
             tried.append({"method": m, **row, "error": str(exc)})
             continue
         tried.append({"method": m, **row, "time_us": sim.time_us, "synthesis_s": seconds})
-        if rank(sim, program)[0] and (unrunnable is None or sim.time_us < unrunnable[0]):
+        ranked = rank(sim, program)
+        if ranked[0] and (unrunnable is None or sim.time_us < unrunnable[0]):
             unrunnable = (sim.time_us, m, program.nchunksperloop or 1)
-        if best is None or rank(sim, program) < rank(best[0], best[2]):
+        if best is None or ranked < rank(best[0], best[2]):
             best = (sim, schedule, program, status, solver, m)
     elapsed = time.perf_counter() - t0
     if best is None:
@@ -260,9 +262,6 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
         tried=tried,
         notes=_size_notes(program, size_bytes) + _faster_unrunnable_note(unrunnable, sim.time_us),
     )
-
-
-UNRUNNABLE_NOTE_SHARE = 0.01   # a faster program the runtime would not run is named when it saves more than this
 
 
 def _faster_unrunnable_note(unrunnable: tuple[float, str, int] | None, kept_us: float) -> list[str]:
