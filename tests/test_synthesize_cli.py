@@ -65,6 +65,47 @@ def test_default_output_name_and_options(tmp_path, monkeypatch):
     assert res.exit_code == 0 and 'coll="reduce_scatter"' in (tmp_path / "rs.xml").read_text()
 
 
+def test_trees_chunks_flag_coalesces_steps_where_one_chunk_each_would_not_fit(tmp_path):
+    # ring-8 allgather at 1024 chunks per root: one chunk per step would need 3584 steps on a
+    # connection (MSCCL allows 32 channels x 64); --chunks fixes the count, not the message size
+    out = tmp_path / "ag.xml"
+    res = invoke("synthesize", "-t", "ring-8", "-c", "allgather", "-m", "trees", "-s", "64MiB", "--chunks", "1024",
+                 "-o", str(out), "--json")
+    assert res.exit_code == 0, res.output
+    payload = json.loads(res.output)
+    assert payload["chunks"] == 1024 and payload["bound_us"] / payload["time_us"] > 0.9
+    program = load_program(out)
+    assert verify(program).ok and program.nchunksperloop == 8 * 1024
+    steps: dict[tuple[int, int], int] = {}
+    chunks: dict[tuple[int, int], int] = {}
+    for gpu in program.gpus:
+        for tb in gpu.threadblocks:
+            sends = [step for step in tb.steps if step.sends]
+            steps[(gpu.id, tb.send)] = steps.get((gpu.id, tb.send), 0) + len(sends)
+            chunks[(gpu.id, tb.send)] = chunks.get((gpu.id, tb.send), 0) + sum(step.cnt for step in sends)
+            assert all(step.cnt < 72 for step in tb.steps)
+    assert max(steps.values()) <= 32 * 64 < max(chunks.values())
+    res = invoke("synthesize", "-t", "ring-8", "-c", "allgather", "-m", "trees", "-s", "64MiB", "--chunks", "500000",
+                 "-o", str(tmp_path / "no.xml"))
+    assert res.exit_code == 2 and "--chunks 500000" in res.output and "largest steps" in res.output
+    assert not (tmp_path / "no.xml").exists()
+
+
+@pytest.mark.parametrize("method", ["trees", "lp"])
+def test_allreduce_chunks_count_the_whole_buffer_on_forests(tmp_path, method):
+    # an allreduce's chunk factor covers its whole buffer; the forests' roots own C / n chunks each
+    out = tmp_path / "ar.xml"
+    res = invoke("synthesize", "-t", "dgx1", "-c", "allreduce", "-m", method, "-s", "64MiB", "--chunks", "64",
+                 "-o", str(out), "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["chunks"] == 64
+    program = load_program(out)
+    assert verify(program).ok and program.nchunksperloop == 64
+    res = invoke("synthesize", "-t", "dgx1", "-c", "allreduce", "-m", method, "-s", "64MiB", "--chunks", "12",
+                 "-o", str(tmp_path / "no.xml"))
+    assert res.exit_code == 2 and "multiple of its 8 ranks" in res.output and "internal" not in res.output
+
+
 def test_rooted_collective_takes_root(tmp_path):
     out = tmp_path / "b.json"
     res = invoke("synthesize", "-t", "dgx1", "-c", "broadcast", "--root", "5", "-s", "8MiB", "-o", str(out))

@@ -1072,6 +1072,7 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
     if n == 1:
         return Schedule(Collective(name, 1, options.chunks or 1, collective.root, collective.inplace),
                         topology.name, (), method="trees", size_bytes=float(size_bytes))
+    options = piece_options(collective, options)
 
     symmetric = not topology.switches and _symmetric(topology)
     # the other orientation's forests (_flipped_planner) only where shapes are searched: its timing is capped
@@ -1106,7 +1107,7 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
 
     began = time.monotonic()
     best_found, best = pipelined(max_trees)
-    if options.max_trees is not None or options.chunks is not None or n > TREE_SEARCH_RANKS:
+    if options.max_trees is not None or n > TREE_SEARCH_RANKS:
         return _or_paths(topology, collective, size_bytes, options, polished(best_found, best))
     # Many trees per root mean many messages per link (α) and coarse pipelines under the MSCCL
     # chunk limits; a few trees at a rate within ~1/K of the optimum are often faster in the
@@ -1222,10 +1223,10 @@ def _split_allreduce(topology: Topology, collective: Collective, size_bytes: flo
         plans = [plan_forest(shares.reducescatter, roots, reverse=True, max_trees=cap),
                  plan_forest(shares.allgather, roots, max_trees=cap)]
         k = max(f.k for f in plans)
-        for wanted in sorted({c for c in SPLIT_CHUNKS if c >= k} | {k * c for c in SPLIT_CHUNKS}):
+        wanted = sorted({c for c in SPLIT_CHUNKS if c >= k} | {k * c for c in SPLIT_CHUNKS})
+        for chunks in dict.fromkeys(fit(c)[0] for c in wanted):   # see _runtime_chunks
             if deadline is not None and time.monotonic() > deadline:
                 break
-            chunks = fit(wanted)[0]   # see _runtime_chunks
             # one chunk per message; split_chunks gives each root's trees their chunks and the others 0
             per_tree_chunks = [[sum(c) for c in zip(*(split_chunks(f, r, chunks) for r in roots))] for f in plans]
             if _pair_load(plans, per_tree_chunks) > MAX_CHANNELS * MAX_STEPS_PER_TB:
@@ -1473,10 +1474,23 @@ def _flipped_planner(topology: Topology, trees_cap: int):
     return planner
 
 
+def piece_options(collective: Collective, options: SynthOptions) -> SynthOptions:
+    """``options`` with ``--chunks`` counted per root piece, as the forests count: an allreduce's
+    chunk factor covers the whole buffer, which its ``n`` roots own ``C / n`` chunks of each."""
+    if collective.name != "allreduce" or options.chunks is None:
+        return options
+    n = collective.num_ranks
+    if options.chunks % n:
+        raise SynthError(f"--chunks {options.chunks}: an allreduce on trees needs a multiple of its {n} ranks "
+                         f"(each rank reduces and broadcasts C/{n} of the buffer's chunks)")
+    return replace(options, chunks=options.chunks // n)
+
+
 def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
                         planner, method: str, other_planner=None) -> Schedule:
     """Plan the forests a collective needs with ``planner(roots, reverse)`` and pipeline them
     (:func:`_pipeline`, :func:`_polish`, :func:`_finish`)."""
+    options = piece_options(collective, options)
     pipelined = _pipeline(topology, collective, size_bytes, options, planner, other_planner)
     return _justified(topology, _finish(topology, collective, size_bytes, options,
                                         _polish(topology, collective, size_bytes, pipelined), method))
@@ -2186,7 +2200,11 @@ def _runtime_chunks(collective: Collective, size_bytes: float, upper: int = 2 * 
 
 
 def _chunk_fit(collective: Collective, size_bytes: float, options: SynthOptions):
-    """The ``fit`` the options ask for: :func:`_runtime_chunks`, or any count (``--any-chunks``)."""
+    """The ``fit`` the options ask for: ``--chunks C`` (every count becomes ``C``), :func:`_runtime_chunks`,
+    or any count (``--any-chunks``)."""
+    if options.chunks is not None:
+        requested = options.chunks
+        return lambda _chunks: [requested]
     return _runtime_chunks(collective, size_bytes) if options.runtime_chunks else _any_chunks
 
 
@@ -2197,8 +2215,10 @@ def _choose_chunks(topology: Topology, collective: Collective, plans: list[Fores
     Default: ``C = k · P``, so a tree of multiplicity ``m`` carries ``m·P`` chunks in ``P``
     messages of ``m`` contiguous chunks (one α each); ``P`` minimises :func:`predicted_time`
     within MSCCL's limits, and ``C`` is then the nearest count ``fit`` allows (:func:`_runtime_chunks`).
-    ``--chunks C`` sends one chunk per message instead.
-    Scatter/gather always send one chunk per message (each goes to its own rank).
+    ``--chunks C`` (``requested``) keeps that message size at ``C`` chunks per root, with fewer
+    messages where MSCCL's steps per connection need it (an error where even its largest steps do not fit).
+    Scatter/gather always send one chunk per message (each goes to its own rank), as does ``--chunks``
+    on forests of unequal ``k`` and beyond ``LARGE_RANKS`` ranks.
     """
     name = collective.name
     n = topology.num_ranks
@@ -2232,17 +2252,36 @@ def _choose_chunks(topology: Topology, collective: Collective, plans: list[Fores
             phases.append((forest, usage, [p if c else 0 for c in cnt.tolist()], msg_bytes, len(roots)))
         return predicted_time(phases, len(topology.links))
 
-    if requested is not None:
+    uneven = spread > 1 or any(f.k != k for f in plans)
+    if requested is not None and (uneven or n > LARGE_RANKS):
         _, steps = per_chunk(requested)
         if steps > limit:
             raise SynthError(f"--chunks {requested} needs {steps} steps on one connection, more than "
                              f"MSCCL's {MAX_CHANNELS} channels x {MAX_STEPS_PER_TB} steps; use fewer --chunks")
         return requested, None
-    if spread > 1 or any(f.k != k for f in plans):
+    if requested is not None:
+        p = _best(per_message, limit, max(1, MAX_CHUNKS // k))
+        return requested, _requested_messages(plans, requested, _refit_messages(p, requested, k * p, 0), limit)
+    if uneven:
         chunks = _best(per_chunk, limit, MAX_CHUNKS)
         return next((c for c in fit(chunks) if per_chunk(c)[1] <= limit), chunks), None
     p = _best(per_message, limit, max(1, MAX_CHUNKS // k))
     return fit(k * p)[0], p
+
+
+def _requested_messages(plans: list[Forest], chunks: int, messages: int, limit: int) -> int:
+    """At most ``messages`` per tree at ``chunks`` per root, as many as MSCCL's ``limit`` steps per
+    connection allow (messages of up to ``MAX_STEP_CHUNKS`` chunks); a ``--chunks`` error where none do."""
+    per_tree = [[-(-chunks * t.mult // f.k) for t in f.trees] for f in plans]
+    fewest = [[-(-c // MAX_STEP_CHUNKS) for c in counts] for counts in per_tree]
+    steps = _pair_load(plans, fewest)
+    if steps > limit:
+        raise SynthError(f"--chunks {chunks} needs {steps} steps on one connection even with MSCCL's largest "
+                         f"steps ({MAX_STEP_CHUNKS} chunks), more than its {MAX_CHANNELS} channels x "
+                         f"{MAX_STEPS_PER_TB} steps; use fewer --chunks")
+    while messages > 1 and _pair_load(plans, _tree_messages(plans, chunks, messages)) > limit:
+        messages = max(1, messages * 3 // 4)
+    return messages
 
 
 def _best(cost, limit: int, upper: int) -> int:
