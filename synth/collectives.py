@@ -68,6 +68,8 @@ class Collective:
             raise SynthError("chunk factor must be at least 1")
         if not 0 <= self.root < self.num_ranks:
             raise SynthError(f"root {self.root} is not a rank (0..{self.num_ranks - 1})")
+        if self.name not in ROOTED:   # a root means nothing there; every method plans with 0
+            object.__setattr__(self, "root", 0)
 
     # ---- shapes -----------------------------------------------------------------------------
     @property

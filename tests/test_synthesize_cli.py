@@ -106,6 +106,17 @@ def test_allreduce_chunks_count_the_whole_buffer_on_forests(tmp_path, method):
     assert res.exit_code == 2 and "multiple of its 8 ranks" in res.output and "internal" not in res.output
 
 
+@pytest.mark.parametrize("method", ["dbt", "nccl", "ring"])
+def test_root_of_an_unrooted_collective_is_ignored(tmp_path, method):
+    # dbt and nccl planned with root 0 and the driver refused their schedules as an internal error
+    out = tmp_path / "ar.json"
+    res = invoke("synthesize", "-t", "dgx1", "-c", "allreduce", "-m", method, "--root", "3", "-s", "1MiB",
+                 "-o", str(out), "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["root"] == 0 and "internal" not in res.output
+    assert load_program(out).root == 0 and verify(load_program(out)).ok
+
+
 def test_rooted_collective_takes_root(tmp_path):
     out = tmp_path / "b.json"
     res = invoke("synthesize", "-t", "dgx1", "-c", "broadcast", "--root", "5", "-s", "8MiB", "-o", str(out))
