@@ -1652,6 +1652,8 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
 
     # candidates: (one message per tree part?, P, tail)
     timed: dict[tuple[bool, int, int], float] = {(True, messages, 0): best[1]}
+    # several candidates can fit to one (chunks, messages) shape (always, with --chunks): each is timed once
+    by_shape: dict[tuple, float] = {}
     choice = (True, messages, 0)
     last_trial = 0.0
 
@@ -1676,13 +1678,17 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
     def trial(per_tree: bool, p: int, tail: int, mirror: bool = False) -> bool:
         """Time one candidate; False when the time limit would not allow it."""
         nonlocal best, choice, last_trial
+        shape = (*fitted(per_tree, p, tail), tail, mirror)
+        if shape in by_shape:   # the same schedule: it cannot beat the best it was compared with
+            timed[(per_tree, p, tail)] = by_shape[shape]
+            return True
         began = time.monotonic()
         if deadline is not None and began + last_trial > deadline:   # the next one would not fit
             return False
-        timed_now = _timed(topology, collective, plans, *fitted(per_tree, p, tail), size_bytes, build=False,
+        timed_now = _timed(topology, collective, plans, *shape[:2], size_bytes, build=False,
                            tail=tail, timing=_Timing(height_weight, mirror))
         last_trial = time.monotonic() - began
-        timed[(per_tree, p, tail)] = timed_now[1]
+        timed[(per_tree, p, tail)] = by_shape[shape] = timed_now[1]
         if timed_now[1] < best[1] * (1 - 1e-9):
             best, choice = timed_now, (per_tree, p, tail)
         return True
@@ -1704,7 +1710,7 @@ def _refine_depth(topology: Topology, collective: Collective, plans: list[Forest
 
     def done():
         per_tree, p, tail = choice
-        return best, _shape_chunks(k, p, tail), p if per_tree else None, tail, len(timed) - 1
+        return best, _shape_chunks(k, p, tail), p if per_tree else None, tail, len(by_shape)
 
     def mirrored():
         # allgather: its mirrored reduction timed forward (see _timed) at the shape found and the
