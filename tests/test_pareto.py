@@ -76,6 +76,13 @@ def test_lower_bounds(dgx1):
     assert rounds_per_chunk_lower_bound(fabric(dgx1), _problem(dgx1, "scatter")) == Fraction(7, 6)
 
 
+def test_rounds_lp_keeps_to_its_time_limit(dgx1):
+    # alltoall on 27 ranks: HiGHS needs minutes for this LP; unfinished, it bounds nothing
+    torus = load_topology("torus-3x3x3")
+    assert rounds_per_chunk_lower_bound(fabric(torus), _problem(torus, "alltoall"), time_limit=0.01) == 0
+    assert rounds_per_chunk_lower_bound(fabric(dgx1), _problem(dgx1, "allgather"), time_limit=60) == Fraction(7, 6)
+
+
 def test_cut_bound_closes_the_sccl_lp_hole():
     """Two DGX-1 boxes behind one 12.5 GB/s NIC each: 8 chunks must cross the NIC, so R/C >= 8. SCCL's
     LP lets ranks justify each other's copies and says much less; the cut bound gets 8."""
