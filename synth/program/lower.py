@@ -728,9 +728,13 @@ def assign(ops: _Ops, m: _Merged, waiter: np.ndarray, waited: np.ndarray,
             if chan_of_conn[conn] + (split[conn] - 1) * base >= MAX_CHANNELS:
                 i = int(np.flatnonzero(m.conn_id == conn)[0])
                 total = int((m.conn_id == conn).sum())
+                # a split connection takes its channel plus multiples of the schedule's channel count
+                ways = (MAX_CHANNELS - 1 - int(chan_of_conn[conn])) // base + 1
                 raise SynthError(
-                    f"lowering: connection {m.conn_src[i]}->{m.conn_dst[i]} needs {total} steps, more than "
-                    f"{MAX_CHANNELS} channels of {max_steps} steps hold; use a smaller --chunks")
+                    f"lowering: connection {m.conn_src[i]}->{m.conn_dst[i]} carries {total} transfers (and the "
+                    f"nop steps of their dependencies), more than the {ways} channel(s) of {max_steps} steps it "
+                    f"can spread over hold (channel {int(chan_of_conn[conn])} plus multiples of the schedule's "
+                    f"{base}, below {MAX_CHANNELS}); use a smaller --chunks")
     raise SynthError("lowering: could not fit the threadblocks within the MSCCL step limit; use a smaller --chunks")
 
 
