@@ -1072,7 +1072,7 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
     if n == 1:
         return Schedule(Collective(name, 1, options.chunks or 1, collective.root, collective.inplace),
                         topology.name, (), method="trees", size_bytes=float(size_bytes))
-    options = piece_options(collective, options)
+    options = _piece_options(collective, options)
 
     symmetric = not topology.switches and _symmetric(topology)
     # the other orientation's forests (_flipped_planner) only where shapes are searched: its timing is capped
@@ -1474,7 +1474,7 @@ def _flipped_planner(topology: Topology, trees_cap: int):
     return planner
 
 
-def piece_options(collective: Collective, options: SynthOptions) -> SynthOptions:
+def _piece_options(collective: Collective, options: SynthOptions) -> SynthOptions:
     """``options`` with ``--chunks`` counted per root piece, as the forests count: an allreduce's
     chunk factor covers the whole buffer, which its ``n`` roots own ``C / n`` chunks of each."""
     if collective.name != "allreduce" or options.chunks is None:
@@ -1490,7 +1490,7 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
                         planner, method: str, other_planner=None) -> Schedule:
     """Plan the forests a collective needs with ``planner(roots, reverse)`` and pipeline them
     (:func:`_pipeline`, :func:`_polish`, :func:`_finish`)."""
-    options = piece_options(collective, options)
+    options = _piece_options(collective, options)
     pipelined = _pipeline(topology, collective, size_bytes, options, planner, other_planner)
     return _justified(topology, _finish(topology, collective, size_bytes, options,
                                         _polish(topology, collective, size_bytes, pipelined), method))
@@ -2209,8 +2209,7 @@ def _chunk_fit(collective: Collective, size_bytes: float, options: SynthOptions)
     """The ``fit`` the options ask for: ``--chunks C`` (every count becomes ``C``), :func:`_runtime_chunks`,
     or any count (``--any-chunks``)."""
     if options.chunks is not None:
-        requested = options.chunks
-        return lambda _chunks: [requested]
+        return lambda _chunks: [options.chunks]
     return _runtime_chunks(collective, size_bytes) if options.runtime_chunks else _any_chunks
 
 
@@ -2265,21 +2264,19 @@ def _choose_chunks(topology: Topology, collective: Collective, plans: list[Fores
             raise SynthError(f"--chunks {requested} needs {steps} steps on one connection, more than "
                              f"MSCCL's {MAX_CHANNELS} channels x {MAX_STEPS_PER_TB} steps; use fewer --chunks")
         return requested, None
-    if requested is not None:
-        p = _best(per_message, limit, max(1, MAX_CHUNKS // k))
-        return requested, _requested_messages(plans, requested, _refit_messages(p, requested, k * p, 0), limit)
     if uneven:
         chunks = _best(per_chunk, limit, MAX_CHUNKS)
         return next((c for c in fit(chunks) if per_chunk(c)[1] <= limit), chunks), None
     p = _best(per_message, limit, max(1, MAX_CHUNKS // k))
+    if requested is not None:
+        return requested, _requested_messages(plans, requested, _refit_messages(p, requested, k * p, 0), limit)
     return fit(k * p)[0], p
 
 
 def _requested_messages(plans: list[Forest], chunks: int, messages: int, limit: int) -> int:
     """At most ``messages`` per tree at ``chunks`` per root, as many as MSCCL's ``limit`` steps per
     connection allow (messages of up to ``MAX_STEP_CHUNKS`` chunks); a ``--chunks`` error where none do."""
-    per_tree = [[-(-chunks * t.mult // f.k) for t in f.trees] for f in plans]
-    fewest = [[-(-c // MAX_STEP_CHUNKS) for c in counts] for counts in per_tree]
+    fewest = [[-(-c // MAX_STEP_CHUNKS) for c in counts] for counts in _tree_messages(plans, chunks, None)]
     steps = _pair_load(plans, fewest)
     if steps > limit:
         raise SynthError(f"--chunks {chunks} needs {steps} steps on one connection even with MSCCL's largest "
