@@ -19,6 +19,11 @@ Bandwidth bounds (one function per family, each documented where it is computed)
 - alltoall: maximum concurrent multicommodity flow LP (exact for fractional routing), with a
   labelled weaker fallback above :data:`ALLTOALL_LP_MAX_VARS`.
 Latency bounds: :func:`latency_bound_us`.
+
+:func:`compute_bounds` works on :meth:`Topology.circuit_capacities`: a switch link is capped at the
+widest rank-to-rank path through it, the most any transfer holding it can move (SPEC's circuits), so
+a 200 GB/s leaf uplink under 50 GB/s rank links counts 50. Every transfer takes as long on the capped
+fabric as on the file's, so the bounds stay valid and tighten where switch links outrun their ranks.
 """
 
 from __future__ import annotations
@@ -573,6 +578,7 @@ def compute_bounds(topology: Topology, collective: Collective | str, size_bytes:
                          f"{topology.num_ranks}")
     if size_bytes <= 0:
         raise SynthError(f"size must be positive, got {size_bytes}")
+    topology = topology.circuit_capacities()
     n = topology.num_ranks
     name = collective.name
     r = collective.root

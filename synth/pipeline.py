@@ -170,6 +170,8 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
         from synth.topology.io import load_topology
 
         topology = load_topology(topology)
+    # methods plan on the rates transfers can reach; no transfer takes longer or shorter on it
+    topology = topology.circuit_capacities()
     options = options or SynthOptions()
     if options.solver not in SOLVERS:
         raise SynthError(f"unknown solver {options.solver!r}; choose one of {', '.join(SOLVERS)}")

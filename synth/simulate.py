@@ -15,12 +15,13 @@ Cost model (SPEC "Cost model"):
   before it on the same connection started. Both use the same route and so cannot overlap, so
   messages on a connection go out one after another in the order they became ready (with one
   threadblock per connection, as MSCCL requires, this already follows from step order);
-- a send between ranks that share no link is routed along the shortest path (fewest hops, then
-  smallest summed α, then smallest node ids). Paths whose intermediate nodes are all switches are
-  preferred; when no such path exists (a foreign program on a sparse topology) the path may cross
-  other ranks, which then only forward. A routed transfer pays every hop's α plus ``b`` / (the
-  smallest bw on the route), and holds every link of the route for its whole duration
-  (circuit-style, as in SPEC), so it starts when all of them are free;
+- a send between ranks that share no link takes the switch-only path of
+  :mod:`synth.topology.routes` (fewest hops, then smallest summed α; equal-cost paths spread by
+  destination, as fat-tree routing does). When no such path exists (a foreign program on a sparse
+  topology) the shortest path may cross other ranks (then smallest node ids), which only forward.
+  A routed transfer pays every hop's α plus ``b`` / (the smallest bw on the route), and holds every
+  link of the route for its whole duration (circuit-style, as in SPEC), so it starts when all of
+  them are free;
 - local steps (``cpy``, ``re``, ``nop``) take no time: the model prices communication only.
 
 Step semantics (see :mod:`synth.program.ir`): each threadblock runs its steps in order; a step is
@@ -55,6 +56,7 @@ from dataclasses import dataclass, field
 from synth.errors import SynthError
 from synth.program.ir import RECEIVES, SENDS, Program, collective_of
 from synth.topology.model import Topology
+from synth.topology.routes import pick_path, switch_predecessors
 from synth.units import DEFAULT_SIZE, algbw_GBps
 
 # One recorded transfer: (rank, threadblock id, step index, start µs, end µs, route as "a->b" names).
@@ -118,8 +120,9 @@ Route = tuple[tuple[int, ...], float, float]
 class Router:
     """Shortest routes between ranks as tuples of link ids (see module docstring for the order).
 
-    One Dijkstra per source rank, computed lazily and cached, yields the route record (link ids,
-    summed α, bottleneck bw) of every rank it reaches; a direct link always wins (one hop).
+    Per source rank, computed lazily and cached: the equal-cost switch-only paths of
+    :mod:`synth.topology.routes`, and only where a destination has none, one Dijkstra across ranks.
+    A route record is (link ids, summed α, bottleneck bw); a direct link always wins (one hop).
     """
 
     def __init__(self, topology: Topology) -> None:
@@ -132,16 +135,16 @@ class Router:
             self._adj[link.src].append((link.dst, i))
         for out in self._adj:
             out.sort()
-        self._trees: dict[tuple[int, bool], dict[int, Route]] = {}
+        self._trees: dict[int, dict[int, Route]] = {}
+        self._preds: dict[int, dict[int, list[int]]] = {}
 
-    def _tree(self, src: int, through_ranks: bool) -> dict[int, Route]:
-        """Routes from ``src`` to every reachable node; ranks other than ``src`` are only crossed
-        when ``through_ranks``."""
-        key = (src, through_ranks)
+    def _tree(self, src: int) -> dict[int, Route]:
+        """Routes from ``src`` to every reachable node, crossing ranks where that is shorter."""
+        key = src
         tree = self._trees.get(key)
         if tree is not None:
             return tree
-        num_ranks, adj, alphas, bws = self.topology.num_ranks, self._adj, self.alpha, self.bw
+        adj, alphas, bws = self._adj, self.alpha, self.bw
         inf = float("inf")
         best: dict[int, tuple[int, float]] = {src: (0, 0.0)}
         tree = {src: ((), 0.0, inf)}
@@ -152,8 +155,6 @@ class Router:
             if u in done:
                 continue
             done.add(u)
-            if u != src and u < num_ranks and not through_ranks:
-                continue
             links, _, bw = tree[u]
             for v, lid in adj[u]:
                 cand = (hops + 1, alpha + alphas[lid])
@@ -165,12 +166,23 @@ class Router:
         self._trees[key] = tree
         return tree
 
+    def _switch_route(self, src: int, dst: int) -> Route | None:
+        """The switch-only route of :mod:`synth.topology.routes` (ties spread by destination)."""
+        preds = self._preds.get(src)
+        if preds is None:
+            preds = self._preds[src] = switch_predecessors(self.topology, src)
+        if dst not in preds or src == dst:
+            return None
+        path = pick_path(dst, preds.__getitem__)
+        links = tuple(self.link_ids[pair] for pair in zip(path, path[1:]))
+        return links, sum(self.alpha[i] for i in links), min(self.bw[i] for i in links)
+
     def route(self, src: int, dst: int) -> Route:
         """(link ids, summed α in µs, bottleneck bw in bytes/µs) from rank ``src`` to rank ``dst``."""
         lid = self.link_ids.get((src, dst))
         if lid is not None:
             return (lid,), self.alpha[lid], self.bw[lid]
-        found = self._tree(src, False).get(dst) or self._tree(src, True).get(dst)
+        found = self._switch_route(src, dst) or self._tree(src).get(dst)
         if found is None or src == dst:
             raise SynthError(f"topology {self.topology.name!r} has no path from rank {src} to rank {dst}")
         return found

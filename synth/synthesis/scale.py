@@ -47,40 +47,47 @@ import numpy as np
 from synth.errors import SynthError
 from synth.synthesis.packing import Route, integer_fabric
 from synth.topology.model import Topology
+from synth.topology.routes import ALPHA_TOLERANCE, pick_path
 
 REBALANCE_PASSES = 3
 
 
 def switch_route(topology: Topology, u: int, v: int, _cache: dict | None = None) -> Route | None:
     """Switches on the path a program's ``u -> v`` send takes: () for a direct link, else the
-    fewest-hop switch-only path of up to three switches (least Σα, then smallest ids); None if none."""
+    fewest-hop switch-only path of up to three switches, least Σα, ties spread by destination
+    (:mod:`synth.topology.routes`, searched locally here: a Dijkstra per rank is slow at 1024 ranks);
+    None if none."""
     if topology.link(u, v) is not None:
         return ()
     out_sw = [lk for lk in topology.out_links[u] if topology.is_switch(lk.dst)]
     in_sw = {lk.src: lk.alpha for lk in topology.in_links[v] if topology.is_switch(lk.src)}
-    best: tuple | None = None
+    found: list[tuple[float, tuple[int, ...]]] = []
     for a in out_sw:                       # one switch
         if a.dst in in_sw:
-            cand = (2, a.alpha + in_sw[a.dst], (a.dst,))
-            best = cand if best is None or cand < best else best
-    if best is not None:
-        return best[2]
-    for a in out_sw:                       # two switches
-        for b in topology.out_links[a.dst]:
-            if b.dst in in_sw:
-                cand = (3, a.alpha + b.alpha + in_sw[b.dst], (a.dst, b.dst))
-                best = cand if best is None or cand < best else best
-    if best is not None:
-        return best[2]
-    for a in out_sw:                       # three switches
-        for b in topology.out_links[a.dst]:
-            if not topology.is_switch(b.dst):
-                continue
-            for c in topology.out_links[b.dst]:
-                if c.dst in in_sw:
-                    cand = (4, a.alpha + b.alpha + c.alpha + in_sw[c.dst], (a.dst, b.dst, c.dst))
-                    best = cand if best is None or cand < best else best
-    return None if best is None else best[2]
+            found.append((a.alpha + in_sw[a.dst], (a.dst,)))
+    if not found:
+        for a in out_sw:                   # two switches
+            for b in topology.out_links[a.dst]:
+                if b.dst in in_sw:
+                    found.append((a.alpha + b.alpha + in_sw[b.dst], (a.dst, b.dst)))
+    if not found:
+        for a in out_sw:                   # three switches
+            for b in topology.out_links[a.dst]:
+                if not topology.is_switch(b.dst):
+                    continue
+                for c in topology.out_links[b.dst]:
+                    if c.dst in in_sw:
+                        found.append((a.alpha + b.alpha + c.alpha + in_sw[c.dst], (a.dst, b.dst, c.dst)))
+    if not found:
+        return None
+    least = min(alpha for alpha, _ in found)
+    preds: dict[int, set[int]] = {}
+    for alpha, switches in found:
+        if alpha <= least + ALPHA_TOLERANCE:
+            path = (u, *switches, v)
+            for a, b in zip(path, path[1:]):
+                preds.setdefault(b, set()).add(a)
+    return pick_path(v, lambda node: sorted(preds.get(node, ())))[1:-1]
 
 
 def box_trees(topology: Topology, roots: tuple[int, ...]) -> list[tuple[int, list[tuple[int, int]], list[Route]]]:

@@ -6,6 +6,7 @@ Links are directed and merged: parallel entries of a file add their bandwidth (S
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -113,6 +114,30 @@ class Topology:
         src, dst, bw, _ = self.arrays
         return csr_matrix((bw, (src, dst)), shape=(self.num_nodes, self.num_nodes))
 
+    def circuit_capacities(self) -> Topology:
+        """The same fabric with each link's bandwidth capped at the widest rank-to-rank path through it.
+
+        Under SPEC's cost model a transfer holds every link of its route and moves at the route's
+        smallest bandwidth, and a link carries one transfer at a time. So link ``(u, v)`` never moves
+        data faster than ``min(b_uv, W_in(u), W_out(v))``, with ``W_in(u)`` the largest bottleneck of
+        a path from any rank to ``u`` and ``W_out(v)`` from ``v`` to any rank (both unbounded at a
+        rank). Capping ``b_uv`` there leaves every route's smallest bandwidth, hence every transfer's
+        duration, as it was: programs, the simulator and the verifier cannot tell the two fabrics
+        apart, and a fluid bound on the capped one is a valid, tighter bound on the original (a
+        200 GB/s leaf uplink fed by 50 GB/s rank links moves at most 50 GB/s). Returns ``self``
+        where nothing is capped; links no rank-to-rank path crosses keep their bandwidth.
+        """
+        into = _widest_from_ranks(self, incoming=True)
+        out_of = _widest_from_ranks(self, incoming=False)
+        links = []
+        for link in self.links:
+            cap = min(into[link.src], out_of[link.dst])
+            links.append(Link(link.src, link.dst, cap, link.alpha) if 0 < cap < link.bw else link)
+        if all(new is old for new, old in zip(links, self.links)):
+            return self
+        return Topology(name=self.name, num_ranks=self.num_ranks, links=tuple(links), switches=self.switches,
+                        machines=self.machines, description=self.description, source=self.source)
+
     def reversed(self) -> Topology:
         """The same fabric with every link turned around (reducescatter is allgather reversed)."""
         return Topology(
@@ -124,6 +149,29 @@ class Topology:
             description=self.description,
             source=self.source,
         )
+
+
+def _widest_from_ranks(topology: Topology, incoming: bool) -> list[float]:
+    """Per node, the largest bottleneck bandwidth of a path from any rank to it (``incoming``) or
+    from it to any rank; ``inf`` at ranks, which start and end every path. Max-min Dijkstra."""
+    import heapq
+
+    width = [math.inf if topology.is_rank(v) else 0.0 for v in range(topology.num_nodes)]
+    heap = [(-math.inf, v) for v in topology.ranks]
+    done = [False] * topology.num_nodes
+    while heap:
+        negative, u = heapq.heappop(heap)
+        if done[u]:
+            continue
+        done[u] = True
+        links = topology.out_links[u] if incoming else topology.in_links[u]
+        for link in links:
+            v = link.dst if incoming else link.src
+            cand = min(-negative, link.bw)
+            if cand > width[v]:
+                width[v] = cand
+                heapq.heappush(heap, (-cand, v))
+    return width
 
 
 def _raise(name: object) -> int:

@@ -1,43 +1,73 @@
 """The path a rank-to-rank send takes through the fabric (shared by the methods and the simulator's rule).
 
 An MSCCL program names peers, not routes; the runtime's transport to a peer is fixed. synth models it
-as: the direct link when there is one, else the switch-only path with the fewest hops, then the least
-Σα, then the smallest node ids (the rule :mod:`synth.simulate` applies too). Ranks never forward here.
+as: the direct link when there is one, else a switch-only path with the fewest hops, then the least
+Σα. Where several such paths tie (several spines of a fat tree), the destination picks one, as the
+destination-mod-k routing of fat-tree subnet managers does (Zahavi, "D-Mod-K Routing Providing
+Non-Blocking Traffic for Shift Permutations on Real Life Fat Trees", 2010; OpenSM's ftree): walking
+back from ``dst``, each node takes the ``dst mod m``-th of its ``m`` equal-cost predecessors in id
+order. So the sends into different ranks spread over the spines instead of all taking the first.
+Ranks never forward here. :mod:`synth.simulate` and :func:`synth.synthesis.scale.switch_route`
+apply the same rule.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 
 from synth.topology.model import Topology
 
 Path = tuple[int, ...]
+ALPHA_TOLERANCE = 1e-9   # Σα that differ by rounding only tie
+
+
+def switch_predecessors(topology: Topology, src: int) -> dict[int, list[int]]:
+    """Per node reachable from rank ``src`` over switches only: its predecessors on the paths with the
+    fewest hops, then the least Σα (every one of them where several tie), in id order."""
+    best: dict[int, tuple[int, float]] = {src: (0, 0.0)}
+    preds: dict[int, list[int]] = {src: []}
+    heap = [(0, 0.0, src)]
+    done: set[int] = set()
+    while heap:
+        hops, alpha, node = heapq.heappop(heap)
+        if node in done:
+            continue
+        done.add(node)
+        if node != src and topology.is_rank(node):
+            continue  # ranks are endpoints, never forwarders
+        for link in topology.out_links[node]:
+            cand = (hops + 1, alpha + link.alpha)
+            old = best.get(link.dst)
+            if old is None or cand[0] < old[0] or (cand[0] == old[0] and cand[1] < old[1] - ALPHA_TOLERANCE):
+                best[link.dst] = cand
+                preds[link.dst] = [node]
+                heapq.heappush(heap, (cand[0], cand[1], link.dst))
+            elif cand[0] == old[0] and cand[1] <= old[1] + ALPHA_TOLERANCE:
+                preds[link.dst].append(node)   # hops grow by one per link: all ties come before dst pops
+    for options in preds.values():
+        options.sort()
+    return preds
+
+
+def pick_path(dst: int, predecessors: Callable[[int], list[int]]) -> Path:
+    """The path to ``dst`` that the module's rule picks: back from ``dst``, at every node the
+    ``dst mod m``-th of its ``m`` equal-cost ``predecessors`` (none at the source)."""
+    path = [dst]
+    options = predecessors(dst)
+    while options:
+        path.append(options[dst % len(options)])
+        options = predecessors(path[-1])
+    return tuple(reversed(path))
 
 
 def rank_routes(topology: Topology) -> dict[tuple[int, int], Path]:
     """(src rank, dst rank) -> node path (src, switches..., dst) for every pair a switch-only path joins."""
-    adjacency = [sorted((link.dst, link.alpha) for link in topology.out_links[node])
-                 for node in range(topology.num_nodes)]
     routes: dict[tuple[int, int], Path] = {}
     for src in topology.ranks:
-        best: dict[int, tuple[int, float]] = {src: (0, 0.0)}
-        path: dict[int, Path] = {src: (src,)}
-        heap = [(0, 0.0, src)]
-        done: set[int] = set()
-        while heap:
-            hops, alpha, node = heapq.heappop(heap)
-            if node in done:
-                continue
-            done.add(node)
-            if node != src and topology.is_rank(node):
-                continue  # ranks are endpoints, never forwarders
-            for nxt, link_alpha in adjacency[node]:
-                cand = (hops + 1, alpha + link_alpha)
-                if nxt not in best or cand < best[nxt]:
-                    best[nxt] = cand
-                    path[nxt] = path[node] + (nxt,)
-                    heapq.heappush(heap, (cand[0], cand[1], nxt))
-        for dst, route in path.items():
+        preds = switch_predecessors(topology, src)
+        for dst in preds:
             if dst != src and topology.is_rank(dst):
-                routes[(src, dst)] = (src, dst) if topology.link(src, dst) is not None else route
+                direct = topology.link(src, dst) is not None
+                routes[(src, dst)] = (src, dst) if direct else pick_path(dst, preds.__getitem__)
     return routes
