@@ -191,6 +191,9 @@ def leaf_spine(leaves: int, per_leaf: int, spines: int = 1, bw: float = DEFAULT_
 
     Rank r sits under ``leaf{r // per_leaf}``. Rank<->leaf links use (bw, alpha); leaf<->spine links
     use (uplink_bw, uplink_alpha), by default ``bw * per_leaf / spines`` (a non-blocking tree) and alpha.
+    Under SPEC's circuits an uplink carries one transfer at a time, at most ``bw``
+    (:meth:`Topology.circuit_capacities`), so leaves talk to each other at full rate only with
+    ``spines >= per_leaf``.
     """
     leaves = _check_count(leaves, "leaves")
     per_leaf = _check_count(per_leaf, "ranks per leaf")
