@@ -4,6 +4,8 @@ Usage::
 
     python benchmarks/bench_alltoall.py [--dgx1-size 64MiB] [--ndv2-sizes 1KB 1MB 64MiB]
         [--milp-chunks 4] [--milp-time-limit 60] [--skip-milp]
+        [--fabrics mi250-2node,dgx-a100-4node,torus-3x3x3,mi250,torus-4x4,mesh-5x5,leaf-spine-4x4]
+        [--fabric-size 1GiB]
 
 Part 1 (target: ≤ 1.10 × the bound): alltoall of ``--dgx1-size`` on ``dgx1`` with ``auto`` under its
 default budget, with ``milp --chunks K --time-limit T`` (the setting the milp author measured), and
@@ -13,6 +15,9 @@ the ``direct`` and ``greedy`` baselines; each with ``time_us`` and the ratio to 
 Part 2: alltoall on ``ndv2-2node`` at each of ``--ndv2-sizes``: synth's best (``auto``) against the
 ``direct`` baseline (every rank sends straight to every other rank), as ``direct / auto`` (> 1 means
 synth is faster), plus both ratios to the bound.
+
+Part 3: alltoall of ``--fabric-size`` on each of ``--fabrics``: bound ÷ simulated time of ``direct``,
+``greedy``, ``lp`` (the concurrent flow's paths) and ``auto``.
 
 Every program goes through the pipeline: lowered, verified, then simulated under SPEC's α-β model.
 """
@@ -57,6 +62,9 @@ def main() -> None:
     parser.add_argument("--milp-chunks", type=int, default=4)
     parser.add_argument("--milp-time-limit", type=float, default=60.0)
     parser.add_argument("--skip-milp", action="store_true", help="skip the explicit milp run in part 1")
+    parser.add_argument("--fabrics", default="mi250-2node,dgx-a100-4node,torus-3x3x3,mi250,torus-4x4,mesh-5x5,"
+                                             "leaf-spine-4x4")
+    parser.add_argument("--fabric-size", default="1GiB")
     args = parser.parse_args()
 
     from synth.topology.io import load_topology
@@ -91,6 +99,16 @@ def main() -> None:
         print(f"  {text:<8} {best['time_us']:11.2f} {direct['time_us']:11.2f} {ratio:11.3f} "
               f"{best['time_us'] / best['bound_us']:10.3f} {direct['time_us'] / direct['bound_us']:12.3f} "
               f"{best['seconds']:7.1f}  {best['note']}")
+
+    size = parse_size(args.fabric_size)
+    methods = ("direct", "greedy", "lp", "auto")
+    print(f"\nalltoall {args.fabric_size}: bound / simulated time (synthesis seconds)")
+    print(f"  {'fabric':<16}" + "".join(f"{m:>18}" for m in methods) + "  auto picks")
+    for name in [f for f in args.fabrics.split(",") if f]:
+        rows = [run(load_topology(name), size, m, SynthOptions()) for m in methods]
+        cells = ["error" if "error" in r else f"{r['bound_us'] / r['time_us']:.3f} ({r['seconds']:.1f} s)"
+                 for r in rows]
+        print(f"  {name:<16}" + "".join(f"{c:>18}" for c in cells) + f"  {rows[-1].get('note', '')}")
 
 
 if __name__ == "__main__":

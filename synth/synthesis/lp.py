@@ -15,6 +15,12 @@ as in :mod:`synth.synthesis.trees`. Where the LP replicates data at a switch (al
 relaxation, impossible for a program) a root's loads cannot be split; the method then packs the
 joint forest at the rate the LP certified. Solver: ``--solver`` highs (default) | cbc | pulp-highs |
 glop | pdlp (through :mod:`synth.solvers`).
+
+Alltoall is the multi-commodity flow itself: :func:`synth.synthesis.paths.plan_alltoall_paths` solves
+the maximum concurrent flow over the runtime's routes (every rank a scatter source, all sharing the
+links), decomposes each source's flow into paths and pipelines the chunks down them, relaying at ranks
+(:func:`synth.synthesis.trees._forward_paths`). Where ranks share no link the direct program sends over
+the runtime's route, which may be a slow NIC; the flow relays through ranks instead where that is faster.
 """
 
 from __future__ import annotations
@@ -34,10 +40,24 @@ from synth.synthesis.packing import (
     pack_arborescences,
     split_switches,
 )
-from synth.synthesis.trees import Forest, PlannedTree, _allowed, _draw_units, plan_forest, schedule_from_plans
+from synth.synthesis.paths import plan_alltoall_paths
+from synth.synthesis.trees import (
+    Forest,
+    PlannedTree,
+    _allowed,
+    _draw_units,
+    _forward_paths,
+    plan_forest,
+    schedule_from_plans,
+)
 from synth.topology.model import Topology
+from synth.topology.routes import rank_routes
 
-SUPPORTED = frozenset({"allgather", "reducescatter", "allreduce", "broadcast", "reduce"})
+SUPPORTED = frozenset({"allgather", "reducescatter", "allreduce", "broadcast", "reduce", "alltoall"})
+ALLTOALL_CHUNKS = (1, 2, 4, 8, 16)   # chunks per rank piece tried on the alltoall flow's paths
+ALLTOALL_VARIABLES = 200_000         # sources x routed rank pairs the alltoall LP may have
+ALLTOALL_JOBS = 50_000               # chunk-hops one list schedule of the alltoall may take (mi250-2node, 16
+                                     # chunks: 26k; each count is scheduled 24 ways)
 LP_SOLVERS = ("highs", "cbc", "pulp-highs", "glop", "pdlp")
 TREE_SCALE = 48   # K: arborescences per root in the decomposition
 # HiGHS solves LPs this large by interior point (+ crossover) instead of its default dual simplex:
@@ -156,6 +176,8 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
     if topology.num_ranks == 1:
         return Schedule(collective, topology.name, (), method="lp", size_bytes=float(size_bytes))
     solver = options.solver or "highs"
+    if collective.name == "alltoall":
+        return _alltoall(topology, collective, size_bytes, options, solver)
 
     def planner(roots: tuple[int, ...], reverse: bool) -> Forest:
         return forest_from_lp(topology, roots, reverse, solver, options.time_limit, options.threads)
@@ -163,10 +185,29 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
     return schedule_from_plans(topology, collective, size_bytes, options, planner, "lp")
 
 
+def _alltoall(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
+              solver: str) -> Schedule:
+    """The alltoall of the module docstring: the concurrent flow's paths, pipelined and list-scheduled."""
+    pairs = len(rank_routes(topology))
+    if topology.num_ranks * pairs > ALLTOALL_VARIABLES:
+        raise SynthError(f"method lp: the alltoall flow LP on {topology.name} would have "
+                         f"{topology.num_ranks * pairs} variables (more than {ALLTOALL_VARIABLES}); "
+                         "use -m greedy or -m direct")
+    candidates = plan_alltoall_paths(topology, solver, options.time_limit)
+    unit_hops = max(sum(path.share * len(path.hops) for plan in plans for path in plan.paths) for plans in candidates)
+    counts = tuple(c for c in ALLTOALL_CHUNKS if c == 1 or c * unit_hops <= ALLTOALL_JOBS)
+    schedule = _forward_paths(topology, collective, size_bytes, options, candidates, counts, method="lp")
+    if schedule is None:
+        raise SynthError(f"method lp: no alltoall program on the flow's paths fits MSCCL's limits on "
+                         f"{topology.name}; try a smaller --chunks")
+    return schedule
+
+
 METHOD = MethodSpec(
     name="lp",
     run=synthesize,
     collectives=SUPPORTED,
-    description="multi-commodity-flow LP for the optimal tree rate, decomposed into pipelined trees",
+    description="multi-commodity-flow LP: the optimal tree rate decomposed into pipelined trees; "
+                "alltoall on its concurrent flow's paths",
     kind="exact",
 )

@@ -21,6 +21,7 @@ switches the runtime's fixed routes may cost more, and ``T`` is what they allow.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -117,10 +118,11 @@ def _spread(uses, conservation, supply: np.ndarray, capacity: np.ndarray) -> np.
     return result.x[:num] if result.status == 0 else None
 
 
-def decompose(arcs: list[Hop], flow: np.ndarray, root: int, n: int) -> list[Path]:
+def decompose(arcs: list[Hop], flow: np.ndarray, root: int, n: int, tolerance: float = FLOW_TOL) -> list[Path]:
     """Split a scatter flow (``flow[j]`` on arc ``arcs[j]``, one unit absorbed by every rank but the
     root) into root -> v paths: walk positive arcs from the root to the first rank still absorbing,
-    cancelling any cycle met on the way, and take the least flow along the walk."""
+    cancelling any cycle met on the way, and take the least flow along the walk. A rank stops
+    absorbing within ``tolerance`` of its unit (a solver's feasibility tolerance)."""
     flow = flow.astype(float).copy()
     out: list[list[int]] = [[] for _ in range(n)]
     for j, (u, _v, _route) in enumerate(arcs):
@@ -128,9 +130,9 @@ def decompose(arcs: list[Hop], flow: np.ndarray, root: int, n: int) -> list[Path
     absorb = np.ones(n)
     absorb[root] = 0.0
     paths: list[Path] = []
-    while absorb.max() > FLOW_TOL:
+    while absorb.max() > tolerance:
         node, walk, seen = root, [], {root: 0}
-        while node == root or absorb[node] <= FLOW_TOL:
+        while node == root or absorb[node] <= tolerance:
             j = max(out[node], key=lambda a: flow[a], default=None)
             if j is None or flow[j] <= FLOW_TOL:
                 raise SynthError("internal error: scatter flow does not reach every rank")
@@ -149,3 +151,80 @@ def decompose(arcs: list[Hop], flow: np.ndarray, root: int, n: int) -> list[Path
         absorb[node] -= share
         paths.append(Path(node, float(share), tuple(arcs[j] for j in walk)))
     return paths
+
+
+# ---- alltoall: every rank's scatter at once ---------------------------------------------------------
+ALLTOALL_SLACK = 1e-4    # the shortest-hop flow may take this much longer than the optimum
+SOLVER_TOL = 1e-6        # units a backend's flow may miss conservation by (CBC, GLOP)
+
+
+def plan_alltoall_paths(topology: Topology, solver: str = "highs", time_limit: float | None = None,
+                        ) -> list[tuple[PathPlan, ...]]:
+    """Alltoall as ``N`` scatters that share the links: the maximum concurrent flow over the runtime's
+    routes (Shahrokhi & Matula, "The maximum concurrent flow problem", J. ACM 1990; TE-CCL's LP,
+    SIGCOMM 2024, §4), each source's flow decomposed into paths as in :func:`decompose`:
+
+        min T   s.t.   Σ_out x_s − Σ_in x_s = N−1 at rank s, −1 at every other rank   (every source s)
+                       Σ_s Σ_{routes r ∋ e} x_{s,r} ≤ b_e · T                          (every link e)
+
+    with one unit = one rank's piece for one peer (SIZE/N). Without switches the routes are the links
+    and ``T`` is the concurrent-flow bound of :func:`synth.bounds.alltoall_lp_ratio`; behind switches
+    the fixed routes may cost more. Two flows are returned, each as one plan per source: the LP's
+    vertex and, at ``T`` within :data:`ALLTOALL_SLACK`, the flow with the fewest unit-hops (relays
+    cost α and pipeline fill). Raises :class:`SynthError` if the solver fails."""
+    from synth.solvers import Model, solve
+
+    n = topology.num_ranks
+    routes = sorted(rank_routes(topology).items())
+    arcs = [(u, v, path[1:-1]) for (u, v), path in routes]
+    link_index = {(link.src, link.dst): i for i, link in enumerate(topology.links)}
+    num = len(arcs)
+    tails = np.array([u for u, _, _ in arcs])
+    heads = np.array([v for _, v, _ in arcs])
+    uses = [(link_index[pair], j) for j, ((_u, _v), path) in enumerate(routes) for pair in zip(path, path[1:])]
+    use_link = np.array([e for e, _ in uses])
+    use_arc = np.array([j for _, j in uses])
+    hops = np.ones(num)
+
+    def build(at_most_us_per_mb: float | None) -> tuple[Model, np.ndarray, int]:
+        model = Model("alltoall-paths")
+        x = model.add_vars(n * num).reshape(n, num)
+        t = model.add_var()      # µs per MB of one unit
+        for s in range(n):       # conservation: out - in = supply
+            rows = np.concatenate([tails, heads])
+            cols = np.concatenate([x[s], x[s]])
+            vals = np.concatenate([np.ones(num), -np.ones(num)])
+            supply = np.full(n, -1.0)
+            supply[s] = n - 1
+            model.add_rows(rows, cols, vals, supply, supply)
+        links = len(topology.links)
+        rows = np.concatenate([np.repeat(use_link, n), np.arange(links)])
+        cols = np.concatenate([x[:, use_arc].T.ravel(), np.full(links, t)])
+        vals = np.concatenate([np.ones(len(use_link) * n), -topology.arrays[2] * 1e-3])
+        model.add_rows(rows, cols, vals, np.full(links, -np.inf), np.zeros(links))
+        if at_most_us_per_mb is None:
+            model.set_objective([t], [1.0])
+        else:
+            model.add_row([t], [1.0], ub=at_most_us_per_mb)
+            model.set_objective(x.ravel(), np.tile(hops, n))
+        return model, x, t
+
+    started = time.monotonic()
+    plans: list[tuple[PathPlan, ...]] = []
+    best = None
+    for stage in range(2):
+        left = None if time_limit is None else max(1.0, time_limit - (time.monotonic() - started))
+        model, x, t = build(None if best is None else best * (1 + ALLTOALL_SLACK))
+        result = solve(model, solver, time_limit=left)
+        if result.status != "optimal" or result.values is None:
+            if stage:
+                break            # the vertex flow stands alone
+            raise SynthError(f"alltoall flow LP on {topology.name} ended {result.status} ({solver})")
+        values = np.asarray(result.values)
+        flow = np.where(values[x] > FLOW_TOL, values[x], 0.0)
+        if best is None:
+            best = float(values[t])
+        per_byte = best * 1e-6
+        plans.append(tuple(PathPlan(s, tuple(decompose(arcs, flow[s], s, n, SOLVER_TOL)), per_byte)
+                           for s in range(n)))
+    return plans

@@ -1269,8 +1269,8 @@ def _path_schedule(topology: Topology, collective: Collective, size_bytes: float
     except SynthError:
         return None
     if name == "gather":
-        return _forward_paths(topology, collective, size_bytes, options, _towards_root(flows))
-    found = [_forward_paths(topology, collective, size_bytes, options, flows),
+        return _forward_paths(topology, collective, size_bytes, options, _one_each(_towards_root(flows)))
+    found = [_forward_paths(topology, collective, size_bytes, options, _one_each(flows)),
              _mirrored_gather(topology, collective, size_bytes, options, _towards_root(flows))]
     return min((schedule for schedule in found if schedule is not None),
                key=lambda schedule: schedule.predicted_time_us, default=None)
@@ -1292,7 +1292,7 @@ def _mirrored_gather(topology: Topology, collective: Collective, size_bytes: flo
     better than pulling it from the root: simulated scatter mi250-2node 0.855 -> 0.921 of the bound,
     dgx-h100-2node 0.964 -> 0.969, dgx-a100-4node 0.931 -> 0.940, and never slower on the built-in fabrics."""
     gather = _forward_paths(topology.reversed(), replace(collective, name="gather"), size_bytes, options,
-                            gather_plans)
+                            _one_each(gather_plans))
     if gather is None:
         return None
     span = gather.predicted_time_us
@@ -1310,19 +1310,27 @@ def _mirrored_gather(topology: Topology, collective: Collective, size_bytes: flo
                     predicted_time_us=makespan, notes=notes)
 
 
+def _one_each(plans: list[PathPlan]) -> list[tuple[PathPlan, ...]]:
+    """Each plan a candidate of its own (a scatter or gather has one root)."""
+    return [(plan,) for plan in plans]
+
+
 def _forward_paths(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
-                   plans: list[PathPlan]) -> Schedule | None:
-    """Scatter or gather on ``plans`` (:func:`synth.synthesis.paths.plan_paths`, each path walked in the
-    collective's direction) instead of a broadcast forest, whose subtrees load links by where ranks sit
-    in the trees rather than by what the cut needs (dgx-a100-2node scatter: 0.71 of the bound on trees).
+                   candidates: list[tuple[PathPlan, ...]], counts_tried: tuple[int, ...] = PATH_CHUNKS,
+                   method: str = "trees") -> Schedule | None:
+    """Scatter, gather or alltoall on flow paths (each candidate: one plan per root,
+    :func:`synth.synthesis.paths.plan_paths` with each path walked in the collective's direction, or
+    :func:`synth.synthesis.paths.plan_alltoall_paths`) instead of a broadcast forest, whose subtrees load
+    links by where ranks sit in the trees rather than by what the cut needs (dgx-a100-2node scatter: 0.71
+    of the bound on trees).
     Each rank's chunks are shared among its paths by their flow and pipelined hop by hop (one job per
     chunk, coalesced as in :func:`list_schedule`), for each plan, both priorities of :func:`_path_jobs`
-    and each of ``PATH_CHUNKS`` chunks per rank piece (or ``--chunks``) within MSCCL's limits; the
+    and each of ``counts_tried`` chunks per rank piece (or ``--chunks``) within MSCCL's limits; the
     fastest is kept (behind shared switch links by the mean of the planned and the replayed makespan,
     :func:`_replayed_makespan`). None if no candidate fits."""
     name, n = collective.name, topology.num_ranks
     fit = _chunk_fit(collective, size_bytes, options)
-    counts = [options.chunks] if options.chunks else sorted({fit(c)[0] for c in PATH_CHUNKS})
+    counts = [options.chunks] if options.chunks else sorted({fit(c)[0] for c in counts_tried})
     limit = MAX_CHANNELS * MAX_STEPS_PER_TB
     best = None
     # Do rank pairs share switch links (the runtime's arbitration then matters)? Judged on the first
@@ -1330,10 +1338,10 @@ def _forward_paths(topology: Topology, collective: Collective, size_bytes: float
     # scored by their plan alone, which simulates better than the replay-scored choice (gather 0.979 of
     # the bound against 0.899).
     shared = None
-    for plan, deadlines, chunks in itertools.product(plans, (True, False), counts):
+    for plans, deadlines, chunks in itertools.product(candidates, (True, False), counts):
         coll = replace(collective, chunk_factor=chunks)
         chunk_bytes = coll.chunk_bytes(size_bytes)
-        jobs = _path_jobs(coll, plan, chunks, topology, chunk_bytes, deadlines)
+        jobs = _path_jobs(coll, plans, chunks, topology, chunk_bytes, deadlines)
         if shared is None:
             shared = bool(topology.switches) and _shares_links(jobs)
         for how in (None, *BUILT):
@@ -1348,23 +1356,24 @@ def _forward_paths(topology: Topology, collective: Collective, size_bytes: float
             # mean of the planned and the replayed makespans, as the forests' search does
             score = (makespan + _replayed_makespan(jobs, topology, chunk_bytes, order)) / 2 if shared else makespan
             if best is None or score < best[0] * (1 - 1e-9):
-                best = (score, coll, jobs, start, end, heads, plan)
+                best = (score, coll, jobs, start, end, heads, plans)
     if best is None:
         return None
-    score, coll, jobs, start, end, heads, plan = best
+    score, coll, jobs, start, end, heads, plans = best
     groups = _message_groups(jobs, heads)
     transfers = [Transfer(float(start[i]), float(end[i]), chunk, jobs.src[i], jobs.dst[i], False, jobs.route[i], 0,
                           groups[i]) for i, msg in enumerate(jobs.msg) for chunk in msg]
     transfers.sort(key=lambda t: (t.start, t.end))
-    notes = {"paths": len(plan.paths), "chunks_per_root": coll.chunk_factor, "score_us": score,
-             "flow_time_us": plan.time_per_byte_us * _per_root_bytes(name, n, size_bytes)}
-    return Schedule(coll, topology.name, tuple(transfers), method="trees", size_bytes=float(size_bytes),
+    notes = {"paths": sum(len(plan.paths) for plan in plans), "chunks_per_root": coll.chunk_factor,
+             "score_us": score, "flow_time_us": plans[0].time_per_byte_us * _per_root_bytes(name, n, size_bytes)}
+    return Schedule(coll, topology.name, tuple(transfers), method=method, size_bytes=float(size_bytes),
                     predicted_time_us=float(end.max()), notes=notes)
 
 
-def _path_jobs(coll: Collective, plan: PathPlan, chunks: int, fabric: Topology, chunk_bytes: float,
-               deadlines: bool = True) -> _Jobs:
-    """One job per chunk and hop: rank ``q``'s chunks are shared among its paths in proportion to their
+def _path_jobs(coll: Collective, plans: tuple[PathPlan, ...], chunks: int, fabric: Topology, chunk_bytes: float,
+                deadlines: bool = True) -> _Jobs:
+    """One job per chunk and hop, for the paths of every plan (one per root): rank ``q``'s chunks from
+    the plan's root are shared among its paths in proportion to their
     flow (largest remainders), a contiguous block each, and pipelined down the path. Priority with
     ``deadlines``: the latest start that keeps the flow's pace (earliest deadline first): chunk ``j``
     of ``m`` on a path is due at its rank at ``(j+1)/m`` of the flow's time, less the α-β time of the
@@ -1372,7 +1381,7 @@ def _path_jobs(coll: Collective, plan: PathPlan, chunks: int, fabric: Topology, 
     :func:`add_broadcast`: the chunk's position in its path's data less the hops ahead. Which one is
     faster depends on the fabric; :func:`_forward_paths` times both."""
     n = coll.num_ranks
-    span = plan.time_per_byte_us * chunk_bytes * chunks
+    span = plans[0].time_per_byte_us * chunk_bytes * chunks   # the flow's time: the plans share one T
     link_index = {(link.src, link.dst): i for i, link in enumerate(fabric.links)}
     _, _, bw, alpha = fabric.arrays
 
@@ -1381,25 +1390,28 @@ def _path_jobs(coll: Collective, plan: PathPlan, chunks: int, fabric: Topology, 
         return route_alpha_us + chunk_bytes / (route_bw * 1e3)
 
     jobs = _Jobs.empty()
-    by_dest: dict[int, list[int]] = defaultdict(list)
-    for p, path in enumerate(plan.paths):
-        by_dest[path.dest].append(p)
-    for q, members in sorted(by_dest.items()):
-        ids = ([coll.contribution(plan.root, q * chunks + s) for s in range(chunks)] if coll.name == "scatter"
-               else [coll.contribution(q, s) for s in range(chunks)])
-        counts = split_counts(chunks, [plan.paths[p].share for p in members])
-        pos = 0
-        for p, count in zip(members, counts):
-            hops = plan.paths[p].hops
-            times = [hop_us(*hop) for hop in hops]
-            for j, chunk in enumerate(ids[pos:pos + count]):
-                before = ()
-                for h, (src, dst, route) in enumerate(hops):
-                    latest = (span * (j + 1) / count - sum(times[h:]) if deadlines
-                              else (j + 1 - (len(hops) - h - 1)) / count)
-                    key = (0, latest, h - len(hops), (dst - src) % n, p, h)
-                    before = (jobs.add((chunk,), src, dst, route, False, before, key),)
-            pos += count
+    first = 0    # paths numbered across plans, for the priority's last ties
+    for plan in plans:
+        by_dest: dict[int, list[int]] = defaultdict(list)
+        for p, path in enumerate(plan.paths):
+            by_dest[path.dest].append(p)
+        for q, members in sorted(by_dest.items()):
+            ids = ([coll.contribution(plan.root, q * chunks + s) for s in range(chunks)]
+                   if coll.name in ("scatter", "alltoall") else [coll.contribution(q, s) for s in range(chunks)])
+            counts = split_counts(chunks, [plan.paths[p].share for p in members])
+            pos = 0
+            for p, count in zip(members, counts):
+                hops = plan.paths[p].hops
+                times = [hop_us(*hop) for hop in hops]
+                for j, chunk in enumerate(ids[pos:pos + count]):
+                    before = ()
+                    for h, (src, dst, route) in enumerate(hops):
+                        latest = (span * (j + 1) / count - sum(times[h:]) if deadlines
+                                  else (j + 1 - (len(hops) - h - 1)) / count)
+                        key = (0, latest, h - len(hops), (dst - src) % n, first + p, h)
+                        before = (jobs.add((chunk,), src, dst, route, False, before, key),)
+                pos += count
+        first += len(plan.paths)
     return jobs
 
 
