@@ -145,3 +145,10 @@ def test_alltoall_relays_where_the_runtime_route_is_a_slow_switch():
     assert result.bound_us / result.time_us > 0.9 > 0.6 > result.bound_us / direct.time_us
     relayed = {t.chunk for t in result.schedule.transfers if t.src != result.collective.split_contribution(t.chunk)[0]}
     assert relayed
+
+
+def test_alltoall_in_place_is_refused_with_a_reason():
+    from synth.topology.io import load_topology
+
+    with pytest.raises(SynthError, match="in-place alltoall is not supported by lp"):
+        synthesize(load_topology("dgx1"), Collective("alltoall", 8, inplace=True), GiB, SynthOptions())

@@ -188,6 +188,9 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
 def _alltoall(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
               solver: str) -> Schedule:
     """The alltoall of the module docstring: the concurrent flow's paths, pipelined and list-scheduled."""
+    if collective.inplace:
+        raise SynthError("in-place alltoall is not supported by lp (its relays stage pieces in buffers the "
+                         "in-place output overwrites); use the out-of-place form")
     pairs = len(rank_routes(topology))
     if topology.num_ranks * pairs > ALLTOALL_VARIABLES:
         raise SynthError(f"method lp: the alltoall flow LP on {topology.name} would have "
