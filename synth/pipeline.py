@@ -79,11 +79,10 @@ def _bound_us(topology: Topology, collective: Collective, size_bytes: float) -> 
 
 
 def _run_one(topology: Topology, collective: Collective, size_bytes: float, method: str,
-             options: SynthOptions) -> tuple[Schedule, Program, float, str, str | None]:
-    """Run one method and lower + verify its result. Returns (schedule, program, seconds, status, solver)."""
-    from synth.program.lower import lower
+             options: SynthOptions) -> tuple[list[tuple[Schedule, Program]], float, str, str | None]:
+    """Run one method and lower + verify its result. Returns ([(schedule, program)], seconds, status, solver):
+    the method's schedule first, then each of its ``alternatives`` that lowers within MSCCL's limits."""
     from synth.synthesis.registry import get_method
-    from synth.verify import verify
 
     spec = get_method(method)
     if collective.name not in spec.collectives:
@@ -101,24 +100,43 @@ def _run_one(topology: Topology, collective: Collective, size_bytes: float, meth
     seconds = time.perf_counter() - t0
     if not isinstance(schedule, Schedule):
         raise SynthError(f"internal: method {spec.name} returned {type(schedule).__name__}, not a Schedule")
-    coll = schedule.collective
-    if (coll.name, coll.num_ranks, coll.root) != (collective.name, collective.num_ranks, collective.root):
-        raise SynthError(f"internal: method {spec.name} solved {coll.name} on {coll.num_ranks} ranks (root "
-                         f"{coll.root}) instead of the requested {collective.name} on {collective.num_ranks}")
-    if options.chunks is not None and coll.chunk_factor != options.chunks:
-        raise SynthError(f"internal: method {spec.name} ignored --chunks {options.chunks} "
-                         f"(used {coll.chunk_factor})")
     if not schedule.method:
         schedule = replace(schedule, method=spec.name)
-    name = f"{coll.name}-{spec.name}-{topology.name}"
+    lowered = [(schedule, _program(topology, collective, spec.name, schedule, options))]
+    for alternative in schedule.alternatives:
+        alternative = replace(alternative, method=alternative.method or spec.name)
+        try:
+            lowered.append((alternative, _program(topology, collective, spec.name, alternative, options)))
+        except SynthError as exc:
+            if str(exc).startswith("internal"):
+                raise
+    status = str(schedule.notes.get("status") or ("heuristic" if spec.kind == "heuristic" else "feasible"))
+    solver = schedule.notes.get("solver") or (None if spec.kind == "heuristic" else options.solver)
+    return [(replace(s, alternatives=()), program) for s, program in lowered], seconds, status, solver
+
+
+def _program(topology: Topology, collective: Collective, method: str, schedule: Schedule,
+             options: SynthOptions) -> Program:
+    """``schedule`` checked against the request, lowered, verified and held to MSCCL's limits."""
+    from synth.program.lower import lower
+    from synth.verify import verify
+
+    coll = schedule.collective
+    if (coll.name, coll.num_ranks, coll.root) != (collective.name, collective.num_ranks, collective.root):
+        raise SynthError(f"internal: method {method} solved {coll.name} on {coll.num_ranks} ranks (root "
+                         f"{coll.root}) instead of the requested {collective.name} on {collective.num_ranks}")
+    if options.chunks is not None and coll.chunk_factor != options.chunks:
+        raise SynthError(f"internal: method {method} ignored --chunks {options.chunks} "
+                         f"(used {coll.chunk_factor})")
+    name = f"{coll.name}-{method}-{topology.name}"
     try:
         program = lower(schedule, name=name)
     except SynthError as exc:
-        raise SynthError(f"method {spec.name}: {exc}") from None
+        raise SynthError(f"method {method}: {exc}") from None
     result = verify(program, coll)
     if not result.ok:
         first = result.errors[0] if result.errors else "unknown error"
-        raise SynthError(f"internal: method {spec.name} produced an invalid program: {first}")
+        raise SynthError(f"internal: method {method} produced an invalid program: {first}")
     try:
         from synth.program.msccl_xml import check_runtime_limits
     except ImportError:  # pragma: no cover - formats stage always present in a release
@@ -127,10 +145,8 @@ def _run_one(topology: Topology, collective: Collective, size_bytes: float, meth
         try:
             check_runtime_limits(program)
         except SynthError as exc:
-            raise SynthError(f"method {spec.name}: program exceeds an MSCCL limit: {exc}") from None
-    status = str(schedule.notes.get("status") or ("heuristic" if spec.kind == "heuristic" else "feasible"))
-    solver = schedule.notes.get("solver") or (None if spec.kind == "heuristic" else options.solver)
-    return schedule, program, seconds, status, solver
+            raise SynthError(f"method {method}: program exceeds an MSCCL limit: {exc}") from None
+    return program
 
 
 OPTIMAL_GAP = 1e-6
@@ -224,8 +240,11 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
                 tried.append({"method": m, **row, "error": f"not started: the {budget:g} s time budget is spent"})
                 continue
         try:
-            schedule, program, seconds, status, solver = _run_one(topology, collective, size_bytes, m, opts)
-            sim = simulate(program, topology, size_bytes, record_events=False)
+            lowered, seconds, status, solver = _run_one(topology, collective, size_bytes, m, opts)
+            # the method's alternatives are timed as its schedule is, and the fastest kept
+            timed = [(simulate(program, topology, size_bytes, record_events=False), schedule, program)
+                     for schedule, program in lowered]
+            sim, schedule, program = min(timed, key=lambda t: rank(t[0], t[2]))
         except SynthError as exc:
             if key != "auto":
                 raise

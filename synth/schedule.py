@@ -39,6 +39,10 @@ class Schedule:
     size_bytes: float = 0.0
     predicted_time_us: float = 0.0
     notes: dict = field(default_factory=dict, compare=False)
+    # Runner-up schedules the method's own model cannot rank against this one (behind shared switch
+    # links its plans and replays mispredict the runtime): the pipeline lowers, verifies and times
+    # each one as it does this schedule, and keeps the fastest.
+    alternatives: tuple[Schedule, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def makespan(self) -> float:

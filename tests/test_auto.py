@@ -239,3 +239,29 @@ def test_auto_says_what_keeping_a_runnable_program_costs():
     fastest = synthesize(topology, "allreduce", 64 * MiB, options=SynthOptions(time_limit=30, runtime_chunks=False))
     assert fastest.method == faster["method"] and fastest.time_us == pytest.approx(faster["time_us"], rel=1e-6)
     assert not any("--any-chunks" in n for n in fastest.notes)
+
+
+def test_pipeline_times_a_methods_alternatives_and_keeps_the_fastest(monkeypatch):
+    """A method may hand runner-ups it cannot rank (Schedule.alternatives): each is lowered, verified and
+    simulated like its schedule, and the fastest is what the pipeline reports and writes."""
+    import synth.synthesis.registry as registry
+    from synth.synthesis.baselines import DIRECT
+    from synth.synthesis.ring import METHOD as RING
+
+    topology = load_topology("dgx1")
+    collective = Collective("alltoall", 8)
+    slow = RING.run(topology, collective, 64 * MiB, SynthOptions())
+    fast = DIRECT.run(topology, collective, 64 * MiB, SynthOptions())
+    ring_us = synthesize(topology, "alltoall", 64 * MiB, "ring").time_us
+    direct_us = synthesize(topology, "alltoall", 64 * MiB, "direct").time_us
+    assert direct_us < ring_us
+
+    def proposing(*args) -> object:
+        return replace(slow, alternatives=(fast,))
+
+    spec = MethodSpec("proposer", proposing, frozenset({"alltoall"}), "a slow schedule and a faster runner-up")
+    real = registry.get_method
+    monkeypatch.setattr(registry, "get_method", lambda name: spec if name == "proposer" else real(name))
+    result = synthesize(topology, "alltoall", 64 * MiB, "proposer")
+    assert result.time_us == pytest.approx(direct_us)
+    assert result.schedule.transfers == fast.transfers and result.schedule.alternatives == ()

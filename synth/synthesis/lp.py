@@ -57,7 +57,7 @@ SUPPORTED = frozenset({"allgather", "reducescatter", "allreduce", "broadcast", "
 ALLTOALL_CHUNKS = (1, 2, 4, 8, 16)   # chunks per rank piece tried on the alltoall flow's paths
 ALLTOALL_VARIABLES = 200_000         # sources x routed rank pairs the alltoall LP may have
 ALLTOALL_JOBS = 50_000               # chunk-hops one list schedule of the alltoall may take (mi250-2node, 16
-                                     # chunks: 26k; each count is scheduled 24 ways)
+                                     # chunks: 26k; each count is scheduled 36 ways)
 LP_SOLVERS = ("highs", "cbc", "pulp-highs", "glop", "pdlp")
 TREE_SCALE = 48   # K: arborescences per root in the decomposition
 # HiGHS solves LPs this large by interior point (+ crossover) instead of its default dual simplex:
@@ -199,7 +199,8 @@ def _alltoall(topology: Topology, collective: Collective, size_bytes: float, opt
     candidates = plan_alltoall_paths(topology, solver, options.time_limit)
     unit_hops = max(sum(path.share * len(path.hops) for plan in plans for path in plan.paths) for plans in candidates)
     counts = tuple(c for c in ALLTOALL_CHUNKS if c == 1 or c * unit_hops <= ALLTOALL_JOBS)
-    schedule = _forward_paths(topology, collective, size_bytes, options, candidates, counts, method="lp")
+    schedule = _forward_paths(topology, collective, size_bytes, options, candidates, counts, method="lp",
+                              priorities=("deadline", "position", "shift"), alternatives=True)
     if schedule is None:
         raise SynthError(f"method lp: no alltoall program on the flow's paths fits MSCCL's limits on "
                          f"{topology.name}; try a smaller --chunks")

@@ -1317,31 +1317,34 @@ def _one_each(plans: list[PathPlan]) -> list[tuple[PathPlan, ...]]:
 
 def _forward_paths(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
                    candidates: list[tuple[PathPlan, ...]], counts_tried: tuple[int, ...] = PATH_CHUNKS,
-                   method: str = "trees") -> Schedule | None:
+                   method: str = "trees", priorities: tuple[str, ...] = ("deadline", "position"),
+                   alternatives: bool = False) -> Schedule | None:
     """Scatter, gather or alltoall on flow paths (each candidate: one plan per root,
     :func:`synth.synthesis.paths.plan_paths` with each path walked in the collective's direction, or
     :func:`synth.synthesis.paths.plan_alltoall_paths`) instead of a broadcast forest, whose subtrees load
     links by where ranks sit in the trees rather than by what the cut needs (dgx-a100-2node scatter: 0.71
     of the bound on trees).
     Each rank's chunks are shared among its paths by their flow and pipelined hop by hop (one job per
-    chunk, coalesced as in :func:`list_schedule`), for each plan, both priorities of :func:`_path_jobs`
+    chunk, coalesced as in :func:`list_schedule`), for each plan, each of ``priorities`` of :func:`_path_jobs`
     and each of ``counts_tried`` chunks per rank piece (or ``--chunks``) within MSCCL's limits; the
     fastest is kept (behind shared switch links by the mean of the planned and the replayed makespan,
-    :func:`_replayed_makespan`). None if no candidate fits."""
+    :func:`_replayed_makespan`). With ``alternatives`` the best of every other priority comes along as
+    the schedule's alternatives, for the pipeline to time (behind switches the score mispredicts which
+    priority the runtime serves best). None if no candidate fits."""
     name, n = collective.name, topology.num_ranks
     fit = _chunk_fit(collective, size_bytes, options)
     counts = [options.chunks] if options.chunks else sorted({fit(c)[0] for c in counts_tried})
     limit = MAX_CHANNELS * MAX_STEPS_PER_TB
-    best = None
+    best: dict[str, tuple] = {}   # priority -> its best (score, collective, jobs, start, end, heads, plans)
     # Do rank pairs share switch links (the runtime's arbitration then matters)? Judged on the first
     # candidate, the fewest chunks. On mi250-2node its few transfers share none, so candidates there are
     # scored by their plan alone, which simulates better than the replay-scored choice (gather 0.979 of
     # the bound against 0.899).
     shared = None
-    for plans, deadlines, chunks in itertools.product(candidates, (True, False), counts):
+    for plans, priority, chunks in itertools.product(candidates, priorities, counts):
         coll = replace(collective, chunk_factor=chunks)
         chunk_bytes = coll.chunk_bytes(size_bytes)
-        jobs = _path_jobs(coll, plans, chunks, topology, chunk_bytes, deadlines)
+        jobs = _path_jobs(coll, plans, chunks, topology, chunk_bytes, priority)
         if shared is None:
             shared = bool(topology.switches) and _shares_links(jobs)
         for how in (None, *BUILT):
@@ -1355,11 +1358,21 @@ def _forward_paths(topology: Topology, collective: Collective, size_bytes: float
             # behind shared switch links the runtime serves sends as they become ready: score the
             # mean of the planned and the replayed makespans, as the forests' search does
             score = (makespan + _replayed_makespan(jobs, topology, chunk_bytes, order)) / 2 if shared else makespan
-            if best is None or score < best[0] * (1 - 1e-9):
-                best = (score, coll, jobs, start, end, heads, plans)
-    if best is None:
+            if priority not in best or score < best[priority][0] * (1 - 1e-9):
+                best[priority] = (score, coll, jobs, start, end, heads, plans)
+    if not best:
         return None
-    score, coll, jobs, start, end, heads, plans = best
+    ranked = sorted(best.values(), key=lambda found: found[0])
+    schedules = [_path_schedule_of(topology, name, size_bytes, method, *found)
+                 for found in (ranked if alternatives else ranked[:1])]
+    return replace(schedules[0], alternatives=tuple(schedules[1:]))
+
+
+def _path_schedule_of(topology: Topology, name: str, size_bytes: float, method: str, score: float,
+                      coll: Collective, jobs: _Jobs, start: np.ndarray, end: np.ndarray, heads: list[int] | None,
+                      plans: tuple[PathPlan, ...]) -> Schedule:
+    """The Schedule of one timed path candidate of :func:`_forward_paths`."""
+    n = topology.num_ranks
     groups = _message_groups(jobs, heads)
     transfers = [Transfer(float(start[i]), float(end[i]), chunk, jobs.src[i], jobs.dst[i], False, jobs.route[i], 0,
                           groups[i]) for i, msg in enumerate(jobs.msg) for chunk in msg]
@@ -1371,15 +1384,19 @@ def _forward_paths(topology: Topology, collective: Collective, size_bytes: float
 
 
 def _path_jobs(coll: Collective, plans: tuple[PathPlan, ...], chunks: int, fabric: Topology, chunk_bytes: float,
-                deadlines: bool = True) -> _Jobs:
+               priority: str = "deadline") -> _Jobs:
     """One job per chunk and hop, for the paths of every plan (one per root): rank ``q``'s chunks from
-    the plan's root are shared among its paths in proportion to their
-    flow (largest remainders), a contiguous block each, and pipelined down the path. Priority with
-    ``deadlines``: the latest start that keeps the flow's pace (earliest deadline first): chunk ``j``
-    of ``m`` on a path is due at its rank at ``(j+1)/m`` of the flow's time, less the α-β time of the
-    hops still ahead, so data bound for a slow last hop (a NIC) leaves the root first. Otherwise as in
-    :func:`add_broadcast`: the chunk's position in its path's data less the hops ahead. Which one is
-    faster depends on the fabric; :func:`_forward_paths` times both."""
+    the plan's root are shared among its paths in proportion to their flow (largest remainders), a
+    contiguous block each, and pipelined down the path. ``priority`` ``deadline``: the latest start
+    that keeps the flow's pace (earliest deadline first): chunk ``j`` of ``m`` on a path is due at its
+    rank at ``(j+1)/m`` of the flow's time, less the α-β time of the hops still ahead, so data bound for
+    a slow last hop (a NIC) leaves the root first. ``position``: as in :func:`add_broadcast`, the
+    chunk's position in its path's data less the hops ahead. ``shift`` (alltoall): the chunk's index,
+    then the destination's offset from the root, so that each root's ``j``-th chunks go out to its
+    peers in the order ``root+1, root+2, ...``: at any time the roots tend to feed different ranks, the
+    rounds of permutations a switch serves without two circuits meeting at one port (dgx-a100-4node
+    1 GiB alltoall: 0.691 -> 0.781 of the bound). Which one is fastest depends on the fabric;
+    :func:`_forward_paths` times those it is given."""
     n = coll.num_ranks
     span = plans[0].time_per_byte_us * chunk_bytes * chunks   # the flow's time: the plans share one T
     link_index = {(link.src, link.dst): i for i, link in enumerate(fabric.links)}
@@ -1402,13 +1419,17 @@ def _path_jobs(coll: Collective, plans: tuple[PathPlan, ...], chunks: int, fabri
             pos = 0
             for p, count in zip(members, counts):
                 hops = plan.paths[p].hops
+                offset = (plan.paths[p].dest - plan.root) % n
                 times = [hop_us(*hop) for hop in hops]
                 for j, chunk in enumerate(ids[pos:pos + count]):
                     before = ()
                     for h, (src, dst, route) in enumerate(hops):
-                        latest = (span * (j + 1) / count - sum(times[h:]) if deadlines
-                                  else (j + 1 - (len(hops) - h - 1)) / count)
-                        key = (0, latest, h - len(hops), (dst - src) % n, first + p, h)
+                        if priority == "shift":
+                            key = (0, j, offset, h, first + p)
+                        else:
+                            latest = (span * (j + 1) / count - sum(times[h:]) if priority == "deadline"
+                                      else (j + 1 - (len(hops) - h - 1)) / count)
+                            key = (0, latest, h - len(hops), (dst - src) % n, first + p, h)
                         before = (jobs.add((chunk,), src, dst, route, False, before, key),)
                 pos += count
         first += len(plan.paths)
