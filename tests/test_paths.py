@@ -66,3 +66,25 @@ def test_switch_routes_are_the_runtimes():
     for plan in plan_paths(topology, 0):
         assert all(route == (4,) for path in plan.paths for _, _, route in path.hops)
         assert plan.time_per_byte_us == pytest.approx(3 / 100e3)
+
+
+def test_gather_hands_its_runner_ups_to_the_pipeline():
+    """The forest and the paths' best schedule per priority all go to the pipeline (the method's own
+    scores mispredict the runtime behind shared switch links), which keeps the fastest it simulates."""
+    from synth.collectives import Collective
+    from synth.pipeline import synthesize
+    from synth.program.lower import lower
+    from synth.simulate import simulate
+    from synth.synthesis import trees
+    from synth.synthesis.base import SynthOptions
+    from synth.topology.io import load_topology
+
+    topology = load_topology("dgx-a100-2node")
+    size = 2**30
+    schedule = trees.synthesize(topology, Collective("gather", 16), size, SynthOptions())
+    candidates = [schedule, *schedule.alternatives]
+    assert len(candidates) >= 3
+    assert any("trees_per_root" in s.notes for s in candidates)     # the forest
+    assert any("paths" in s.notes for s in candidates)              # the flow's paths
+    simulated = [simulate(lower(s), topology, size).time_us for s in candidates]
+    assert synthesize(topology, "gather", size, "trees").time_us == pytest.approx(min(simulated))

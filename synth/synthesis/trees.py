@@ -1153,9 +1153,9 @@ def _or_paths(topology: Topology, collective: Collective, size_bytes: float, opt
     found = _path_schedule(topology, collective, size_bytes, options)
     if found is None:
         return best
-    found = _justified(topology, found)
-    score = max(found.predicted_time_us, found.notes["score_us"])
-    return found if score < best.predicted_time_us * (1 - 1e-9) else best
+    ranked = sorted([best, *(_justified(topology, s) for s in (found, *found.alternatives))],
+                    key=lambda s: max(s.predicted_time_us, s.notes.get("score_us", 0.0)))
+    return replace(ranked[0], alternatives=tuple(replace(s, alternatives=()) for s in ranked[1:]))
 
 
 def _forest_phases(collective: Collective) -> list[tuple[tuple[int, ...], bool]]:
@@ -1269,11 +1269,15 @@ def _path_schedule(topology: Topology, collective: Collective, size_bytes: float
     except SynthError:
         return None
     if name == "gather":
-        return _forward_paths(topology, collective, size_bytes, options, _one_each(_towards_root(flows)))
-    found = [_forward_paths(topology, collective, size_bytes, options, _one_each(flows)),
+        return _forward_paths(topology, collective, size_bytes, options, _one_each(_towards_root(flows)),
+                              alternatives=True)
+    found = [_forward_paths(topology, collective, size_bytes, options, _one_each(flows), alternatives=True),
              _mirrored_gather(topology, collective, size_bytes, options, _towards_root(flows))]
-    return min((schedule for schedule in found if schedule is not None),
-               key=lambda schedule: schedule.predicted_time_us, default=None)
+    found = sorted((schedule for schedule in found if schedule is not None), key=lambda s: s.predicted_time_us)
+    if not found:
+        return None
+    rest = [runner_up for schedule in found for runner_up in (schedule, *schedule.alternatives)][1:]
+    return replace(found[0], alternatives=tuple(replace(s, alternatives=()) for s in rest))
 
 
 def _towards_root(plans: list[PathPlan]) -> list[PathPlan]:
