@@ -18,7 +18,7 @@ Cost model (SPEC "Cost model"):
 - a send between ranks that share no link takes the switch-only path of
   :mod:`synth.topology.routes` (fewest hops, then smallest summed α; equal-cost paths spread by
   destination, as fat-tree routing does). When no such path exists (a foreign program on a sparse
-  topology) the shortest path may cross other ranks (then smallest node ids), which only forward.
+  topology) the shortest path may cross other ranks, which only forward (ties spread the same way).
   A routed transfer pays every hop's α plus ``b`` / (the smallest bw on the route), and holds every
   link of the route for its whole duration (circuit-style, as in SPEC), so it starts when all of
   them are free;
@@ -121,7 +121,7 @@ class Router:
     """Shortest routes between ranks as tuples of link ids (see module docstring for the order).
 
     Per source rank, computed lazily and cached: the equal-cost switch-only paths of
-    :mod:`synth.topology.routes`, and only where a destination has none, one Dijkstra across ranks.
+    :mod:`synth.topology.routes`, and only where a destination has none, those across ranks.
     A route record is (link ids, summed α, bottleneck bw); a direct link always wins (one hop).
     """
 
@@ -130,47 +130,14 @@ class Router:
         self.link_ids = {(link.src, link.dst): i for i, link in enumerate(topology.links)}
         self.alpha = [link.alpha for link in topology.links]
         self.bw = [link.bw * 1e3 for link in topology.links]  # bytes per µs
-        self._adj: list[list[tuple[int, int]]] = [[] for _ in range(topology.num_nodes)]
-        for i, link in enumerate(topology.links):
-            self._adj[link.src].append((link.dst, i))
-        for out in self._adj:
-            out.sort()
-        self._trees: dict[int, dict[int, Route]] = {}
-        self._preds: dict[int, dict[int, list[int]]] = {}
+        self._preds: dict[tuple[int, bool], dict[int, list[int]]] = {}
 
-    def _tree(self, src: int) -> dict[int, Route]:
-        """Routes from ``src`` to every reachable node, crossing ranks where that is shorter."""
-        key = src
-        tree = self._trees.get(key)
-        if tree is not None:
-            return tree
-        adj, alphas, bws = self._adj, self.alpha, self.bw
-        inf = float("inf")
-        best: dict[int, tuple[int, float]] = {src: (0, 0.0)}
-        tree = {src: ((), 0.0, inf)}
-        heap: list[tuple[int, float, int]] = [(0, 0.0, src)]
-        done: set[int] = set()
-        while heap:
-            hops, alpha, u = heapq.heappop(heap)
-            if u in done:
-                continue
-            done.add(u)
-            links, _, bw = tree[u]
-            for v, lid in adj[u]:
-                cand = (hops + 1, alpha + alphas[lid])
-                old = best.get(v)
-                if old is None or cand < old:
-                    best[v] = cand
-                    tree[v] = (links + (lid,), cand[1], min(bw, bws[lid]))
-                    heapq.heappush(heap, (cand[0], cand[1], v))
-        self._trees[key] = tree
-        return tree
-
-    def _switch_route(self, src: int, dst: int) -> Route | None:
-        """The switch-only route of :mod:`synth.topology.routes` (ties spread by destination)."""
-        preds = self._preds.get(src)
+    def _route_via(self, src: int, dst: int, through_ranks: bool) -> Route | None:
+        """The route of :mod:`synth.topology.routes` (ties spread by destination), over switches only or,
+        with ``through_ranks``, across other ranks too."""
+        preds = self._preds.get((src, through_ranks))
         if preds is None:
-            preds = self._preds[src] = switch_predecessors(self.topology, src)
+            preds = self._preds[(src, through_ranks)] = switch_predecessors(self.topology, src, through_ranks)
         if dst not in preds or src == dst:
             return None
         path = pick_path(dst, preds.__getitem__)
@@ -182,7 +149,7 @@ class Router:
         lid = self.link_ids.get((src, dst))
         if lid is not None:
             return (lid,), self.alpha[lid], self.bw[lid]
-        found = self._switch_route(src, dst) or self._tree(src).get(dst)
+        found = self._route_via(src, dst, False) or self._route_via(src, dst, True)
         if found is None or src == dst:
             raise SynthError(f"topology {self.topology.name!r} has no path from rank {src} to rank {dst}")
         return found

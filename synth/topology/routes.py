@@ -22,9 +22,10 @@ Path = tuple[int, ...]
 ALPHA_TOLERANCE = 1e-9   # Σα that differ by rounding only tie
 
 
-def switch_predecessors(topology: Topology, src: int) -> dict[int, list[int]]:
-    """Per node reachable from rank ``src`` over switches only: its predecessors on the paths with the
-    fewest hops, then the least Σα (every one of them where several tie), in id order."""
+def switch_predecessors(topology: Topology, src: int, through_ranks: bool = False) -> dict[int, list[int]]:
+    """Per node reachable from rank ``src`` over switches only (``through_ranks``: over other ranks
+    too): its predecessors on the paths with the fewest hops, then the least Σα (every one of them
+    where several tie), in id order."""
     best: dict[int, tuple[int, float]] = {src: (0, 0.0)}
     preds: dict[int, list[int]] = {src: []}
     heap = [(0, 0.0, src)]
@@ -34,7 +35,7 @@ def switch_predecessors(topology: Topology, src: int) -> dict[int, list[int]]:
         if node in done:
             continue
         done.add(node)
-        if node != src and topology.is_rank(node):
+        if node != src and topology.is_rank(node) and not through_ranks:
             continue  # ranks are endpoints, never forwarders
         for link in topology.out_links[node]:
             cand = (hops + 1, alpha + link.alpha)
