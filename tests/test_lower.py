@@ -177,8 +177,12 @@ def test_connections_spread_over_channels():
 
 
 def test_too_many_steps_suggests_fewer_chunks():
-    with pytest.raises(SynthError, match="--chunks"):
+    with pytest.raises(SynthError, match="use a smaller --chunks"):
         lower(ring_allgather(4, c=40, grouped=False), max_steps_per_tb=2)
+    # at one chunk per piece fewer chunks cannot help: the error says so instead
+    with pytest.raises(SynthError, match="one chunk per piece; another method may fit") as caught:
+        lower(ring_allgather(70, c=1, grouped=False), max_steps_per_tb=2)   # 69 sends on 0->1, 32 x 2 fit
+    assert "--chunks" not in str(caught.value)
 
 
 def test_sending_before_arrival_is_rejected():

@@ -698,9 +698,10 @@ def effective_deps(a: _Assignment, waiter: np.ndarray, waited: np.ndarray) -> tu
 
 
 def assign(ops: _Ops, m: _Merged, waiter: np.ndarray, waited: np.ndarray,
-           max_steps: int) -> tuple[_Assignment, np.ndarray, np.ndarray]:
+           max_steps: int, advice: str = "use a smaller --chunks") -> tuple[_Assignment, np.ndarray, np.ndarray]:
     """Split connections over channels until every send/receive threadblock fits ``max_steps``.
-    Returns the assignment and its effective dependencies (see :func:`effective_deps`)."""
+    Returns the assignment and its effective dependencies (see :func:`effective_deps`); ``advice``
+    ends the error where they cannot fit."""
     nconn = int(m.conn_id.max(initial=-1)) + 1
     base = int(m.conn_chan.max(initial=0)) + 1
     split = np.ones(nconn, dtype=np.int64)
@@ -734,8 +735,8 @@ def assign(ops: _Ops, m: _Merged, waiter: np.ndarray, waited: np.ndarray,
                     f"lowering: connection {m.conn_src[i]}->{m.conn_dst[i]} carries {total} transfers (and the "
                     f"nop steps of their dependencies), more than the {ways} channel(s) of {max_steps} steps it "
                     f"can spread over hold (channel {int(chan_of_conn[conn])} plus multiples of the schedule's "
-                    f"{base}, below {MAX_CHANNELS}); use a smaller --chunks")
-    raise SynthError("lowering: could not fit the threadblocks within the MSCCL step limit; use a smaller --chunks")
+                    f"{base}, below {MAX_CHANNELS}); {advice}")
+    raise SynthError(f"lowering: could not fit the threadblocks within the MSCCL step limit; {advice}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -884,14 +885,17 @@ def _lower(schedule: Schedule, name: str | None, max_steps_per_tb: int) -> Progr
     waiter, waited = dependencies(coll, layout, ops, tr)
     merged, waiter, waited = merge(ops, tr, waiter, waited)
     up_w, up_d = uplink_dependencies(ops, tr, merged)
+    # at one chunk per piece a smaller --chunks cannot help: the method's pattern itself does not fit
+    advice = ("use a smaller --chunks" if coll.chunk_factor > 1 else
+              "that is the method's pattern at one chunk per piece; another method may fit (-m auto keeps those)")
     assignment, w, d = assign(ops, merged, np.concatenate([waiter, up_w]), np.concatenate([waited, up_d]),
-                              max_steps_per_tb)
+                              max_steps_per_tb, advice)
     crowded = _depended_tbs_per_rank(assignment, d, coll.num_ranks) > MAX_DEP_TB + 1
     if crowded.any():
         # uplink order is an optimisation: drop it on ranks where it would break MSCCL's tb-id limit
         keep = ~crowded[ops.rank[up_d]]
         assignment, w, d = assign(ops, merged, np.concatenate([waiter, up_w[keep]]),
-                                  np.concatenate([waited, up_d[keep]]), max_steps_per_tb)
+                                  np.concatenate([waited, up_d[keep]]), max_steps_per_tb, advice)
     waiter, waited = w, d
     default = f"{coll.name}-{schedule.method or 'schedule'}-{schedule.topology or 'topology'}"
     return emit(coll, schedule, ops, merged, assignment, waiter, waited, scratch, name or default)
