@@ -53,6 +53,16 @@ def test_show_table_and_switch_topology():
     assert info["diameter"] == 6 and info["per_rank"][3]["out_bw_GBps"] == 325.0
 
 
+def test_show_names_links_circuits_cap():
+    # leaf-spine-4x4: 100 GB/s leaf-spine links under 50 GB/s rank links; a transfer holds its route
+    info = json.loads(run("topology", "show", "leaf-spine-4x4", "--json").stdout)
+    capped = info["circuit_capped_links"]
+    assert len(capped) == 16 and {c["circuit_GBps"] for c in capped} == {50.0}
+    assert {"src": "leaf0", "dst": "spine0", "bw_GBps": 100.0, "circuit_GBps": 50.0} in capped
+    assert "16 link directions move less than their bandwidth" in run("topology", "show", "leaf-spine-4x4").stdout
+    assert json.loads(run("topology", "show", "dgx1", "--json").stdout)["circuit_capped_links"] == []
+
+
 def test_validate_ok_and_json(tmp_path):
     result = run("topology", "generate", "torus", "--dims", "3x3x3", "-o", str(tmp_path / "t.yaml"))
     assert result.exit_code == 0

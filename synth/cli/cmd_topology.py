@@ -69,7 +69,16 @@ def _details(topology) -> dict[str, Any]:
             {"rank": r, "in_bw_GBps": topology.in_bw(r), "out_bw_GBps": topology.out_bw(r)}
             for r in topology.ranks
         ],
+        "circuit_capped_links": _capped(topology),
     }
+
+
+def _capped(topology) -> list[dict[str, Any]]:
+    """Links a transfer can never fill: it holds its whole route at the route's smallest bandwidth
+    (``Topology.circuit_capacities``, what the bounds and methods plan with)."""
+    capped = topology.circuit_capacities()
+    return [{"src": topology.node_name(a.src), "dst": topology.node_name(a.dst), "bw_GBps": a.bw,
+             "circuit_GBps": b.bw} for a, b in zip(topology.links, capped.links) if b.bw < a.bw]
 
 
 @command.command(name="show")
@@ -102,6 +111,12 @@ def show_cmd(topology: str, as_json: bool) -> None:
         neighbours = ", ".join(str(topo.node_name(link.dst)) for link in topo.out_links[r])
         table.add_row(str(r), f"{topo.in_bw(r):g}", f"{topo.out_bw(r):g}", neighbours[:60])
     out.print(table)
+    capped = info["circuit_capped_links"]
+    if capped:
+        first = capped[0]
+        out.print(f"{len(capped)} link directions move less than their bandwidth, since a transfer holds its whole "
+                  f"route at the route's smallest bandwidth (e.g. {first['src']}->{first['dst']} "
+                  f"{first['bw_GBps']:g} -> {first['circuit_GBps']:g} GB/s); bounds and methods count that")
 
 
 @command.command(name="validate")
