@@ -107,12 +107,16 @@ def _run_one(topology: Topology, collective: Collective, size_bytes: float, meth
         alternative = replace(alternative, method=alternative.method or spec.name)
         try:
             lowered.append((alternative, _program(topology, collective, spec.name, alternative, options)))
-        except SynthError as exc:
-            if str(exc).startswith("internal"):
-                raise
+        except _DoesNotLower:
+            pass     # a runner-up that does not lower is no candidate; one that lowers wrong still raises
     status = str(schedule.notes.get("status") or ("heuristic" if spec.kind == "heuristic" else "feasible"))
     solver = schedule.notes.get("solver") or (None if spec.kind == "heuristic" else options.solver)
     return [(replace(s, alternatives=()), program) for s, program in lowered], seconds, status, solver
+
+
+class _DoesNotLower(SynthError):
+    """Lowering refused the schedule, or its program exceeds an MSCCL limit (the other failures of
+    :func:`_program` are a method's bugs, and raise for runner-ups too)."""
 
 
 def _program(topology: Topology, collective: Collective, method: str, schedule: Schedule,
@@ -132,7 +136,7 @@ def _program(topology: Topology, collective: Collective, method: str, schedule: 
     try:
         program = lower(schedule, name=name)
     except SynthError as exc:
-        raise SynthError(f"method {method}: {exc}") from None
+        raise _DoesNotLower(f"method {method}: {exc}") from None
     result = verify(program, coll)
     if not result.ok:
         first = result.errors[0] if result.errors else "unknown error"
@@ -145,7 +149,7 @@ def _program(topology: Topology, collective: Collective, method: str, schedule: 
         try:
             check_runtime_limits(program)
         except SynthError as exc:
-            raise SynthError(f"method {method}: program exceeds an MSCCL limit: {exc}") from None
+            raise _DoesNotLower(f"method {method}: program exceeds an MSCCL limit: {exc}") from None
     return program
 
 
