@@ -51,7 +51,6 @@ from synth.synthesis.trees import (
     schedule_from_plans,
 )
 from synth.topology.model import Topology
-from synth.topology.routes import rank_routes
 
 SUPPORTED = frozenset({"allgather", "reducescatter", "allreduce", "broadcast", "reduce", "alltoall"})
 ALLTOALL_CHUNKS = (1, 2, 4, 8, 16)   # chunks per rank piece tried on the alltoall flow's paths
@@ -191,12 +190,10 @@ def _alltoall(topology: Topology, collective: Collective, size_bytes: float, opt
     if collective.inplace:
         raise SynthError("in-place alltoall is not supported by lp (its relays stage pieces in buffers the "
                          "in-place output overwrites); use the out-of-place form")
-    pairs = len(rank_routes(topology))
-    if topology.num_ranks * pairs > ALLTOALL_VARIABLES:
-        raise SynthError(f"method lp: the alltoall flow LP on {topology.name} would have "
-                         f"{topology.num_ranks * pairs} variables (more than {ALLTOALL_VARIABLES}); "
-                         "use -m greedy or -m direct")
-    candidates = plan_alltoall_paths(topology, solver, options.time_limit)
+    try:
+        candidates = plan_alltoall_paths(topology, solver, options.time_limit, ALLTOALL_VARIABLES)
+    except SynthError as exc:
+        raise SynthError(f"method lp: {exc}; use -m greedy or -m direct") from None
     unit_hops = max(sum(path.share * len(path.hops) for plan in plans for path in plan.paths) for plans in candidates)
     counts = tuple(c for c in ALLTOALL_CHUNKS if c == 1 or c * unit_hops <= ALLTOALL_JOBS)
     schedule = _forward_paths(topology, collective, size_bytes, options, candidates, counts, method="lp",

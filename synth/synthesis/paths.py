@@ -63,26 +63,16 @@ def plan_paths(topology: Topology, root: int) -> list[PathPlan]:
     from scipy.sparse import coo_matrix
 
     n = topology.num_ranks
-    routes = sorted(rank_routes(topology).items())
-    link_index = {(link.src, link.dst): i for i, link in enumerate(topology.links)}
     bw = topology.arrays[2]
-    arcs = [(u, v, path[1:-1]) for (u, v), path in routes]
-    num = len(arcs)
+    arcs = route_arcs(topology)
+    num = len(arcs.hops)
     # conservation rows (ranks), then one capacity row per link; the last column is T
-    rows, cols, vals = [], [], []
-    cap_rows, cap_cols = [], []
-    for j, ((u, v), path) in enumerate(routes):
-        rows += [u, v]
-        cols += [j, j]
-        vals += [1.0, -1.0]
-        for a, b in zip(path, path[1:]):
-            cap_rows.append(link_index[(a, b)])
-            cap_cols.append(j)
     supply = np.full(n, -1.0)
     supply[root] = n - 1
-    equality = coo_matrix((vals, (rows, cols)), shape=(n, num + 1)).tocsr()
+    equality = coo_matrix((arcs.conservation_vals, (arcs.conservation_rows, np.tile(np.arange(num), 2))),
+                          shape=(n, num + 1)).tocsr()
     links = len(topology.links)
-    capacity = coo_matrix((np.ones(len(cap_rows)) + 0.0, (cap_rows, cap_cols)), shape=(links, num + 1)).tolil()
+    capacity = coo_matrix((np.ones(len(arcs.use_link)), (arcs.use_link, arcs.use_arc)), shape=(links, num + 1)).tolil()
     capacity[:, num] = -bw.reshape(-1, 1) * 1e3          # bytes per µs: T is µs per byte of a unit
     cost = np.zeros(num + 1)
     cost[num] = 1.0
@@ -93,8 +83,35 @@ def plan_paths(topology: Topology, root: int) -> list[PathPlan]:
         raise SynthError(f"scatter flow LP failed on {topology.name}: {result.message}")
     best = float(result.x[num])
     flows = [result.x[:num], _spread(capacity[:, :num], equality[:, :num], supply, bw * 1e3 * best)]
-    return [PathPlan(root, tuple(decompose(arcs, np.where(flow > FLOW_TOL, flow, 0.0), root, n)), best)
+    return [PathPlan(root, tuple(decompose(arcs.hops, np.where(flow > FLOW_TOL, flow, 0.0), root, n)), best)
             for flow in flows if flow is not None]
+
+
+@dataclass(frozen=True)
+class RouteArcs:
+    """The runtime's routes as flow arcs: ``hops[j]`` is arc ``j`` (sender, receiver, switches crossed);
+    ``conservation_rows``/``_vals`` its +1 at the sender and -1 at the receiver (senders first, then
+    receivers, for ``np.tile(arange(arcs), 2)`` columns); arc ``use_arc[i]`` holds link ``use_link[i]``."""
+
+    hops: list[Hop]
+    conservation_rows: np.ndarray
+    conservation_vals: np.ndarray
+    use_link: np.ndarray
+    use_arc: np.ndarray
+
+
+def route_arcs(topology: Topology) -> RouteArcs:
+    """Every routed rank pair of :func:`synth.topology.routes.rank_routes` as an arc of the flow LPs."""
+    routes = sorted(rank_routes(topology).items())
+    link_index = {(link.src, link.dst): i for i, link in enumerate(topology.links)}
+    uses = [(link_index[pair], j) for j, (_, path) in enumerate(routes) for pair in zip(path, path[1:])]
+    num = len(routes)
+    return RouteArcs(
+        hops=[(u, v, path[1:-1]) for (u, v), path in routes],
+        conservation_rows=np.array([u for (u, _), _ in routes] + [v for (_, v), _ in routes], dtype=np.int64),
+        conservation_vals=np.concatenate([np.ones(num), -np.ones(num)]),
+        use_link=np.array([e for e, _ in uses], dtype=np.int64),
+        use_arc=np.array([j for _, j in uses], dtype=np.int64))
 
 
 def _spread(uses, conservation, supply: np.ndarray, capacity: np.ndarray) -> np.ndarray | None:
@@ -159,7 +176,7 @@ SOLVER_TOL = 1e-6        # units a backend's flow may miss conservation by (CBC,
 
 
 def plan_alltoall_paths(topology: Topology, solver: str = "highs", time_limit: float | None = None,
-                        ) -> list[tuple[PathPlan, ...]]:
+                        max_variables: int | None = None) -> list[tuple[PathPlan, ...]]:
     """Alltoall as ``N`` scatters that share the links: the maximum concurrent flow over the runtime's
     routes (Shahrokhi & Matula, "The maximum concurrent flow problem", J. ACM 1990; TE-CCL's LP,
     SIGCOMM 2024, §4), each source's flow decomposed into paths as in :func:`decompose`:
@@ -171,42 +188,35 @@ def plan_alltoall_paths(topology: Topology, solver: str = "highs", time_limit: f
     and ``T`` is the concurrent-flow bound of :func:`synth.bounds.alltoall_lp_ratio`; behind switches
     the fixed routes may cost more. Two flows are returned, each as one plan per source: the LP's
     vertex and, at ``T`` within :data:`ALLTOALL_SLACK`, the flow with the fewest unit-hops (relays
-    cost α and pipeline fill). Raises :class:`SynthError` if the solver fails."""
+    cost α and pipeline fill). Raises :class:`SynthError` if the solver fails, or if the LP would have
+    more than ``max_variables`` variables (sources × routed rank pairs)."""
     from synth.solvers import Model, solve
 
     n = topology.num_ranks
-    routes = sorted(rank_routes(topology).items())
-    arcs = [(u, v, path[1:-1]) for (u, v), path in routes]
-    link_index = {(link.src, link.dst): i for i, link in enumerate(topology.links)}
-    num = len(arcs)
-    tails = np.array([u for u, _, _ in arcs])
-    heads = np.array([v for _, v, _ in arcs])
-    uses = [(link_index[pair], j) for j, ((_u, _v), path) in enumerate(routes) for pair in zip(path, path[1:])]
-    use_link = np.array([e for e, _ in uses])
-    use_arc = np.array([j for _, j in uses])
-    hops = np.ones(num)
+    arcs = route_arcs(topology)
+    num = len(arcs.hops)
+    if max_variables is not None and n * num > max_variables:
+        raise SynthError(f"the alltoall flow LP on {topology.name} would have {n * num} variables (more than "
+                         f"{max_variables})")
 
     def build(at_most_us_per_mb: float | None) -> tuple[Model, np.ndarray, int]:
         model = Model("alltoall-paths")
         x = model.add_vars(n * num).reshape(n, num)
         t = model.add_var()      # µs per MB of one unit
         for s in range(n):       # conservation: out - in = supply
-            rows = np.concatenate([tails, heads])
-            cols = np.concatenate([x[s], x[s]])
-            vals = np.concatenate([np.ones(num), -np.ones(num)])
             supply = np.full(n, -1.0)
             supply[s] = n - 1
-            model.add_rows(rows, cols, vals, supply, supply)
+            model.add_rows(arcs.conservation_rows, np.tile(x[s], 2), arcs.conservation_vals, supply, supply)
         links = len(topology.links)
-        rows = np.concatenate([np.repeat(use_link, n), np.arange(links)])
-        cols = np.concatenate([x[:, use_arc].T.ravel(), np.full(links, t)])
-        vals = np.concatenate([np.ones(len(use_link) * n), -topology.arrays[2] * 1e-3])
+        rows = np.concatenate([np.repeat(arcs.use_link, n), np.arange(links)])
+        cols = np.concatenate([x[:, arcs.use_arc].T.ravel(), np.full(links, t)])
+        vals = np.concatenate([np.ones(len(arcs.use_link) * n), -topology.arrays[2] * 1e-3])
         model.add_rows(rows, cols, vals, np.full(links, -np.inf), np.zeros(links))
         if at_most_us_per_mb is None:
             model.set_objective([t], [1.0])
-        else:
+        else:        # the fewest unit-hops: every arc, a direct link or a switch route, is one hop
             model.add_row([t], [1.0], ub=at_most_us_per_mb)
-            model.set_objective(x.ravel(), np.tile(hops, n))
+            model.set_objective(x.ravel(), np.ones(n * num))
         return model, x, t
 
     started = time.monotonic()
@@ -225,6 +235,6 @@ def plan_alltoall_paths(topology: Topology, solver: str = "highs", time_limit: f
         if best is None:
             best = float(values[t])
         per_byte = best * 1e-6
-        plans.append(tuple(PathPlan(s, tuple(decompose(arcs, flow[s], s, n, SOLVER_TOL)), per_byte)
+        plans.append(tuple(PathPlan(s, tuple(decompose(arcs.hops, flow[s], s, n, SOLVER_TOL)), per_byte)
                            for s in range(n)))
     return plans
