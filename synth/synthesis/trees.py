@@ -1153,9 +1153,16 @@ def _or_paths(topology: Topology, collective: Collective, size_bytes: float, opt
     found = _path_schedule(topology, collective, size_bytes, options)
     if found is None:
         return best
-    ranked = sorted([best, *(_justified(topology, s) for s in (found, *found.alternatives))],
-                    key=lambda s: max(s.predicted_time_us, s.notes.get("score_us", 0.0)))
-    return replace(ranked[0], alternatives=tuple(replace(s, alternatives=()) for s in ranked[1:]))
+    paths = [replace(found, alternatives=()), *found.alternatives]
+    return _first_with_runner_ups(sorted([best, *(_justified(topology, s) for s in paths)],
+                                         key=lambda s: max(s.predicted_time_us, s.notes.get("score_us", 0.0))))
+
+
+def _first_with_runner_ups(schedules: list[Schedule]) -> Schedule:
+    """``schedules[0]`` with every other schedule, and their own alternatives, as its alternatives
+    (:attr:`Schedule.alternatives`, which the pipeline times)."""
+    flat = [s for schedule in schedules for s in (schedule, *schedule.alternatives)]
+    return replace(flat[0], alternatives=tuple(replace(s, alternatives=()) for s in flat[1:]))
 
 
 def _forest_phases(collective: Collective) -> list[tuple[tuple[int, ...], bool]]:
@@ -1274,10 +1281,7 @@ def _path_schedule(topology: Topology, collective: Collective, size_bytes: float
     found = [_forward_paths(topology, collective, size_bytes, options, _one_each(flows), alternatives=True),
              _mirrored_gather(topology, collective, size_bytes, options, _towards_root(flows))]
     found = sorted((schedule for schedule in found if schedule is not None), key=lambda s: s.predicted_time_us)
-    if not found:
-        return None
-    rest = [runner_up for schedule in found for runner_up in (schedule, *schedule.alternatives)][1:]
-    return replace(found[0], alternatives=tuple(replace(s, alternatives=()) for s in rest))
+    return _first_with_runner_ups(found) if found else None
 
 
 def _towards_root(plans: list[PathPlan]) -> list[PathPlan]:
@@ -1367,9 +1371,8 @@ def _forward_paths(topology: Topology, collective: Collective, size_bytes: float
     if not best:
         return None
     ranked = sorted(best.values(), key=lambda found: found[0])
-    schedules = [_path_schedule_of(topology, name, size_bytes, method, *found)
-                 for found in (ranked if alternatives else ranked[:1])]
-    return replace(schedules[0], alternatives=tuple(schedules[1:]))
+    return _first_with_runner_ups([_path_schedule_of(topology, name, size_bytes, method, *found)
+                                   for found in (ranked if alternatives else ranked[:1])])
 
 
 def _path_schedule_of(topology: Topology, name: str, size_bytes: float, method: str, score: float,
