@@ -88,7 +88,7 @@ import numpy as np
 from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.schedule import Schedule, Transfer
-from synth.synthesis import rounds
+from synth.synthesis import circuits, rounds
 from synth.synthesis.base import (
     MAX_CHANNELS,
     MAX_STEP_CHUNKS,
@@ -1343,7 +1343,7 @@ def _forward_paths(topology: Topology, collective: Collective, size_bytes: float
     fit = _chunk_fit(collective, size_bytes, options)
     counts = [options.chunks] if options.chunks else sorted({fit(c)[0] for c in counts_tried})
     limit = MAX_CHANNELS * MAX_STEPS_PER_TB
-    best: dict[str, tuple] = {}   # priority -> its best (score, collective, jobs, start, end, heads, plans)
+    best: dict[tuple[str, int], tuple] = {}   # (priority, chunks or 0) -> its best (score, collective, jobs, ...)
     # Do rank pairs share switch links (the runtime's arbitration then matters)? Judged on the first
     # candidate, the fewest chunks. On mi250-2node its few transfers share none, so candidates there are
     # scored by their plan alone, which simulates better than the replay-scored choice (gather 0.979 of
@@ -1353,21 +1353,37 @@ def _forward_paths(topology: Topology, collective: Collective, size_bytes: float
         coll = replace(collective, chunk_factor=chunks)
         chunk_bytes = coll.chunk_bytes(size_bytes)
         jobs = _path_jobs(coll, plans, chunks, topology, chunk_bytes, priority)
+        if jobs is None:
+            continue
         if shared is None:
             shared = bool(topology.switches) and _shares_links(jobs)
-        for how in (None, *BUILT):
-            order, start, end = list_schedule(jobs, topology, chunk_bytes, coalesce=how is not None,
-                                              **(asdict(how) if how is not None else {}))
-            heads = list(jobs.head) if how is not None else None
+        # rounds of circuits only work if every link keeps their order: time them that way too
+        for how in (("ordered",) if priority == "rounds" else (None, *BUILT)):
+            if how == "ordered":
+                links, _, _, duration = _route_costs(jobs, topology, chunk_bytes)
+                order, start, end = circuits.ordered_schedule(jobs.key, jobs.deps, links, duration,
+                                                              len(topology.links))
+                jobs.head = list(range(len(jobs.msg)))
+            else:
+                order, start, end = list_schedule(jobs, topology, chunk_bytes, coalesce=how is not None,
+                                                  **(asdict(how) if how is not None else {}))
+            heads = list(jobs.head) if how not in (None, "ordered") else None
             steps = _connection_steps(jobs, heads)
             if max(steps.values()) > limit or _busiest_rank_xml(steps, n) > MAX_XML_NODES:
                 continue
             makespan = float(end.max())
             # behind shared switch links the runtime serves sends as they become ready: score the
-            # mean of the planned and the replayed makespans, as the forests' search does
-            score = (makespan + _replayed_makespan(jobs, topology, chunk_bytes, order)) / 2 if shared else makespan
-            if priority not in best or score < best[priority][0] * (1 - 1e-9):
-                best[priority] = (score, coll, jobs, start, end, heads, plans)
+            # mean of the planned and the replayed makespans, as the forests' search does. Rounds keep
+            # their order on the uplinks (the lowering's uplink dependencies), so their plan is the
+            # score; the receiving ports still take sends as they come, and the simulated times of
+            # rounds at different chunk counts differ more than their plans (dgx-a100-4node: 33.3 ms
+            # to 36.0 ms for plans within 1 %), so each count's best is a runner-up of its own
+            rounds_kept = priority == "rounds"
+            score = (makespan + _replayed_makespan(jobs, topology, chunk_bytes, order)) / 2 \
+                if shared and not rounds_kept else makespan
+            kind = (priority, chunks) if rounds_kept else (priority, 0)
+            if kind not in best or score < best[kind][0] * (1 - 1e-9):
+                best[kind] = (score, coll, jobs, start, end, heads, plans, priority)
     if not best:
         return None
     ranked = sorted(best.values(), key=lambda found: found[0])
@@ -1377,15 +1393,16 @@ def _forward_paths(topology: Topology, collective: Collective, size_bytes: float
 
 def _path_schedule_of(topology: Topology, name: str, size_bytes: float, method: str, score: float,
                       coll: Collective, jobs: _Jobs, start: np.ndarray, end: np.ndarray, heads: list[int] | None,
-                      plans: tuple[PathPlan, ...]) -> Schedule:
-    """The Schedule of one timed path candidate of :func:`_forward_paths`."""
+                      plans: tuple[PathPlan, ...], priority: str) -> Schedule:
+    """The Schedule of one timed path candidate of :func:`_forward_paths` (``priority``: how its jobs were ordered)."""
     n = topology.num_ranks
     groups = _message_groups(jobs, heads)
     transfers = [Transfer(float(start[i]), float(end[i]), chunk, jobs.src[i], jobs.dst[i], False, jobs.route[i], 0,
                           groups[i]) for i, msg in enumerate(jobs.msg) for chunk in msg]
     transfers.sort(key=lambda t: (t.start, t.end))
     notes = {"paths": sum(len(plan.paths) for plan in plans), "chunks_per_root": coll.chunk_factor,
-             "score_us": score, "flow_time_us": plans[0].time_per_byte_us * _per_root_bytes(name, n, size_bytes)}
+             "score_us": score, "flow_time_us": plans[0].time_per_byte_us * _per_root_bytes(name, n, size_bytes),
+             "priority": priority}
     return Schedule(coll, topology.name, tuple(transfers), method=method, size_bytes=float(size_bytes),
                     predicted_time_us=float(end.max()), notes=notes)
 
@@ -1415,6 +1432,7 @@ def _path_jobs(coll: Collective, plans: tuple[PathPlan, ...], chunks: int, fabri
 
     jobs = _Jobs.empty()
     first = 0    # paths numbered across plans, for the priority's last ties
+    base = "position" if priority == "rounds" else priority
     for plan in plans:
         by_dest: dict[int, list[int]] = defaultdict(list)
         for p, path in enumerate(plan.paths):
@@ -1431,16 +1449,32 @@ def _path_jobs(coll: Collective, plans: tuple[PathPlan, ...], chunks: int, fabri
                 for j, chunk in enumerate(ids[pos:pos + count]):
                     before = ()
                     for h, (src, dst, route) in enumerate(hops):
-                        if priority == "shift":
+                        if base == "shift":
                             key = (0, j, offset, h, first + p)
                         else:
-                            latest = (span * (j + 1) / count - sum(times[h:]) if priority == "deadline"
+                            latest = (span * (j + 1) / count - sum(times[h:]) if base == "deadline"
                                       else (j + 1 - (len(hops) - h - 1)) / count)
                             key = (0, latest, h - len(hops), (dst - src) % n, first + p, h)
                         before = (jobs.add((chunk,), src, dst, route, False, before, key),)
                 pos += count
         first += len(plan.paths)
-    return jobs
+    return jobs if priority != "rounds" else _in_circuit_rounds(jobs, fabric, chunk_bytes)
+
+
+def _in_circuit_rounds(jobs: _Jobs, fabric: Topology, chunk_bytes: float) -> _Jobs | None:
+    """``jobs`` (keyed by position) keyed by the round of :func:`synth.synthesis.circuits.circuit_rounds`
+    instead: switch hops in rounds of disjoint circuits, a path's other hops a round per hop before or
+    after its bottleneck; paths without a switch hop by position, spread over as many rounds. None
+    where the rounds do not apply (no switch hops, or their conflicts are not bipartite)."""
+    links, _, _, duration = _route_costs(jobs, fabric, chunk_bytes)
+    chains = circuits.chains_of(jobs.deps)
+    rounds_of = circuits.circuit_rounds(chains, links, [bool(route) for route in jobs.route], duration)
+    if rounds_of is None or all(r is None for r in rounds_of):
+        return None
+    span = 1 + max(r for r in rounds_of if r is not None)
+    keys = [(0, float(r), h, *key[3:]) if r is not None else (0, key[1] * span, *key[2:])
+            for r, h, key in ((rounds_of[i], jobs.key[i][2], jobs.key[i]) for i in range(len(jobs.msg)))]
+    return replace(jobs, key=keys)
 
 
 def _forest_schedule(topology: Topology, coll: Collective, transfers: list[Transfer], makespan: float,
