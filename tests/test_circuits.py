@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from synth.synthesis.circuits import chains_of, circuit_rounds, edge_colouring, ordered_schedule
+from synth.synthesis.circuits import chains_of, circuit_rounds, edge_colouring, first_fit, ordered_schedule
 
 
 @settings(max_examples=200, deadline=None)
@@ -43,20 +43,25 @@ def test_circuit_rounds_colour_bottlenecks_and_place_relays_around_them():
     links = [(10,), (1, 2, 3), (4, 5, 6)]
     switched = [False, True, True]
     duration = np.array([1.0, 5.0, 5.0])
-    rounds = circuit_rounds([[0, 1], [2]], links, switched, duration)
+    rounds = circuit_rounds([[0, 1], [2]], links, switched, duration, [(0,)] * 3)
     assert rounds[1] == 0 and rounds[0] == -1 and rounds[2] == 0   # different ports: one round
 
 
-def test_circuit_rounds_refuse_links_shared_by_different_ports_on_both_sides():
-    # a spine link (9) carrying circuits between two different sending and receiving ports
-    links = [(1, 9, 3), (2, 9, 4)]
-    rounds = circuit_rounds([[0], [1]], links, [True, True], np.array([1.0, 1.0]))
-    assert rounds is None
+def test_circuit_rounds_beyond_a_crossbar_go_greedily_in_key_order():
+    # a spine link (9) carries circuits between different sending and receiving ports: not bipartite
+    links = [(1, 9, 3), (2, 9, 4), (5, 8, 6)]
+    keys = [(0, 2), (0, 1), (0, 0)]
+    rounds = circuit_rounds([[0], [1], [2]], links, [True] * 3, np.ones(3), keys)
+    assert rounds == [1, 0, 0]            # job 1 comes first by key and takes round 0 on the spine
+
+
+def test_first_fit_takes_the_first_round_free_on_every_link():
+    assert first_fit([(1, 2), (2, 3), (3, 4), (1, 4), (5,)]) == [0, 1, 0, 1, 0]
 
 
 def test_circuit_rounds_put_circuits_that_meet_at_a_port_in_different_rounds():
     links = [(1, 7, 3), (1, 7, 4), (2, 8, 3)]      # 0 and 1 share the sending port, 0 and 2 the receiving
-    rounds = circuit_rounds([[0], [1], [2]], links, [True] * 3, np.ones(3))
+    rounds = circuit_rounds([[0], [1], [2]], links, [True] * 3, np.ones(3), [(0,)] * 3)
     assert rounds[0] != rounds[1] and rounds[0] != rounds[2]
     assert max(rounds) == 1
 

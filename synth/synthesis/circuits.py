@@ -9,7 +9,9 @@ Neumann input buffered crossbar switches", INFOCOM 2000). With equal transfers, 
 rounds are the colours of a proper edge colouring of the bipartite multigraph (sending port ->
 receiving port), and by König's edge-colouring theorem (1916; Schrijver, *Combinatorial
 Optimization*, Thm. 20.1) ``Δ`` colours suffice, ``Δ`` the most transfers at one port: the rounds
-then take exactly the busiest port's time, the bound of a switch.
+then take exactly the busiest port's time, the bound of a switch. Where links inside the switches
+are shared as well (a fat tree's spines) the conflicts are no longer bipartite, and rounds are taken
+greedily in pipeline order.
 
 :func:`circuit_rounds` colours the slowest switch hop of every chunk's path (its bottleneck) and
 places the path's other hops one round earlier per hop before it and one round later per hop after
@@ -88,16 +90,17 @@ def chains_of(deps: Sequence[tuple[int, ...]]) -> list[list[int]]:
 
 
 def circuit_rounds(chains: list[list[int]], links: Sequence[Sequence[int]], switched: Sequence[bool],
-                   duration: np.ndarray) -> list[int | None] | None:
-    """Round of every job (``None`` for a path without a switch hop), or ``None`` where the
-    bottleneck hops do not form a bipartite conflict graph.
+                   duration: np.ndarray, keys: Sequence[tuple]) -> list[int | None]:
+    """Round of every job (``None`` for a path without a switch hop).
 
-    Per path (``chains``, of job ids), its slowest ``switched`` hop is its bottleneck; a bottleneck
-    conflicts with another through its first link (the sending port) and its last link (the
-    receiving port). The colouring is proper for every link only if each link inside a route is
-    shared by bottlenecks of one sending port or of one receiving port (a crossbar, a NIC behind
-    it); otherwise (spine links of a fat tree) ``None``. A path's hop ``h`` gets round
-    ``colour + h - b``, ``b`` its bottleneck's position."""
+    Per path (``chains``, of job ids), its slowest ``switched`` hop is its bottleneck. Bottlenecks
+    conflict through their first link (the sending port) and their last link (the receiving port);
+    where every link inside a route is shared by bottlenecks of one sending port or of one receiving
+    port (a crossbar, NICs behind it) the conflict graph is that bipartite multigraph and
+    :func:`edge_colouring` gives ``Δ`` rounds. Otherwise (the spine links of a fat tree) the
+    bottlenecks take rounds by :func:`first_fit` in ``keys`` order (a pipeline order: the ``j``-th
+    chunks of all paths first; leaf-spine-4x4 1 GiB alltoall 0.977 of the bound, unordered 0.888).
+    A path's hop ``h`` gets round ``colour + h - b``, ``b`` its bottleneck's position."""
     bottleneck: list[int | None] = []
     for chain in chains:
         hops = [job for job in chain if switched[job]]
@@ -107,16 +110,34 @@ def circuit_rounds(chains: list[list[int]], links: Sequence[Sequence[int]], swit
         if job is not None:
             for link in links[job][1:-1]:
                 ports[link].add((links[job][0], links[job][-1]))
-    if any(len({s for s, _ in pairs}) > 1 and len({r for _, r in pairs}) > 1 for pairs in ports.values()):
-        return None
     coloured = [job for job in bottleneck if job is not None]
-    colours = dict(zip(coloured, edge_colouring([(links[job][0], links[job][-1]) for job in coloured])))
+    if any(len({s for s, _ in pairs}) > 1 and len({r for _, r in pairs}) > 1 for pairs in ports.values()):
+        coloured.sort(key=lambda job: keys[job])
+        colours = dict(zip(coloured, first_fit([links[job] for job in coloured])))
+    else:
+        colours = dict(zip(coloured, edge_colouring([(links[job][0], links[job][-1]) for job in coloured])))
     rounds: list[int | None] = [None] * len(links)
     for chain, job in zip(chains, bottleneck):
         if job is not None:
             at = chain.index(job)
             for h, hop in enumerate(chain):
                 rounds[hop] = colours[job] + h - at
+    return rounds
+
+
+def first_fit(routes: Sequence[Sequence[int]]) -> list[int]:
+    """Rounds for circuits (``routes``: their link ids) in the order given: each takes the first round
+    in which none of its links is taken yet (greedy colouring of the conflict graph; at most
+    ``2Δ - 1`` rounds on a bipartite one, so :func:`edge_colouring` is used there)."""
+    taken: dict[int, set[int]] = defaultdict(set)
+    rounds = []
+    for route in routes:
+        r = 0
+        while any(r in taken[link] for link in route):
+            r += 1
+        for link in route:
+            taken[link].add(r)
+        rounds.append(r)
     return rounds
 
 

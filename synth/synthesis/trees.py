@@ -130,6 +130,7 @@ LARGE_RANKS = 256           # beyond this, one fast tree per root (synth.synthes
 REFINE_JOBS = 80_000        # time other pipeline depths only below this many transfers (mi250-2node AR: 69.5k)
 REPLAY = True
 PATH_CHUNKS = (1, 2, 4, 8, 16, 32, 64, 128, 256)   # chunks per rank piece tried for scatter/gather on flow paths
+ROUNDS_RUNNERS_UP = 3       # ... chunk counts whose rounds of circuits (best plans first) the pipeline simulates
 JUSTIFY_PASSES = 6          # backward-forward pairs of justify(), while they gain
 JUSTIFY_TRANSFERS = 1_500_000   # ... tried on schedules of at most this many transfers
 DRAINS = (None, 0.7)        # the kept shape is also coalesced with each link's stream ending in shrinking messages
@@ -1325,7 +1326,7 @@ def _one_each(plans: list[PathPlan]) -> list[tuple[PathPlan, ...]]:
 
 def _forward_paths(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
                    candidates: list[tuple[PathPlan, ...]], counts_tried: tuple[int, ...] = PATH_CHUNKS,
-                   method: str = "trees", priorities: tuple[str, ...] = ("deadline", "position"),
+                   method: str = "trees", priorities: tuple[str, ...] = ("deadline", "position", "rounds"),
                    alternatives: bool = False) -> Schedule | None:
     """Scatter, gather or alltoall on flow paths (each candidate: one plan per root,
     :func:`synth.synthesis.paths.plan_paths` with each path walked in the collective's direction, or
@@ -1349,10 +1350,14 @@ def _forward_paths(topology: Topology, collective: Collective, size_bytes: float
     # scored by their plan alone, which simulates better than the replay-scored choice (gather 0.979 of
     # the bound against 0.899).
     shared = None
+    # an alltoall's pieces share their paths' chunks with the links kept level (many roots' pieces meet
+    # at every port: dgx-a100-4node 0.966 -> 0.975); one root's piece by piece, which simulates better
+    # there (levelled: dgx-a100-2node scatter 0.978 -> 0.972, dgx-h100-2node gather 0.982 -> 0.964)
+    levelled = len(candidates[0]) > 1
     for plans, priority, chunks in itertools.product(candidates, priorities, counts):
         coll = replace(collective, chunk_factor=chunks)
         chunk_bytes = coll.chunk_bytes(size_bytes)
-        jobs = _path_jobs(coll, plans, chunks, topology, chunk_bytes, priority)
+        jobs = _path_jobs(coll, plans, chunks, topology, chunk_bytes, priority, levelled)
         if jobs is None:
             continue
         if shared is None:
@@ -1387,6 +1392,8 @@ def _forward_paths(topology: Topology, collective: Collective, size_bytes: float
     if not best:
         return None
     ranked = sorted(best.values(), key=lambda found: found[0])
+    kept_rounds = {id(found) for found in [found for found in ranked if found[-1] == "rounds"][:ROUNDS_RUNNERS_UP]}
+    ranked = [found for found in ranked if found[-1] != "rounds" or id(found) in kept_rounds]
     return _first_with_runner_ups([_path_schedule_of(topology, name, size_bytes, method, *found)
                                    for found in (ranked if alternatives else ranked[:1])])
 
@@ -1408,7 +1415,7 @@ def _path_schedule_of(topology: Topology, name: str, size_bytes: float, method: 
 
 
 def _path_jobs(coll: Collective, plans: tuple[PathPlan, ...], chunks: int, fabric: Topology, chunk_bytes: float,
-               priority: str = "deadline") -> _Jobs:
+               priority: str = "deadline", levelled: bool = True) -> _Jobs | None:
     """One job per chunk and hop, for the paths of every plan (one per root): rank ``q``'s chunks from
     the plan's root are shared among its paths in proportion to their flow (largest remainders), a
     contiguous block each, and pipelined down the path. ``priority`` ``deadline``: the latest start
@@ -1430,17 +1437,22 @@ def _path_jobs(coll: Collective, plans: tuple[PathPlan, ...], chunks: int, fabri
         _, route_alpha_us, route_bw = _route_cost((src, *route, dst), link_index, alpha, bw)
         return route_alpha_us + chunk_bytes / (route_bw * 1e3)
 
+    def hop_load(src: int, dst: int, route: tuple[int, ...]) -> tuple[list[int], float]:
+        links, route_alpha_us, route_bw = _route_cost((src, *route, dst), link_index, alpha, bw)
+        return links, route_alpha_us + chunk_bytes / (route_bw * 1e3)
+
     jobs = _Jobs.empty()
     first = 0    # paths numbered across plans, for the priority's last ties
     base = "position" if priority == "rounds" else priority
-    for plan in plans:
+    counts_of = _levelled_counts(plans, chunks, hop_load, levelled)
+    for k, plan in enumerate(plans):
         by_dest: dict[int, list[int]] = defaultdict(list)
         for p, path in enumerate(plan.paths):
             by_dest[path.dest].append(p)
         for q, members in sorted(by_dest.items()):
             ids = ([coll.contribution(plan.root, q * chunks + s) for s in range(chunks)]
                    if coll.name in ("scatter", "alltoall") else [coll.contribution(q, s) for s in range(chunks)])
-            counts = split_counts(chunks, [plan.paths[p].share for p in members])
+            counts = counts_of[(k, q)]
             pos = 0
             for p, count in zip(members, counts):
                 hops = plan.paths[p].hops
@@ -1461,15 +1473,57 @@ def _path_jobs(coll: Collective, plans: tuple[PathPlan, ...], chunks: int, fabri
     return jobs if priority != "rounds" else _in_circuit_rounds(jobs, fabric, chunk_bytes)
 
 
+def _levelled_counts(plans: tuple[PathPlan, ...], chunks: int, hop_load,
+                     levelled: bool = True) -> dict[tuple[int, int], list[int]]:
+    """Chunks per path of every piece (plan ``k``, rank ``q``; its paths in plan order): each path's
+    share of ``chunks`` rounded down, then the chunks left given one at a time, piece by piece, to the
+    path whose busiest link (``hop_load(src, dst, route)``: link ids, µs per chunk) would carry the
+    least, larger remainder first on ties. Rounding each piece alone (largest remainder) can hand
+    every piece's extra chunk to the same port: on dgx-a100-4node's alltoall at one chunk per piece a
+    NIC then carries 25 pieces where the flow gives each 24 (one round, 4 %, longer). Without
+    ``levelled``, each piece's chunks go by largest remainder (Hamilton's method)."""
+    load: dict[int, float] = defaultdict(float)
+    pieces = []
+    for k, plan in enumerate(plans):
+        by_dest: dict[int, list[int]] = defaultdict(list)
+        for p, path in enumerate(plan.paths):
+            by_dest[path.dest].append(p)
+        for q, members in sorted(by_dest.items()):
+            shares = [plan.paths[p].share for p in members]
+            if not levelled:
+                pieces.append(((k, q), [], split_counts(chunks, shares), []))
+                continue
+            exact = [chunks * share / sum(shares) for share in shares]
+            counts = [math.floor(x + 1e-9) for x in exact]
+            uses = [[hop_load(*hop) for hop in plan.paths[p].hops] for p in members]
+            for count, hops in zip(counts, uses):
+                for links, per_chunk in hops:
+                    for link in links:
+                        load[link] += count * per_chunk
+            pieces.append(((k, q), exact, counts, uses))
+    levelled = {}
+    for piece, exact, counts, uses in pieces:
+        for _ in range(chunks - sum(counts)):
+            after = [max(load[link] + per_chunk for links, per_chunk in hops for link in links) for hops in uses]
+            pick = min(range(len(counts)), key=lambda i: (counts[i] >= math.ceil(exact[i] - 1e-9), after[i],
+                                                          counts[i] - exact[i], i))
+            counts[pick] += 1
+            for links, per_chunk in uses[pick]:
+                for link in links:
+                    load[link] += per_chunk
+        levelled[piece] = counts
+    return levelled
+
+
 def _in_circuit_rounds(jobs: _Jobs, fabric: Topology, chunk_bytes: float) -> _Jobs | None:
     """``jobs`` (keyed by position) keyed by the round of :func:`synth.synthesis.circuits.circuit_rounds`
     instead: switch hops in rounds of disjoint circuits, a path's other hops a round per hop before or
     after its bottleneck; paths without a switch hop by position, spread over as many rounds. None
-    where the rounds do not apply (no switch hops, or their conflicts are not bipartite)."""
+    where no path crosses a switch."""
     links, _, _, duration = _route_costs(jobs, fabric, chunk_bytes)
     chains = circuits.chains_of(jobs.deps)
-    rounds_of = circuits.circuit_rounds(chains, links, [bool(route) for route in jobs.route], duration)
-    if rounds_of is None or all(r is None for r in rounds_of):
+    rounds_of = circuits.circuit_rounds(chains, links, [bool(route) for route in jobs.route], duration, jobs.key)
+    if all(r is None for r in rounds_of):
         return None
     span = 1 + max(r for r in rounds_of if r is not None)
     keys = [(0, float(r), h, *key[3:]) if r is not None else (0, key[1] * span, *key[2:])
