@@ -4,6 +4,8 @@ Nothing leaves this module unverified: a method's schedule is lowered to a Progr
 checked symbolically (:func:`synth.verify.verify`) and against the MSCCL runtime limits, and only
 then timed by the α-β simulator (:func:`synth.simulate.simulate`), which gives the reported time.
 The lower bound (:func:`synth.bounds.compute_bounds`) gives ``gap = (time - bound) / time``.
+Where a method chose its own chunk count and the program exceeds MSCCL's limits, the count is halved
+until it fits (a note says so); a count the user pinned with ``--chunks`` is never changed.
 """
 
 from __future__ import annotations
@@ -89,20 +91,23 @@ def _run_one(topology: Topology, collective: Collective, size_bytes: float, meth
         raise SynthError(f"method {spec.name!r} does not support {collective.name} "
                          f"(it supports {', '.join(sorted(spec.collectives))})")
     t0 = time.perf_counter()
-    try:
-        schedule = spec.run(topology, collective, size_bytes, options)
-    except SynthError:
-        raise
-    except MemoryError:
-        raise SynthError(f"method {spec.name} ran out of memory; try fewer --chunks or a smaller instance") from None
-    except Exception as exc:  # a method bug must still be one clear line
-        raise SynthError(f"internal: method {spec.name} failed: {type(exc).__name__}: {exc}") from exc
+    chosen = None     # the chunk count the method chose, where a smaller one had to be pinned to fit
+    while True:
+        schedule = _run_method(spec, topology, collective, size_bytes, options)
+        try:
+            lowered = [(schedule, _program(topology, collective, spec.name, schedule, options))]
+            break
+        except _DoesNotLower:
+            # a count the method chose itself that MSCCL cannot hold: halve it until the program fits
+            factor = schedule.collective.chunk_factor
+            if (options.chunks is not None and chosen is None) or factor <= 1:
+                raise
+            chosen = chosen or factor
+            options = replace(options, chunks=factor // 2)
+    if chosen is not None:
+        schedule = replace(schedule, notes={**schedule.notes, "chunks_chosen": chosen})
+        lowered = [(schedule, lowered[0][1])]
     seconds = time.perf_counter() - t0
-    if not isinstance(schedule, Schedule):
-        raise SynthError(f"internal: method {spec.name} returned {type(schedule).__name__}, not a Schedule")
-    if not schedule.method:
-        schedule = replace(schedule, method=spec.name)
-    lowered = [(schedule, _program(topology, collective, spec.name, schedule, options))]
     for alternative in schedule.alternatives:
         alternative = replace(alternative, method=alternative.method or spec.name)
         try:
@@ -112,6 +117,22 @@ def _run_one(topology: Topology, collective: Collective, size_bytes: float, meth
     status = str(schedule.notes.get("status") or ("heuristic" if spec.kind == "heuristic" else "feasible"))
     solver = schedule.notes.get("solver") or (None if spec.kind == "heuristic" else options.solver)
     return [(replace(s, alternatives=()), program) for s, program in lowered], seconds, status, solver
+
+
+def _run_method(spec, topology: Topology, collective: Collective, size_bytes: float,
+                options: SynthOptions) -> Schedule:
+    """``spec``'s schedule, with its failures as one clear :class:`SynthError`."""
+    try:
+        schedule = spec.run(topology, collective, size_bytes, options)
+    except SynthError:
+        raise
+    except MemoryError:
+        raise SynthError(f"method {spec.name} ran out of memory; try fewer --chunks or a smaller instance") from None
+    except Exception as exc:  # a method bug must still be one clear line
+        raise SynthError(f"internal: method {spec.name} failed: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(schedule, Schedule):
+        raise SynthError(f"internal: method {spec.name} returned {type(schedule).__name__}, not a Schedule")
+    return schedule if schedule.method else replace(schedule, method=spec.name)
 
 
 class _DoesNotLower(SynthError):
@@ -285,8 +306,17 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
         size_bytes=int(size_bytes),
         predicted_time_us=schedule.predicted_time_us,
         tried=tried,
-        notes=_size_notes(program, size_bytes) + _faster_unrunnable_note(unrunnable, sim.time_us),
+        notes=(_size_notes(program, size_bytes) + _faster_unrunnable_note(unrunnable, sim.time_us)
+               + _fitted_chunks_note(schedule)),
     )
+
+
+def _fitted_chunks_note(schedule: Schedule) -> list[str]:
+    chosen = schedule.notes.get("chunks_chosen")
+    if chosen is None:
+        return []
+    return [f"{schedule.method} chose {chosen} chunks per piece, more than MSCCL's limits hold; "
+            f"{schedule.collective.chunk_factor} fit"]
 
 
 def _faster_unrunnable_note(unrunnable: tuple[float, str, int] | None, kept_us: float) -> list[str]:

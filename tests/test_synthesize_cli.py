@@ -278,3 +278,34 @@ def test_size_range_flags_fence_the_program_and_must_admit_size(tmp_path):
         bad = tmp_path / "bad.xml"
         res = invoke("synthesize", "-t", "ring-8", "-c", "allgather", "-m", "ring", "-s", "64M", *flags, "-o", str(bad))
         assert res.exit_code == 2 and "exclude SIZE" in res.output and not bad.exists()
+
+
+def _refusing_more_than(limit: int, monkeypatch) -> list[int]:
+    """Make lowering refuse programs of more than ``limit`` chunks per piece (as MSCCL's step limits
+    would); returns the chunk counts it was asked to lower."""
+    from synth import pipeline
+
+    real, asked = pipeline._program, []
+
+    def program(topology, collective, method, schedule, options):
+        asked.append(schedule.collective.chunk_factor)
+        if schedule.collective.chunk_factor > limit:
+            raise pipeline._DoesNotLower(f"method {method}: lowering: too many steps")
+        return real(topology, collective, method, schedule, options)
+
+    monkeypatch.setattr(pipeline, "_program", program)
+    return asked
+
+
+def test_a_chunk_count_the_method_chose_is_halved_until_its_program_fits(monkeypatch):
+    asked = _refusing_more_than(1, monkeypatch)
+    result = synthesize("ring-8", "allgather", 1 << 30, "ring")      # ring picks 2 chunks per piece here
+    assert asked == [2, 1] and result.collective.chunk_factor == 1
+    assert verify(result.program, result.collective).ok
+    assert result.notes[-1] == "ring chose 2 chunks per piece, more than MSCCL's limits hold; 1 fit"
+
+
+def test_a_chunk_count_the_user_pinned_is_not_changed(monkeypatch):
+    _refusing_more_than(1, monkeypatch)
+    with pytest.raises(SynthError, match="too many steps"):
+        synthesize("ring-8", "allgather", 1 << 30, "ring", SynthOptions(chunks=2))
