@@ -1417,25 +1417,23 @@ def _path_schedule_of(topology: Topology, name: str, size_bytes: float, method: 
 def _path_jobs(coll: Collective, plans: tuple[PathPlan, ...], chunks: int, fabric: Topology, chunk_bytes: float,
                priority: str = "deadline", levelled: bool = True) -> _Jobs | None:
     """One job per chunk and hop, for the paths of every plan (one per root): rank ``q``'s chunks from
-    the plan's root are shared among its paths in proportion to their flow (largest remainders), a
-    contiguous block each, and pipelined down the path. ``priority`` ``deadline``: the latest start
-    that keeps the flow's pace (earliest deadline first): chunk ``j`` of ``m`` on a path is due at its
-    rank at ``(j+1)/m`` of the flow's time, less the α-β time of the hops still ahead, so data bound for
-    a slow last hop (a NIC) leaves the root first. ``position``: as in :func:`add_broadcast`, the
-    chunk's position in its path's data less the hops ahead. ``shift`` (alltoall): the chunk's index,
-    then the destination's offset from the root, so that each root's ``j``-th chunks go out to its
-    peers in the order ``root+1, root+2, ...``: at any time the roots tend to feed different ranks, the
-    rounds of permutations a switch serves without two circuits meeting at one port (dgx-a100-4node
-    1 GiB alltoall: 0.691 -> 0.781 of the bound). Which one is fastest depends on the fabric;
-    :func:`_forward_paths` times those it is given."""
+    the plan's root are shared among its paths in proportion to their flow (:func:`_levelled_counts`,
+    ``levelled`` or piece by piece), a contiguous block each, and pipelined down the path.
+
+    ``priority`` ``deadline``: the latest start that keeps the flow's pace (earliest deadline first):
+    chunk ``j`` of ``m`` on a path is due at its rank at ``(j+1)/m`` of the flow's time, less the α-β
+    time of the hops still ahead, so data bound for a slow last hop (a NIC) leaves the root first.
+    ``position``: as in :func:`add_broadcast`, the chunk's position in its path's data less the hops
+    ahead. ``shift`` (alltoall): the chunk's index, then the destination's offset from the root, so that
+    each root's ``j``-th chunks go out to its peers in the order ``root+1, root+2, ...``: at any time the
+    roots tend to feed different ranks, the rounds of permutations a switch serves without two circuits
+    meeting at one port (dgx-a100-4node 1 GiB alltoall: 0.691 -> 0.781 of the bound). ``rounds``: switch
+    hops in rounds of disjoint circuits (:func:`_in_circuit_rounds`; None where no path crosses a
+    switch). Which one is fastest depends on the fabric; :func:`_forward_paths` times those it is given."""
     n = coll.num_ranks
     span = plans[0].time_per_byte_us * chunk_bytes * chunks   # the flow's time: the plans share one T
     link_index = {(link.src, link.dst): i for i, link in enumerate(fabric.links)}
     _, _, bw, alpha = fabric.arrays
-
-    def hop_us(src: int, dst: int, route: tuple[int, ...]) -> float:
-        _, route_alpha_us, route_bw = _route_cost((src, *route, dst), link_index, alpha, bw)
-        return route_alpha_us + chunk_bytes / (route_bw * 1e3)
 
     def hop_load(src: int, dst: int, route: tuple[int, ...]) -> tuple[list[int], float]:
         links, route_alpha_us, route_bw = _route_cost((src, *route, dst), link_index, alpha, bw)
@@ -1457,7 +1455,7 @@ def _path_jobs(coll: Collective, plans: tuple[PathPlan, ...], chunks: int, fabri
             for p, count in zip(members, counts):
                 hops = plan.paths[p].hops
                 offset = (plan.paths[p].dest - plan.root) % n
-                times = [hop_us(*hop) for hop in hops]
+                times = [hop_load(*hop)[1] for hop in hops]
                 for j, chunk in enumerate(ids[pos:pos + count]):
                     before = ()
                     for h, (src, dst, route) in enumerate(hops):
@@ -1501,7 +1499,7 @@ def _levelled_counts(plans: tuple[PathPlan, ...], chunks: int, hop_load,
                     for link in links:
                         load[link] += count * per_chunk
             pieces.append(((k, q), exact, counts, uses))
-    levelled = {}
+    counts_by_piece = {}
     for piece, exact, counts, uses in pieces:
         for _ in range(chunks - sum(counts)):
             after = [max(load[link] + per_chunk for links, per_chunk in hops for link in links) for hops in uses]
@@ -1511,8 +1509,8 @@ def _levelled_counts(plans: tuple[PathPlan, ...], chunks: int, hop_load,
             for links, per_chunk in uses[pick]:
                 for link in links:
                     load[link] += per_chunk
-        levelled[piece] = counts
-    return levelled
+        counts_by_piece[piece] = counts
+    return counts_by_piece
 
 
 def _in_circuit_rounds(jobs: _Jobs, fabric: Topology, chunk_bytes: float) -> _Jobs | None:
@@ -1526,8 +1524,9 @@ def _in_circuit_rounds(jobs: _Jobs, fabric: Topology, chunk_bytes: float) -> _Jo
     if all(r is None for r in rounds_of):
         return None
     span = 1 + max(r for r in rounds_of if r is not None)
-    keys = [(0, float(r), h, *key[3:]) if r is not None else (0, key[1] * span, *key[2:])
-            for r, h, key in ((rounds_of[i], jobs.key[i][2], jobs.key[i]) for i in range(len(jobs.msg)))]
+    # a position key is (0, position, -hops ahead, ...): rounds take the position's place
+    keys = [(0, float(r), *key[2:]) if r is not None else (0, key[1] * span, *key[2:])
+            for r, key in zip(rounds_of, jobs.key)]
     return replace(jobs, key=keys)
 
 
