@@ -4,7 +4,7 @@ Usage::
 
     python benchmarks/bench_alltoall.py [--dgx1-size 64MiB] [--ndv2-sizes 1KB 1MB 64MiB]
         [--milp-chunks 4] [--milp-time-limit 60] [--skip-milp]
-        [--fabrics mi250-2node,dgx-a100-4node,torus-3x3x3,mi250,torus-4x4,mesh-5x5,leaf-spine-4x4]
+        [--fabrics mi250-2node,dgx-a100-4node,dgx-a100-2node,leaf-spine-4x4,dgx2,torus-3x3x3,mi250,...]
         [--fabric-size 1GiB]
 
 Part 1 (target: ≤ 1.10 × the bound): alltoall of ``--dgx1-size`` on ``dgx1`` with ``auto`` under its
@@ -62,8 +62,8 @@ def main() -> None:
     parser.add_argument("--milp-chunks", type=int, default=4)
     parser.add_argument("--milp-time-limit", type=float, default=60.0)
     parser.add_argument("--skip-milp", action="store_true", help="skip the explicit milp run in part 1")
-    parser.add_argument("--fabrics", default="mi250-2node,dgx-a100-4node,torus-3x3x3,mi250,torus-4x4,mesh-5x5,"
-                                             "leaf-spine-4x4")
+    parser.add_argument("--fabrics", default="mi250-2node,dgx-a100-4node,dgx-a100-2node,leaf-spine-4x4,dgx2,"
+                                             "torus-3x3x3,mi250,torus-4x4,mesh-5x5")
     parser.add_argument("--fabric-size", default="1GiB")
     args = parser.parse_args()
 

@@ -1340,10 +1340,9 @@ def _forward_paths(topology: Topology, collective: Collective, size_bytes: float
     :func:`_replayed_makespan`). With ``alternatives`` the best of every other priority comes along as
     the schedule's alternatives, for the pipeline to time (behind switches the score mispredicts which
     priority the runtime serves best). None if no candidate fits."""
-    name, n = collective.name, topology.num_ranks
+    name = collective.name
     fit = _chunk_fit(collective, size_bytes, options)
     counts = [options.chunks] if options.chunks else sorted({fit(c)[0] for c in counts_tried})
-    limit = MAX_CHANNELS * MAX_STEPS_PER_TB
     best: dict[tuple[str, int], tuple] = {}   # (priority, chunks or 0) -> its best (score, collective, jobs, ...)
     # Do rank pairs share switch links (the runtime's arbitration then matters)? Judged on the first
     # candidate, the fewest chunks. On mi250-2node its few transfers share none, so candidates there are
@@ -1362,31 +1361,9 @@ def _forward_paths(topology: Topology, collective: Collective, size_bytes: float
             continue
         if shared is None:
             shared = bool(topology.switches) and _shares_links(jobs)
-        # rounds of circuits only work if every link keeps their order: time them that way too
-        for how in (("ordered",) if priority == "rounds" else (None, *BUILT)):
-            if how == "ordered":
-                links, _, _, duration = _route_costs(jobs, topology, chunk_bytes)
-                order, start, end = circuits.ordered_schedule(jobs.key, jobs.deps, links, duration,
-                                                              len(topology.links))
-                jobs.head = list(range(len(jobs.msg)))
-            else:
-                order, start, end = list_schedule(jobs, topology, chunk_bytes, coalesce=how is not None,
-                                                  **(asdict(how) if how is not None else {}))
-            heads = list(jobs.head) if how not in (None, "ordered") else None
-            steps = _connection_steps(jobs, heads)
-            if max(steps.values()) > limit or _busiest_rank_xml(steps, n) > MAX_XML_NODES:
-                continue
-            makespan = float(end.max())
-            # behind shared switch links the runtime serves sends as they become ready: score the
-            # mean of the planned and the replayed makespans, as the forests' search does. Rounds keep
-            # their order on the uplinks (the lowering's uplink dependencies), so their plan is the
-            # score; the receiving ports still take sends as they come, and the simulated times of
-            # rounds at different chunk counts differ more than their plans (dgx-a100-4node: 33.3 ms
-            # to 36.0 ms for plans within 1 %), so each count's best is a runner-up of its own
-            rounds_kept = priority == "rounds"
-            score = (makespan + _replayed_makespan(jobs, topology, chunk_bytes, order)) / 2 \
-                if shared and not rounds_kept else makespan
-            kind = (priority, chunks) if rounds_kept else (priority, 0)
+        # rounds: each count's best is a runner-up of its own (see _timed_paths)
+        kind = (priority, chunks) if priority == "rounds" else (priority, 0)
+        for score, start, end, heads in _timed_paths(jobs, topology, chunk_bytes, priority == "rounds", shared):
             if kind not in best or score < best[kind][0] * (1 - 1e-9):
                 best[kind] = (score, coll, jobs, start, end, heads, plans, priority)
     if not best:
@@ -1396,6 +1373,36 @@ def _forward_paths(topology: Topology, collective: Collective, size_bytes: float
     ranked = [found for found in ranked if found[-1] != "rounds" or id(found) in kept_rounds]
     return _first_with_runner_ups([_path_schedule_of(topology, name, size_bytes, method, *found)
                                    for found in (ranked if alternatives else ranked[:1])])
+
+
+def _timed_paths(jobs: _Jobs, topology: Topology, chunk_bytes: float, in_rounds: bool, shared: bool):
+    """(score, start, end, heads) of each timing of path ``jobs`` that fits MSCCL's limits: list
+    schedules plain and coalesced (:data:`BUILT`), or, for rounds of circuits, every link in round
+    order (:func:`synth.synthesis.circuits.ordered_schedule`; nothing else keeps the rounds).
+
+    Behind ``shared`` switch links the runtime serves sends as they become ready: a list schedule
+    scores the mean of its planned and replayed makespans, as the forests' search does. Rounds keep
+    their order on the uplinks (the lowering's uplink dependencies), so their plan is their score; the
+    receiving ports still take sends as they come, and rounds at different chunk counts simulate
+    further apart than their plans (dgx-a100-4node: 33.3 ms to 36.0 ms for plans within 1 %)."""
+    n = topology.num_ranks
+    limit = MAX_CHANNELS * MAX_STEPS_PER_TB
+    for how in (("ordered",) if in_rounds else (None, *BUILT)):
+        if how == "ordered":
+            links, _, _, duration = _route_costs(jobs, topology, chunk_bytes)
+            order, start, end = circuits.ordered_schedule(jobs.key, jobs.deps, links, duration, len(topology.links))
+            jobs.head = list(range(len(jobs.msg)))
+        else:
+            order, start, end = list_schedule(jobs, topology, chunk_bytes, coalesce=how is not None,
+                                              **(asdict(how) if how is not None else {}))
+        heads = list(jobs.head) if how not in (None, "ordered") else None
+        steps = _connection_steps(jobs, heads)
+        if max(steps.values()) > limit or _busiest_rank_xml(steps, n) > MAX_XML_NODES:
+            continue
+        makespan = float(end.max())
+        score = (makespan + _replayed_makespan(jobs, topology, chunk_bytes, order)) / 2 \
+            if shared and not in_rounds else makespan
+        yield score, start, end, heads
 
 
 def _path_schedule_of(topology: Topology, name: str, size_bytes: float, method: str, score: float,
