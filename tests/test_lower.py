@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import gzip
 import itertools
@@ -21,6 +22,7 @@ from synth.program.lower import (
     destination_slot,
     initial_holds,
     lower,
+    spread_peers,
     valid_chunks,
 )
 from synth.schedule import Schedule, Transfer
@@ -343,3 +345,31 @@ def test_uplink_order_is_dropped_where_it_would_exceed_the_msccl_tb_id_limit():
                            method="hand", size_bytes=1e6, predicted_time_us=7.0))
     chained = [t for t in small.gpus[0].threadblocks if t.send >= 0 and t.steps[0].depid >= 0]
     assert len(chained) == 6
+
+
+def test_spread_peers_keeps_every_channel_within_msccls_threadblocks():
+    """An alltoall on 64 ranks has 63 send and 63 receive peers per rank on channel 0; MSCCL takes 32
+    threadblocks of each per channel. Each connection moves whole to one channel (both ends agree)."""
+    n = 64
+    src, dst = (np.array(a) for a in zip(*[(s, d) for s in range(n) for d in range(n) if s != d for _ in range(2)]))
+    chan = spread_peers(src, dst, np.zeros(len(src), dtype=np.int64))
+    per_conn = {}
+    for s, d, c in zip(src.tolist(), dst.tolist(), chan.tolist()):
+        assert per_conn.setdefault((s, d), c) == c
+    for side in (0, 1):
+        load = collections.Counter((pair[side], c) for pair, c in per_conn.items())
+        assert max(load.values()) <= 32
+    assert spread_peers(src[:40], dst[:40], np.zeros(40, dtype=np.int64)).tolist() == [0] * 40   # roomy: unchanged
+
+
+def test_alltoall_on_64_ranks_lowers_within_msccls_limits():
+    """Every method failed on 64 ranks before: the lowering put 63 send threadblocks on channel 0."""
+    from synth.pipeline import synthesize
+    from synth.program.msccl_xml import check_runtime_limits
+    from synth.topology import generators
+
+    fabric = generators.leaf_spine(8, 8, 4)
+    result = synthesize(fabric, "alltoall", 1 << 30, "direct")
+    check_runtime_limits(result.program)
+    assert result.program.nchannels == 2
+    assert result.bound_us / result.time_us > 0.9

@@ -12,7 +12,9 @@ Buffer placement (collective semantics in :mod:`synth.collectives`):
   the output slot (or a scratch slot on a pure relay).
 
 Threadblocks: one per (channel, peer, direction) (MSCCL's rule, SPEC), plus local threadblocks for
-``cpy``. Steps on a connection are ordered by transfer start time, identically on both ends.
+``cpy``. Where a rank would have more than 32 send (or receive) peers on one channel, more than MSCCL
+takes, connections move to further channels (:func:`spread_peers`; an alltoall on 64 ranks).
+Steps on a connection are ordered by transfer start time, identically on both ends.
 Dependencies come from the buffer accesses at each rank, in schedule time order:
 a read waits for the last write of that slot (RAW), a write waits for the last write and for every
 read since (WAW, WAR: e.g. an ``rrc`` must not race a send of the same partial sum). The first
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import gc
 import math
+from collections import defaultdict
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -53,6 +56,7 @@ from synth.schedule import Schedule
 MAX_CNT = 71            # MSCCL: cnt < 72
 MAX_CHANNELS = 32       # MSCCL: at most 32 channels
 MAX_DEP_TB = 127        # MSCCL: depended-on threadblock ids <= 127
+MAX_TB_PER_CHANNEL = 32  # MSCCL: send (and receive) threadblocks per channel
 _EPS = 1e-9
 
 BUFFERS = ("i", "o", "s")
@@ -485,6 +489,37 @@ def _check_reads(reads, holds, chunk, first, order, rank, buf, off) -> None:
                      f"{chunk[p]} is read from it (in-place buffer conflict)")
 
 
+def spread_peers(src: np.ndarray, dst: np.ndarray, channel: np.ndarray) -> np.ndarray:
+    """Channels per transfer such that no rank has more than ``MAX_TB_PER_CHANNEL`` send peers, or
+    receive peers, on one channel (MSCCL's threadblocks per channel: an alltoall on 64 ranks has 63 of
+    each on channel 0). Unchanged where that holds already; otherwise every connection (src, dst,
+    channel), in order of its first transfer, takes the first of ``channel + k * base`` (``base``
+    the schedule's channel count, so connections of other channels never merge) where both its
+    ends still have room; kept as is where none below ``MAX_CHANNELS`` has."""
+    if not len(src):
+        return channel
+    conns, first, inverse = np.unique(np.stack([src, dst, channel]), axis=1, return_index=True, return_inverse=True)
+    inverse = inverse.ravel()
+    def crowded(ends: np.ndarray) -> bool:
+        return bool(np.unique(np.stack([ends, conns[2]]), axis=1, return_counts=True)[1].max() > MAX_TB_PER_CHANNEL)
+    if not (crowded(conns[0]) or crowded(conns[1])):
+        return channel
+    base = int(channel.max()) + 1
+    sends: dict[tuple[int, int], int] = defaultdict(int)
+    recvs: dict[tuple[int, int], int] = defaultdict(int)
+    new_chan = conns[2].copy()
+    for c in np.argsort(first, kind="stable").tolist():
+        a, b, chan = (int(v) for v in conns[:, c])
+        for candidate in range(chan, MAX_CHANNELS, base):
+            if sends[(a, candidate)] < MAX_TB_PER_CHANNEL and recvs[(b, candidate)] < MAX_TB_PER_CHANNEL:
+                chan = candidate
+                break
+        sends[(a, chan)] += 1
+        recvs[(b, chan)] += 1
+        new_chan[c] = chan
+    return new_chan[inverse]
+
+
 # ---------------------------------------------------------------------------------------------
 # merging
 # ---------------------------------------------------------------------------------------------
@@ -880,6 +915,7 @@ def _lower(schedule: Schedule, name: str | None, max_steps_per_tb: int) -> Progr
     coll = schedule.collective
     tr = _Transfers.of(schedule)
     tr.check(coll)
+    tr.channel = spread_peers(tr.src, tr.dst, tr.channel)
     layout = Layout.of(coll)
     ops, scratch = build_ops(coll, layout, tr)
     waiter, waited = dependencies(coll, layout, ops, tr)
