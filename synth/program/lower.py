@@ -498,13 +498,15 @@ def spread_peers(src: np.ndarray, dst: np.ndarray, channel: np.ndarray) -> np.nd
     ends still have room; kept as is where none below ``MAX_CHANNELS`` has."""
     if not len(src):
         return channel
-    conns, first, inverse = np.unique(np.stack([src, dst, channel]), axis=1, return_index=True, return_inverse=True)
-    inverse = inverse.ravel()
+    ranks, base = int(max(src.max(), dst.max())) + 1, int(channel.max()) + 1
+    keys, first, inverse = np.unique((src * ranks + dst) * base + channel, return_index=True, return_inverse=True)
+    conns = np.stack([keys // base // ranks, keys // base % ranks, keys % base])
+
     def crowded(ends: np.ndarray) -> bool:
-        return bool(np.unique(np.stack([ends, conns[2]]), axis=1, return_counts=True)[1].max() > MAX_TB_PER_CHANNEL)
+        return bool(np.unique(ends * base + conns[2], return_counts=True)[1].max() > MAX_TB_PER_CHANNEL)
+
     if not (crowded(conns[0]) or crowded(conns[1])):
         return channel
-    base = int(channel.max()) + 1
     sends: dict[tuple[int, int], int] = defaultdict(int)
     recvs: dict[tuple[int, int], int] = defaultdict(int)
     new_chan = conns[2].copy()
