@@ -64,7 +64,8 @@ def test_alltoall_milp_at_any_size_with_chunk_variants_only_on_small_switchless_
     assert "lp" in _names(load_topology("dgx-a100-4node"), "alltoall", 64 * MiB)
     assert "lp" not in _names(load_topology("dgx1"), "alltoall", 16 * 1024)
     assert "lp" in _names(gen.torus([8, 8]), "alltoall", GiB)              # 64 ranks: one LP column per link
-    assert "lp" not in _names(gen.leaf_spine(8, 8, 2), "alltoall", GiB)    # ... but one per rank pair here
+    assert "lp" in _names(gen.leaf_spine(8, 8, 2), "alltoall", GiB)        # too many for the LP: runtime routes
+    assert "lp" not in _names(gen.leaf_spine(16, 8, 2), "alltoall", GiB)
     assert [c.method for c in _plan(load_topology("dgx2"), "alltoall", 64 * MiB)][-1] == "milp"
     assert sum(c.method == "milp" for c in _plan(load_topology("dgx2"), "alltoall", 64 * MiB)) == 1
     # the user's --chunks wins: no variants

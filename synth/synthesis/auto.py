@@ -42,14 +42,17 @@ trees     N <= 32 at any size; bandwidth-bound at          -        best at 64 M
                                                                      2.5 % better than greedy), ignoring
                                                                      any limit, so 129-256 is greedy's
 lp        bandwidth-bound, N <= 32, and no switches or      20 s     best on mi250 64 MB in the sweep (23.3 %
-          alltoall; alltoall without switches N <= 64                vs trees 30.9 %; today's trees: 224 us
+          alltoall; alltoall N <= 64                                 vs trees 30.9 %; today's trees: 224 us
                                                                      vs lp 240 us); ties trees behind
                                                                      switches, hence not tried there but
                                                                      for alltoall, where its concurrent
-                                                                     flow's paths beat direct and greedy
-                                                                     (1 GiB: mi250-2node 0.917 of the bound
-                                                                     vs 0.499, torus-3x3x3 0.987 vs 0.692,
-                                                                     torus 8x8 0.989 vs 0.888 in 24 s)
+                                                                     flow's paths in rounds of circuits
+                                                                     beat direct and greedy (1 GiB:
+                                                                     mi250-2node 0.998 of the bound vs
+                                                                     0.499, torus-3x3x3 0.987 vs 0.692,
+                                                                     torus 8x8 0.989 vs 0.888 in 24 s; 8
+                                                                     A100 boxes, 64 ranks, on the runtime's
+                                                                     routes: 0.994 vs direct's 0.884)
 pareto    N <= 8, no switches, latency-bound                10 s     best at 1 MB on dgx1 (43.4 % vs ring
                                                                      45.7 %); can stay undecided on NICs
 milp      N <= 16 and (alltoall, or latency-bound           30 s     optimal in 0.1 s on dgx1/mi250 1 KB
@@ -177,7 +180,7 @@ RULES: tuple[Rule, ...] = (
     Rule("trees", lambda i: i.ranks <= 32 or (i.bandwidth_bound and not EXACT_TREES_SLOW < i.ranks <= LARGE_TREES)),
     Rule("lp", lambda i: i.bandwidth_bound and (
         i.ranks <= 32 and (not i.switches or i.collective == "alltoall")
-        or i.ranks <= 64 and not i.switches and i.collective == "alltoall"), 20.0),
+        or i.ranks <= 64 and i.collective == "alltoall"), 20.0),
     Rule("pareto", lambda i: i.ranks <= 8 and not i.switches and i.latency_bound, 10.0),
     Rule("milp", _milp, _milp_limit),
 )

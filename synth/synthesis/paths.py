@@ -238,3 +238,39 @@ def plan_alltoall_paths(topology: Topology, solver: str = "highs", time_limit: f
         plans.append(tuple(PathPlan(s, tuple(decompose(arcs.hops, flow[s], s, n, SOLVER_TOL)), per_byte)
                            for s in range(n)))
     return plans
+
+
+def runtime_route_plans(topology: Topology) -> tuple[PathPlan, ...]:
+    """Alltoall without an LP: every piece on the one path the runtime's rule gives it
+    (:mod:`synth.topology.routes`: a direct link or switch path, else ranks forward, as the simulator
+    has a foreign program's sends do), cut at the ranks it crosses into hops. Its
+    ``time_per_byte_us`` is the busiest link's: units crossing it ÷ its bandwidth."""
+    from synth.topology.routes import pick_path, switch_predecessors
+
+    link_index = {(link.src, link.dst): i for i, link in enumerate(topology.links)}
+    units = np.zeros(len(topology.links))
+    plans = []
+    for src in topology.ranks:
+        switches_only = switch_predecessors(topology, src)
+        through_ranks = None
+        paths = []
+        for dst in topology.ranks:
+            if dst == src:
+                continue
+            if topology.link(src, dst) is not None:
+                nodes: tuple[int, ...] = (src, dst)
+            elif dst in switches_only:
+                nodes = pick_path(dst, switches_only.__getitem__)
+            else:
+                through_ranks = through_ranks or switch_predecessors(topology, src, through_ranks=True)
+                if dst not in through_ranks:
+                    raise SynthError(f"topology {topology.name!r}: no path from rank {src} to rank {dst}")
+                nodes = pick_path(dst, through_ranks.__getitem__)
+            for pair in zip(nodes, nodes[1:]):
+                units[link_index[pair]] += 1
+            cuts = [i for i, node in enumerate(nodes) if topology.is_rank(node)]
+            hops = tuple((nodes[a], nodes[b], nodes[a + 1:b]) for a, b in zip(cuts, cuts[1:]))
+            paths.append(Path(dst, 1.0, hops))
+        plans.append((src, tuple(paths)))
+    per_byte = float((units / (topology.arrays[2] * 1e3)).max())
+    return tuple(PathPlan(src, paths, per_byte) for src, paths in plans)
