@@ -1280,7 +1280,8 @@ def _path_schedule(topology: Topology, collective: Collective, size_bytes: float
         return _forward_paths(topology, collective, size_bytes, options, _one_each(_towards_root(flows)),
                               alternatives=True)
     found = [_forward_paths(topology, collective, size_bytes, options, _one_each(flows), alternatives=True),
-             _mirrored_gather(topology, collective, size_bytes, options, _towards_root(flows))]
+             *(_mirrored_gather(topology, collective, size_bytes, options, _towards_root(flows), levelled)
+               for levelled in (False, True))]
     found = sorted((schedule for schedule in found if schedule is not None), key=lambda s: s.predicted_time_us)
     return _first_with_runner_ups(found) if found else None
 
@@ -1293,15 +1294,18 @@ def _towards_root(plans: list[PathPlan]) -> list[PathPlan]:
 
 
 def _mirrored_gather(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
-                     gather_plans: list[PathPlan]) -> Schedule | None:
+                     gather_plans: list[PathPlan], levelled: bool = False) -> Schedule | None:
     """A scatter as the gather on the reversed fabric (:func:`_forward_paths` on ``gather_plans``) run
     backwards in time, every transfer the other way, then re-timed forwards by :func:`justify` (always:
     the mirror alone plans what the runtime does not do; mi250-2node 3094 µs planned, 3371 simulated,
     justified 3123 and 3292). Each rank's sources push their own data from the start, which pipelines
     better than pulling it from the root: simulated scatter mi250-2node 0.855 -> 0.921 of the bound,
-    dgx-h100-2node 0.964 -> 0.969, dgx-a100-4node 0.931 -> 0.940, and never slower on the built-in fabrics."""
+    dgx-h100-2node 0.964 -> 0.969, dgx-a100-4node 0.931 -> 0.940, and never slower on the built-in fabrics.
+    ``levelled``: the gather's chunks shared among its paths with the links kept level
+    (:func:`_levelled_counts`); :func:`_path_schedule` builds both, and the levelled mirror is the faster on
+    mi250-2node (scatter 0.921 -> 0.959), mi250 and dgx-h100-2node, though not as a gather of its own."""
     gather = _forward_paths(topology.reversed(), replace(collective, name="gather"), size_bytes, options,
-                            _one_each(gather_plans))
+                            _one_each(gather_plans), levelled=levelled)
     if gather is None:
         return None
     span = gather.predicted_time_us
@@ -1327,7 +1331,7 @@ def _one_each(plans: list[PathPlan]) -> list[tuple[PathPlan, ...]]:
 def _forward_paths(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
                    candidates: list[tuple[PathPlan, ...]], counts_tried: tuple[int, ...] = PATH_CHUNKS,
                    method: str = "trees", priorities: tuple[str, ...] = ("deadline", "position", "rounds"),
-                   alternatives: bool = False) -> Schedule | None:
+                   alternatives: bool = False, levelled: bool | None = None) -> Schedule | None:
     """Scatter, gather or alltoall on flow paths (each candidate: one plan per root,
     :func:`synth.synthesis.paths.plan_paths` with each path walked in the collective's direction, or
     :func:`synth.synthesis.paths.plan_alltoall_paths`) instead of a broadcast forest, whose subtrees load
@@ -1352,7 +1356,7 @@ def _forward_paths(topology: Topology, collective: Collective, size_bytes: float
     # an alltoall's pieces share their paths' chunks with the links kept level (many roots' pieces meet
     # at every port: dgx-a100-4node 0.966 -> 0.975); one root's piece by piece, which simulates better
     # there (levelled: dgx-a100-2node scatter 0.978 -> 0.972, dgx-h100-2node gather 0.982 -> 0.964)
-    levelled = len(candidates[0]) > 1
+    levelled = len(candidates[0]) > 1 if levelled is None else levelled
     for plans, priority, chunks in itertools.product(candidates, priorities, counts):
         coll = replace(collective, chunk_factor=chunks)
         chunk_bytes = coll.chunk_bytes(size_bytes)
