@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from synth.errors import SynthError
 from synth.program.ir import RECEIVES, SENDS, Program, collective_of
 from synth.topology.model import Topology
-from synth.topology.routes import pick_path, switch_predecessors
+from synth.topology.routes import RuntimePaths
 from synth.units import DEFAULT_SIZE, algbw_GBps
 
 # One recorded transfer: (rank, threadblock id, step index, start µs, end µs, route as "a->b" names).
@@ -130,29 +130,15 @@ class Router:
         self.link_ids = {(link.src, link.dst): i for i, link in enumerate(topology.links)}
         self.alpha = [link.alpha for link in topology.links]
         self.bw = [link.bw * 1e3 for link in topology.links]  # bytes per µs
-        self._preds: dict[tuple[int, bool], dict[int, list[int]]] = {}
-
-    def _route_via(self, src: int, dst: int, through_ranks: bool) -> Route | None:
-        """The route of :mod:`synth.topology.routes` (ties spread by destination), over switches only or,
-        with ``through_ranks``, across other ranks too."""
-        preds = self._preds.get((src, through_ranks))
-        if preds is None:
-            preds = self._preds[(src, through_ranks)] = switch_predecessors(self.topology, src, through_ranks)
-        if dst not in preds or src == dst:
-            return None
-        path = pick_path(dst, preds.__getitem__)
-        links = tuple(self.link_ids[pair] for pair in zip(path, path[1:]))
-        return links, sum(self.alpha[i] for i in links), min(self.bw[i] for i in links)
+        self.paths = RuntimePaths(topology)
 
     def route(self, src: int, dst: int) -> Route:
         """(link ids, summed α in µs, bottleneck bw in bytes/µs) from rank ``src`` to rank ``dst``."""
-        lid = self.link_ids.get((src, dst))
-        if lid is not None:
-            return (lid,), self.alpha[lid], self.bw[lid]
-        found = self._route_via(src, dst, False) or self._route_via(src, dst, True)
-        if found is None or src == dst:
+        path = self.paths.path(src, dst)
+        if path is None:
             raise SynthError(f"topology {self.topology.name!r} has no path from rank {src} to rank {dst}")
-        return found
+        links = tuple(self.link_ids[pair] for pair in zip(path, path[1:]))
+        return links, sum(self.alpha[i] for i in links), min(self.bw[i] for i in links)
 
     def link_name(self, lid: int) -> str:
         link = self.topology.links[lid]

@@ -46,7 +46,7 @@ from synth.synthesis.packing import (
     pack_arborescences,
     split_switches,
 )
-from synth.synthesis.paths import plan_alltoall_paths, runtime_route_plans
+from synth.synthesis.paths import LPTooLarge, plan_alltoall_paths, runtime_route_plans
 from synth.synthesis.trees import (
     Forest,
     PlannedTree,
@@ -199,10 +199,12 @@ def _alltoall(topology: Topology, collective: Collective, size_bytes: float, opt
                          "in-place output overwrites); use the out-of-place form")
     try:
         candidates = plan_alltoall_paths(topology, solver, options.time_limit, ALLTOALL_VARIABLES)
-    except SynthError as exc:
-        if not topology.switches or "variables" not in str(exc):
+    except LPTooLarge as exc:
+        if not topology.switches:
             raise SynthError(f"method lp: {exc}; use -m greedy or -m direct") from None
         candidates = [runtime_route_plans(topology)]
+    except SynthError as exc:
+        raise SynthError(f"method lp: {exc}; use -m greedy or -m direct") from None
     unit_hops = max(sum(path.share * len(path.hops) for plan in plans for path in plan.paths) for plans in candidates)
     counts = tuple(c for c in ALLTOALL_CHUNKS if c == 1 or c * unit_hops <= ALLTOALL_JOBS)
     schedule = _forward_paths(topology, collective, size_bytes, options, candidates, counts, method="lp",

@@ -175,6 +175,10 @@ ALLTOALL_SLACK = 1e-4    # the shortest-hop flow may take this much longer than 
 SOLVER_TOL = 1e-6        # units a backend's flow may miss conservation by (CBC, GLOP)
 
 
+class LPTooLarge(SynthError):
+    """The alltoall flow LP would pass its size cap (the caller may plan without it)."""
+
+
 def plan_alltoall_paths(topology: Topology, solver: str = "highs", time_limit: float | None = None,
                         max_variables: int | None = None) -> list[tuple[PathPlan, ...]]:
     """Alltoall as ``N`` scatters that share the links: the maximum concurrent flow over the runtime's
@@ -189,14 +193,14 @@ def plan_alltoall_paths(topology: Topology, solver: str = "highs", time_limit: f
     the fixed routes may cost more. Two flows are returned, each as one plan per source: the LP's
     vertex and, at ``T`` within :data:`ALLTOALL_SLACK`, the flow with the fewest unit-hops (relays
     cost α and pipeline fill). Raises :class:`SynthError` if the solver fails, or if the LP would have
-    more than ``max_variables`` variables (sources × routed rank pairs)."""
+    more than ``max_variables`` variables (sources × routed rank pairs): :class:`LPTooLarge`."""
     from synth.solvers import Model, solve
 
     n = topology.num_ranks
     arcs = route_arcs(topology)
     num = len(arcs.hops)
     if max_variables is not None and n * num > max_variables:
-        raise SynthError(f"the alltoall flow LP on {topology.name} would have {n * num} variables (more than "
+        raise LPTooLarge(f"the alltoall flow LP on {topology.name} would have {n * num} variables (more than "
                          f"{max_variables})")
 
     def build(at_most_us_per_mb: float | None) -> tuple[Model, np.ndarray, int]:
@@ -245,27 +249,20 @@ def runtime_route_plans(topology: Topology) -> tuple[PathPlan, ...]:
     (:mod:`synth.topology.routes`: a direct link or switch path, else ranks forward, as the simulator
     has a foreign program's sends do), cut at the ranks it crosses into hops. Its
     ``time_per_byte_us`` is the busiest link's: units crossing it ÷ its bandwidth."""
-    from synth.topology.routes import pick_path, switch_predecessors
+    from synth.topology.routes import RuntimePaths
 
     link_index = {(link.src, link.dst): i for i, link in enumerate(topology.links)}
     units = np.zeros(len(topology.links))
+    runtime = RuntimePaths(topology)
     plans = []
     for src in topology.ranks:
-        switches_only = switch_predecessors(topology, src)
-        through_ranks = None
         paths = []
         for dst in topology.ranks:
             if dst == src:
                 continue
-            if topology.link(src, dst) is not None:
-                nodes: tuple[int, ...] = (src, dst)
-            elif dst in switches_only:
-                nodes = pick_path(dst, switches_only.__getitem__)
-            else:
-                through_ranks = through_ranks or switch_predecessors(topology, src, through_ranks=True)
-                if dst not in through_ranks:
-                    raise SynthError(f"topology {topology.name!r}: no path from rank {src} to rank {dst}")
-                nodes = pick_path(dst, through_ranks.__getitem__)
+            nodes = runtime.path(src, dst)
+            if nodes is None:
+                raise SynthError(f"topology {topology.name!r}: no path from rank {src} to rank {dst}")
             for pair in zip(nodes, nodes[1:]):
                 units[link_index[pair]] += 1
             cuts = [i for i, node in enumerate(nodes) if topology.is_rank(node)]

@@ -1395,11 +1395,10 @@ def _timed_paths(jobs: _Jobs, topology: Topology, chunk_bytes: float, in_rounds:
         if how == "ordered":
             links, _, _, duration = _route_costs(jobs, topology, chunk_bytes)
             order, start, end = circuits.ordered_schedule(jobs.key, jobs.deps, links, duration, len(topology.links))
-            jobs.head = list(range(len(jobs.msg)))
         else:
             order, start, end = list_schedule(jobs, topology, chunk_bytes, coalesce=how is not None,
                                               **(asdict(how) if how is not None else {}))
-        heads = list(jobs.head) if how not in (None, "ordered") else None
+        heads = list(jobs.head) if isinstance(how, Coalescing) else None   # only coalescing merges jobs
         steps = _connection_steps(jobs, heads)
         if max(steps.values()) > limit or _busiest_rank_xml(steps, n) > MAX_XML_NODES:
             continue
@@ -1455,10 +1454,7 @@ def _path_jobs(coll: Collective, plans: tuple[PathPlan, ...], chunks: int, fabri
     base = "position" if priority == "rounds" else priority
     counts_of = _levelled_counts(plans, chunks, hop_load, levelled)
     for k, plan in enumerate(plans):
-        by_dest: dict[int, list[int]] = defaultdict(list)
-        for p, path in enumerate(plan.paths):
-            by_dest[path.dest].append(p)
-        for q, members in sorted(by_dest.items()):
+        for q, members in _pieces(plan):
             ids = ([coll.contribution(plan.root, q * chunks + s) for s in range(chunks)]
                    if coll.name in ("scatter", "alltoall") else [coll.contribution(q, s) for s in range(chunks)])
             counts = counts_of[(k, q)]
@@ -1482,6 +1478,14 @@ def _path_jobs(coll: Collective, plans: tuple[PathPlan, ...], chunks: int, fabri
     return jobs if priority != "rounds" else _in_circuit_rounds(jobs, fabric, chunk_bytes)
 
 
+def _pieces(plan: PathPlan) -> list[tuple[int, list[int]]]:
+    """(rank, the indices of its paths) for every rank the plan's root sends a piece to, by rank."""
+    by_dest: dict[int, list[int]] = defaultdict(list)
+    for p, path in enumerate(plan.paths):
+        by_dest[path.dest].append(p)
+    return sorted(by_dest.items())
+
+
 def _levelled_counts(plans: tuple[PathPlan, ...], chunks: int, hop_load,
                      levelled: bool = True) -> dict[tuple[int, int], list[int]]:
     """Chunks per path of every piece (plan ``k``, rank ``q``; its paths in plan order): each path's
@@ -1491,17 +1495,14 @@ def _levelled_counts(plans: tuple[PathPlan, ...], chunks: int, hop_load,
     every piece's extra chunk to the same port: on dgx-a100-4node's alltoall at one chunk per piece a
     NIC then carries 25 pieces where the flow gives each 24 (one round, 4 %, longer). Without
     ``levelled``, each piece's chunks go by largest remainder (Hamilton's method)."""
+    if not levelled:
+        return {(k, q): split_counts(chunks, [plan.paths[p].share for p in members])
+                for k, plan in enumerate(plans) for q, members in _pieces(plan)}
     load: dict[int, float] = defaultdict(float)
     pieces = []
     for k, plan in enumerate(plans):
-        by_dest: dict[int, list[int]] = defaultdict(list)
-        for p, path in enumerate(plan.paths):
-            by_dest[path.dest].append(p)
-        for q, members in sorted(by_dest.items()):
+        for q, members in _pieces(plan):
             shares = [plan.paths[p].share for p in members]
-            if not levelled:
-                pieces.append(((k, q), [], split_counts(chunks, shares), []))
-                continue
             exact = [chunks * share / sum(shares) for share in shares]
             counts = [math.floor(x + 1e-9) for x in exact]
             uses = [[hop_load(*hop) for hop in plan.paths[p].hops] for p in members]

@@ -72,3 +72,28 @@ def rank_routes(topology: Topology) -> dict[tuple[int, int], Path]:
                 direct = topology.link(src, dst) is not None
                 routes[(src, dst)] = (src, dst) if direct else pick_path(dst, preds.__getitem__)
     return routes
+
+
+class RuntimePaths:
+    """The node path of a send from rank ``src`` to rank ``dst`` under the module's rule: the direct link,
+    else the switch-only path, else (a foreign program on a sparse fabric) the same rule across ranks,
+    which only forward. Predecessors are computed once per source and kind. The simulator times sends
+    on these paths, and lp's alltoall plans on them where its LP would be too large."""
+
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+        self._preds: dict[tuple[int, bool], dict[int, list[int]]] = {}
+
+    def path(self, src: int, dst: int) -> Path | None:
+        """(src, nodes..., dst), or None where no path joins them (or ``src == dst``)."""
+        if src == dst:
+            return None
+        if self.topology.link(src, dst) is not None:
+            return (src, dst)
+        for through_ranks in (False, True):
+            preds = self._preds.get((src, through_ranks))
+            if preds is None:
+                preds = self._preds[(src, through_ranks)] = switch_predecessors(self.topology, src, through_ranks)
+            if dst in preds:
+                return pick_path(dst, preds.__getitem__)
+        return None
