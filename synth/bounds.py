@@ -379,9 +379,14 @@ def alltoall_fallback_ratio(topology: Topology) -> tuple[float, str]:
     """Weaker alltoall bound for large N (NOT exact; labelled ``dual-bound`` in details).
 
     LP duality for concurrent flow: for any link lengths ℓ ≥ 0, ``T ≥ Σ_{u≠v} dist_ℓ(u,v) / Σ_e ℓ_e b_e``
-    (units of one pair's data). We take the best of ℓ = 1 (hops) and ℓ = 1/b_e, and of the per-rank
-    bounds (N-1)/B_out(u), (N-1)/B_in(v). On edge-transitive fabrics with equal bandwidths
-    (torus with equal sides, hypercube, ring) uniform ℓ is dual-optimal, so there it equals the LP.
+    (units of one pair's data). We take the best of ℓ = 1 (hops) and ℓ = 1/b_e, of the per-rank
+    bounds (N-1)/B_out(u), (N-1)/B_in(v), and of the same cut on groups of ranks: the ``g`` ranks
+    of a node set S send ``g·(N-g)`` units out of it and receive as many, so
+    ``T ≥ g·(N-g) / min(B⁺(S), B⁻(S))`` (the sparsest-cut bound of concurrent flow, Leighton & Rao,
+    J. ACM 46(6), 1999, §1; S from :func:`_rank_groups`: a box behind its NVSwitch, whose NICs
+    carry every byte it sends to other boxes, or a leaf switch with its ranks). On edge-transitive
+    fabrics with equal bandwidths (torus with equal sides, hypercube, ring) uniform ℓ is
+    dual-optimal, so there it equals the LP.
     """
     from scipy.sparse import csr_matrix
     from scipy.sparse.csgraph import shortest_path
@@ -396,7 +401,29 @@ def alltoall_fallback_ratio(topology: Topology) -> tuple[float, str]:
     b_out = np.bincount(src, weights=bw, minlength=nodes)[:n]
     b_in = np.bincount(dst, weights=bw, minlength=nodes)[:n]
     best = max(best, (n - 1) / float(b_out.min()), (n - 1) / float(b_in.min()))
+    for group in _rank_groups(topology):
+        g = int(group[:n].sum())
+        capacity = min(float(bw[group[src] & ~group[dst]].sum()), float(bw[~group[src] & group[dst]].sum()))
+        if 0 < g < n and capacity > 0:
+            best = max(best, g * (n - g) / capacity)
     return best, "dual-bound"
+
+
+def _rank_groups(topology: Topology):
+    """Node sets (boolean masks) whose cuts :func:`alltoall_fallback_ratio` tries: every component
+    of :func:`_bandwidth_components` that holds a rank, and every switch with the ranks linked to
+    it (a leaf switch and the ranks under it, whose uplinks carry all they exchange with the rest)."""
+    n, nodes = topology.num_ranks, topology.num_nodes
+    src, dst, _, _ = topology.arrays
+    for label, has_rank in _bandwidth_components(topology):
+        for component in np.flatnonzero(has_rank):
+            yield label == component
+    for switch in range(n, nodes):
+        group = np.zeros(nodes, dtype=bool)
+        group[src[(dst == switch) & (src < n)]] = True
+        group[dst[(src == switch) & (dst < n)]] = True
+        group[switch] = True
+        yield group
 
 
 # ---- allreduce ------------------------------------------------------------------------------------
@@ -459,21 +486,10 @@ def group_traffic(topology: Topology) -> tuple[int, float]:
     box behind its NVSwitch); components without a rank belong to no group. Singletons are
     bound 4 of :func:`allreduce_bandwidth_us`.
     """
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
-    n, nodes = topology.num_ranks, topology.num_nodes
     src, dst, bw, _ = topology.arrays
     best = (0, 0.0, 0.0)   # (g, B, 2(g-1)/B)
-    for level in np.unique(bw)[::-1]:
-        keep = bw >= level
-        graph = coo_matrix((np.ones(int(keep.sum())), (src[keep], dst[keep])), shape=(nodes, nodes))
-        _, label = connected_components(graph, directed=True, connection="weak")
-        has_rank = np.zeros(nodes, dtype=bool)
-        has_rank[label[:n]] = True
+    for label, has_rank in _bandwidth_components(topology):
         groups = int(has_rank.sum())
-        if groups < 2:
-            continue
         crossing = label[src] != label[dst]
         leaving = float(bw[crossing & has_rank[label[src]]].sum())
         entering = float(bw[crossing & has_rank[label[dst]]].sum())
@@ -481,6 +497,24 @@ def group_traffic(topology: Topology) -> tuple[int, float]:
         if capacity > 0 and 2 * (groups - 1) / capacity > best[2]:
             best = (groups, capacity, 2 * (groups - 1) / capacity)
     return best[0], best[1]
+
+
+def _bandwidth_components(topology: Topology):
+    """For each distinct bandwidth b, widest first: (component label per node, whether each label
+    holds a rank) of the links of bandwidth ≥ b, where at least two components hold ranks."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    n, nodes = topology.num_ranks, topology.num_nodes
+    src, dst, bw, _ = topology.arrays
+    for level in np.unique(bw)[::-1]:
+        keep = bw >= level
+        graph = coo_matrix((np.ones(int(keep.sum())), (src[keep], dst[keep])), shape=(nodes, nodes))
+        _, label = connected_components(graph, directed=True, connection="weak")
+        has_rank = np.zeros(nodes, dtype=bool)
+        has_rank[label[:n]] = True
+        if int(has_rank.sum()) >= 2:
+            yield label, has_rank
 
 
 def describe_cut_set(topology: Topology, cut: frozenset[int]) -> str:

@@ -65,7 +65,14 @@ def test_alltoall_milp_at_any_size_with_chunk_variants_only_on_small_switchless_
     assert "lp" not in _names(load_topology("dgx1"), "alltoall", 16 * 1024)
     assert "lp" in _names(gen.torus([8, 8]), "alltoall", GiB)              # 64 ranks: one LP column per link
     assert "lp" in _names(gen.leaf_spine(8, 8, 2), "alltoall", GiB)        # too many for the LP: runtime routes
-    assert "lp" not in _names(gen.leaf_spine(16, 8, 2), "alltoall", GiB)
+    # past 64 ranks behind switches, up to 128: direct and lp's runtime-route rounds, not greedy
+    # (16 A100 boxes, 1 GiB: lp 0.988 of the bound, direct 0.934, greedy 0.68 in 70 s); ring as the fallback
+    assert [c.method for c in _plan(gen.leaf_spine(16, 8, 2), "alltoall", GiB)] == ["direct", "lp", "ring"]
+    boxes = gen.boxes_behind_nics(16, 8, intra_bw=300.0)
+    assert [c.method for c in _plan(boxes, "alltoall", GiB)] == ["direct", "lp", "ring"]
+    assert "greedy" in _names(boxes, "alltoall", KB)                          # latency-bound: as before
+    assert "lp" not in _names(gen.leaf_spine(32, 8, 2), "alltoall", GiB)     # 256 ranks
+    assert "lp" not in _names(gen.torus([8, 16]), "alltoall", GiB)           # no switches: the LP is too large
     assert [c.method for c in _plan(load_topology("dgx2"), "alltoall", 64 * MiB)][-1] == "milp"
     assert sum(c.method == "milp" for c in _plan(load_topology("dgx2"), "alltoall", 64 * MiB)) == 1
     # the user's --chunks wins: no variants

@@ -267,8 +267,32 @@ def test_alltoall_fully_connected_closed_form():
 
 
 def test_alltoall_fallback_is_a_lower_bound_of_the_lp():
-    for t in (gen.mesh([3, 4]), gen.leaf_spine(3, 3, 2, uplink_bw=20), topo(4, [(0, 1, 10), (2, 3, 10), (1, 2, 1)])):
+    for t in (gen.mesh([3, 4]), gen.leaf_spine(3, 3, 2, uplink_bw=20), gen.boxes_behind_nics(3, 3, nic_bw=5),
+              gen.boxes_behind_nics(2, 4, intra="mesh", nic_bw=40, ib_switches=2),
+              topo(4, [(0, 1, 10), (2, 3, 10), (1, 2, 1)])):
         assert alltoall_fallback_ratio(t)[0] <= alltoall_lp_ratio(t)[0] * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("boxes,per_box,nic", [(3, 4, 25.0), (4, 2, 12.5)])
+def test_alltoall_fallback_box_cut(boxes, per_box, nic):
+    # A box's g ranks send g·(N-g) pair units to other boxes, all through its g NICs (the NVSwitch is
+    # far faster), so T = g·(N-g) / (g·nic) = (N-g) / nic; the LP reaches it (IB switch non-blocking).
+    t = gen.boxes_behind_nics(boxes, per_box, intra_bw=300.0, nic_bw=nic)
+    n = boxes * per_box
+    fallback, method = alltoall_fallback_ratio(t)
+    assert method == "dual-bound"
+    assert fallback == pytest.approx((n - per_box) / nic, rel=1e-9)
+    assert fallback <= alltoall_lp_ratio(t)[0] * (1 + 1e-9)
+    assert alltoall_lp_ratio(t)[0] == pytest.approx(fallback, rel=1e-6)
+
+
+def test_alltoall_fallback_leaf_cut():
+    # 3 leaves of 4 ranks (50 GB/s), one 40 GB/s uplink each: a leaf's 4 ranks send 4·8 pair units
+    # through it, T = 32 / 40, which the LP reaches; the per-rank bound is only 11 / 50.
+    t = gen.leaf_spine(3, 4, 1, bw=50.0, uplink_bw=40.0)
+    fallback, _ = alltoall_fallback_ratio(t)
+    assert fallback == pytest.approx(32 / 40, rel=1e-9)
+    assert alltoall_lp_ratio(t)[0] == pytest.approx(fallback, rel=1e-6)
 
 
 # ---- latency --------------------------------------------------------------------------------------

@@ -22,16 +22,19 @@ ring      always; first up to 64 ranks, above that last     -        verified fa
           and only if nothing else produced a program                on dgx1 at 64 MB/1 GB (gap 1.3 %/0.1 %);
                                                                      256-rank torus 1 KB allgather: 41 s
                                                                      through the pipeline, 3.7x greedy
-direct    N <= 64 and (alltoall or latency-bound)           -        alltoall's natural pattern (dgx2 64 MiB
-                                                                     1.02x bound, dgx-a100 1.05x)
+direct    N <= 64 and (alltoall or latency-bound); a        -        alltoall's natural pattern (dgx2 64 MiB
+          bandwidth-bound alltoall behind switches up to             1.02x bound, dgx-a100 1.05x); 128 ranks,
+          128 ranks                                                  1 GiB: 16 A100 boxes 0.934 of the bound,
+                                                                     16x8 leaf-spine (4 spines) 0.972, 7 s
 rdh, dbt  N <= 64, latency-bound                            -        dbt best at 1 KB allreduce on
 nccl                                                                 dgx-a100-2node and ndv2-2node; rdh
                                                                      35 s at 256 ranks (3x greedy's time)
 hierar.   multi-box, N <= 64                                -        best at 1 KB/1 MB on dgx-a100-2node
 greedy    N <= 256; above: alltoall/gather/scatter or       -        cheap (<0.5 s at 16 ranks, 15 s in all
-          latency-bound                                              at 256); best on mi250 1 KB/1 MB, dgx1
-                                                                     1 KB; won every >16-rank case the
-                                                                     milp author measured
+          latency-bound; not where direct's switched                 at 256); best on mi250 1 KB/1 MB, dgx1
+          alltoall row above holds                                   1 KB; won every >16-rank case the
+                                                                     milp author measured (16 A100 boxes
+                                                                     alltoall 1 GiB: 0.68 of the bound, 70 s)
 trees     N <= 32 at any size; bandwidth-bound at          -        best at 64 MB/1 GB on multi-box fabrics
           N <= 128 or N > 256 (its fast scale path)                  (dgx-a100-2node 1 GB 10.1 % vs ring
                                                                      54.5 %; dgx-a100-4node 1 GiB 1.05x
@@ -42,8 +45,8 @@ trees     N <= 32 at any size; bandwidth-bound at          -        best at 64 M
                                                                      2.5 % better than greedy), ignoring
                                                                      any limit, so 129-256 is greedy's
 lp        bandwidth-bound, N <= 32, and no switches or      20 s     best on mi250 64 MB in the sweep (23.3 %
-          alltoall; alltoall N <= 64                                 vs trees 30.9 %; today's trees: 224 us
-                                                                     vs lp 240 us); ties trees behind
+          alltoall; alltoall N <= 64, behind switches                vs trees 30.9 %; today's trees: 224 us
+          up to 128                                                  vs lp 240 us); ties trees behind
                                                                      switches, hence not tried there but
                                                                      for alltoall, where its concurrent
                                                                      flow's paths in rounds of circuits
@@ -52,7 +55,8 @@ lp        bandwidth-bound, N <= 32, and no switches or      20 s     best on mi2
                                                                      0.499, torus-3x3x3 0.987 vs 0.692,
                                                                      torus 8x8 0.989 vs 0.888 in 24 s; 8
                                                                      A100 boxes, 64 ranks, on the runtime's
-                                                                     routes: 0.994 vs direct's 0.884)
+                                                                     routes: 0.994 vs direct's 0.884; 16
+                                                                     boxes, 128 ranks: 0.988 vs 0.934, 34 s)
 pareto    N <= 8, no switches, latency-bound                10 s     best at 1 MB on dgx1 (43.4 % vs ring
                                                                      45.7 %); can stay undecided on NICs
 milp      N <= 16 and (alltoall, or latency-bound           30 s     optimal in 0.1 s on dgx1/mi250 1 KB
@@ -110,6 +114,7 @@ LARGE_TREES = 256            # ... up to where its fast scale path starts (trees
 ALLTOALL_EXTRA_CHUNKS = (3, 4, 2)
 ALLTOALL_EXTRA_LIMIT_S = 5.0
 CLOSE_ENOUGH = 0.01          # stop once the best program is within 1 % of the lower bound
+SWITCHED_ALLTOALL_RANKS = 128  # bandwidth-bound alltoall behind switches: direct + lp, no greedy, up to here
 
 
 @dataclass(frozen=True)
@@ -156,6 +161,13 @@ def _greedy(inst: Instance) -> bool:
     return inst.ranks <= GREEDY_MAX_RANKS or inst.collective in ("alltoall", "gather", "scatter") or inst.latency_bound
 
 
+def _switched_alltoall(inst: Instance) -> bool:
+    """A bandwidth-bound alltoall behind switches past the baselines' scale, up to
+    ``SWITCHED_ALLTOALL_RANKS``: direct and lp's runtime-route rounds, not greedy (module docstring)."""
+    return (inst.collective == "alltoall" and inst.switches and inst.bandwidth_bound
+            and BASELINE_MAX_RANKS < inst.ranks <= SWITCHED_ALLTOALL_RANKS)
+
+
 def _milp(inst: Instance) -> bool:
     if inst.ranks > 16:
         return False
@@ -171,16 +183,16 @@ def _milp_limit(inst: Instance) -> float:
 # as a fallback (see ``plan``).
 RULES: tuple[Rule, ...] = (
     Rule("ring", lambda i: True),
-    Rule("direct", lambda i: _small(i) and (i.collective == "alltoall" or i.latency_bound)),
+    Rule("direct", lambda i: _small(i) and (i.collective == "alltoall" or i.latency_bound) or _switched_alltoall(i)),
     Rule("rdh", lambda i: _small(i) and i.latency_bound),
     Rule("dbt", lambda i: _small(i) and i.latency_bound),
     Rule("nccl", lambda i: _small(i) and i.latency_bound),
     Rule("hierarchical", lambda i: _small(i) and i.boxes >= 2),
-    Rule("greedy", _greedy),
+    Rule("greedy", lambda i: _greedy(i) and not _switched_alltoall(i)),
     Rule("trees", lambda i: i.ranks <= 32 or (i.bandwidth_bound and not EXACT_TREES_SLOW < i.ranks <= LARGE_TREES)),
     Rule("lp", lambda i: i.bandwidth_bound and (
         i.ranks <= 32 and (not i.switches or i.collective == "alltoall")
-        or i.ranks <= 64 and i.collective == "alltoall"), 20.0),
+        or i.ranks <= 64 and i.collective == "alltoall") or _switched_alltoall(i), 20.0),
     Rule("pareto", lambda i: i.ranks <= 8 and not i.switches and i.latency_bound, 10.0),
     Rule("milp", _milp, _milp_limit),
 )
