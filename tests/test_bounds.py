@@ -269,8 +269,14 @@ def test_alltoall_fully_connected_closed_form():
 def test_alltoall_fallback_is_a_lower_bound_of_the_lp():
     for t in (gen.mesh([3, 4]), gen.leaf_spine(3, 3, 2, uplink_bw=20), gen.boxes_behind_nics(3, 3, nic_bw=5),
               gen.boxes_behind_nics(2, 4, intra="mesh", nic_bw=40, ib_switches=2),
-              topo(4, [(0, 1, 10), (2, 3, 10), (1, 2, 1)])):
+              topo(4, [(0, 1, 10), (2, 3, 10), (1, 2, 1)]), gen.torus([3, 5], bw=20), gen.mesh([2, 3, 4])):
         assert alltoall_fallback_ratio(t)[0] <= alltoall_lp_ratio(t)[0] * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_alltoall_fallback_never_exceeds_the_lp_on_random_fabrics(seed):
+    t = random_topology(seed)   # directed, with switches: every cut the fallback tries stays valid
+    assert alltoall_fallback_ratio(t)[0] <= alltoall_lp_ratio(t)[0] * (1 + 1e-9)
 
 
 @pytest.mark.parametrize("boxes,per_box,nic", [(3, 4, 25.0), (4, 2, 12.5)])
@@ -284,6 +290,17 @@ def test_alltoall_fallback_box_cut(boxes, per_box, nic):
     assert fallback == pytest.approx((n - per_box) / nic, rel=1e-9)
     assert fallback <= alltoall_lp_ratio(t)[0] * (1 + 1e-9)
     assert alltoall_lp_ratio(t)[0] == pytest.approx(fallback, rel=1e-6)
+
+
+def test_alltoall_fallback_sweeps_to_the_bisection():
+    # 4x16 mesh (50 GB/s): the middle column cut has 4 links each way and splits 32 | 32 ranks, so
+    # T = 32·32 / (4·50) = 5.12, which the LP reaches; the hop-length dual gives only 2.49 there.
+    t = gen.mesh([4, 16])
+    fallback, _ = alltoall_fallback_ratio(t)
+    assert fallback == pytest.approx(5.12, rel=1e-9)
+    assert alltoall_lp_ratio(t)[0] == pytest.approx(5.12, rel=1e-6)
+    # the 8x16 torus: its wrap doubles the cut, and twice the ranks: 64·64 / (2·8·50)
+    assert alltoall_fallback_ratio(gen.torus([8, 16]))[0] == pytest.approx(5.12, rel=1e-9)
 
 
 def test_alltoall_fallback_leaf_cut():
