@@ -23,9 +23,10 @@ ring      always; first up to 64 ranks, above that last     -        verified fa
                                                                      256-rank torus 1 KB allgather: 41 s
                                                                      through the pipeline, 3.7x greedy
 direct    N <= 64 and (alltoall or latency-bound); a        -        alltoall's natural pattern (dgx2 64 MiB
-          bandwidth-bound alltoall behind switches up to             1.02x bound, dgx-a100 1.05x); 128 ranks,
-          128 ranks                                                  1 GiB: 16 A100 boxes 0.934 of the bound,
-                                                                     16x8 leaf-spine (4 spines) 0.972, 7 s
+          bandwidth-bound alltoall behind switches up to             1.02x bound, dgx-a100 1.05x); 1 GiB on
+          512 ranks                                                  16 A100 boxes 0.934 of the bound, 16x8
+                                                                     leaf-spine (4 spines) 0.972, 7 s; 32
+                                                                     boxes 0.914 (6 s), 64 boxes 0.923 (24 s)
 rdh, dbt  N <= 64, latency-bound                            -        dbt best at 1 KB allreduce on
 nccl                                                                 dgx-a100-2node and ndv2-2node; rdh
                                                                      35 s at 256 ranks (3x greedy's time)
@@ -34,7 +35,8 @@ greedy    N <= 256; above: alltoall/gather/scatter or       -        cheap (<0.5
           latency-bound; not where direct's switched                 at 256); best on mi250 1 KB/1 MB, dgx1
           alltoall row above holds                                   1 KB; won every >16-rank case the
                                                                      milp author measured (16 A100 boxes
-                                                                     alltoall 1 GiB: 0.68 of the bound, 70 s)
+                                                                     alltoall 1 GiB: 0.68 of the bound, 70 s;
+                                                                     32 boxes: over 10 minutes)
 trees     N <= 32 at any size; bandwidth-bound at          -        best at 64 MB/1 GB on multi-box fabrics
           N <= 128 or N > 256 (its fast scale path)                  (dgx-a100-2node 1 GB 10.1 % vs ring
                                                                      54.5 %; dgx-a100-4node 1 GiB 1.05x
@@ -114,7 +116,8 @@ LARGE_TREES = 256            # ... up to where its fast scale path starts (trees
 ALLTOALL_EXTRA_CHUNKS = (3, 4, 2)
 ALLTOALL_EXTRA_LIMIT_S = 5.0
 CLOSE_ENOUGH = 0.01          # stop once the best program is within 1 % of the lower bound
-SWITCHED_ALLTOALL_RANKS = 128  # bandwidth-bound alltoall behind switches: direct + lp, no greedy, up to here
+SWITCHED_ALLTOALL_RANKS = 512  # bandwidth-bound alltoall behind switches: direct, no greedy, up to here ...
+SWITCHED_ALLTOALL_LP_RANKS = 128  # ... and lp up to here (32 boxes: 0.734 of the bound in 74 s, direct 0.914)
 
 
 @dataclass(frozen=True)
@@ -163,7 +166,8 @@ def _greedy(inst: Instance) -> bool:
 
 def _switched_alltoall(inst: Instance) -> bool:
     """A bandwidth-bound alltoall behind switches past the baselines' scale, up to
-    ``SWITCHED_ALLTOALL_RANKS``: direct and lp's runtime-route rounds, not greedy (module docstring)."""
+    ``SWITCHED_ALLTOALL_RANKS``: direct (and lp's runtime-route rounds up to
+    ``SWITCHED_ALLTOALL_LP_RANKS``), not greedy (module docstring)."""
     return (inst.collective == "alltoall" and inst.switches and inst.bandwidth_bound
             and BASELINE_MAX_RANKS < inst.ranks <= SWITCHED_ALLTOALL_RANKS)
 
@@ -192,7 +196,8 @@ RULES: tuple[Rule, ...] = (
     Rule("trees", lambda i: i.ranks <= 32 or (i.bandwidth_bound and not EXACT_TREES_SLOW < i.ranks <= LARGE_TREES)),
     Rule("lp", lambda i: i.bandwidth_bound and (
         i.ranks <= 32 and (not i.switches or i.collective == "alltoall")
-        or i.ranks <= 64 and i.collective == "alltoall") or _switched_alltoall(i), 20.0),
+        or i.ranks <= 64 and i.collective == "alltoall")
+        or _switched_alltoall(i) and i.ranks <= SWITCHED_ALLTOALL_LP_RANKS, 20.0),
     Rule("pareto", lambda i: i.ranks <= 8 and not i.switches and i.latency_bound, 10.0),
     Rule("milp", _milp, _milp_limit),
 )
