@@ -149,3 +149,13 @@ def test_near_equal_times_lower_and_verify():
         schedule = synthesize(topo, Collective(name, 16), 64 << 20, SynthOptions())
         result = verify.verify(lower.lower(schedule))
         assert result.ok, result.errors[:3]
+
+
+@pytest.mark.parametrize("name", ["allgather", "allreduce"])
+def test_time_limit_stops_further_tries(name):
+    # the first seeded run always completes; past the limit no further run starts, and the note says so
+    topo, coll = torus2(4, 4), Collective(name, 16)
+    assert synthesize(topo, coll, 1 << 20, SynthOptions()).notes["tries"] == 4
+    hurried = synthesize(topo, coll, 1 << 20, SynthOptions(time_limit=1e-9))
+    assert hurried.notes["tries"] == 1
+    check_schedule(hurried, topo)

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -160,6 +160,7 @@ class Plan:
     ends: np.ndarray
     chunks: np.ndarray
     links: np.ndarray
+    tries: int = 1          # seeded runs it was the best of
 
     @property
     def makespan(self) -> float:
@@ -305,17 +306,22 @@ def greedy_copy(vl: VirtualLinks, problem: CopyProblem, chunk_bytes: float, seed
 
 
 def best_greedy(vl: VirtualLinks, problem: CopyProblem, chunk_bytes: float, seed: int = 0, tries: int = 4,
-                dist: np.ndarray | None = None) -> Plan:
-    """The shortest plan over ``tries`` seeded greedy runs (ties: the first)."""
+                dist: np.ndarray | None = None, deadline: float | None = None) -> Plan:
+    """The shortest plan over ``tries`` seeded greedy runs (ties: the first). A run is not started
+    where the last one, ending now, would end past the ``time.monotonic()`` ``deadline`` (the first
+    always runs)."""
     if dist is None:
         dist = hop_distances(vl, problem.num_ranks)
     best: Plan | None = None
     for k in range(max(1, tries)):
+        began = time.monotonic()
         plan = greedy_copy(vl, problem, chunk_bytes, seed=seed + k, dist=dist)
         if best is None or plan.makespan < best.makespan - 1e-9:
             best = plan
+        if deadline is not None and 2 * time.monotonic() - began > deadline:
+            break
     assert best is not None
-    return best
+    return replace(best, tries=k + 1)
 
 
 # ---- collectives -> copy problems ------------------------------------------------------------------
@@ -424,27 +430,32 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
         raise SynthError(f"collective has {coll.num_ranks} ranks but topology {topology.name} has "
                          f"{topology.num_ranks}")
     tries = int(options.extra.get("greedy_tries", 4))
+    deadline = None if options.time_limit is None else time.monotonic() + options.time_limit
     chunk_bytes = coll.chunk_bytes(size_bytes)
     transfers: list[Transfer] = []
+    phases: list[Plan] = []
     if coll.num_ranks > 1:
         if coll.name == "allreduce":
             problem = allreduce_owners(coll)
             rvl = virtual_links(topology.reversed())
-            rs = best_greedy(rvl, problem, chunk_bytes, options.seed, tries)
+            rs = best_greedy(rvl, problem, chunk_bytes, options.seed, tries, deadline=deadline)
             transfers += plan_transfers(rvl, problem, rs, reverse=True)
             vl = virtual_links(topology)
-            ag = best_greedy(vl, problem, chunk_bytes, options.seed, tries)
+            ag = best_greedy(vl, problem, chunk_bytes, options.seed, tries, deadline=deadline)
             transfers += plan_transfers(vl, problem, ag, reverse=False, offset=rs.makespan)
+            phases = [rs, ag]
         else:
             problem, reverse = copy_problem(coll)
             vl = virtual_links(topology.reversed() if reverse else topology)
-            plan = best_greedy(vl, problem, chunk_bytes, options.seed, tries)
+            plan = best_greedy(vl, problem, chunk_bytes, options.seed, tries, deadline=deadline)
             transfers += plan_transfers(vl, problem, plan, reverse=reverse)
+            phases = [plan]
     # phases are sorted and follow each other in time, so the whole list is sorted
     makespan = max((t.end for t in transfers), default=0.0)
     return Schedule(coll, topology.name, tuple(transfers), method="greedy", size_bytes=float(size_bytes),
                     predicted_time_us=makespan,
-                    notes={"status": "heuristic", "tries": tries, "seed": options.seed,
+                    notes={"status": "heuristic", "tries": min((p.tries for p in phases), default=tries),
+                           "seed": options.seed,
                            "synthesis_s": time.perf_counter() - t0})
 
 
