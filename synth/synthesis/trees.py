@@ -529,7 +529,8 @@ POLISH = tuple(Coalescing(share, drain, batch) for share in ALPHA_SHARES for dra
 def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
                   chained: list[int] | None = None,
                   coalesce: bool = False, alpha_share: float = ALPHA_SHARE,
-                  drain: float | None = None, batch: bool = False) -> tuple[list[int], np.ndarray, np.ndarray]:
+                  drain: float | None = None, batch: bool = False,
+                  costs: tuple | None = None) -> tuple[list[int], np.ndarray, np.ndarray]:
     """Work-conserving list schedule: whenever a link is free it starts the ready transfer with the
     smallest key (critical path first, see :func:`add_broadcast`) among those whose route begins on it.
 
@@ -553,11 +554,13 @@ def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
     replayed instead: a send is ready when its data has arrived and the previous send of its
     threadblock has delivered, and links take transfers in the order they became ready (the
     simulator's rule, without its backfilling of gaps).
+
+    ``costs``: :func:`_route_costs` of these jobs, where the caller times them several ways.
     """
     import heapq
 
     n = len(jobs.msg)
-    hops, route_alpha, route_rate, duration = _route_costs(jobs, topology, chunk_bytes)
+    hops, route_alpha, route_rate, duration = costs if costs is not None else _route_costs(jobs, topology, chunk_bytes)
     jobs.head = list(range(n))
     if chained is not None:
         deps_of = [d + (c,) if c >= 0 else d for d, c in zip(jobs.deps, chained)]
@@ -1391,19 +1394,20 @@ def _timed_paths(jobs: _Jobs, topology: Topology, chunk_bytes: float, in_rounds:
     further apart than their plans (dgx-a100-4node: 33.3 ms to 36.0 ms for plans within 1 %)."""
     n = topology.num_ranks
     limit = MAX_CHANNELS * MAX_STEPS_PER_TB
+    costs = _route_costs(jobs, topology, chunk_bytes)
     for how in (("ordered",) if in_rounds else (None, *BUILT)):
         if how == "ordered":
-            links, _, _, duration = _route_costs(jobs, topology, chunk_bytes)
+            links, _, _, duration = costs
             order, start, end = circuits.ordered_schedule(jobs.key, jobs.deps, links, duration, len(topology.links))
         else:
             order, start, end = list_schedule(jobs, topology, chunk_bytes, coalesce=how is not None,
-                                              **(asdict(how) if how is not None else {}))
+                                              **(asdict(how) if how is not None else {}), costs=costs)
         heads = list(jobs.head) if isinstance(how, Coalescing) else None   # only coalescing merges jobs
         steps = _connection_steps(jobs, heads)
         if max(steps.values()) > limit or _busiest_rank_xml(steps, n) > MAX_XML_NODES:
             continue
         makespan = float(end.max())
-        score = (makespan + _replayed_makespan(jobs, topology, chunk_bytes, order)) / 2 \
+        score = (makespan + _replayed_makespan(jobs, topology, chunk_bytes, order, costs)) / 2 \
             if shared and not in_rounds else makespan
         yield score, start, end, heads
 
@@ -2018,11 +2022,12 @@ def _timed_forward(coll: Collective, plans: list[Forest], topology: Topology, ch
         jobs = _forward_jobs(plans, n, chunks, messages, priority, tail, 0 if joint else 1)
         if len(jobs.msg) > MAX_TRANSFERS or len(jobs.msg) > LEVEL_JOBS or (topology.switches and _shares_links(jobs)):
             return None
+        costs = _route_costs(jobs, topology, chunk_bytes)
         for how in (None, *coalescings):
             if how is None and fits is not None and not fits(jobs, None):
                 continue   # one message per job: its steps are known before the timing
             timed = list_schedule(jobs, topology, chunk_bytes, coalesce=how is not None,
-                                  **(asdict(how) if how is not None else {}))
+                                  **(asdict(how) if how is not None else {}), costs=costs)
             heads = list(jobs.head) if how is not None else None
             if heads is not None and fits is not None and not fits(jobs, heads):
                 continue
@@ -2119,13 +2124,14 @@ def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: f
         order, start, end = level_schedule(jobs, fabric, chunk_bytes)
         order = order.tolist()
     else:
-        order, start, end = list_schedule(jobs, fabric, chunk_bytes)
+        costs = _route_costs(jobs, fabric, chunk_bytes)
+        order, start, end = list_schedule(jobs, fabric, chunk_bytes, costs=costs)
         # Coalescing usually cuts α on bottleneck links but can delay a pipeline: keep the faster.
         # Mirrored into reductions too: once the lowering kept the planned order (blocks per
         # connection, one α per step), their simulated times match the plan (benchmarks/bench_trees.py
         # sim/plan 1.000; mi250-2node reducescatter 0.930 -> 0.944, dgx-a100-2node 0.970 -> 0.978).
         for how in coalescings if coalesce else ():
-            merged = list_schedule(jobs, fabric, chunk_bytes, coalesce=True, **asdict(how))
+            merged = list_schedule(jobs, fabric, chunk_bytes, coalesce=True, **asdict(how), costs=costs)
             if merged[2].max() < end.max() - 1e-9:
                 (order, start, end), heads = merged, list(jobs.head)
         if topology.switches and not forest.reversed and REPLAY and not build and _shares_links(jobs):
@@ -2134,14 +2140,15 @@ def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: f
             # that rule (each connection's sends in priority order, spread round-robin over
             # threadblocks of <= 64 steps, no backfilling) and score the mean of the two makespans
             # (the simulator lies between them). The transfers keep the priority order's times.
-            return [], (float(end.max()) + _replayed_makespan(jobs, fabric, chunk_bytes, order)) / 2
+            return [], (float(end.max()) + _replayed_makespan(jobs, fabric, chunk_bytes, order, costs)) / 2
     makespan = float(end.max()) if len(end) else 0.0
     if not build:
         return [], makespan
     return _phase_transfers(jobs, forest, order, start, end, makespan, offset, reducing, channel, heads), makespan
 
 
-def _replayed_makespan(jobs: _Jobs, fabric: Topology, chunk_bytes: float, order: list[int]) -> float:
+def _replayed_makespan(jobs: _Jobs, fabric: Topology, chunk_bytes: float, order: list[int],
+                       costs: tuple | None = None) -> float:
     """Makespan under the runtime's rule (:func:`list_schedule` with ``chained``): each connection's
     sends in ``order``, spread round-robin over threadblocks of at most ``MAX_STEPS_PER_TB`` steps."""
     count: dict[tuple[int, int], int] = defaultdict(int)
@@ -2155,7 +2162,7 @@ def _replayed_makespan(jobs: _Jobs, fabric: Topology, chunk_bytes: float, order:
         m = width[(jobs.src[i], jobs.dst[i])]
         chained[i] = prev[-m] if len(prev) >= m else -1
         prev.append(i)
-    return float(list_schedule(jobs, fabric, chunk_bytes, chained)[2].max())
+    return float(list_schedule(jobs, fabric, chunk_bytes, chained, costs=costs)[2].max())
 
 
 def _phase_transfers(jobs: _Jobs, forest: Forest, order: list[int], start: np.ndarray, end: np.ndarray,
