@@ -405,11 +405,16 @@ def alltoall_fallback_ratio(topology: Topology) -> tuple[float, str]:
     b_in = np.bincount(dst, weights=bw, minlength=nodes)[:n]
     best = max(best, (n - 1) / float(b_out.min()), (n - 1) / float(b_in.min()))
     for group in _rank_groups(topology):
-        g = int(group[:n].sum())
-        capacity = min(float(bw[group[src] & ~group[dst]].sum()), float(bw[~group[src] & group[dst]].sum()))
-        if 0 < g < n and capacity > 0:
-            best = max(best, g * (n - g) / capacity)
+        best = max(best, _group_cut(int(group[:n].sum()), n, float(bw[group[src] & ~group[dst]].sum()),
+                                    float(bw[~group[src] & group[dst]].sum())))
     return max(best, _sweep_cut_ratio(topology)), "dual-bound"
+
+
+def _group_cut(g: int, n: int, leaving: float, entering: float) -> float:
+    """``g·(N-g) / min(B⁺(S), B⁻(S))`` for a node set S holding ``g`` of the ``N`` ranks (0 where S holds
+    none or all of them, or nothing crosses)."""
+    capacity = min(leaving, entering)
+    return g * (n - g) / capacity if 0 < g < n and capacity > 1e-12 else 0.0
 
 
 def _sweep_cut_ratio(topology: Topology, vectors: int = SWEEP_VECTORS) -> float:
@@ -441,9 +446,7 @@ def _sweep_cut_ratio(topology: Topology, vectors: int = SWEEP_VECTORS) -> float:
             entering += float(bw[ins[~inside[src[ins]]]].sum()) - float(bw[outs[inside[dst[outs]]]].sum())
             inside[v] = True
             g += int(v < n)
-            capacity = min(leaving, entering)
-            if 0 < g < n and capacity > 1e-12:
-                best = max(best, g * (n - g) / capacity)
+            best = max(best, _group_cut(g, n, leaving, entering))
     return best
 
 
