@@ -16,6 +16,12 @@ makespan; pipelining (several messages per tree and link), fill and drain only a
 ``trees`` method's messages hold one tree's chunks unless two trees' contiguous shares happen to be
 coalesced, so ``tree`` is what its schedules meet in practice and ``any`` is a strict limit. The table
 prints ``bound / floor``: the best ratio to ``synth bounds`` either allows.
+
+The ``cut`` column holds for every program at ``C`` chunks per root, whatever its trees or paths. A
+message on link ``l`` holds it for at least ``α'_l`` (its own α, plus the least α of a hop on the far
+side of a switch, since a route through a switch pays both) and carries at most ``m = 71`` chunks, so
+``l`` moves at most ``b'_l = b_l / (1 + α'_l · b_l / m)`` bytes per µs. Each cut ``S`` then needs
+``T ≥ need(S) / Σ_{l into S} b'_l``: the cut bound of ``synth bounds`` on the fabric with ``b'`` for ``b``.
 """
 
 from __future__ import annotations
@@ -60,6 +66,35 @@ def floor_us(forest, topology, per_root_bytes: float, chunks: int) -> tuple[floa
     return any_floor, per_tree[worst], max(data.values()), link
 
 
+def cut_floor_us(topology, size_bytes: float, chunks: int) -> float:
+    """The ``cut`` floor of the module docstring: the allgather cut bound on ``b'`` bandwidths."""
+    from dataclasses import replace
+
+    from synth.bounds import compute_bounds
+    from synth.collectives import Collective
+    from synth.synthesis.base import MAX_STEP_CHUNKS
+
+    n = topology.num_ranks
+    step_bytes = MAX_STEP_CHUNKS * size_bytes / n / chunks
+    into = {node: [] for node in range(n + len(topology.switches))}
+    out_of = {node: [] for node in into}
+    for link in topology.links:
+        out_of[link.src].append(link.alpha)
+        into[link.dst].append(link.alpha)
+
+    def held_us(link) -> float:   # least α a message on this link pays while holding it
+        alpha = link.alpha
+        if link.src >= n:
+            alpha += min(into[link.src])
+        if link.dst >= n:
+            alpha += min(out_of[link.dst])
+        return alpha
+
+    links = tuple(replace(link, bw=link.bw / (1 + held_us(link) * link.bw * 1e3 / step_bytes))
+                  for link in topology.links)
+    return compute_bounds(replace(topology, links=links), Collective("allgather", n), size_bytes).time_bound_us
+
+
 def main() -> None:
     from synth.bounds import compute_bounds
     from synth.collectives import Collective
@@ -78,11 +113,14 @@ def main() -> None:
     size = parse_size(args.size)
     bound = compute_bounds(topology, Collective("allgather", n), size).time_bound_us
     print(f"{topology.name} allgather {args.size}: bound {bound:.1f} us")
+    chunk_counts = [int(x) for x in args.chunks.split(",")]
+    print("any program, by cut: " + ", ".join(f"{c} chunks/root {bound / cut_floor_us(topology, size, c):.4f}"
+                                             for c in chunk_counts))
     print(f"{'cap':>4} {'k':>4} {'trees':>5} {'chunks/root':>11} {'data us':>9} {'any':>7} {'tree':>7}"
           "  busiest link (tree)")
     for cap in (int(x) for x in args.caps.split(",")):
         forest = plan_forest(topology, tuple(range(n)), max_trees=cap)
-        for chunks in (int(x) for x in args.chunks.split(",")):
+        for chunks in chunk_counts:
             any_floor, tree_floor, data, link = floor_us(forest, topology, size / n, chunks)
             print(f"{cap:>4} {forest.k:>4} {len(forest.trees):>5} {chunks:>11} {data:>9.1f} "
                   f"{bound / any_floor:>7.4f} {bound / tree_floor:>7.4f}  {link}")
