@@ -43,7 +43,7 @@ def shape_bounds(forest, topology, per_root_bytes: float, chunks: int, message_c
             continue
         sizes = [len(part) for part in _equal_parts(c, max(1, math.ceil(c / message_chunks)))]
         for (parent, child), routes in zip(tree.edges, tree.routes):
-            nodes = (parent, *routes[0][0], child)
+            nodes = (parent, *routes[0][0], child)   # an edge's units may take several routes: the first stands for all
             hops = [links[pair] for pair in zip(nodes, nodes[1:])]
             alpha = sum(topology.links[h].alpha for h in hops)
             bw = min(topology.links[h].bw for h in hops) * 1e3
