@@ -98,3 +98,14 @@ def test_bare_synth_lists_the_commands():
     result = CliRunner().invoke(cli, [])
     assert result.exit_code == 0
     assert "synthesize" in result.output and "verify" in result.output
+
+
+def test_greedy_time_out_is_one_line_and_writes_nothing(tmp_path):
+    # a greedy run past --time-limit stops at its next event: exit 2, one line naming the time-out
+    out = tmp_path / "a2a.xml"
+    result = CliRunner().invoke(cli, ["synthesize", "-t", "torus-4x4", "-c", "alltoall", "-m", "greedy",
+                                      "--time-limit", "1e-9", "-o", str(out)])
+    assert result.exit_code == 2
+    assert "time limit" in result.output and "ran out before its first run finished" in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+    assert not out.exists()

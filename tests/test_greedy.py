@@ -9,6 +9,7 @@ from schedule_check import check_schedule, line, ring, star, torus2
 
 from synth.collectives import COLLECTIVES, Collective
 from synth.errors import SynthError
+from synth.synthesis import greedy
 from synth.synthesis.base import SynthOptions
 from synth.synthesis.greedy import synthesize, virtual_links
 from synth.topology.model import Link, Topology
@@ -152,10 +153,34 @@ def test_near_equal_times_lower_and_verify():
 
 
 @pytest.mark.parametrize("name", ["allgather", "allreduce"])
-def test_time_limit_stops_further_tries(name):
-    # the first seeded run always completes; past the limit no further run starts, and the note says so
+def test_time_limit_ends_a_first_run_with_a_clear_error(name):
+    # a run checks the limit at every event: a first run past it is a time-out, not a late schedule
+    # (a 256-rank torus alltoall ran 441 s under --time-limit 30)
     topo, coll = torus2(4, 4), Collective(name, 16)
     assert synthesize(topo, coll, 1 << 20, SynthOptions()).notes["tries"] == 4
-    hurried = synthesize(topo, coll, 1 << 20, SynthOptions(time_limit=1e-9))
-    assert hurried.notes["tries"] == 1
-    check_schedule(hurried, topo)
+    with pytest.raises(SynthError, match=r"time limit \(1e-09 s\) ran out before its first run finished"):
+        synthesize(topo, coll, 1 << 20, SynthOptions(time_limit=1e-9))
+
+
+def test_a_later_run_past_the_limit_is_dropped(monkeypatch):
+    # runs after the first that pass the deadline are dropped; the plan is the best of those that finished
+    topo, coll = torus2(4, 4), Collective("allgather", 16)
+    problem, _ = greedy.copy_problem(coll)
+    vl = greedy.virtual_links(topo)
+    chunk_bytes = coll.chunk_bytes(1 << 20)
+    real = greedy.greedy_copy
+    calls = []
+
+    def second_times_out(*args, **kwargs):
+        calls.append(kwargs.get("seed"))
+        if len(calls) == 2:
+            raise greedy.GreedyTimeout("late")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(greedy, "greedy_copy", second_times_out)
+    plan = greedy.best_greedy(vl, problem, chunk_bytes, seed=0, tries=4, deadline=time.monotonic() + 3600)
+    first = real(vl, problem, chunk_bytes, seed=0)
+    assert calls == [0, 1] and plan.tries == 1
+    assert plan.makespan == first.makespan
+    with pytest.raises(greedy.GreedyTimeout):
+        real(vl, problem, chunk_bytes, seed=0, deadline=time.monotonic() - 1)

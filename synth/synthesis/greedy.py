@@ -18,6 +18,8 @@ later. We follow that scheme on the α-β cost model of SPEC.md:
 - **Priority.** Chunks with the most ranks still waiting for them (fewest holders) and the longest
   remaining hop distance go first; a seeded random tie-break makes each try different and every
   run deterministic. The best of ``k`` tries (``options.extra['greedy_tries']``, default 4) wins.
+- **Time limit.** Every event checks ``--time-limit``: a first run past it ends with a clear
+  time-out (exit 2), later runs past it are dropped, and no run starts that would end past it.
 - **Reductions** (reducescatter, reduce) run the copy problem (broadcast from each chunk's owner)
   on the reversed graph and reverse it in time: each copy ``u -> v`` over ``[s, e]`` becomes a
   reducing send ``v -> u`` over ``[T-e, T-s]``, so every rank sends its partial sum after all of
@@ -181,12 +183,18 @@ def dest_distance(problem: CopyProblem, dist: np.ndarray) -> np.ndarray:
 _LEAD = np.array([7 - int(np.log2(b)) if b else 0 for b in range(256)], dtype=np.int64)  # first set bit
 
 
+class GreedyTimeout(SynthError):
+    """A greedy run passed its ``time.monotonic()`` deadline before every chunk was delivered."""
+
+
 def greedy_copy(vl: VirtualLinks, problem: CopyProblem, chunk_bytes: float, seed: int = 0,
-                dist: np.ndarray | None = None) -> Plan:
+                dist: np.ndarray | None = None, deadline: float | None = None) -> Plan:
     """One TACOS-style greedy run (see the module docstring); deterministic for a given seed.
 
     Per event, chunks are sorted by priority and the hold / useful matrices are bit-packed in that
     order, so the best chunk of every candidate link is the first set bit of ``hold[src] & useful[dst]``.
+    Raises :class:`GreedyTimeout` at the first event past ``deadline``: a run's events are matrix
+    passes over every (chunk, rank), so one run can take minutes (256-rank torus alltoall: 7 min).
     """
     rng = np.random.default_rng(seed)
     n, nc = problem.num_ranks, problem.num_chunks
@@ -212,6 +220,8 @@ def greedy_copy(vl: VirtualLinks, problem: CopyProblem, chunk_bytes: float, seed
     remaining = int(need.sum())
     big = np.iinfo(np.int64).max
     while remaining > 0:
+        if deadline is not None and time.monotonic() > deadline:
+            raise GreedyTimeout(f"{problem.num_chunks} chunks on {problem.num_ranks} ranks")
         for _ in range(2):  # matching passes at this event time
             want = need & ~inflight
             if any_sparse:
@@ -308,20 +318,27 @@ def greedy_copy(vl: VirtualLinks, problem: CopyProblem, chunk_bytes: float, seed
 def best_greedy(vl: VirtualLinks, problem: CopyProblem, chunk_bytes: float, seed: int = 0, tries: int = 4,
                 dist: np.ndarray | None = None, deadline: float | None = None) -> Plan:
     """The shortest plan over ``tries`` seeded greedy runs (ties: the first). A run is not started
-    where the last one, ending now, would end past the ``time.monotonic()`` ``deadline`` (the first
-    always runs)."""
+    where the last one, ending now, would end past the ``time.monotonic()`` ``deadline``, and one
+    that passes it is dropped; :class:`GreedyTimeout` (a clear time-out, exit 2) if the first does."""
     if dist is None:
         dist = hop_distances(vl, problem.num_ranks)
     best: Plan | None = None
+    runs = 0
     for k in range(max(1, tries)):
         began = time.monotonic()
-        plan = greedy_copy(vl, problem, chunk_bytes, seed=seed + k, dist=dist)
+        try:
+            plan = greedy_copy(vl, problem, chunk_bytes, seed=seed + k, dist=dist, deadline=deadline)
+        except GreedyTimeout:
+            if best is None:
+                raise
+            break
+        runs = k + 1
         if best is None or plan.makespan < best.makespan - 1e-9:
             best = plan
         if deadline is not None and 2 * time.monotonic() - began > deadline:
             break
     assert best is not None
-    return replace(best, tries=k + 1)
+    return replace(best, tries=runs)
 
 
 # ---- collectives -> copy problems ------------------------------------------------------------------
@@ -431,6 +448,23 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
                          f"{topology.num_ranks}")
     tries = int(options.extra.get("greedy_tries", 4))
     deadline = None if options.time_limit is None else time.monotonic() + options.time_limit
+    try:
+        transfers, phases = _plan_phases(topology, coll, size_bytes, options, tries, deadline)
+    except GreedyTimeout as exc:
+        raise SynthError(f"greedy: the time limit ({options.time_limit:g} s) ran out before its first run "
+                         f"finished ({exc}); allow more time") from None
+    # phases are sorted and follow each other in time, so the whole list is sorted
+    makespan = max((t.end for t in transfers), default=0.0)
+    return Schedule(coll, topology.name, tuple(transfers), method="greedy", size_bytes=float(size_bytes),
+                    predicted_time_us=makespan,
+                    notes={"status": "heuristic", "tries": min((p.tries for p in phases), default=tries),
+                           "seed": options.seed,
+                           "synthesis_s": time.perf_counter() - t0})
+
+
+def _plan_phases(topology: Topology, coll: Collective, size_bytes: float, options: SynthOptions, tries: int,
+                 deadline: float | None) -> tuple[list[Transfer], list[Plan]]:
+    """The greedy plans of ``coll`` (reduce-scatter then allgather for allreduce) and their transfers."""
     chunk_bytes = coll.chunk_bytes(size_bytes)
     transfers: list[Transfer] = []
     phases: list[Plan] = []
@@ -450,13 +484,7 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
             plan = best_greedy(vl, problem, chunk_bytes, options.seed, tries, deadline=deadline)
             transfers += plan_transfers(vl, problem, plan, reverse=reverse)
             phases = [plan]
-    # phases are sorted and follow each other in time, so the whole list is sorted
-    makespan = max((t.end for t in transfers), default=0.0)
-    return Schedule(coll, topology.name, tuple(transfers), method="greedy", size_bytes=float(size_bytes),
-                    predicted_time_us=makespan,
-                    notes={"status": "heuristic", "tries": min((p.tries for p in phases), default=tries),
-                           "seed": options.seed,
-                           "synthesis_s": time.perf_counter() - t0})
+    return transfers, phases
 
 
 METHOD = MethodSpec(
