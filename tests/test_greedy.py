@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from schedule_check import check_schedule, line, ring, star, torus2
 
 from synth.collectives import COLLECTIVES, Collective
@@ -184,3 +187,10 @@ def test_a_later_run_past_the_limit_is_dropped(monkeypatch):
     assert plan.makespan == first.makespan
     with pytest.raises(greedy.GreedyTimeout):
         real(vl, problem, chunk_bytes, seed=0, deadline=time.monotonic() - 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 20), st.integers(0, 2**32 - 1))
+def test_packed_columns_is_packbits_of_the_transpose(rows, cols, seed):
+    matrix = np.random.default_rng(seed).random((rows, cols)) < 0.4
+    assert np.array_equal(greedy._packed_columns(matrix), np.packbits(matrix.T, axis=1))
