@@ -235,21 +235,19 @@ def greedy_copy(vl: VirtualLinks, problem: CopyProblem, chunk_bytes: float, seed
     dd = dd.astype(np.int16) if n < np.iinfo(np.int16).max else dd
     big = np.iinfo(dd.dtype).max
     relay_ok = sparse[:, None] & (dd > 0)   # fixed per run: where a relay can make progress at all
+    # a rank holding a chunk or receiving it keeps it: both only grow, updated where transfers start
+    held = hold | inflight
+    best = np.where(held, dd, big).min(axis=1)   # per chunk: hops from its nearest holder to a destination
+    # what each chunk is wanted or usefully relayed for, and its priority; a chunk's rows change only
+    # when it starts moving (completions turn in-flight into held), so they are kept up to date there
+    want = need & ~inflight
+    relay = relay_ok & (dd < best[:, None]) & ~held if any_sparse else None
+    useful = want | relay if any_sparse else want
+    prio = want.sum(axis=1) * 4.0 + (np.minimum(best, n) * 2.0 if any_sparse else 0.0) + noise
     while remaining > 0:
         if deadline is not None and time.monotonic() > deadline:
             raise GreedyTimeout(f"{problem.num_chunks} chunks on {problem.num_ranks} ranks")
         for _ in range(2):  # matching passes at this event time
-            want = need & ~inflight
-            if any_sparse:
-                held = hold | inflight
-                best = np.where(held, dd, big).min(axis=1)
-                relay = relay_ok & (dd < best[:, None]) & ~held
-                useful = want | relay
-                prio = want.sum(axis=1) * 4.0 + np.minimum(best, n) * 2.0 + noise
-            else:
-                relay = None
-                useful = want
-                prio = want.sum(axis=1) * 4.0 + noise
             rank_has = (hold & useful.any(axis=1)[:, None]).any(axis=0)
             rank_wants = useful.any(axis=0)
             free = (busy_until[phys] <= now).all(axis=1)
@@ -307,6 +305,16 @@ def greedy_copy(vl: VirtualLinks, problem: CopyProblem, chunk_bytes: float, seed
             busy_until[npad] = 0.0
             dst = vl.dst[cand]
             inflight[pick, dst] = True
+            held[pick, dst] = True
+            np.minimum.at(best, pick, dd[pick, dst])
+            moved = np.unique(pick)
+            want[pick, dst] = False
+            if any_sparse:
+                relay[moved] = relay_ok[moved] & (dd[moved] < best[moved, None]) & ~held[moved]
+                useful[moved] = want[moved] | relay[moved]
+                prio[moved] = want[moved].sum(axis=1) * 4.0 + np.minimum(best[moved], n) * 2.0 + noise[moved]
+            else:
+                prio[moved] = want[moved].sum(axis=1) * 4.0 + noise[moved]
             pend_end = np.concatenate([pend_end, end])
             pend_c = np.concatenate([pend_c, pick])
             pend_v = np.concatenate([pend_v, dst])
