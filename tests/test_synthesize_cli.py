@@ -25,6 +25,15 @@ def invoke(*args: str):
     return CliRunner().invoke(cli, list(args))
 
 
+def test_a_long_output_path_is_printed_whole(tmp_path):
+    # the console wraps at its width; the written path must stay on one line (it broke at pytest-101)
+    out = tmp_path / ("deep-" * 30) / "ring.xml"
+    out.parent.mkdir()
+    res = invoke("synthesize", "-t", "ring-8", "-c", "allgather", "-m", "ring", "-s", "1M", "-o", str(out))
+    assert res.exit_code == 0, res.output
+    assert f"verified, wrote {out}" in res.output.splitlines()
+
+
 def test_dgx1_ring_allgather_writes_a_verified_program(tmp_path):
     out = tmp_path / "ring.xml"
     res = invoke("synthesize", "-t", "dgx1", "-c", "allgather", "-m", "ring", "-o", str(out))

@@ -120,7 +120,7 @@ def command(topology_name: str | None, collective: str | None, size: str, method
             con.print(f"  (auto skipped {row['method']}: {row['error']})")
     for note in result.notes:
         con.print(f"note: {note}")
-    con.print(f"verified, wrote {written}")
+    con.print(f"verified, wrote {written}", soft_wrap=True)   # a path must stay whole to be copied
 
 
 def _list_methods(as_json: bool) -> None:
