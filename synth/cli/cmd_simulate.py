@@ -58,7 +58,7 @@ def command(prog: str, topology_name: str | None, size: str | None, gantt: str |
     for util, link in used[:TOP_LINKS]:
         con.print(f"  {link:<24} {util:6.1%}")
     if output:
-        con.print(f"gantt       {output}")
+        con.print(f"gantt       {output}", soft_wrap=True)
 
 
 def _console():
