@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from synth.collectives import Collective
+from synth.errors import SynthError
 from synth.schedule import Schedule
 from synth.topology.model import Topology
 
@@ -28,6 +30,16 @@ class SynthOptions:
     # chunk counts an MSCCL runtime runs at SIZE (nchunksperloop divides the buffer), where there are any
     runtime_chunks: bool = True
     extra: dict = field(default_factory=dict, compare=False)
+
+
+def deadline_of(options: SynthOptions) -> float | None:
+    """The ``time.monotonic()`` instant ``--time-limit`` ends, counted from now (None: no limit)."""
+    return None if options.time_limit is None else time.monotonic() + options.time_limit
+
+
+def time_limit_error(method: str, limit: float, unfinished: str) -> SynthError:
+    """The one message of a heuristic whose ``--time-limit`` ran out before it had any schedule (exit 2)."""
+    return SynthError(f"{method}: the time limit ({limit:g} s) ran out before {unfinished}; allow more time")
 
 
 MethodFn = Callable[[Topology, Collective, float, SynthOptions], Schedule]

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
@@ -61,7 +62,7 @@ from dataclasses import replace
 from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.schedule import Schedule
-from synth.synthesis.base import MethodSpec, SynthOptions
+from synth.synthesis.base import MethodSpec, SynthOptions, deadline_of, time_limit_error
 from synth.synthesis.ring import MAX_WEIGHT, _Timer, find_rings, ring_weights, split_counts
 from synth.topology.model import Link, Topology
 from synth.topology.routes import rank_routes
@@ -181,9 +182,16 @@ class Plan:
     ``send`` returns the indices of the moves that deliver the data at ``dst`` (one per contiguous
     run); pass them as ``deps`` of the moves that forward it. ``level`` orders moves for the list
     schedule (lower first, then insertion order); a move's level must not be below its deps'.
+
+    ``method`` and ``options``: whose plan it is and its ``--time-limit``; a ``send`` past that limit
+    raises the time-out error (routing every pair of a 256-rank torus takes about a minute).
     """
 
-    def __init__(self, topology: Topology, coll: Collective, size_bytes: float):
+    def __init__(self, topology: Topology, coll: Collective, size_bytes: float, method: str = "",
+                 options: SynthOptions | None = None):
+        self.method = method
+        self.time_limit = options.time_limit if options is not None else None
+        self.deadline = deadline_of(options) if options is not None else None
         self.topology = topology
         self.coll = coll
         self.routes = rank_routes(topology)
@@ -253,6 +261,9 @@ class Plan:
         chunks = tuple(chunks)
         if not chunks:
             return []
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise time_limit_error(self.method, self.time_limit, f"it had planned every transfer ({len(self.levels)} "
+                                   "so far)")
         if (src, dst) in self.routes:
             return self._add(level, src, dst, chunks, reduce, channel, deps)
         if reduce:
@@ -479,7 +490,7 @@ def _dbt(topology: Topology, collective: Collective, size_bytes: float, options:
         p = math.sqrt(hops * share / (bw * 1e3 * alpha)) if alpha > 0 else MAX_TREE_PIPELINE
         chunks = 2 * max(1, min(MAX_TREE_PIPELINE, round(p)))
     coll = Collective(name, n, chunks, root=root, inplace=collective.inplace)
-    plan = Plan(topology, coll, size_bytes)
+    plan = Plan(topology, coll, size_bytes, "dbt", options)
     counts = split_counts(chunks, [1, 1])
     k0 = 0
     for t in range(len(trees)):
@@ -545,7 +556,7 @@ def _rdh(topology: Topology, collective: Collective, size_bytes: float, options:
     else:
         chunks = p if name == "allreduce" else 1
     coll = Collective(name, n, chunks, root=collective.root, inplace=collective.inplace)
-    plan = Plan(topology, coll, size_bytes)
+    plan = Plan(topology, coll, size_bytes, "rdh", options)
     C = chunks
     into: dict[tuple[int, int], list[int]] = defaultdict(list)   # (logical, chunk) -> moves delivering it
 
@@ -615,7 +626,7 @@ def _direct(topology: Topology, collective: Collective, size_bytes: float, optio
     name, n = collective.name, topology.num_ranks
     coll = Collective(name, n, options.chunks or 1, root=collective.root, inplace=collective.inplace)
     C = coll.chunk_factor
-    plan = Plan(topology, coll, size_bytes)
+    plan = Plan(topology, coll, size_bytes, "direct", options)
     if coll.inplace and name == "alltoall":
         # in place, a piece received overwrites the slot of the piece for its sender: exchange pairs
         # (r + q = d mod N) in round d, so each slot is read by the send as it is overwritten
@@ -716,7 +727,7 @@ def _hierarchical_build(topology: Topology, collective: Collective, size_bytes: 
         chunks = g * nb * wsum if name == "allreduce" else wsum
     coll = Collective(name, n, chunks, root=collective.root, inplace=collective.inplace)
     C = chunks
-    plan = Plan(topology, coll, size_bytes)
+    plan = Plan(topology, coll, size_bytes, "hierarchical", options)
     into: dict[tuple[int, int], list[int]] = defaultdict(list)   # (rank, chunk) -> moves delivering it
 
     def send(level: float, a: int, b: int, ids: list[int], reduce: bool, channel: int, extra: Sequence[int] = ()

@@ -41,7 +41,7 @@ import numpy as np
 from synth.collectives import COLLECTIVES, Collective
 from synth.errors import SynthError
 from synth.schedule import Schedule, Transfer
-from synth.synthesis.base import MethodSpec, SynthOptions
+from synth.synthesis.base import MethodSpec, SynthOptions, deadline_of, time_limit_error
 from synth.topology.model import Topology
 
 # Cap on the candidate virtual links examined per event (keeps huge switched fabrics fast).
@@ -479,12 +479,10 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
         raise SynthError(f"collective has {coll.num_ranks} ranks but topology {topology.name} has "
                          f"{topology.num_ranks}")
     tries = int(options.extra.get("greedy_tries", 4))
-    deadline = None if options.time_limit is None else time.monotonic() + options.time_limit
     try:
-        transfers, phases = _plan_phases(topology, coll, size_bytes, options, tries, deadline)
+        transfers, phases = _plan_phases(topology, coll, size_bytes, options, tries, deadline_of(options))
     except GreedyTimeout as exc:
-        raise SynthError(f"greedy: the time limit ({options.time_limit:g} s) ran out before its first run "
-                         f"finished ({exc}); allow more time") from None
+        raise time_limit_error("greedy", options.time_limit, f"its first run finished ({exc})") from None
     # phases are sorted and follow each other in time, so the whole list is sorted
     makespan = max((t.end for t in transfers), default=0.0)
     return Schedule(coll, topology.name, tuple(transfers), method="greedy", size_bytes=float(size_bytes),
