@@ -1,4 +1,5 @@
-"""Ring forests: a ``trees`` alternative for allgather on two machines of rank pairs behind one switch.
+"""Ring forests: a ``trees`` alternative for allgather and reducescatter on two machines of rank pairs
+behind one switch.
 
 The ForestColl packing (:func:`synth.synthesis.trees.plan_forest`) reaches the cut bound's rate, but
 its trees are deep and irregular, and list schedules of them leave links idle. On mi250-2node the gap
@@ -31,8 +32,9 @@ from rings and still meets the cut:
    first, then the early and the late mirrored data; the switch early, late, then direct) and
    compacted by :func:`synth.synthesis.trees.justify`. SPEC cost model.
 
-mi250-2node allgather, 1 GiB, 256 chunks per root: 3090.0 µs simulated, 0.9812 of ``synth bounds``
-(the ForestColl forest's schedule: 3183.7 µs, 0.952); ``python benchmarks/bench_ring_forest.py``.
+A reducescatter is the allgather's time mirror on the reversed fabric. mi250-2node, 1 GiB, 256 chunks
+per root: allgather and reducescatter 3089.7 µs simulated, 0.9813 of ``synth bounds`` (the ForestColl
+forests' schedules: 3183.7 µs, 0.952); ``python benchmarks/bench_ring_forest.py``.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ import numpy as np
 
 from synth.collectives import Collective
 from synth.errors import SynthError
-from synth.schedule import Schedule
+from synth.schedule import Schedule, Transfer
 from synth.synthesis.base import MAX_STEP_CHUNKS
 from synth.topology.model import Topology
 
@@ -466,38 +468,45 @@ def _add_group(jobs, side, origin, group, phases, segs, ids, trees, over_switch,
 
 def schedule(topology: Topology, collective: Collective, size_bytes: float, chunks: int,
              forest: RingForest | None = None) -> Schedule | None:
-    """The fastest timed ring forest over ``LATE_SHARES`` for an allgather at ``chunks`` per root, or None
-    where the construction does not apply."""
+    """The fastest timed ring forest over ``LATE_SHARES`` for an allgather at ``chunks`` per root, or for a
+    reducescatter its time mirror (an allgather on the reversed fabric, every transfer run backwards in
+    time and direction as a reduction, as :func:`synth.synthesis.trees._phase_transfers` mirrors reduction
+    forests); None where the construction does not apply."""
     from synth.synthesis import trees as T
 
-    if collective.name != "allgather" or collective.num_ranks != topology.num_ranks:
+    name = collective.name
+    if name not in ("allgather", "reducescatter") or collective.num_ranks != topology.num_ranks:
         return None
-    forest = forest if forest is not None else build(topology)
+    fabric = topology.reversed() if name == "reducescatter" else topology
+    forest = forest if forest is not None else build(fabric)
     if forest is None:
         return None
     n = topology.num_ranks
     per_root = size_bytes / n
-    found = choose_splits(forest, topology, per_root, chunks)
+    found = choose_splits(forest, fabric, per_root, chunks)
     if found is None:
         return None
     splits, busiest = found
-    coll = Collective("allgather", n, chunks, collective.root, collective.inplace)
+    coll = Collective(name, n, chunks, collective.root, collective.inplace)
     chunk_bytes = coll.chunk_bytes(size_bytes)
     best = None
     for late in LATE_SHARES:
         segs = [layout(split, late) for split in splits]
-        jobs = jobs_of(forest, topology, chunks, lambda g, segs=segs: segs[g % len(segs)])
-        costs = T._route_costs(jobs, topology, chunk_bytes)
-        order, start, end = T.list_schedule(jobs, topology, chunk_bytes, costs=costs)
+        jobs = jobs_of(forest, fabric, chunks, lambda g, segs=segs: segs[g % len(segs)])
+        costs = T._route_costs(jobs, fabric, chunk_bytes)
+        order, start, end = T.list_schedule(jobs, fabric, chunk_bytes, costs=costs)
         makespan = float(end.max())
         plain = T.Forest((), 1, None, None, None, False, n)
         transfers = T._phase_transfers(jobs, plain, order, start, end, makespan, 0.0, False, 0, None)
-        compacted = T.justify(transfers, topology, chunk_bytes, makespan)
+        compacted = T.justify(transfers, fabric, chunk_bytes, makespan)
         if compacted is not None:
             makespan, transfers = compacted
         if best is None or makespan < best[0]:
             best = (makespan, transfers, late)
     makespan, transfers, late = best
+    if name == "reducescatter":
+        transfers = [Transfer(makespan - t.end, makespan - t.start, t.chunk, t.dst, t.src, True, t.route[::-1],
+                              t.channel, t.group) for t in transfers]
     transfers.sort(key=lambda t: (t.start, t.end))
     notes = {"ring_forest": True, "ring_forest_busiest_link_us": busiest, "late_share": late,
              "chunks_per_root": chunks}
