@@ -1159,7 +1159,10 @@ def _or_rings(topology: Topology, collective: Collective, size_bytes: float, opt
     from synth.synthesis import ringforest
 
     chunks = _chunk_fit(collective, size_bytes, options)(RING_FOREST_CHUNKS)[0]
-    ring = ringforest.schedule(topology, collective, size_bytes, chunks)
+    try:
+        ring = ringforest.schedule(topology, collective, size_bytes, chunks)
+    except SynthError:   # an alternative only: the forest's schedule stands
+        ring = None
     if ring is None:
         return best
     return _first_with_runner_ups(sorted([best, ring], key=lambda s: s.predicted_time_us))
