@@ -1,5 +1,5 @@
-"""Ring forests: a ``trees`` alternative for allgather and reducescatter on two machines of rank pairs
-behind one switch.
+"""Ring forests: a ``trees`` alternative for allgather, reducescatter and allreduce on two machines of
+rank pairs behind one switch.
 
 The ForestColl packing (:func:`synth.synthesis.trees.plan_forest`) reaches the cut bound's rate, but
 its trees are deep and irregular, and list schedules of them leave links idle. On mi250-2node the gap
@@ -32,16 +32,17 @@ from rings and still meets the cut:
    first, then the early and the late mirrored data; the switch early, late, then direct) and
    compacted by :func:`synth.synthesis.trees.justify`. SPEC cost model.
 
-A reducescatter is the allgather's time mirror on the reversed fabric. mi250-2node, 1 GiB, 256 chunks
-per root: allgather and reducescatter 3089.7 µs simulated, 0.9813 of ``synth bounds`` (the ForestColl
-forests' schedules: 3183.7 µs, 0.952); ``python benchmarks/bench_ring_forest.py``.
+A reducescatter is the allgather's time mirror on the reversed fabric; an allreduce is that
+reducescatter followed by the allgather. mi250-2node, 1 GiB, 256 chunks per root: allgather and
+reducescatter 3089.7 µs simulated, allreduce 6179.3 µs, each 0.9813 of ``synth bounds`` (the ForestColl
+forests' schedules: 0.952); ``python benchmarks/bench_ring_forest.py``.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -466,29 +467,17 @@ def _add_group(jobs, side, origin, group, phases, segs, ids, trees, over_switch,
         whole = progress   # two rings of a group crossing a link in opposite orders: send what is there
 
 
-def schedule(topology: Topology, collective: Collective, size_bytes: float, chunks: int,
-             forest: RingForest | None = None) -> Schedule | None:
-    """The fastest timed ring forest over ``LATE_SHARES`` for an allgather at ``chunks`` per root, or for a
-    reducescatter its time mirror (an allgather on the reversed fabric, every transfer run backwards in
-    time and direction as a reduction, as :func:`synth.synthesis.trees._phase_transfers` mirrors reduction
-    forests); None where the construction does not apply."""
+def _timed_allgather(fabric: Topology, forest: RingForest, size_bytes: float, chunks: int):
+    """(makespan, transfers, late share, busiest link µs) of the ring forest's allgather on ``fabric``, the
+    fastest over ``LATE_SHARES``; None if no split fits ``chunks``."""
     from synth.synthesis import trees as T
 
-    name = collective.name
-    if name not in ("allgather", "reducescatter") or collective.num_ranks != topology.num_ranks:
-        return None
-    fabric = topology.reversed() if name == "reducescatter" else topology
-    forest = forest if forest is not None else build(fabric)
-    if forest is None:
-        return None
-    n = topology.num_ranks
-    per_root = size_bytes / n
-    found = choose_splits(forest, fabric, per_root, chunks)
+    n = fabric.num_ranks
+    found = choose_splits(forest, fabric, size_bytes / n, chunks)
     if found is None:
         return None
     splits, busiest = found
-    coll = Collective(name, n, chunks, collective.root, collective.inplace)
-    chunk_bytes = coll.chunk_bytes(size_bytes)
+    chunk_bytes = Collective("allgather", n, chunks).chunk_bytes(size_bytes)
     best = None
     for late in LATE_SHARES:
         segs = [layout(split, late) for split in splits]
@@ -502,13 +491,41 @@ def schedule(topology: Topology, collective: Collective, size_bytes: float, chun
         if compacted is not None:
             makespan, transfers = compacted
         if best is None or makespan < best[0]:
-            best = (makespan, transfers, late)
-    makespan, transfers, late = best
-    if name == "reducescatter":
-        transfers = [Transfer(makespan - t.end, makespan - t.start, t.chunk, t.dst, t.src, True, t.route[::-1],
-                              t.channel, t.group) for t in transfers]
+            best = (makespan, transfers, late, busiest)
+    return best
+
+
+def schedule(topology: Topology, collective: Collective, size_bytes: float, chunks: int,
+             forest: RingForest | None = None) -> Schedule | None:
+    """The ring forest's schedule at ``chunks`` per root, or None where the construction does not apply:
+
+    - allgather: the fastest over ``LATE_SHARES``;
+    - reducescatter: its time mirror, an allgather on the reversed fabric with every transfer run
+      backwards in time and direction as a reduction (as :func:`synth.synthesis.trees._phase_transfers`
+      mirrors reduction forests);
+    - allreduce: that reducescatter, then the allgather on channel 1 (Rabenseifner's split).
+    """
+    name = collective.name
+    if name not in ("allgather", "reducescatter", "allreduce") or collective.num_ranks != topology.num_ranks:
+        return None
+    n = topology.num_ranks
+    transfers: list[Transfer] = []
+    notes: dict = {"ring_forest": True, "chunks_per_root": chunks}
+    offset = 0.0
+    for phase, reduce in enumerate([True] * (name != "allgather") + [False] * (name != "reducescatter")):
+        fabric = topology.reversed() if reduce else topology
+        rings = forest if forest is not None and not reduce else build(fabric)
+        timed = None if rings is None else _timed_allgather(fabric, rings, size_bytes, chunks)
+        if timed is None:
+            return None
+        makespan, part, late, busiest = timed
+        if reduce:
+            part = [Transfer(makespan - t.end, makespan - t.start, t.chunk, t.dst, t.src, True, t.route[::-1],
+                             t.channel, t.group) for t in part]
+        transfers += [replace(t, start=t.start + offset, end=t.end + offset, channel=phase) for t in part]
+        offset += makespan
+        notes.update(ring_forest_busiest_link_us=busiest, late_share=late)
     transfers.sort(key=lambda t: (t.start, t.end))
-    notes = {"ring_forest": True, "ring_forest_busiest_link_us": busiest, "late_share": late,
-             "chunks_per_root": chunks}
+    coll = Collective(name, n, n * chunks if name == "allreduce" else chunks, collective.root, collective.inplace)
     return Schedule(coll, topology.name, tuple(transfers), method="trees", size_bytes=float(size_bytes),
-                    predicted_time_us=makespan, notes=notes)
+                    predicted_time_us=offset, notes=notes)

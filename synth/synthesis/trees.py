@@ -1151,10 +1151,10 @@ RING_FOREST_CHUNKS = 256   # chunks per root of a ring forest (the nearest count
 
 def _or_rings(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
               best: Schedule) -> Schedule:
-    """``best``, and for an allgather or reducescatter on two machines of rank pairs the ring forest's
-    schedule (:mod:`synth.synthesis.ringforest`) as an alternative; the faster planned comes first (the
-    pipeline times both). mi250-2node 1 GiB: 3089.7 µs against 3183.7."""
-    if collective.name not in ("allgather", "reducescatter") or options.max_trees is not None:
+    """``best``, and for an allgather, reducescatter or allreduce on two machines of rank pairs the ring
+    forest's schedule (:mod:`synth.synthesis.ringforest`) as an alternative; the faster planned comes
+    first (the pipeline times both). mi250-2node 1 GiB allgather: 3089.7 µs against 3183.7."""
+    if collective.name not in ("allgather", "reducescatter", "allreduce") or options.max_trees is not None:
         return best
     from synth.synthesis import ringforest
 
