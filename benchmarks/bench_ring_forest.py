@@ -1,7 +1,7 @@
 """The ring forest (:mod:`synth.synthesis.ringforest`) against ``synth bounds`` and the ForestColl forest.
 
 Usage: python benchmarks/bench_ring_forest.py [--topology mi250-2node] [--size 1GiB]
-       [--collectives allgather,reducescatter] [--chunks 256] [--compare K]
+       [--collectives allgather,reducescatter,allreduce] [--chunks 256] [--compare K]
 
 Per collective: the rings found (pairs, cycles over pairs), the forest's busiest link after rounding to
 whole chunks, the busiest switch and ring links with their α, and the schedule lowered, verified and
@@ -49,7 +49,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--topology", default="mi250-2node")
     parser.add_argument("--size", default="1GiB")
-    parser.add_argument("--collectives", default="allgather,reducescatter")
+    parser.add_argument("--collectives", default="allgather,reducescatter,allreduce")
     parser.add_argument("--chunks", type=int, default=256, help="chunks per root")
     parser.add_argument("--compare", type=int, default=0, metavar="K",
                         help="also simulate the ForestColl schedule with --max-trees K (no ring forest; a minute)")
@@ -59,9 +59,8 @@ def main() -> None:
     size = parse_size(args.size)
     n = topology.num_ranks
     for name in args.collectives.split(","):
-        fabric = topology.reversed() if name == "reducescatter" else topology
         began = time.perf_counter()
-        forest = ringforest.build(fabric)
+        forest = ringforest.build(topology)
         if forest is None:
             print(f"{name}: the ring forest does not apply to {topology.name}")
             continue
@@ -75,8 +74,10 @@ def main() -> None:
         link = schedule.notes["ring_forest_busiest_link_us"]
         print(f"{topology.name} {name} {args.size}, {args.chunks} chunks per root; bound {bound:.1f} us")
         print(f"  pairs {forest.pairs}; cycles over pairs {forest.orders[0]}, {forest.orders[4]}")
-        print(f"  forest: busiest link {link:.1f} us ({bound / link:.4f}); late share {schedule.notes['late_share']}")
-        for kind, (hop, busy, count) in busiest(schedule, fabric if name == "allgather" else topology).items():
+        phases = 2 if name == "allreduce" else 1
+        print(f"  forest: busiest link {link:.1f} us per phase ({bound / (phases * link):.4f}); "
+              f"late share {schedule.notes['late_share']}")
+        for kind, (hop, busy, count) in busiest(schedule, topology).items():
             print(f"  busiest {kind} link {hop[0]}->{hop[1]}: {busy:.1f} us with {count} messages")
         print(f"  planned {schedule.predicted_time_us:.1f} us, simulated {simulated:.1f} us = {bound / simulated:.4f}"
               f" of the bound; verified {check.ok}; {seconds:.1f} s")
