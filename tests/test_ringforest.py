@@ -79,13 +79,15 @@ def test_mi250_2node_within_two_percent_of_the_bound(mi250_2node, forest, name):
     assert bound / simulated >= 0.98       # 0.9813; the ForestColl forest's schedule: 0.952
 
 
-def test_trees_offers_the_ring_forest_as_the_first_alternative(mi250_2node):
+def test_trees_offers_the_ring_forest_as_an_alternative(mi250_2node):
+    # the forests' schedule stays first; the pipeline times both and keeps the faster
     coll = Collective("allgather", mi250_2node.num_ranks)
     slow = Schedule(Collective("allgather", mi250_2node.num_ranks, 1), mi250_2node.name, (), method="trees",
                     size_bytes=float(GIB), predicted_time_us=3183.7)
     both = _or_rings(mi250_2node, coll, GIB, SynthOptions(), slow)
-    assert both.notes.get("ring_forest") and both.predicted_time_us < 3183.7
-    assert [s.predicted_time_us for s in both.alternatives] == [3183.7]
+    assert both.predicted_time_us == 3183.7 and len(both.alternatives) == 1
+    ring = both.alternatives[0]
+    assert ring.notes.get("ring_forest") and ring.predicted_time_us < 3183.7
     # --max-trees asks for ForestColl trees: no ring forest then
     assert _or_rings(mi250_2node, coll, GIB, SynthOptions(max_trees=16), slow) is slow
 

@@ -1152,8 +1152,9 @@ RING_FOREST_CHUNKS = 256   # chunks per root of a ring forest (the nearest count
 def _or_rings(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
               best: Schedule) -> Schedule:
     """``best``, and for an allgather, reducescatter or allreduce on two machines of rank pairs the ring
-    forest's schedule (:mod:`synth.synthesis.ringforest`) as an alternative; the faster planned comes
-    first (the pipeline times both). mi250-2node 1 GiB allgather: 3089.7 µs against 3183.7."""
+    forest's schedule (:mod:`synth.synthesis.ringforest`) as an alternative after it: the pipeline times
+    both and keeps the faster (mi250-2node 1 GiB allgather: 3089.7 µs against 3183.7), and a ring forest
+    that does not fit MSCCL's limits is dropped there rather than making the method retry with fewer chunks."""
     if collective.name not in ("allgather", "reducescatter", "allreduce") or options.max_trees is not None:
         return best
     from synth.synthesis import ringforest
@@ -1165,7 +1166,7 @@ def _or_rings(topology: Topology, collective: Collective, size_bytes: float, opt
         ring = None
     if ring is None:
         return best
-    return _first_with_runner_ups(sorted([best, ring], key=lambda s: s.predicted_time_us))
+    return _first_with_runner_ups([best, ring])
 
 
 def _or_paths(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
