@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -76,27 +77,33 @@ class RingForest:
     orders: tuple[tuple[int, ...], ...]
     links: tuple[tuple[tuple[int, int], ...], ...]
 
-    def mirror(self, g: int) -> int:
-        m, i = self._where(g)
-        return self.machines[1 - m][i]
+    @cached_property
+    def _where(self) -> dict[int, tuple[int, int]]:
+        """Rank -> (machine, index in it)."""
+        return {g: (m, i) for m, ranks in enumerate(self.machines) for i, g in enumerate(ranks)}
 
-    def _where(self, g: int) -> tuple[int, int]:
-        for m, ranks in enumerate(self.machines):
-            if g in ranks:
-                return m, ranks.index(g)
-        raise KeyError(g)
+    @cached_property
+    def _pair_of(self) -> dict[int, int]:
+        """Machine-0 rank -> its pair's index."""
+        return {g: p for p, pair in enumerate(self.pairs) for g in pair}
+
+    @cached_property
+    def _mate(self) -> dict[int, int]:
+        return {a: b for a, b in self.pairs} | {b: a for a, b in self.pairs}
+
+    def mirror(self, g: int) -> int:
+        m, i = self._where[g]
+        return self.machines[1 - m][i]
 
     def walk(self, ring: int, start: int, hops: int, edges: list[tuple[int, int]]) -> None:
         """Append the edges taking ``start``'s data round ``ring`` for ``hops`` pairs (mates as leaves)."""
-        m, i = self._where(start)
-        to = self.machines[m]
-        base = self.machines[0]
-        mate = {a: b for a, b in self.pairs} | {b: a for a, b in self.pairs}
-        pair_of = {g: p for p, pair in enumerate(self.pairs) for g in pair}
+        m, i = self._where[start]
+        to = self.machines[m]   # machine-0 rank x is rank to[index of x] of machine m
+        mate = self._mate
         order, links = self.orders[ring], self.links[ring]
-        local = base[i]
-        q = order.index(pair_of[local])
-        at = {g: to[base.index(g)] for g in base}
+        local = self.machines[0][i]
+        q = order.index(self._pair_of[local])
+        at = {g: to[j] for g, (_, j) in self._where.items() if g in mate}
         exit_rank = links[q][0]
         edges.append((at[local], at[mate[local]] if exit_rank == local else at[exit_rank]))
         prev = exit_rank
@@ -134,12 +141,11 @@ class RingForest:
                 have.add(c)
         if variant != "trunc":
             return edges, own, None
-        m, i = self._where(gp)
-        pair_of = {x: p for p, pair in enumerate(self.pairs) for x in pair}
+        m, i = self._where[gp]
         order = self.orders[ring]
-        pred = self.pairs[order[(order.index(pair_of[self.machines[0][i]]) - 1) % len(order)]]
+        pred = self.pairs[order[(order.index(self._pair_of[self.machines[0][i]]) - 1) % len(order)]]
         side = (g + ring // 2) % 2
-        to = {x: self.machines[m][self.machines[0].index(x)] for x in pred}
+        to = {x: self.machines[m][self._where[x][1]] for x in pred}
         direct = to[pred[side]]
         edges += [(g, direct), (direct, to[pred[1 - side]])]
         return edges, own, direct
@@ -456,7 +462,8 @@ def _add_group(jobs, side, origin, group, phases, segs, ids, trees, over_switch,
                         deps = () if side == "local" else tuple(sorted({over_switch[x] for x in piece}))
                     j = jobs.add(tuple(piece), p, c, (), False, deps, (PRIORITY[side], 0, -below[(p, c)], group[0], g))
                     arrived.update({(c, x): j for x in piece})
-            rest = [x for x in chunk_ids if x not in set(ready)]
+            sent = set(ready)
+            rest = [x for x in chunk_ids if x not in sent]
             if rest:
                 pending[(p, c)] = rest
             else:

@@ -96,6 +96,7 @@ from synth.synthesis.base import (
     MAX_XML_NODES,
     MethodSpec,
     SynthOptions,
+    deadline_of,
 )
 from synth.synthesis.packing import (
     Route,
@@ -1703,7 +1704,7 @@ def _pipeline(topology: Topology, collective: Collective, size_bytes: float, opt
     and kept if faster (:func:`_flipped_planner`)."""
     name, n = collective.name, topology.num_ranks
     # --time-limit: the planning always completes; the pipeline-depth search stops early
-    deadline = None if options.time_limit is None else time.monotonic() + options.time_limit
+    deadline = deadline_of(options)
     plans = [planner(roots, reverse) for roots, reverse in _forest_phases(collective)]
 
     per_root_bytes = _per_root_bytes(name, n, size_bytes)
