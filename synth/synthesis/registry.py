@@ -16,6 +16,7 @@ from synth.synthesis.base import MethodSpec
 
 _ENTRIES: dict[str, str] = {
     "ring": "synth.synthesis.ring:METHOD",
+    "multiring": "synth.synthesis.multiring:METHOD",
     "trees": "synth.synthesis.trees:METHOD",
     "lp": "synth.synthesis.lp:METHOD",
     "greedy": "synth.synthesis.greedy:METHOD",

@@ -491,7 +491,6 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
     n = topology.num_ranks
     if collective.num_ranks != n:
         raise SynthError(f"collective has {collective.num_ranks} ranks but topology {topology.name!r} has {n}")
-    name = collective.name
     if options.chunks is not None and options.chunks < 1:
         raise SynthError("--chunks must be at least 1")
     try:
@@ -501,6 +500,14 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
         if line is None:
             raise
         return _line_schedule(topology, collective, size_bytes, options, line)
+    return ring_schedule(topology, collective, size_bytes, options, rings)
+
+
+def ring_schedule(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
+                  rings: list[Ring], method: str = "ring") -> Schedule:
+    """The schedule of ``collective`` over ``rings`` (chunks split by their rates; see module docstring)."""
+    n = topology.num_ranks
+    name = collective.name
     if name == "alltoall":
         # every link of a ring relays N(N-1)/2 pieces: MSCCL's 64 steps per threadblock and 32
         # channels cap how many rings (each on its own channels) fit
@@ -541,7 +548,7 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
         collective=coll,
         topology=topology.name,
         transfers=tuple(transfers),
-        method="ring",
+        method=method,
         size_bytes=float(size_bytes),
         predicted_time_us=makespan,
         notes={"rings": [{"order": list(rg.order), "rate_GBps": rg.rate, "weight": w,
