@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 COLUMNS = ("fabric", "ranks", "collective", "bound_us", "time_us", "ratio", "method", "cpu_s", "wall_s", "status",
-           "message")
+           "message", "tried")
 # Shown columns: (header, width, justify).
 SHOWN = (("fabric", 32, "left"), ("ranks", 5, "right"), ("collective", 13, "left"), ("bound us", 11, "right"),
          ("time us", 11, "right"), ("ratio", 6, "right"), ("method", 10, "left"), ("CPU s", 8, "right"),
@@ -54,6 +54,7 @@ class Row:
     wall_s: float
     status: str    # ok | error (exit N) | timeout | verify failed | verify error (exit N) | verify timeout
     message: str
+    tried: str = ""  # auto's candidates: "ring 11729.2; greedy 5374.7; trees 6288.1" (CSV only)
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ def run_one(fabric: str, ranks: int, topo_file: Path, collective: str, size: str
         bound, t = result.get("bound_us"), result.get("time_us")
         ratio = bound / t if isinstance(bound, (int, float)) and isinstance(t, (int, float)) and t > 0 else None
         return Row(fabric, ranks, collective, bound, t, ratio, str(result.get("method") or ""),
-                   round(child.cpu_s, 3), round(child.wall_s, 3), status, message)
+                   round(child.cpu_s, 3), round(child.wall_s, 3), status, message, tried_text(result))
 
     if child.rc is None:
         return row("timeout", f"synthesize ran past {timeout:g} s")
@@ -130,6 +131,18 @@ def run_one(fabric: str, ranks: int, topo_file: Path, collective: str, size: str
     if check.rc != 0:
         return row(f"verify error (exit {check.rc})", _last_line(check.stderr), result)
     return row("ok", "", result)
+
+
+def tried_text(result: dict) -> str:
+    """The ``tried`` list of ``synth synthesize --json`` as ``method time_us`` (or ``method error``) pairs."""
+    parts = []
+    for entry in result.get("tried") or []:
+        if not isinstance(entry, dict):
+            continue
+        t = entry.get("time_us")
+        parts.append(f"{entry.get('method')} {t:.1f}" if isinstance(t, (int, float)) else
+                     f"{entry.get('method')} {entry.get('error', '-')}")
+    return "; ".join(parts)
 
 
 def _fmt(value: float | None, digits: int) -> str:
