@@ -134,14 +134,14 @@ def run_one(fabric: str, ranks: int, topo_file: Path, collective: str, size: str
 
 
 def tried_text(result: dict) -> str:
-    """The ``tried`` list of ``synth synthesize --json`` as ``method time_us`` (or ``method error``) pairs."""
+    """The ``tried`` list of ``synth synthesize --json`` as ``method time_us`` (or why it has none) pairs."""
     parts = []
     for entry in result.get("tried") or []:
         if not isinstance(entry, dict):
             continue
         t = entry.get("time_us")
-        parts.append(f"{entry.get('method')} {t:.1f}" if isinstance(t, (int, float)) else
-                     f"{entry.get('method')} {entry.get('error', '-')}")
+        why = entry.get("error") or (f"skipped ({entry['skipped']})" if entry.get("skipped") else "-")
+        parts.append(f"{entry.get('method')} " + (f"{t:.1f}" if isinstance(t, (int, float)) else why))
     return "; ".join(parts)
 
 

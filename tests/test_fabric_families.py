@@ -178,3 +178,16 @@ def test_bench_fabrics_list_and_end_to_end(tmp_path, capsys):
     assert (tmp_path / "work" / "torus-4x4.yaml").exists() and (tmp_path / "work" / "torus-4x4-allgather.json").exists()
     assert "| torus-4x4 | 16 | allgather |" in out_md.read_text()
     assert any(line.lstrip().startswith("torus-4x4") and " ok" in line for line in lines)
+
+
+def test_bench_tried_text_and_least_line():
+    bench = _bench()
+    result = {"tried": [{"method": "ring", "time_us": 12.34}, {"method": "greedy", "skipped": "fallback only"},
+                        {"method": "lp", "error": "not started"}, {"method": "trees"}]}
+    assert bench.tried_text(result) == "ring 12.3; greedy skipped (fallback only); lp not started; trees -"
+    row = bench.Row("f1", 8, "allgather", 9.0, 10.0, 0.9, "ring", 1.0, 2.0, "ok", "")
+    bad = bench.Row("f2", 8, "allgather", None, None, None, "", 0.5, 1.0, "timeout", "ran past 1 s")
+    low = bench.Row("f3", 8, "allgather", 8.0, 10.0, 0.8, "trees", 1.0, 2.0, "ok", "")
+    assert bench.least_line([row, bad, low], ["allgather", "allreduce"]) == \
+        "least ratio: allgather 0.800 (f3), allreduce n/a"
+    assert "| f2 | 8 | allgather | - | - | - | - | 0.5 | timeout | ran past 1 s |" in bench.to_markdown([bad])
