@@ -7,7 +7,9 @@ Defaults: 50 GB/s and 0.5 µs per link (DESIGN.md "Reference topologies").
 from __future__ import annotations
 
 import itertools
+import random
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from synth.errors import SynthError
 from synth.topology.io import check_topology, merge_links
@@ -242,6 +244,104 @@ def from_matrix(matrix: Sequence[Sequence[float]], bw_per_link: float = DEFAULT_
     return b.build(name, description, machines or ())
 
 
+@dataclass(frozen=True)
+class Box:
+    """One box of a multi-box fabric (:func:`boxes_on_ib`): ``per_box`` ranks and how they reach IB.
+
+    ``intra``: ``"nvswitch"`` (every rank <-> switch ``b{k}.nvswitch`` at intra_bw), ``"mesh"`` (every
+    rank pair at intra_bw) or a per_box x per_box symmetric matrix of GB/s per direction (0 = no link),
+    all with intra_alpha. ``nics``: NIC nodes per box (switches ``b{k}.nic{j}``; None = one per rank);
+    rank i uses NIC ``i * nics // per_box`` over gpu_nic_bw (None = nic_bw) and gpu_nic_alpha, and NIC j
+    links to IB switch ``ib{j % ib_switches}`` at nic_bw with ib_alpha. ``nics=0`` links rank i
+    straight to ``ib{i % ib_switches}`` at nic_bw with ib_alpha.
+    """
+
+    per_box: int
+    intra: str | tuple[tuple[float, ...], ...] = "nvswitch"
+    intra_bw: float = DEFAULT_BW
+    intra_alpha: float = DEFAULT_ALPHA
+    nics: int | None = None
+    gpu_nic_bw: float | None = None
+    gpu_nic_alpha: float = 0.0
+    nic_bw: float = 25.0
+    ib_alpha: float = 2.0
+
+
+def _checked_box(box: Box, ib_switches: int) -> Box:
+    """``box`` with counts resolved (nics, gpu_nic_bw) and a tuple matrix; raises SynthError if invalid."""
+    per_box = _check_count(box.per_box, "ranks per box")
+    nics = per_box if box.nics is None else _check_count(box.nics, "NICs per box", minimum=0)
+    _check(box.intra_bw, box.intra_alpha, "intra-box ")
+    _check(box.nic_bw, box.ib_alpha, "NIC ")
+    g_bw = box.nic_bw if box.gpu_nic_bw is None else box.gpu_nic_bw
+    _check(g_bw, box.gpu_nic_alpha, "GPU-NIC ")
+    if nics > per_box:
+        raise SynthError(f"NICs per box ({nics}) cannot exceed ranks per box ({per_box})")
+    if ib_switches > (nics or per_box):
+        raise SynthError(f"{ib_switches} IB switches but only {nics or per_box} uplinks per box: "
+                         "some IB switch would be isolated")
+    intra: str | tuple[tuple[float, ...], ...]
+    if isinstance(box.intra, str):
+        if box.intra not in ("nvswitch", "mesh"):
+            raise SynthError(f"intra-box fabric must be 'nvswitch', 'mesh' or a matrix, got {box.intra!r}")
+        intra = box.intra
+    else:
+        intra = tuple(tuple(float(x) for x in row) for row in box.intra)
+        if len(intra) != per_box or any(len(row) != per_box for row in intra):
+            raise SynthError(f"the intra-box matrix must be {per_box}x{per_box}")
+        for i, j in itertools.product(range(per_box), repeat=2):
+            if intra[i][j] != intra[j][i] or intra[i][j] < 0 or (i == j and intra[i][j]):
+                raise SynthError(f"the intra-box matrix must be symmetric, >= 0, zero diagonal (entry {i},{j})")
+    return replace(box, per_box=per_box, intra=intra, nics=nics, gpu_nic_bw=g_bw)
+
+
+def boxes_on_ib(boxes: Sequence[Box], ib_switches: int = 1, *, name: str = "boxes", description: str = "",
+                machines: bool = True) -> Topology:
+    """Boxes (possibly of different kinds) on shared IB switches ``ib0..ib{ib_switches-1}``.
+
+    Ranks are numbered box after box: box k holds ranks ``sum(per_box of boxes < k) + i``. Each box is
+    wired as its :class:`Box` says, with node names ``b{k}.nvswitch`` and ``b{k}.nic{j}``. With
+    ``machines`` the topology lists one machine per box (SPEC's ``machines`` key), otherwise none.
+    """
+    ib_switches = _check_count(ib_switches, "IB switches")
+    if not boxes:
+        raise SynthError("boxes_on_ib needs at least one box")
+    specs = [_checked_box(box, ib_switches) for box in boxes]
+    total = sum(spec.per_box for spec in specs)
+    b = _Builder(total)
+    uplinks: list[tuple[Node, int, float, float]] = []  # (NIC or rank, IB switch, bw, alpha): linked once ib* exist
+    ranges: list[range] = []
+    base = 0
+    for k, spec in enumerate(specs):
+        per_box, nics = spec.per_box, spec.nics
+        assert nics is not None and spec.gpu_nic_bw is not None  # resolved by _checked_box
+        if spec.intra == "nvswitch":
+            sw = b.add_switch(f"b{k}.nvswitch")
+            for i in range(per_box):
+                b.link(base + i, sw, spec.intra_bw, spec.intra_alpha)
+        elif spec.intra == "mesh":
+            for i, j in itertools.combinations(range(per_box), 2):
+                b.link(base + i, base + j, spec.intra_bw, spec.intra_alpha)
+        else:
+            for i, j in itertools.combinations(range(per_box), 2):
+                if spec.intra[i][j] > 0:
+                    b.link(base + i, base + j, spec.intra[i][j], spec.intra_alpha)
+        for j in range(nics):
+            uplinks.append((b.add_switch(f"b{k}.nic{j}"), j % ib_switches, spec.nic_bw, spec.ib_alpha))
+        for i in range(per_box):
+            if nics:
+                b.link(base + i, f"b{k}.nic{i * nics // per_box}", spec.gpu_nic_bw, spec.gpu_nic_alpha)
+            else:
+                uplinks.append((base + i, i % ib_switches, spec.nic_bw, spec.ib_alpha))
+        ranges.append(range(base, base + per_box))
+        base += per_box
+    for j in range(ib_switches):
+        b.add_switch(f"ib{j}")
+    for node, j, bw, alpha in uplinks:
+        b.link(node, f"ib{j}", bw, alpha)
+    return b.build(name, description, ranges if machines else ())
+
+
 def boxes_behind_nics(
     boxes: int,
     per_box: int = 8,
@@ -266,65 +366,54 @@ def boxes_behind_nics(
     NICs: ``nics_per_box`` NIC nodes (switches ``b{b}.nic{j}``, default one per GPU); GPU i uses NIC
     ``i * nics_per_box // per_box`` over gpu_nic_bw (default nic_bw) and gpu_nic_alpha; NIC j
     links to IB switch ``ib{j % ib_switches}`` at nic_bw with ib_alpha. ``nics_per_box=0`` links
-    GPU i straight to ``ib{i % ib_switches}`` at nic_bw with ib_alpha.
+    GPU i straight to ``ib{i % ib_switches}`` at nic_bw with ib_alpha. (Identical boxes of
+    :func:`boxes_on_ib`.)
     """
     boxes = _check_count(boxes, "boxes")
-    per_box = _check_count(per_box, "ranks per box")
-    nics = per_box if nics_per_box is None else _check_count(nics_per_box, "NICs per box", minimum=0)
-    ib_switches = _check_count(ib_switches, "IB switches")
-    _check(intra_bw, intra_alpha, "intra-box ")
-    _check(nic_bw, ib_alpha, "NIC ")
-    g_bw = nic_bw if gpu_nic_bw is None else gpu_nic_bw
-    _check(g_bw, gpu_nic_alpha, "GPU-NIC ")
-    if nics > per_box:
-        raise SynthError(f"NICs per box ({nics}) cannot exceed ranks per box ({per_box})")
-    if ib_switches > (nics or per_box):
-        raise SynthError(f"{ib_switches} IB switches but only {nics or per_box} uplinks per box: "
-                         "some IB switch would be isolated")
-
-    matrix = None
-    if isinstance(intra, str):
-        if intra not in ("nvswitch", "mesh"):
-            raise SynthError(f"intra-box fabric must be 'nvswitch', 'mesh' or a matrix, got {intra!r}")
-    else:
-        matrix = [[float(x) for x in row] for row in intra]
-        if len(matrix) != per_box or any(len(row) != per_box for row in matrix):
-            raise SynthError(f"the intra-box matrix must be {per_box}x{per_box}")
-        for i, j in itertools.product(range(per_box), repeat=2):
-            if matrix[i][j] != matrix[j][i] or matrix[i][j] < 0 or (i == j and matrix[i][j]):
-                raise SynthError(f"the intra-box matrix must be symmetric, >= 0, zero diagonal (entry {i},{j})")
-
-    b = _Builder(boxes * per_box)
-    uplinks: list[tuple[Node, int]] = []  # (NIC or GPU, IB switch index), linked once the IB switches exist
-    for box in range(boxes):
-        base = box * per_box
-        if intra == "nvswitch":
-            sw = b.add_switch(f"b{box}.nvswitch")
-            for i in range(per_box):
-                b.link(base + i, sw, intra_bw, intra_alpha)
-        elif intra == "mesh":
-            for i, j in itertools.combinations(range(per_box), 2):
-                b.link(base + i, base + j, intra_bw, intra_alpha)
-        else:
-            for i, j in itertools.combinations(range(per_box), 2):
-                if matrix[i][j] > 0:
-                    b.link(base + i, base + j, matrix[i][j], intra_alpha)
-        for j in range(nics):
-            uplinks.append((b.add_switch(f"b{box}.nic{j}"), j % ib_switches))
-        for i in range(per_box):
-            if nics:
-                b.link(base + i, f"b{box}.nic{i * nics // per_box}", g_bw, gpu_nic_alpha)
-            else:
-                uplinks.append((base + i, i % ib_switches))
-    for k in range(ib_switches):
-        b.add_switch(f"ib{k}")
-    for node, k in uplinks:
-        b.link(node, f"ib{k}", nic_bw, ib_alpha)
+    matrix = intra if isinstance(intra, str) else tuple(tuple(float(x) for x in row) for row in intra)
+    box = _checked_box(Box(per_box, matrix, intra_bw, intra_alpha, nics_per_box, gpu_nic_bw, gpu_nic_alpha,
+                           nic_bw, ib_alpha), _check_count(ib_switches, "IB switches"))
     fabric = intra if isinstance(intra, str) else "matrix"
     text = description or (
-        f"{boxes} boxes x {per_box} ranks; intra-box {fabric} {_fmt(intra_bw)} GB/s {_fmt(intra_alpha)} us; "
-        f"{nics} NICs per box (GPU-NIC {_fmt(g_bw)} GB/s {_fmt(gpu_nic_alpha)} us), "
+        f"{boxes} boxes x {box.per_box} ranks; intra-box {fabric} {_fmt(intra_bw)} GB/s {_fmt(intra_alpha)} us; "
+        f"{box.nics} NICs per box (GPU-NIC {_fmt(box.gpu_nic_bw)} GB/s {_fmt(gpu_nic_alpha)} us), "
         f"NIC-IB {_fmt(nic_bw)} GB/s {_fmt(ib_alpha)} us, {ib_switches} IB switches"
     )
-    machines = [range(box * per_box, (box + 1) * per_box) for box in range(boxes)]
-    return b.build(name or f"boxes-{boxes}x{per_box}", text, machines)
+    return boxes_on_ib([box] * boxes, ib_switches, name=name or f"boxes-{boxes}x{box.per_box}", description=text)
+
+
+def random_regular(n: int, degree: int, seed: int, bws: Sequence[float] = (25.0, 50.0, 100.0),
+                   alpha: float = DEFAULT_ALPHA, *, name: str | None = None) -> Topology:
+    """A connected random ``degree``-regular graph on ``n`` ranks, each edge one link per direction.
+
+    ``random.Random(seed)`` draws a networkx seed for :func:`networkx.random_regular_graph` (the
+    pairing model of Steger and Wormald, 1999) until the graph is connected, then one bandwidth per
+    edge from ``bws`` (both directions alike), edges taken in sorted order. Same arguments, same
+    topology.
+    """
+    import networkx as nx
+
+    n = _check_count(n, "rank count", minimum=2)
+    degree = _check_count(degree, "degree")
+    if degree >= n or (n * degree) % 2:
+        raise SynthError(f"no {degree}-regular graph on {n} ranks (need degree < n and n * degree even)")
+    if not bws:
+        raise SynthError("random_regular needs at least one bandwidth")
+    for bw in bws:
+        _check(bw, alpha)
+    rng = random.Random(seed)
+    for _ in range(1000):  # a random 3+-regular graph is connected with high probability (Bollobás)
+        graph = nx.random_regular_graph(degree, n, seed=rng.randrange(2**32))
+        if nx.is_connected(graph):
+            break
+    else:
+        raise SynthError(f"no connected {degree}-regular graph on {n} ranks found (seed {seed})")
+    b = _Builder(n)
+    choices = tuple(float(bw) for bw in bws)
+    for i, j in sorted((min(e), max(e)) for e in graph.edges):
+        b.link(i, j, rng.choice(choices), alpha)
+    return b.build(
+        name or f"rr{degree}-{n}-s{seed}",
+        f"random connected {degree}-regular graph on {n} ranks (networkx.random_regular_graph, seed {seed}); "
+        f"each edge {'/'.join(_fmt(x) for x in choices)} GB/s (drawn with the seed), {_fmt(alpha)} us per link",
+    )
