@@ -14,7 +14,8 @@ collective; rows are in execution order, cheapest first, except that a bandwidth
 tree methods, ``trees`` and ``lp``, first: they are the expected winners there, and a wall-clock
 ``--time-limit`` that runs out must cut the baselines, not them). Figures are simulated gaps
 ``(time - bound) / time`` from the full sweep of ``notebooks/optimality_gaps.ipynb`` (dgx1,
-dgx-a100-2node, mi250, ndv2-2node × allgather, allreduce × 1 KB, 1 MB, 64 MB, 1 GB × every method, 10 s limit), plus the runs named below:
+dgx-a100-2node, mi250, ndv2-2node × allgather, allreduce × 1 KB, 1 MB, 64 MB, 1 GB × every method,
+10 s limit), plus the runs named below:
 
 ========  ===============================================  =======  =====================================
 method    tried when                                        limit    why (measured)
