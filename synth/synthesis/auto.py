@@ -112,7 +112,7 @@ from synth.synthesis.registry import METHODS
 from synth.topology.model import Topology
 
 MIN_START_S = 0.5            # a candidate is not started with less than this left of --time-limit
-CLOCK_FACTOR = 3.0           # a candidate with a work limit W stops (not_tried) after CLOCK_FACTOR * W s
+CLOCK_FACTOR = 2.0           # a candidate with a work limit W stops (not_tried) after CLOCK_FACTOR * W s
 TREE_METHODS = ("trees", "lp")   # first where the case is bandwidth-bound (expected quality)
 BANDWIDTH_PIECE = 1e6        # bytes per rank from which a case counts as bandwidth-bound
 BASELINE_MAX_RANKS = 64      # baselines (and ring first) up to this scale
