@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from synth.collectives import RUNTIME_ELEMENT_BYTES, Collective, canonical_name, runtime_divides
-from synth.errors import SynthError
+from synth.errors import SynthError, TimeLimitReached
 from synth.program.ir import Program
 from synth.schedule import Schedule
 from synth.solvers import SOLVERS
@@ -40,7 +40,7 @@ class SynthesisResult:
     topology: str
     size_bytes: int
     predicted_time_us: float = 0.0
-    # auto: one row per candidate tried {method, time_us | error}
+    # auto: one row per candidate {method, time_us | error | skipped | not_tried}
     tried: list[dict] = field(default_factory=list, compare=False)
     notes: list[str] = field(default_factory=list, compare=False)
 
@@ -65,8 +65,14 @@ class SynthesisResult:
             "chunks": self.collective.chunk_factor,
             "predicted_time_us": self.predicted_time_us,
             "tried": self.tried,
+            "not_tried": self.not_tried,
             "notes": self.notes,
         }
+
+    @property
+    def not_tried(self) -> list[dict]:
+        """auto: the candidates a wall-clock stop cut out, {method, reason} (their programs were not used)."""
+        return [{"method": row["method"], "reason": row["not_tried"]} for row in self.tried if "not_tried" in row]
 
 
 def _bound_us(topology: Topology, collective: Collective, size_bytes: float) -> float | None:
@@ -201,8 +207,9 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
                options: SynthOptions | None = None, root: int = 0, *, inplace: bool = False) -> SynthesisResult:
     """Synthesize, verify and time ``collective_name`` of ``size_bytes`` (SPEC SIZE) on ``topology``.
 
-    ``method="auto"`` runs :func:`synth.synthesis.auto.plan` within :func:`synth.synthesis.auto.budget_s`
-    seconds and keeps the fastest verified program. Raises :class:`SynthError` when the method fails,
+    ``method="auto"`` runs :func:`synth.synthesis.auto.plan` and keeps the fastest verified program; its
+    budgets are deterministic work, and :func:`synth.synthesis.auto.budget_s` (``--time-limit``) is a
+    wall-clock safety stop whose cuts are listed as ``not_tried``. Raises :class:`SynthError` when the method fails,
     times out without a schedule, or produces a program that does not verify.
     """
     from synth.simulate import simulate
@@ -225,7 +232,8 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
 
     key = method.strip().lower()
     budget = None
-    if key == "auto":
+    is_auto = key == "auto"
+    if is_auto:
         from synth.synthesis import auto
 
         plan = auto.plan(topology, collective, size_bytes, options)
@@ -239,7 +247,8 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
     best = None
     unrunnable = None   # auto: the fastest program an MSCCL runtime would not run at SIZE (time, method, loop)
     tried: list[dict] = []
-    stop_at = _bound_us(topology, collective, size_bytes) if budget is not None else None
+    stop_at = _bound_us(topology, collective, size_bytes) if is_auto else None
+    clock_out = None    # auto: why --time-limit cut the plan short
 
     def rank(sim, program: Program) -> tuple[bool, float]:
         # auto: programs an MSCCL runtime runs at SIZE first (see SynthOptions.runtime_chunks), then the fastest
@@ -258,11 +267,14 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
             if best is not None and cand.fallback:
                 tried.append({"method": m, **row, "skipped": "fallback only"})
                 continue
-            left = budget - (time.perf_counter() - t0)
+            left = None if budget is None else budget - (time.perf_counter() - t0)
             # with no program yet, the next candidate still runs (briefly) rather than failing outright
-            opts = auto.candidate_options(options, cand, left if best is not None else max(left, auto.MIN_START_S))
+            if left is not None and best is None:
+                left = max(left, auto.MIN_START_S)
+            opts = None if clock_out is not None and best is not None else auto.candidate_options(options, cand, left)
             if opts is None:
-                tried.append({"method": m, **row, "error": f"not started: the {budget:g} s time budget is spent"})
+                clock_out = clock_out or f"the --time-limit of {budget:g} s ran out before it started"
+                tried.append({"method": m, **row, "not_tried": clock_out})
                 continue
         try:
             lowered, seconds, status, solver = _run_one(topology, collective, size_bytes, m, opts)
@@ -270,8 +282,16 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
             timed = [(simulate(program, topology, size_bytes, record_events=False), schedule, program)
                      for schedule, program in lowered]
             sim, schedule, program = min(timed, key=lambda t: rank(t[0], t[2]))
+        except TimeLimitReached as exc:
+            if not is_auto:
+                raise
+            # a clock stopped it: its program would depend on the machine's speed, so none is used
+            tried.append({"method": m, **row, "not_tried": f"stopped by the wall clock ({exc})"})
+            if budget is not None and time.perf_counter() - t0 >= budget - auto.MIN_START_S:
+                clock_out = f"the --time-limit of {budget:g} s ran out (at {m})"
+            continue
         except SynthError as exc:
-            if key != "auto":
+            if not is_auto:
                 raise
             tried.append({"method": m, **row, "error": str(exc)})
             continue
@@ -283,7 +303,7 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
             best = (sim, schedule, program, status, solver, m)
     elapsed = time.perf_counter() - t0
     if best is None:
-        detail = "; ".join(f"{row['method']}: {row['error']}" for row in tried)
+        detail = "; ".join(f"{row['method']}: {row.get('error') or row.get('not_tried')}" for row in tried)
         raise SynthError(f"auto: every method failed for {name} on {topology.name} ({detail})")
     sim, schedule, program, status, solver, m = best
     bound = _bound_us(topology, schedule.collective, size_bytes)

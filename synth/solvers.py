@@ -11,6 +11,15 @@ Backends (NOTES.md lists their APIs and traps):
 - ``cp-sat``: OR-Tools CP-SAT (all-integer models; coefficients are scaled to integers).
 
 The gap is always computed here from (incumbent, bound), since HiGHS and SCIP define it differently.
+
+**Budgets.** ``work_limit`` is the deterministic budget ("work seconds"): CP-SAT's
+``max_deterministic_time`` on a fixed worker count (one, or an interleaved deterministic search when
+more threads are asked for; CP-SAT parameters docs: ``interleave_search``), and for branch and bound
+(HiGHS, CBC, SCIP) ``NODES_PER_WORK_S`` nodes per unit. LPs run to the end. ``time_limit`` is the
+wall clock, a *safety stop* only: a solve it cuts short raises :class:`~synth.errors.TimeLimitReached`
+instead of returning an incumbent that depends on the machine's speed. (HiGHS has no deterministic
+bound on its root node: a MIP whose root outlasts the clock fails rather than return its root
+incumbent.)
 """
 
 from __future__ import annotations
@@ -26,10 +35,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from synth.errors import SynthError
+from synth.errors import SynthError, TimeLimitReached
 
 SOLVERS = ("highs", "cbc", "pulp-highs", "glop", "pdlp", "scip", "cp-sat")
 LP_ONLY = frozenset({"glop", "pdlp"})
+NODES_PER_WORK_S = 200   # branch-and-bound nodes per unit of work_limit (HiGHS, CBC, SCIP)
+CLOCK_SHARE = 0.99       # a solve stopped this close to ``time_limit`` was stopped by the clock
 INF = math.inf
 
 
@@ -190,8 +201,10 @@ def _silence_fds():
 
 
 def solve(model: Model, solver: str = "highs", time_limit: float | None = None, gap: float | None = None,
-          threads: int | None = None, verbose: bool = False, lp_algorithm: str | None = None) -> SolveResult:
-    """Solve ``model`` with ``solver`` (one of :data:`SOLVERS`).
+          threads: int | None = None, verbose: bool = False, lp_algorithm: str | None = None,
+          work_limit: float | None = None) -> SolveResult:
+    """Solve ``model`` with ``solver`` (one of :data:`SOLVERS`) within the deterministic ``work_limit``;
+    :class:`TimeLimitReached` when the wall-clock ``time_limit`` stops it first (module docstring).
 
     ``lp_algorithm`` (HiGHS only): ``"ipm"`` or ``"simplex"``; interior point + crossover is ~20x faster than
     simplex on large flow LPs such as the alltoall bound."""
@@ -206,24 +219,31 @@ def solve(model: Model, solver: str = "highs", time_limit: float | None = None, 
     context = contextlib.nullcontext() if verbose else _silence_fds()
     if lp_algorithm is not None and (solver != "highs" or lp_algorithm not in ("ipm", "simplex")):
         raise SynthError(f"lp_algorithm {lp_algorithm!r} is a HiGHS option ('ipm' or 'simplex')")
+    nodes = None if work_limit is None or not model.is_mip else max(1, round(work_limit * NODES_PER_WORK_S))
     with context:
         if solver == "highs":
-            result = _solve_highs(model, solver, time_limit, gap, threads, verbose, lp_algorithm)
+            result = _solve_highs(model, solver, time_limit, gap, threads, verbose, lp_algorithm, nodes)
+        elif solver == "cp-sat":
+            result = _solve_cpsat(model, solver, time_limit, gap, threads, verbose, work_limit)
         else:
-            result = backends[solver](model, solver, time_limit, gap, threads, verbose)
+            result = backends[solver](model, solver, time_limit, gap, threads, verbose, nodes)
     status, objective, bound, values, message = result
+    seconds = time.perf_counter() - started
+    if status == "clock" or (time_limit is not None and status in ("feasible", "no_solution")
+                             and solver not in ("highs", "cp-sat") and seconds >= CLOCK_SHARE * time_limit):
+        raise TimeLimitReached(f"solver {solver}: the time limit ({time_limit:g} s) ran out before the solve "
+                               "finished; allow more time")
     if objective is not None:
         objective += model.objective_offset
     if bound is not None:
         bound += model.objective_offset
     if status == "optimal" and bound is None:
         bound = objective
-    return SolveResult(status, objective, bound, relative_gap(objective, bound), values,
-                       time.perf_counter() - started, solver, message)
+    return SolveResult(status, objective, bound, relative_gap(objective, bound), values, seconds, solver, message)
 
 
 # ---- HiGHS (highspy) ---------------------------------------------------------------------------
-def _solve_highs(model, solver, time_limit, gap, threads, verbose, lp_algorithm=None):
+def _solve_highs(model, solver, time_limit, gap, threads, verbose, lp_algorithm=None, nodes=None):
     import highspy
 
     h = highspy.Highs()
@@ -232,6 +252,8 @@ def _solve_highs(model, solver, time_limit, gap, threads, verbose, lp_algorithm=
         h.setOptionValue("solver", lp_algorithm)
     if time_limit is not None:
         h.setOptionValue("time_limit", float(time_limit))
+    if nodes is not None:
+        h.setOptionValue("mip_max_nodes", int(nodes))
     if gap is not None:
         h.setOptionValue("mip_rel_gap", float(gap))
     if threads:
@@ -274,6 +296,8 @@ def _solve_highs(model, solver, time_limit, gap, threads, verbose, lp_algorithm=
         bound = raw if math.isfinite(raw) else None
     if ms == S.kOptimal:
         return "optimal", objective, bound if bound is not None else objective, values, ""
+    if ms == S.kTimeLimit:
+        return "clock", None, None, None, "time limit"
     if ms == S.kInfeasible:
         return "infeasible", None, None, None, "model is infeasible"
     if ms in (S.kUnbounded, S.kUnboundedOrInfeasible):
@@ -311,7 +335,7 @@ def _pulp_problem(model):
     return prob, xs
 
 
-def _solve_pulp(model, solver, time_limit, gap, threads, verbose):
+def _solve_pulp(model, solver, time_limit, gap, threads, verbose, nodes=None):
     import pulp
 
     prob, xs = _pulp_problem(model)
@@ -320,9 +344,11 @@ def _solve_pulp(model, solver, time_limit, gap, threads, verbose):
         log_fd, log_path = tempfile.mkstemp(suffix=".cbc.log")
         os.close(log_fd)
         backend = pulp.PULP_CBC_CMD(msg=verbose, timeLimit=time_limit, gapRel=gap, threads=threads,
-                                    warmStart=bool(model.start), logPath=log_path)
+                                    warmStart=bool(model.start), logPath=log_path,
+                                    options=[] if nodes is None else [f"maxNodes {nodes}"])
     else:
-        backend = pulp.HiGHS(msg=verbose, timeLimit=time_limit, gapRel=gap, threads=threads)
+        extra = {} if nodes is None else {"mip_max_nodes": nodes}
+        backend = pulp.HiGHS(msg=verbose, timeLimit=time_limit, gapRel=gap, threads=threads, **extra)
     try:
         prob.solve(backend)
     except pulp.PulpSolverError as exc:
@@ -364,7 +390,7 @@ def _cbc_bound_from_log(path: str) -> float | None:
 
 
 # ---- OR-Tools pywraplp (GLOP, PDLP, SCIP) -------------------------------------------------------
-def _solve_pywraplp(model, solver, time_limit, gap, threads, verbose):
+def _solve_pywraplp(model, solver, time_limit, gap, threads, verbose, nodes=None):
     from ortools.linear_solver import pywraplp
 
     backend = pywraplp.Solver.CreateSolver({"glop": "GLOP", "pdlp": "PDLP", "scip": "SCIP"}[solver])
@@ -390,6 +416,8 @@ def _solve_pywraplp(model, solver, time_limit, gap, threads, verbose):
         backend.SetTimeLimit(int(time_limit * 1000))
     if threads:
         backend.SetNumThreads(int(threads))
+    if nodes is not None and solver == "scip":
+        backend.SetSolverSpecificParametersAsString(f"limits/nodes = {nodes}\n")
     if model.start and solver == "scip":
         cols = sorted(model.start)
         backend.SetHint([xs[c] for c in cols], [model.start[c] for c in cols])
@@ -420,6 +448,28 @@ def _fin(value: float, big: float) -> float:
 
 
 # ---- OR-Tools CP-SAT ---------------------------------------------------------------------------
+def deterministic_search(parameters, time_limit: float | None, work_limit: float | None,
+                         threads: int | None) -> None:
+    """CP-SAT ``parameters`` for a search whose result depends on ``work_limit`` (deterministic time)
+    only: one worker, or ``threads`` workers interleaved deterministically (``interleave_search``;
+    parallel workers otherwise race); ``time_limit`` is the wall-clock safety stop."""
+    workers = int(threads) if threads else 1
+    parameters.num_workers = workers
+    if workers > 1:
+        parameters.interleave_search = True
+    if work_limit is not None:
+        parameters.max_deterministic_time = max(0.01, float(work_limit))
+    if time_limit is not None:
+        parameters.max_time_in_seconds = max(0.01, float(time_limit))
+
+
+def cpsat_clock_stopped(engine, decided: bool, time_limit: float | None, work_limit: float | None) -> bool:
+    """True when the wall clock, not the deterministic budget, ended an undecided CP-SAT search."""
+    if decided or time_limit is None or engine.WallTime() < CLOCK_SHARE * time_limit:
+        return False
+    return work_limit is None or engine.DeterministicTime() < work_limit
+
+
 _CPSAT_BIG = 2**40
 
 
@@ -434,7 +484,7 @@ def _integer_scale(values: np.ndarray, limit: int = 10**6) -> int:
     raise SynthError("cp-sat needs integral coefficients; this model's coefficients cannot be scaled to integers")
 
 
-def _solve_cpsat(model, solver, time_limit, gap, threads, verbose):
+def _solve_cpsat(model, solver, time_limit, gap, threads, verbose, work_limit=None):
     from ortools.sat.python import cp_model
 
     lb, ub, integer = model.bounds()
@@ -462,13 +512,13 @@ def _solve_cpsat(model, solver, time_limit, gap, threads, verbose):
     for col, val in model.start.items():
         cp.AddHint(xs[col], int(round(val)))
     engine = cp_model.CpSolver()
-    if time_limit is not None:
-        engine.parameters.max_time_in_seconds = float(time_limit)
+    deterministic_search(engine.parameters, time_limit, work_limit, threads)
     if gap is not None:
         engine.parameters.relative_gap_limit = float(gap)
-    engine.parameters.num_workers = int(threads) if threads else 2
     engine.parameters.log_search_progress = bool(verbose)
     code = engine.Solve(cp)
+    if cpsat_clock_stopped(engine, code in (cp_model.OPTIMAL, cp_model.INFEASIBLE), time_limit, work_limit):
+        return "clock", None, None, None, "time limit"
     values = None
     obj = bound = None
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):

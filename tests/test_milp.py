@@ -6,6 +6,7 @@ import pytest
 from schedule_check import check_schedule, full, line, ring, star
 
 from synth.collectives import COLLECTIVES, Collective
+from synth.errors import TimeLimitReached
 from synth.synthesis import greedy, milp
 from synth.synthesis.base import SynthOptions
 
@@ -53,17 +54,13 @@ def test_milp_beats_greedy_on_ring8_alltoall():
     assert m.makespan < g.makespan - 1
 
 
-def test_time_limit_gives_feasible_with_gap():
-    # 16 ranks behind one switch, latency-bound: the batching optimum (5 epochs) needs a real search
+def test_the_wall_clock_is_a_safety_stop_with_a_clear_error():
+    # 16 ranks behind one switch, latency-bound: the batching optimum (5 epochs) needs a real search (its
+    # HiGHS root node alone outlasts 2 minutes). The wall clock never leaves a machine-dependent incumbent:
+    # it fails the method (the deterministic node budget is tested in test_solvers)
     topo = star(16, bw=125, alpha=0.35)
-    schedule = milp.synthesize(topo, Collective("allgather", 16), 1e3, SynthOptions(time_limit=0.3))
-    notes = schedule.notes
-    assert notes["status"] == "feasible"
-    assert notes["model_status"].startswith("feasible in the time-expanded model")
-    assert notes["solver_gap"] > 0
-    assert notes["solver_bound_us"] < notes["solver_objective_us"]
-    assert schedule.transfers
-    check_schedule(schedule, topo)
+    with pytest.raises(TimeLimitReached, match="time limit"):
+        milp.synthesize(topo, Collective("allgather", 16), 1e3, SynthOptions(time_limit=0.01))
 
 
 @pytest.mark.parametrize("topo,name,size", [
@@ -194,12 +191,11 @@ def test_kept_greedy_plan_lowers_on_mi250_alltoall_c3():
     assert program.gpus
 
 
-def test_short_milp_solve_on_mi250_alltoall_c3_lowers_and_verifies():
+def test_a_short_milp_solve_on_mi250_alltoall_c3_is_a_clear_time_out():
+    # HiGHS's root node on this model outlasts 2 minutes: a 1 s wall clock used to return its root
+    # incumbent, which depends on the machine's speed; now the method fails with the one-line message
     pipeline = pytest.importorskip("synth.pipeline")
     from synth.topology.io import load_topology
 
-    result = pipeline.synthesize(load_topology("mi250"), "alltoall", 64 << 20, "milp",
-                                 SynthOptions(chunks=3, time_limit=1))
-    assert result.method == "milp"
-    assert result.status in ("optimal", "feasible")
-    assert result.time_us <= 1166.95      # never slower than the greedy plan it can fall back to
+    with pytest.raises(TimeLimitReached, match=r"the time limit \(1 s\) ran out"):
+        pipeline.synthesize(load_topology("mi250"), "alltoall", 64 << 20, "milp", SynthOptions(chunks=3, time_limit=1))

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from synth.errors import SynthError
-from synth.solvers import SOLVERS, Model, relative_gap, solve
+from synth.errors import SynthError, TimeLimitReached
+from synth.solvers import NODES_PER_WORK_S, SOLVERS, Model, relative_gap, solve
 
 MIP_SOLVERS = ["highs", "cbc", "pulp-highs", "scip", "cp-sat"]
 LP_SOLVERS = ["highs", "cbc", "pulp-highs", "glop", "pdlp", "scip"]
@@ -62,8 +62,8 @@ def test_unknown_solver():
     assert "highs" in SOLVERS
 
 
-def test_time_limit_returns_incumbent_with_gap():
-    # A random 0/1 knapsack-cover model large enough that 0.05 s cannot prove optimality,
+def _hard_knapsack() -> Model:
+    # A random 0/1 knapsack-cover model large enough that a few nodes cannot prove optimality,
     # with a trivially feasible warm start, so an incumbent always exists.
     rng = np.random.default_rng(7)
     n, m = 150, 60
@@ -75,15 +75,34 @@ def test_time_limit_returns_incumbent_with_gap():
     model.add_rows(rows, cols, vals, lb=np.full(m, 1500.0), ub=np.inf)
     model.set_objective(x, rng.integers(1, 100, size=n))
     model.set_start(x, np.ones(n))
-    result = solve(model, "highs", time_limit=0.05)
+    return model
+
+
+def test_work_limit_returns_the_same_incumbent_with_gap():
+    # the deterministic budget (nodes) stops the search at the same place on any machine
+    model = _hard_knapsack()
+    results = [solve(model, "highs", work_limit=1 / NODES_PER_WORK_S) for _ in range(2)]
+    result = results[0]
     assert result.status in ("feasible", "optimal")
     assert result.values is not None
-    # A very early stop may come before HiGHS has any dual bound: then no gap is claimed.
+    assert np.array_equal(results[0].values, results[1].values) and results[0].objective == results[1].objective
     if result.bound is not None:
         assert result.bound <= result.objective + 1e-6
         assert result.gap == pytest.approx(relative_gap(result.objective, result.bound))
     else:
         assert result.gap is None
+
+
+def test_the_wall_clock_stops_a_solve_with_a_clear_error():
+    # the wall clock is a safety stop: an incumbent it leaves would depend on the machine's speed
+    with pytest.raises(TimeLimitReached, match=r"solver highs: the time limit \(0.001 s\) ran out"):
+        solve(_hard_knapsack(), "highs", time_limit=0.001)
+
+
+def test_cpsat_is_deterministic_on_its_work_limit():
+    model = _hard_knapsack()
+    first, second = (solve(model, "cp-sat", work_limit=0.05) for _ in range(2))
+    assert first.values is not None and np.array_equal(first.values, second.values)
 
 
 def test_cpsat_rejects_continuous():

@@ -24,7 +24,9 @@ def _default_output(topology: str, collective: str, method: str) -> str:
 @click.option("-m", "--method", default="auto", show_default=True,
               help="Synthesis method (see `synth synthesize --list-methods`).")
 @click.option("--solver", default="highs", show_default=True, help="Solver for exact methods.")
-@click.option("--time-limit", type=float, default=None, help="Solver time limit in seconds.")
+@click.option("--time-limit", type=float, default=None,
+              help="Wall-clock safety stop in seconds: a method it cuts short fails (auto lists the methods it "
+                   "did not try); programs depend only on deterministic work budgets.")
 @click.option("--chunks", type=int, default=None, help="Chunks per rank piece (default: the method chooses).")
 @click.option("--max-trees", type=int, default=None,
               help="trees: at most K spanning trees per root (default: the optimum's count up to 256, and "
@@ -118,6 +120,8 @@ def command(topology_name: str | None, collective: str | None, size: str, method
     for row in result.tried:
         if "error" in row:
             con.print(f"  (auto skipped {row['method']}: {row['error']})")
+    for row in result.not_tried:
+        con.print(f"  (auto did not try {row['method']}: {row['reason']})")
     for note in result.notes:
         con.print(f"note: {note}")
     con.print(f"verified, wrote {written}", soft_wrap=True)   # a path must stay whole to be copied

@@ -10,10 +10,12 @@ reducescatter, alltoall, gather, scatter and allreduce; SIZE for broadcast and r
 *bandwidth-bound* when ``piece >= 1 MB`` (``BANDWIDTH_PIECE``) and *latency-bound* otherwise.
 
 **The rule** (``RULES``; a row is tried when its predicate holds and the method supports the
-collective; rows are in execution order, cheapest first, so a spent budget still leaves the cheap
-answers). Figures are simulated gaps ``(time - bound) / time`` from the full sweep of
-``notebooks/optimality_gaps.ipynb`` (dgx1, dgx-a100-2node, mi250, ndv2-2node × allgather,
-allreduce × 1 KB, 1 MB, 64 MB, 1 GB × every method, 10 s limit), plus the runs named below:
+collective; rows are in execution order, cheapest first, except that a bandwidth-bound case runs the
+tree methods, ``trees`` and ``lp``, first: they are the expected winners there, and a wall-clock
+``--time-limit`` that runs out must cut the baselines, not them). Figures are simulated gaps
+``(time - bound) / time`` from the full sweep of ``notebooks/optimality_gaps.ipynb`` (dgx1,
+dgx-a100-2node, mi250, ndv2-2node × allgather, allreduce × 1 KB, 1 MB, 64 MB, 1 GB × every method,
+10 s limit), plus the runs named below:
 
 ========  ===============================================  =======  =====================================
 method    tried when                                        limit    why (measured)
@@ -81,19 +83,22 @@ switches extra chunks never helped (dgx2 1.021x -> 1.042x, dgx-a100 1.050x -> 1.
 1.320x -> 1.330x, ndv2-2node 1.062x -> 1.054x at twice the time), so they are not tried there.
 ``--chunks`` given by the user is used for every candidate instead.
 
-**Time budget.** The whole plan runs under ``--time-limit`` seconds (``DEFAULT_BUDGET_S`` = 60 when
-not given). Each candidate gets ``min(its limit, what is left)`` as its own ``time_limit`` (limits
-scale with the budget when the user gives more than the default), so one slow solver cannot eat the
-budget; candidates with no limit (heuristics) get what is left, which ``trees`` uses as a deadline.
-A candidate is skipped once less than ``MIN_START_S`` is left. Solver limits bound the solve, not
-model building and decoding, so the budget can be overrun by those (seconds on ≤ 16 ranks).
+**Budgets are deterministic work.** The same topology, collective, SIZE and options give the same
+program on an idle and on a loaded machine. A candidate's "limit" above is deterministic solver work
+(``SynthOptions.work_limit``: CP-SAT deterministic time on a fixed worker count, branch-and-bound
+nodes; :mod:`synth.solvers`), never seconds of wall clock. The wall clock is only a *safety stop*:
+``--time-limit`` (none unless the user gives one) bounds the whole plan, and a candidate with a work
+limit also stops after ``CLOCK_FACTOR`` times it in seconds (a HiGHS root node has no deterministic
+bound). A candidate that a clock stops reports ``not_tried`` with the reason and its program is not
+used; once ``--time-limit`` runs out, every later candidate reports ``not_tried`` too (never a
+silently different program). ``SynthesisResult.not_tried`` lists them for ``--json`` and the table.
 
 **Early stop.** The pipeline stops the plan once the best verified program is within
 ``CLOSE_ENOUGH`` (1 %) of the lower bound of :func:`synth.bounds.compute_bounds`: no later candidate
 can gain more. The rest are listed in ``tried`` as ``skipped``.
 
-**Quickstart** (``synth synthesize -t dgx1 -c allgather``, 1 GiB): ring first, 1.001x the bound, so
-nothing else runs. dgx1 allgather 1 KB: greedy reaches 1.007x after the baselines.
+**Quickstart** (``synth synthesize -t dgx1 -c allgather``, 1 GiB): trees first (bandwidth-bound), then the
+ring, 1.001x the bound, so nothing else runs. dgx1 allgather 1 KB: greedy reaches 1.007x after the baselines.
 """
 
 from __future__ import annotations
@@ -106,8 +111,9 @@ from synth.synthesis.base import SynthOptions
 from synth.synthesis.registry import METHODS
 from synth.topology.model import Topology
 
-DEFAULT_BUDGET_S = 60.0      # total seconds for the whole plan when --time-limit is not given
-MIN_START_S = 0.5            # a candidate is not started with less than this left
+MIN_START_S = 0.5            # a candidate is not started with less than this left of --time-limit
+CLOCK_FACTOR = 2.0           # a candidate with a work limit W stops (not_tried) after CLOCK_FACTOR * W s
+TREE_METHODS = ("trees", "lp")   # first where the case is bandwidth-bound (expected quality)
 BANDWIDTH_PIECE = 1e6        # bytes per rank from which a case counts as bandwidth-bound
 BASELINE_MAX_RANKS = 64      # baselines (and ring first) up to this scale
 GREEDY_MAX_RANKS = 256       # greedy at every size and collective up to this scale
@@ -183,8 +189,8 @@ def _milp_limit(inst: Instance) -> float:
     return 5.0 if inst.switches and inst.ranks > 8 else 30.0
 
 
-# Execution order = row order (cheapest first); above BASELINE_MAX_RANKS ``ring`` moves to the end
-# as a fallback (see ``plan``).
+# Execution order = row order (cheapest first), the tree methods first where bandwidth-bound; above
+# BASELINE_MAX_RANKS ``ring`` moves to the end as a fallback (see ``plan``).
 RULES: tuple[Rule, ...] = (
     Rule("ring", lambda i: True),
     Rule("direct", lambda i: _small(i) and (i.collective == "alltoall" or i.latency_bound) or _switched_alltoall(i)),
@@ -205,7 +211,8 @@ RULES: tuple[Rule, ...] = (
 
 @dataclass(frozen=True)
 class Candidate:
-    """One run of the plan: a method, its own limit (seconds; None = no solver), its chunk count
+    """One run of the plan: a method, its own work limit (deterministic work, synth.solvers; None = no
+    solver), its chunk count
     (None = the user's or the method's choice), and whether it only runs when nothing before it
     produced a program (``fallback``)."""
 
@@ -225,8 +232,8 @@ def candidates(topology: Topology, collective: Collective, size_bytes: float) ->
 
 def plan(topology: Topology, collective: Collective, size_bytes: float,
          options: SynthOptions | None = None) -> list[Candidate]:
-    """:func:`candidates` with each one's time limit and the alltoall chunk variants (module
-    docstring). Names without a rule (tests, plug-ins) run with no limit of their own."""
+    """:func:`candidates` in order of expected quality, with each one's work limit and the alltoall chunk
+    variants (module docstring). Names without a rule (tests, plug-ins) run with no limit of their own."""
     options = options or SynthOptions()
     inst = instance(topology, collective, size_bytes)
     out: list[Candidate] = []
@@ -236,6 +243,8 @@ def plan(topology: Topology, collective: Collective, size_bytes: float,
     demote = not _small(inst) and "ring" in names and len(names) > 1
     if demote:
         names = [n for n in names if n != "ring"] + ["ring"]
+    if inst.bandwidth_bound:   # the expected winners first (module docstring)
+        names = [n for n in names if n in TREE_METHODS] + [n for n in names if n not in TREE_METHODS]
     for name in names:
         rule = next((r for r in RULES if r.method == name), None)
         limit = rule.limit(inst) if rule is not None else None
@@ -246,23 +255,26 @@ def plan(topology: Topology, collective: Collective, size_bytes: float,
     return out
 
 
-def budget_s(options: SynthOptions) -> float:
-    """The total seconds for the plan: ``--time-limit`` if given, else ``DEFAULT_BUDGET_S``."""
-    return float(options.time_limit) if options.time_limit is not None else DEFAULT_BUDGET_S
+def budget_s(options: SynthOptions) -> float | None:
+    """The wall-clock safety stop for the whole plan: ``--time-limit`` if given, else None (no stop)."""
+    return float(options.time_limit) if options.time_limit is not None else None
 
 
-def candidate_options(options: SynthOptions, cand: Candidate, left_s: float) -> SynthOptions | None:
-    """The options one candidate runs with, given ``left_s`` seconds of budget; None to skip it.
+def candidate_options(options: SynthOptions, cand: Candidate, left_s: float | None) -> SynthOptions | None:
+    """The options one candidate runs with, given ``left_s`` seconds of ``--time-limit`` (None: no
+    limit); None to skip it (less than ``MIN_START_S`` left).
 
-    Its ``time_limit`` is ``min(limit × scale, left)`` where ``scale = max(1, budget / 60)`` lets a
-    larger user budget raise every limit; ``chunks`` is the candidate's own, else the user's."""
-    if left_s < MIN_START_S:
+    ``work_limit`` is the candidate's own (deterministic); ``time_limit``, the wall-clock safety stop,
+    is what is left of ``--time-limit``, at most ``CLOCK_FACTOR`` × the work limit; ``chunks`` is the
+    candidate's own, else the user's."""
+    if left_s is not None and left_s < MIN_START_S:
         return None
-    limit = left_s
+    clock = left_s
     if cand.limit_s is not None:
-        limit = min(cand.limit_s * max(1.0, budget_s(options) / DEFAULT_BUDGET_S), left_s)
+        own = CLOCK_FACTOR * cand.limit_s
+        clock = own if clock is None else min(own, clock)
     chunks = cand.chunks if cand.chunks is not None else options.chunks
-    return replace(options, time_limit=limit, chunks=chunks)
+    return replace(options, time_limit=clock, work_limit=cand.limit_s, chunks=chunks)
 
 
 def close_enough(time_us: float, bound_us: float) -> bool:

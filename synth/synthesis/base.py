@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from synth.collectives import Collective
-from synth.errors import SynthError
+from synth.errors import TimeLimitReached
 from synth.schedule import Schedule
 from synth.topology.model import Topology
 
@@ -21,7 +21,11 @@ MAX_XML_NODES = 4096     # XML nodes per rank: the algo, the gpus, the rank's th
 @dataclass(frozen=True)
 class SynthOptions:
     solver: str = "highs"
-    time_limit: float | None = None   # seconds
+    time_limit: float | None = None   # seconds of wall clock: a safety stop, never a budget (see deadline_of)
+    # deterministic solver work ("work seconds"): CP-SAT deterministic time, branch-and-bound nodes
+    # (synth.solvers.NODES_PER_WORK_S per unit); None: the method's own default. Results depend on it,
+    # never on how fast the machine is.
+    work_limit: float | None = None
     gap: float | None = None          # relative MIP gap at which to stop
     threads: int | None = None
     chunks: int | None = None         # chunks per rank piece (C); None lets the method choose
@@ -33,13 +37,17 @@ class SynthOptions:
 
 
 def deadline_of(options: SynthOptions) -> float | None:
-    """The ``time.monotonic()`` instant ``--time-limit`` ends, counted from now (None: no limit)."""
+    """The ``time.monotonic()`` instant ``--time-limit`` ends, counted from now (None: no limit).
+
+    ``--time-limit`` is the user's wall-clock *safety stop*: a method that passes it fails with
+    :func:`time_limit_error` rather than return a different (shorter-searched) program, so the same
+    options give the same program on an idle and on a loaded machine, or an error."""
     return None if options.time_limit is None else time.monotonic() + options.time_limit
 
 
-def time_limit_error(method: str, limit: float, unfinished: str) -> SynthError:
-    """The one message of a heuristic whose ``--time-limit`` ran out before it had any schedule (exit 2)."""
-    return SynthError(f"{method}: the time limit ({limit:g} s) ran out before {unfinished}; allow more time")
+def time_limit_error(method: str, limit: float, unfinished: str) -> TimeLimitReached:
+    """The one message of a method whose ``--time-limit`` ran out before it finished (exit 2)."""
+    return TimeLimitReached(f"{method}: the time limit ({limit:g} s) ran out before {unfinished}; allow more time")
 
 
 MethodFn = Callable[[Topology, Collective, float, SynthOptions], Schedule]

@@ -100,8 +100,11 @@ from synth.topology.model import Topology
 # send variables. Measured: ring-8 alltoall 1 MB, both reach the same 8 epochs, shortest 2.5k
 # variables / 1 s, all 7k variables / 42 s.
 ROUTE_PRUNE_ABOVE = 5_000
-# Used when SynthOptions.time_limit is None, so `-m milp` never runs for hours (seconds, all phases).
+# Used when SynthOptions.time_limit is None, so `-m milp` never runs for hours (seconds, all phases): the
+# wall-clock safety stop (a solve it cuts short fails; synth.solvers).
 DEFAULT_TIME_LIMIT_S = 120.0
+# Used when SynthOptions.work_limit is None: the deterministic budget, all phases (synth.solvers work units).
+DEFAULT_WORK_S = 60.0
 
 
 # ---- epochs ----------------------------------------------------------------------------------------
@@ -559,7 +562,7 @@ class PhaseResult:
 
 
 def solve_phase(vl: VirtualLinks, problem: CopyProblem, chunk_bytes: float, options: SynthOptions,
-                time_limit: float | None) -> PhaseResult:
+                time_limit: float | None, work_limit: float | None = None) -> PhaseResult:
     from synth.solvers import solve
 
     t0 = time.perf_counter()
@@ -596,7 +599,8 @@ def solve_phase(vl: VirtualLinks, problem: CopyProblem, chunk_bytes: float, opti
     notes["warm_start"] = bool(built.model.start)
     notes.update(model_vars=built.model.num_vars, model_rows=built.model.num_rows,
                  build_s=time.perf_counter() - t0)
-    result = solve(built.model, options.solver, time_limit=time_limit, gap=options.gap, threads=options.threads)
+    result = solve(built.model, options.solver, time_limit=time_limit, gap=options.gap, threads=options.threads,
+                   work_limit=work_limit)
     notes["solve_s"] = result.wall_s
     bound_epochs = lb
     if result.bound is not None and math.isfinite(result.bound):
@@ -704,24 +708,27 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
     chunk_bytes = coll.chunk_bytes(size_bytes)
     if options.time_limit is None:
         options = replace(options, time_limit=DEFAULT_TIME_LIMIT_S)
+    if options.work_limit is None:
+        options = replace(options, work_limit=DEFAULT_WORK_S)
     phases: list[tuple[str, PhaseResult]] = []
     transfers: list[Transfer] = []
     if coll.num_ranks > 1:
         if coll.name == "allreduce":
             problem = allreduce_owners(coll)
             limit = None if options.time_limit is None else options.time_limit / 2
+            work = options.work_limit / 2
             rvl = virtual_links(topology.reversed())
-            rs = solve_phase(rvl, problem, chunk_bytes, options, limit)
+            rs = solve_phase(rvl, problem, chunk_bytes, options, limit, work)
             transfers += plan_transfers(rvl, problem, rs.plan, reverse=True, groups=rs.groups)
             vl = virtual_links(topology)
-            ag = solve_phase(vl, problem, chunk_bytes, options, limit)
+            ag = solve_phase(vl, problem, chunk_bytes, options, limit, work)
             transfers += plan_transfers(vl, problem, ag.plan, reverse=False, offset=rs.plan.makespan,
                                         groups=ag.groups, group_base=len(rs.groups) and int(rs.groups.max()) + 1)
             phases = [("reducescatter", rs), ("allgather", ag)]
         else:
             problem, reverse = copy_problem(coll)
             vl = virtual_links(topology.reversed() if reverse else topology)
-            res = solve_phase(vl, problem, chunk_bytes, options, options.time_limit)
+            res = solve_phase(vl, problem, chunk_bytes, options, options.time_limit, options.work_limit)
             transfers += plan_transfers(vl, problem, res.plan, reverse=reverse, groups=res.groups)
             phases = [(coll.name, res)]
     transfers.sort(key=lambda t: (t.start, t.end, t.chunk, t.src, t.dst))
@@ -737,6 +744,7 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
         gap = max(0.0, (objective - bound) / objective)
     taus = ", ".join(f"{p.notes['tau_us']:.6g}" for _, p in phases)
     notes = {"status": status, "solver": options.solver, "time_limit_s": options.time_limit,
+             "work_limit": options.work_limit,
              "model_status": (f"{'optimal' if model_optimal else 'feasible'} in the time-expanded model "
                               f"(C={coll.chunk_factor}, tau={taus} us"
                               + (", each phase separately" if len(phases) > 1 else "") + ")"),

@@ -70,6 +70,7 @@ import numpy as np
 from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.schedule import Schedule, Transfer
+from synth.solvers import deterministic_search
 from synth.synthesis.base import MethodSpec, SynthOptions
 from synth.synthesis.greedy import (
     CopyProblem,
@@ -85,7 +86,8 @@ COLLECTIVES = frozenset({"allgather", "alltoall", "broadcast", "gather", "scatte
                          "reducescatter", "reduce", "allreduce"})
 DEFAULT_MAX_STEPS = 8
 DEFAULT_MAX_CHUNKS = 8
-DEFAULT_TIME_LIMIT = 120.0
+DEFAULT_TIME_LIMIT = 120.0    # CP-SAT deterministic time for the whole search (about seconds)
+LP_ITERATIONS_PER_WORK_S = 20_000   # simplex iterations per unit of the rounds bound's budget
 _MAX_MULTIPLICITY = 64     # largest b_e accepted for an exact bandwidth unit
 
 
@@ -169,7 +171,9 @@ def rounds_per_chunk_lower_bound(fab: Fabric, problem: CopyProblem, time_limit: 
     enough, so we require ``Σ out <= Σ in`` at relays and nothing out of the destination: tighter than
     SCCL's per-link rule, and still a lower bound.
     Returned as a fraction never above the LP value (so it stays a valid bound); 0 (no bound) where
-    HiGHS does not finish within ``time_limit`` seconds (alltoall on 27 ranks: 702 chunks, over 3 minutes)."""
+    HiGHS does not finish within ``time_limit`` units of work, ``LP_ITERATIONS_PER_WORK_S`` simplex
+    iterations each, so the bound never depends on the machine's speed (alltoall on 27 ranks: 702 chunks,
+    over 3 minutes)."""
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
 
@@ -225,10 +229,10 @@ def rounds_per_chunk_lower_bound(fab: Fabric, problem: CopyProblem, time_limit: 
     cost[-1] = 1.0
     a_ub = coo_matrix((vals_ub, (rows_ub, cols_ub)), shape=(r_ub, nvar)).tocsr()
     a_eq = coo_matrix((vals_eq, (rows_eq, cols_eq)), shape=(r_eq, nvar)).tocsr()
+    work = {} if time_limit is None else {"maxiter": max(1, round(time_limit * LP_ITERATIONS_PER_WORK_S))}
     res = linprog(cost, A_ub=a_ub, b_ub=np.asarray(rhs_ub), A_eq=a_eq, b_eq=np.ones(r_eq),
-                  bounds=np.column_stack([np.zeros(nvar), ub]), method="highs",
-                  options={} if time_limit is None else {"time_limit": max(0.01, float(time_limit))})
-    if res.status == 1:   # time limit: an unfinished LP bounds nothing
+                  bounds=np.column_stack([np.zeros(nvar), ub]), method="highs", options=work)
+    if res.status == 1:   # iteration limit: an unfinished LP bounds nothing
         return Fraction(0)
     if res.status != 0:
         raise SynthError(f"pareto: the rounds lower-bound LP failed ({res.message})")
@@ -284,8 +288,11 @@ def chunked_problem(problem: CopyProblem, chunks: int, chunk_ids: tuple[int, ...
 
 def solve_instance(fab: Fabric, problem: CopyProblem, steps: int, rounds: int, *, groups: int = 1,
                    time_limit: float | None = None, threads: int | None = None,
-                   seed: int = 0) -> tuple[str, Algorithm | None]:
+                   seed: int = 0, work: list[float] | None = None) -> tuple[str, Algorithm | None]:
     """Decide one SCCL instance with CP-SAT (see the module docstring for the encoding).
+
+    ``time_limit`` is CP-SAT deterministic time on a fixed worker count (synth.solvers.deterministic_search),
+    so the answer never depends on the machine's speed; the deterministic time spent is appended to ``work``.
 
     ``groups``: consecutive runs of ``groups`` chunks with equal sources and destinations are
     interchangeable (symmetry breaking). Returns ("sat" | "unsat" | "unknown", algorithm or None)."""
@@ -364,12 +371,12 @@ def solve_instance(fab: Fabric, problem: CopyProblem, steps: int, rounds: int, *
             for a, b in zip(times, times[1:]):
                 model.add(a <= b)
     solver = cp_model.CpSolver()
-    if time_limit is not None:
-        solver.parameters.max_time_in_seconds = max(0.01, float(time_limit))
-    solver.parameters.num_workers = int(threads) if threads else 2
+    deterministic_search(solver.parameters, None, time_limit, threads)
     solver.parameters.random_seed = int(seed)
     status = solver.solve(model)
     elapsed = time.perf_counter() - t0
+    if work is not None:
+        work.append(solver.deterministic_time)
     if status == cp_model.INFEASIBLE:
         return "unsat", None
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -485,17 +492,19 @@ def _dominated(found: list[tuple[int, int, int]], steps: int, rpc: Fraction) -> 
 
 def _solve_collective(fab: Fabric, rfab: Fabric | None, collective: Collective, chunks: int, steps: int,
                       rounds: int, time_limit: float | None, threads: int | None,
-                      seed: int) -> tuple[str, list[Algorithm], Collective, list[tuple[CopyProblem, bool]]]:
+                      seed: int, work: list[float] | None = None
+                      ) -> tuple[str, list[Algorithm], Collective, list[tuple[CopyProblem, bool]]]:
     """Solve every phase of ``collective`` at per-phase (C, S, R); allreduce needs both phases feasible."""
     coll, phases = plan_for(collective, chunks)
     algos = []
-    t0 = time.perf_counter()
+    work = [] if work is None else work
+    start = sum(work)
     for problem, reverse in phases:
-        left = None if time_limit is None else max(0.01, time_limit - (time.perf_counter() - t0))
+        left = None if time_limit is None else max(0.01, time_limit - (sum(work) - start))
         f = rfab if reverse else fab
         assert f is not None
         status, algo = solve_instance(f, problem, steps, rounds, groups=chunks,
-                                      time_limit=left, threads=threads, seed=seed)
+                                      time_limit=left, threads=threads, seed=seed, work=work)
         if status != "sat":
             return status, [], coll, phases
         algos.append(algo)
@@ -509,7 +518,8 @@ def explore(topology: Topology, collective: Collective | str, *, max_steps: int 
             instance_time_limit: float | None = None) -> Exploration:
     """SCCL's latency-bandwidth trade-off search (see the module docstring).
 
-    ``time_limit`` is the budget in seconds for the whole search; one instance gets at most
+    ``time_limit`` is the budget for the whole search in CP-SAT deterministic time (about seconds on an
+    idle machine; never the wall clock, so the frontier does not depend on the machine); one instance gets at most
     ``instance_time_limit`` (default a quarter of the budget): an instance still undecided then is
     logged ``unknown`` and treated as not found (the search goes on). ``max_steps`` defaults to
     ``max(8, S_lb + 4)`` steps per phase. Schedules of the Pareto points are timed at
@@ -551,8 +561,10 @@ def explore(topology: Topology, collective: Collective | str, *, max_steps: int 
     algos: dict[tuple[int, int, int], tuple[list[Algorithm], Collective, list, float]] = {}
     step_rpc_lb: dict[int, Fraction] = {}
 
+    work: list[float] = []    # deterministic time of every CP-SAT solve so far
+
     def left() -> float | None:
-        return None if time_limit is None else time_limit - (time.perf_counter() - t_start)
+        return None if time_limit is None else time_limit - sum(work)
 
     if steps_lb > phase_max_steps:
         exp.stopped = f"every algorithm needs at least {scale * steps_lb} steps (> max steps {max_steps})"
@@ -578,7 +590,7 @@ def explore(topology: Topology, collective: Collective | str, *, max_steps: int 
                 t0 = time.perf_counter()
                 cap = remaining if per_instance is None else min(per_instance, remaining or per_instance)
                 status, phase_algos, coll, phs = _solve_collective(
-                    fab, rfab, collective, chunks, steps, rounds, cap, threads, seed)
+                    fab, rfab, collective, chunks, steps, rounds, cap, threads, seed, work)
                 took = time.perf_counter() - t0
                 exp.tried.append({"chunks": chunks, "steps": scale * steps, "rounds": scale * rounds,
                                   "status": status, "solve_s": round(took, 3)})
@@ -605,7 +617,7 @@ def explore(topology: Topology, collective: Collective | str, *, max_steps: int 
         exp.stopped = f"reached max chunks {max_chunks}"
     if exhaustive and exp.stopped != "time limit" and chunk_counts is None:
         _complete(exp, found, algos, fab, rfab, collective, steps_lb, rpc_lb, phase_max_steps, max_chunks,
-                  scale, left, threads, seed, per_instance)
+                  scale, left, threads, seed, per_instance, work)
     for key in prune_pareto(found):
         phase_algos, coll, phs, took = algos[key]
         c, s, r = key
@@ -618,7 +630,7 @@ def explore(topology: Topology, collective: Collective | str, *, max_steps: int 
 
 def _complete(exp: Exploration, found: list[tuple[int, int, int]], algos: dict, fab: Fabric, rfab: Fabric | None,
               collective: Collective, steps_lb: int, rpc_lb: Fraction, max_steps: int, max_chunks: int, scale: int,
-              left, threads: int | None, seed: int, per_instance: float | None) -> None:
+              left, threads: int | None, seed: int, per_instance: float | None, work: list[float]) -> None:
     """Second pass: for each S up to the largest S found, try every ratio R/C (C <= max_chunks, R >= S)
     below the best ratio found with at most S steps, smallest first; the first feasible one is the
     least bandwidth cost for S. SCCL stops a chunk count at its least R, so it never tries e.g. a
@@ -642,7 +654,7 @@ def _complete(exp: Exploration, found: list[tuple[int, int, int]], algos: dict, 
             t0 = time.perf_counter()
             cap = remaining if per_instance is None else min(per_instance, remaining or per_instance)
             status, phase_algos, coll, phs = _solve_collective(fab, rfab, collective, c, steps, r, cap,
-                                                               threads, seed)
+                                                               threads, seed, work)
             took = time.perf_counter() - t0
             tried.add((c, steps, r))
             exp.tried.append({"chunks": c, "steps": scale * steps, "rounds": scale * r, "status": status,
@@ -780,7 +792,7 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
         chunks //= collective.num_ranks
     exp = explore(topology, collective, max_steps=extra.get("max_steps"),
                   max_chunks=int(extra.get("max_chunks", DEFAULT_MAX_CHUNKS)),
-                  time_limit=options.time_limit if options.time_limit is not None else DEFAULT_TIME_LIMIT,
+                  time_limit=options.work_limit if options.work_limit is not None else DEFAULT_TIME_LIMIT,
                   size_bytes=size_bytes, assume_monotonic=bool(extra.get("assume_monotonic", False)),
                   threads=options.threads, seed=options.seed,
                   chunk_counts=[chunks] if chunks else None, exhaustive=bool(extra.get("exhaustive", False)))
