@@ -84,3 +84,11 @@ def test_random_regular_graphs_give_fitting_rings_within_the_cut(seed):
     assert _fits(topology, packing)
     assert packing.rate <= ring_rate_bound(topology) * (1 + 1e-9)
     assert best_rings(topology) == packing                     # deterministic
+
+
+def test_both_ways_rings_are_circuits_and_their_reverses():
+    topology = torus((4, 4, 4), bw=50.0)
+    packing = integral_rings(topology, 300.0, 6, both_ways=True)
+    assert packing is not None and _fits(topology, packing)
+    reversed_orders = {tuple(reversed(o[1:])) for o in packing.orders}
+    assert {o[1:] for o in packing.orders} == reversed_orders       # each ring runs with its reverse

@@ -171,34 +171,39 @@ def ring_count(topology: Topology, rate: float, max_rings: int = MAX_RINGS) -> i
     return int(max(1, min(max_rings, round(rate / unit))))
 
 
-def integral_rings(topology: Topology, rate: float, count: int) -> RingPacking | None:
+def integral_rings(topology: Topology, rate: float, count: int, *, both_ways: bool = False) -> RingPacking | None:
     """``count`` rings of rate ``rate / count`` each whose routes fit every link's bandwidth, or None.
 
     A link of bandwidth ``b`` carries at most ``floor(b · count / rate)`` of the rings' routes. The model is
-    ``count`` CP-SAT circuits (``AddCircuit``) over the rank graph's arcs with those capacities, one worker and
-    a deterministic-time budget; rings are ordered (ring k's successor of rank 0 is at most ring k+1's) to break
-    the symmetry between equal rings. None when no packing is found within the budget.
+    CP-SAT circuits (``AddCircuit``) over the rank graph's arcs with those capacities, one worker and a
+    deterministic-time budget; ring k's successor of rank 0 is at most ring k+1's, which breaks the symmetry
+    between equal rings. ``both_ways`` (``count`` even) looks for ``count / 2`` circuits each run in both
+    directions: half the variables, and on a fabric whose links pair up both ways (tori, meshes, boxes)
+    the same packings. None when no packing is found within the budget.
     """
     from ortools.sat.python import cp_model
 
     n = topology.num_ranks
-    if n < 3 or count < 1 or rate <= 0:
+    if n < 3 or count < 1 or rate <= 0 or (both_ways and count % 2):
         return None
     arcs, uses, bw = _arc_links(topology)
+    if both_ways and any((b, a) not in uses for a, b in arcs):
+        return None
+    circuits = count // 2 if both_ways else count
     caps = np.floor(bw * count / rate + 1e-6).astype(int)
     model = cp_model.CpModel()
-    literal = [{arc: model.NewBoolVar(f"x{k}_{arc[0]}_{arc[1]}") for arc in arcs} for k in range(count)]
-    for k in range(count):
+    literal = [{arc: model.NewBoolVar(f"x{k}_{arc[0]}_{arc[1]}") for arc in arcs} for k in range(circuits)]
+    for k in range(circuits):
         model.AddCircuit([(a, b, lit) for (a, b), lit in literal[k].items()])
     load: dict[int, list] = {}
-    for arc in arcs:
-        for link in uses[arc]:
-            load.setdefault(link, []).extend(literal[k][arc] for k in range(count))
+    for (a, b) in arcs:
+        for link in uses[(a, b)] + (uses[(b, a)] if both_ways else []):
+            load.setdefault(link, []).extend(literal[k][(a, b)] for k in range(circuits))
     for link, lits in load.items():
         if caps[link] < len(lits):
             model.Add(sum(lits) <= int(caps[link]))
-    first = [sum(b * literal[k][(a, b)] for (a, b) in arcs if a == 0) for k in range(count)]
-    for k in range(count - 1):
+    first = [sum(b * literal[k][(a, b)] for (a, b) in arcs if a == 0) for k in range(circuits)]
+    for k in range(circuits - 1):
         model.Add(first[k] <= first[k + 1])
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
@@ -207,12 +212,14 @@ def integral_rings(topology: Topology, rate: float, count: int) -> RingPacking |
     if solver.Solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     orders = []
-    for k in range(count):
+    for k in range(circuits):
         succ = {a: b for (a, b), lit in literal[k].items() if solver.Value(lit)}
         tour = [0]
         while len(tour) < n:
             tour.append(succ[tour[-1]])
         orders.append(tuple(tour))
+        if both_ways:
+            orders.append(_canonical(tuple(reversed(tour))))
     usage = sum(_column(o, uses, len(bw)) for o in orders)
     each = float(min(bw[l] / usage[l] for l in range(len(bw)) if usage[l] > 0))
     return RingPacking(tuple(orders), tuple(each for _ in orders), False)
@@ -231,10 +238,20 @@ def ring_rate_bound(topology: Topology) -> float:
     return float(min(rooted_min_cut(topology, 0)[0], rooted_min_cut(topology.reversed(), 0)[0]))
 
 
+def _integral(topology: Topology, rate: float) -> RingPacking | None:
+    """:func:`integral_rings` at ``rate`` with :func:`ring_count` rings, both ways round first."""
+    count = ring_count(topology, rate)
+    for both_ways in (True, False) if count % 2 == 0 else (False,):
+        found = integral_rings(topology, rate, count, both_ways=both_ways)
+        if found is not None:
+            return found
+    return None
+
+
 def best_rings(topology: Topology, initial: list[tuple[int, ...]] = ()) -> RingPacking | None:
     """Equal-rate rings of the highest rate found, few enough for MSCCL's channels, or None.
 
-    First ``integral_rings`` at the cut rate (:func:`ring_rate_bound`): found, it is optimal among ring
+    First integral rings at the cut rate (:func:`ring_rate_bound`): found, they are optimal among ring
     packings (``optimal``). Otherwise the column-generation LP (:func:`pack_rings`) gives the rate to aim
     for, and its integral packing is kept when one is found; else the LP's rings are returned with their
     fractional rates (the caller rounds them to weights).
@@ -242,12 +259,12 @@ def best_rings(topology: Topology, initial: list[tuple[int, ...]] = ()) -> RingP
     if topology.num_ranks < 3:
         return None
     target = ring_rate_bound(topology)
-    found = integral_rings(topology, target, ring_count(topology, target))
+    found = _integral(topology, target)
     if found is not None and found.rate >= target * (1 - 1e-9):
         return RingPacking(found.orders, found.rates, True)
     lp = pack_rings(topology, initial)
     if lp is None:
         return found
-    packed = integral_rings(topology, lp.rate, ring_count(topology, lp.rate))
+    packed = _integral(topology, lp.rate)
     candidates = [p for p in (found, packed, lp if len(lp.orders) <= MAX_RINGS else None) if p is not None]
     return max(candidates, key=lambda p: (round(p.rate, 9), -len(p.orders)), default=None)
