@@ -27,7 +27,7 @@ def _plan(topology, coll: str, size: float, options: SynthOptions | None = None)
 
 # ---- the rule ----------------------------------------------------------------------------------------
 def test_quickstart_dgx1_allgather_1gib_tries_ring_first_and_no_solver():
-    assert _names(load_topology("dgx1"), "allgather", GiB) == ["ring", "greedy", "trees", "lp"]
+    assert _names(load_topology("dgx1"), "allgather", GiB) == ["ring", "multiring", "greedy", "trees", "lp"]
 
 
 def test_latency_bound_switchless_8_ranks_tries_baselines_pareto_and_milp():
@@ -89,8 +89,9 @@ def test_large_scale_greedy_first_ring_only_as_a_fallback():
     plan = _plan(t256, "allgather", KB)
     assert [c.method for c in plan] == ["greedy", "ring"]
     assert plan[-1].fallback and not plan[0].fallback
-    assert [c.method for c in _plan(t256, "allgather", GiB)] == ["greedy", "ring"]   # exact packing too slow
-    assert [c.method for c in _plan(gen.torus((8, 16)), "allgather", GiB)] == ["trees", "greedy", "ring"]
+    # exact packing too slow; rings at the cut rate are tried first
+    assert [c.method for c in _plan(t256, "allgather", GiB)] == ["multiring", "greedy", "ring"]
+    assert [c.method for c in _plan(gen.torus((8, 16)), "allgather", GiB)] == ["multiring", "trees", "greedy", "ring"]
     t1024 = gen.torus((32, 32))
     assert [c.method for c in _plan(t1024, "allgather", GiB)] == ["trees", "ring"]
     assert [c.method for c in _plan(t1024, "alltoall", GiB)] == ["greedy", "ring"]
@@ -272,15 +273,18 @@ def test_candidate_options_work_clock_and_chunks():
 def test_bandwidth_bound_cases_run_the_tree_methods_first():
     # expected quality first: a --time-limit that runs out cuts the baselines, not the tree methods
     plan = [c.method for c in _plan(load_topology("dgx-a100-2node"), "allgather", 64 * MiB)]
-    assert plan[0] == "trees" and plan.index("trees") < plan.index("ring")
+    assert plan[0] in auto.TREE_METHODS and plan.index("trees") < plan.index("ring")
     plan = [c.method for c in _plan(load_topology("mi250"), "allgather", 64 * MiB)]
-    assert plan[:2] == ["trees", "lp"]
+    assert plan[:3] == ["multiring", "trees", "lp"]
     assert [c.method for c in _plan(load_topology("dgx1"), "allreduce", KB)][0] == "ring"   # latency-bound
 
 
-def test_auto_says_what_keeping_a_runnable_program_costs():
+def test_auto_says_what_keeping_a_runnable_program_costs(monkeypatch):
     # 6 ranks: no trees allreduce has a chunk count that divides a power-of-two buffer, so auto keeps
-    # the ring the runtime runs and names the faster program it passed over; --any-chunks keeps that one
+    # the ring the runtime runs and names the faster program it passed over; --any-chunks keeps that one.
+    # (multiring's rings come within 1 % of trees here, too close for a note: it is left out.)
+    plain = auto.candidates
+    monkeypatch.setattr(auto, "candidates", lambda *a: [m for m in plain(*a) if m != "multiring"])
     topology = gen.torus([3, 2])
     kept = synthesize(topology, "allreduce", 64 * MiB)
     assert kept.method == "ring" and runtime_divides(kept.program.nchunksperloop, 64 * MiB)

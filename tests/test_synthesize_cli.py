@@ -51,7 +51,8 @@ def test_json_output_has_the_spec_keys(tmp_path):
     assert res.exit_code == 0, res.output
     payload = json.loads(res.output)
     assert SPEC_KEYS <= payload.keys()
-    assert payload["method"] == "ring" and payload["status"] == "heuristic" and payload["output"] == str(out)
+    assert payload["method"] in ("ring", "multiring") and payload["status"] == "heuristic"
+    assert payload["output"] == str(out)
     assert payload["algbw_GBps"] == pytest.approx(64 * 2**20 / (payload["time_us"] * 1e3))
     assert payload["busbw_GBps"] == pytest.approx(payload["algbw_GBps"] * 2 * 7 / 8)
     if payload["bound_us"] is not None:
@@ -266,6 +267,7 @@ def test_auto_prefers_a_program_the_runtime_runs_at_size(monkeypatch):
     import synth.synthesis.auto as auto
 
     monkeypatch.setattr(auto, "candidates", lambda *a: ["nccl", "trees"])
+    monkeypatch.setattr(auto, "TREE_METHODS", ())      # keep that order (nccl first)
     result = synthesize("dgx1", "allgather", 2**30, "auto")
     times = {row["method"]: row["time_us"] for row in result.tried if "time_us" in row}
     assert set(times) == {"nccl", "trees"} and times["nccl"] < result.time_us <= 1.01 * result.bound_us

@@ -11,7 +11,7 @@ reducescatter, alltoall, gather, scatter and allreduce; SIZE for broadcast and r
 
 **The rule** (``RULES``; a row is tried when its predicate holds and the method supports the
 collective; rows are in execution order, cheapest first, except that a bandwidth-bound case runs the
-tree methods, ``trees`` and ``lp``, first: they are the expected winners there, and a wall-clock
+tree methods, ``multiring``, ``trees`` and ``lp``, first: they are the expected winners there, and a wall-clock
 ``--time-limit`` that runs out must cut the baselines, not them). Figures are simulated gaps
 ``(time - bound) / time`` from the full sweep of ``notebooks/optimality_gaps.ipynb`` (dgx1,
 dgx-a100-2node, mi250, ndv2-2node × allgather, allreduce × 1 KB, 1 MB, 64 MB, 1 GB × every method,
@@ -24,6 +24,11 @@ ring      always; first up to 64 ranks, above that last     -        verified fa
           and only if nothing else produced a program                on dgx1 at 64 MB/1 GB (gap 1.3 %/0.1 %);
                                                                      256-rank torus 1 KB allgather: 41 s
                                                                      through the pipeline, 3.7x greedy
+multir.   bandwidth-bound AG/RS/AR, N <= 256           -        rings at the rank-pair cut rate are
+                                                                     optimal among rings: 8x8 torus 1 GiB
+                                                                     AG/AR 0.994 of the bound (ring 0.499),
+                                                                     3x3x3 torus 0.996, leaf-spine 8x8
+                                                                     0.988, in 3-8 s of CPU
 direct    N <= 64 and (alltoall or latency-bound); a        -        alltoall's natural pattern (dgx2 64 MiB
           bandwidth-bound alltoall behind switches up to             1.02x bound, dgx-a100 1.05x); 1 GiB on
           512 ranks                                                  16 A100 boxes 0.934 of the bound, 16x8
@@ -113,7 +118,7 @@ from synth.topology.model import Topology
 
 MIN_START_S = 0.5            # a candidate is not started with less than this left of --time-limit
 CLOCK_FACTOR = 2.0           # a candidate with a work limit W stops (not_tried) after CLOCK_FACTOR * W s
-TREE_METHODS = ("trees", "lp")   # first where the case is bandwidth-bound (expected quality)
+TREE_METHODS = ("multiring", "trees", "lp")   # first where the case is bandwidth-bound (expected quality)
 BANDWIDTH_PIECE = 1e6        # bytes per rank from which a case counts as bandwidth-bound
 BASELINE_MAX_RANKS = 64      # baselines (and ring first) up to this scale
 GREEDY_MAX_RANKS = 256       # greedy at every size and collective up to this scale
@@ -193,6 +198,7 @@ def _milp_limit(inst: Instance) -> float:
 # BASELINE_MAX_RANKS ``ring`` moves to the end as a fallback (see ``plan``).
 RULES: tuple[Rule, ...] = (
     Rule("ring", lambda i: True),
+    Rule("multiring", lambda i: i.bandwidth_bound and i.ranks <= GREEDY_MAX_RANKS),
     Rule("direct", lambda i: _small(i) and (i.collective == "alltoall" or i.latency_bound) or _switched_alltoall(i)),
     Rule("rdh", lambda i: _small(i) and i.latency_bound),
     Rule("dbt", lambda i: _small(i) and i.latency_bound),
