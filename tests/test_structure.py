@@ -103,3 +103,32 @@ def test_aligned_boxes_map_links_onto_links():
             twin = moved.link(to[link.src], to[link.dst])
             assert twin is not None and (twin.bw, twin.alpha) == (link.bw, link.alpha)
     assert aligned_boxes(load_topology("torus-4x4")) is None
+
+
+WITH_MACHINES = [n for n in builtin_names() if load_topology(n).machines]
+FAST_AUTO = {"dgx-a100", "dgx2"}   # the default method takes seconds here; tens of seconds on the others
+
+
+@pytest.mark.parametrize("name", builtin_names())
+def test_machines_hint_changes_no_plan_and_no_bound(name):
+    from synth.bounds import compute_bounds
+    from synth.collectives import Collective
+    from synth.synthesis import auto
+
+    t = load_topology(name)
+    bare = without_machines(t)
+    for coll in ("allgather", "allreduce", "alltoall"):
+        c = Collective(coll, t.num_ranks)
+        assert auto.plan(t, c, 64 << 20) == auto.plan(bare, c, 64 << 20)
+    assert compute_bounds(t, "allgather", 64 << 20) == compute_bounds(bare, "allgather", 64 << 20)
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in FAST_AUTO else pytest.mark.slow)
+                                  for n in WITH_MACHINES])
+def test_machines_hint_changes_no_result(name):
+    from synth.pipeline import synthesize
+
+    t = load_topology(name)
+    hinted, bare = (synthesize(x, "allgather", 64 << 20) for x in (t, without_machines(t)))
+    assert hinted.bound_us == bare.bound_us
+    assert bare.time_us == pytest.approx(hinted.time_us, rel=0.005)

@@ -105,6 +105,7 @@ from synth.collectives import Collective
 from synth.synthesis.base import SynthOptions
 from synth.synthesis.registry import METHODS
 from synth.topology.model import Topology
+from synth.topology.structure import boxes_of
 
 DEFAULT_BUDGET_S = 60.0      # total seconds for the whole plan when --time-limit is not given
 MIN_START_S = 0.5            # a candidate is not started with less than this left
@@ -142,7 +143,7 @@ class Instance:
 def instance(topology: Topology, collective: Collective, size_bytes: float) -> Instance:
     n = topology.num_ranks
     per_rank = collective.name not in ("broadcast", "reduce")
-    return Instance(ranks=n, switches=bool(topology.switches), boxes=len(topology.machines),
+    return Instance(ranks=n, switches=bool(topology.switches), boxes=len(boxes_of(topology)),
                     collective=collective.name, piece_bytes=size_bytes / n if per_rank else float(size_bytes))
 
 
