@@ -1,6 +1,5 @@
-"""Ring forests: a ``trees`` alternative for allgather, reducescatter and allreduce on two or more
-equal machines of rank pairs behind one switch (machines are the boxes read from the fabric,
-:func:`synth.topology.structure.aligned_boxes`, rank ``i`` of one mirroring rank ``i`` of another).
+"""Ring forests: a ``trees`` alternative for allgather, reducescatter and allreduce on two machines of
+rank pairs behind one switch (boxes read from the fabric: :mod:`synth.topology.structure`).
 
 The ForestColl packing (:func:`synth.synthesis.trees.plan_forest`) reaches the cut bound's rate, but
 its trees are deep and irregular, and list schedules of them leave links idle. On mi250-2node the gap
@@ -18,11 +17,10 @@ from rings and still meets the cut:
    leaves from either, the mate receiving a copy; few relays; rings on one 2-unit link run the
    same cycle, so one message there can carry both rings' chunks.
 4. **Trees.** A root's data goes round every ring of its machine (the pairs in ring order, each
-   mate a leaf), and over the switch to its mirror rank in every other machine, which sends it round
+   mate a leaf), and over the switch to its mirror rank in the other machine, which sends it round
    the same rings there. On cycle 1's rings a share ``t`` stops one pair short; the switch brings it
-   to that pair directly (:func:`stopped_share` centres the search on the best uniform ``t``). Each
-   pair then gets the cut bound's IB share; on two machines per ring link ``s·(28 − 2f)`` for ring
-   share ``s`` and stopped share ``f``, against ``1 + Σ s·f`` per IB link.
+   to that pair directly. Each pair then gets the cut bound's IB share: per ring link
+   ``s·(28 − 2f)`` for ring share ``s`` and stopped share ``f``, against ``1 + Σ s·f`` per IB link.
    Whole chunks per ring and ``t`` are searched (roots in ``ROOT_CLASSES`` classes, each its own
    split) for the least busiest link; on mi250-2node 3040.9 µs against the bound's 3032.0.
 5. **Phases.** The mirrored data crosses the switch in two phases, the ``late`` share last; the late
@@ -65,7 +63,6 @@ OPPOSITE = {0: 2, 1: 3, 2: 0, 3: 1, 4: 5, 5: 4}
 LATE_SHARES = (0.33, 0.45)    # share of a ring's mirrored data sent late (the faster is kept)
 LATE_PARTS = 2                # messages per late share and link
 DIRECT_TAIL = (0.6, 0.3, 0.1)  # the last direct part over the switch, in shrinking messages
-STOP_WINDOW = 0.06            # stopped shares searched: stopped_share ± this
 ROOT_CLASSES = 8              # roots r ≡ c (mod 8) share a split of their chunks over the rings
 CP_SAT_SECONDS = 20.0
 
@@ -95,11 +92,9 @@ class RingForest:
     def _mate(self) -> dict[int, int]:
         return {a: b for a, b in self.pairs} | {b: a for a, b in self.pairs}
 
-    def mirrors(self, g: int) -> tuple[int, ...]:
-        """``g``'s place in every other machine, the next machine first."""
+    def mirror(self, g: int) -> int:
         m, i = self._where[g]
-        count = len(self.machines)
-        return tuple(self.machines[(m + k) % count][i] for k in range(1, count))
+        return self.machines[1 - m][i]
 
     def walk(self, ring: int, start: int, hops: int, edges: list[tuple[int, int]]) -> None:
         """Append the edges taking ``start``'s data round ``ring`` for ``hops`` pairs (mates as leaves)."""
@@ -122,48 +117,39 @@ class RingForest:
             edges.append((at[enter], at[mate[enter]] if last_or_leaf else at[leave]))
             prev = enter if last_or_leaf else leave
 
-    def tree(self, g: int, ring: int, variant: str) -> RootTree:
-        """Root ``g``'s tree on ``ring``: ``full``, ``trunc`` (stops a pair short in every other machine;
-        that pair gets it over the switch, its mate by a copy) or ``late`` (4 + 3 pair hops both ways
-        round). A direct part alternates between the pair's ranks."""
+    def tree(self, g: int, ring: int, variant: str) -> tuple[list[tuple[int, int]], int, int | None]:
+        """(edges parent first, edges in ``g``'s own machine, the direct target) of root ``g``'s tree on
+        ``ring``: ``full``, ``trunc`` (stops a pair short; the direct target's pair gets it over the
+        switch, its mate by a copy: the last two edges) or ``late`` (4 + 3 pair hops both ways round).
+        Edge ``own`` is the switch hop to the mirror; a direct part alternates between the pair's ranks."""
         hops = len(self.orders[ring]) - 1
-        local: list[tuple[int, int]] = []
-        self.walk(ring, g, hops, local)
-        remote = []
-        direct = []
-        for gp in self.mirrors(g):
-            far: list[tuple[int, int]] = []
-            if variant == "late":
-                ahead = (hops + 1) // 2
-                self.walk(ring, gp, ahead, far)
-                self.walk(OPPOSITE[ring], gp, hops - ahead, far)
-            else:
-                self.walk(ring, gp, hops - (1 if variant == "trunc" else 0), far)
-            have, edges = {gp}, []
-            for p, c in far:
-                if c not in have:
-                    edges.append((p, c))
-                    have.add(c)
-            remote.append((gp, tuple(edges)))
-            if variant == "trunc":
-                m, i = self._where[gp]
-                order = self.orders[ring]
-                pred = self.pairs[order[(order.index(self._pair_of[self.machines[0][i]]) - 1) % len(order)]]
-                side = (g + ring // 2) % 2
-                to = {x: self.machines[m][self._where[x][1]] for x in pred}
-                direct.append((to[pred[side]], to[pred[1 - side]]))
-        return RootTree(tuple(local), tuple(remote), tuple(direct))
-
-
-@dataclass(frozen=True)
-class RootTree:
-    """One root's tree on one ring: ``local`` edges in its own machine (parents first), ``remote``
-    (mirror, edges from it) per other machine, the mirror reached over the switch, and ``direct``
-    (target, mate) pairs: the switch takes the data to the target, which copies it to its mate."""
-
-    local: tuple[tuple[int, int], ...]
-    remote: tuple[tuple[int, tuple[tuple[int, int], ...]], ...]
-    direct: tuple[tuple[int, int], ...]
+        edges: list[tuple[int, int]] = []
+        self.walk(ring, g, hops, edges)
+        own = len(edges)
+        gp = self.mirror(g)
+        edges.append((g, gp))
+        far: list[tuple[int, int]] = []
+        if variant == "late":
+            ahead = (hops + 1) // 2
+            self.walk(ring, gp, ahead, far)
+            self.walk(OPPOSITE[ring], gp, hops - ahead, far)
+        else:
+            self.walk(ring, gp, hops - (1 if variant == "trunc" else 0), far)
+        have = {gp}
+        for p, c in far:
+            if c not in have:
+                edges.append((p, c))
+                have.add(c)
+        if variant != "trunc":
+            return edges, own, None
+        m, i = self._where[gp]
+        order = self.orders[ring]
+        pred = self.pairs[order[(order.index(self._pair_of[self.machines[0][i]]) - 1) % len(order)]]
+        side = (g + ring // 2) % 2
+        to = {x: self.machines[m][self._where[x][1]] for x in pred}
+        direct = to[pred[side]]
+        edges += [(g, direct), (direct, to[pred[1 - side]])]
+        return edges, own, direct
 
 
 def _applies(topology: Topology) -> tuple[tuple[tuple[int, ...], ...], float] | None:
@@ -171,21 +157,20 @@ def _applies(topology: Topology) -> tuple[tuple[tuple[int, ...], ...], float] | 
     (:func:`synth.topology.structure.aligned_boxes`, ranks in matching order) whose links match rank
     for rank, one switch every rank reaches, an even number of ranks each."""
     machines = aligned_boxes(topology) or ()
-    if len(machines) < 2 or len(topology.switches) != 1:
+    if len(machines) != 2 or len(topology.switches) != 1 or len(machines[0]) != len(machines[1]):
         return None
     if len(machines[0]) % 2 or len(machines[0]) < 4:
         return None
     switch = topology.num_ranks
     have = {(link.src, link.dst): link for link in topology.links}
+    to_other = dict(zip(machines[0], machines[1]))
     inside = set(machines[0])
     bws = []
     for (a, b), link in have.items():
         if a in inside and b in inside:
-            for other in machines[1:]:
-                to_other = dict(zip(machines[0], other))
-                twin = have.get((to_other[a], to_other[b]))
-                if twin is None or twin.bw != link.bw or twin.alpha != link.alpha:
-                    return None
+            twin = have.get((to_other[a], to_other[b]))
+            if twin is None or twin.bw != link.bw or twin.alpha != link.alpha:
+                return None
             bws.append(link.bw)
     if not bws or any((g, switch) not in have or (switch, g) not in have for g in range(topology.num_ranks)):
         return None
@@ -343,55 +328,22 @@ def root_loads(forest: RingForest, topology: Topology, per_root_bytes: float, ch
     switch = topology.num_ranks
     load = np.zeros(len(topology.links))
     for ring, _, variant, count in segs:
-        tree = forest.tree(g, ring, variant)
-        hops = list(tree.local)
-        for gp, edges in tree.remote:
-            hops += [(g, switch), (switch, gp), *edges]
-        for target, mate in tree.direct:
-            hops += [(g, switch), (switch, target), (target, mate)]
-        for hop in hops:
-            i = index[hop]
-            load[i] += count * per_root_bytes / chunks / (topology.links[i].bw * 1e3)
+        edges, own, direct = forest.tree(g, ring, variant)
+        for e, (p, c) in enumerate(edges):
+            via = e == own or (direct is not None and e == len(edges) - 2)
+            for hop in ((p, switch), (switch, c)) if via else ((p, c),):
+                i = index[hop]
+                load[i] += count * per_root_bytes / chunks / (topology.links[i].bw * 1e3)
     return load
-
-
-def stopped_share(forest: RingForest, topology: Topology, per_root_bytes: float, chunks: int) -> float:
-    """The stopped share ``t / a`` of cycle 1's rings at the split ``(a, b, t)`` (``a`` within 3 of
-    ``chunks // 6``) with the least busiest link when every root splits alike. A root's link loads are
-    linear in its split, so each split costs one sum of per-chunk loads: ``(a - t)·full + t·trunc`` on
-    cycle 1's rings, ``b·full`` on cycle 2's. More machines put more mirrored data on the switch, so less
-    is stopped (mi250: two machines 0.66, three 0.16)."""
-    n = topology.num_ranks
-
-    def per_chunk(ring: int, variant: str) -> np.ndarray:
-        return sum(root_loads(forest, topology, per_root_bytes, chunks, g, [(ring, EARLY, variant, 1)])
-                   for g in range(n))
-
-    full = [per_chunk(r, "full") for r in range(6)]
-    trunc = [per_chunk(r, "trunc") for r in range(4)]
-    best = (math.inf, 0.0)
-    for a in _ring_shares(chunks):
-        b = (chunks - 4 * a) // 2
-        base = sum(b * full[r] for r in (4, 5))
-        for t in range(a + 1):
-            worst = float((base + sum((a - t) * full[r] + t * trunc[r] for r in range(4))).max())
-            best = min(best, (worst, t / a))
-    return best[1]
-
-
-def _ring_shares(chunks: int) -> list[int]:
-    """Chunks per ring of cycle 1 tried: within 3 of a sixth, leaving an even, positive rest for cycle 2."""
-    sixth = chunks // 6
-    return [a for a in range(max(1, sixth - 3), sixth + 4) if (chunks - 4 * a) % 2 == 0 and chunks - 4 * a > 0]
 
 
 def choose_splits(forest: RingForest, topology: Topology, per_root_bytes: float, chunks: int):
     """A split per root class (``ROOT_CLASSES``) with the least busiest link, and that link's µs: the best
     split for even and odd roots (every pair of options), then coordinate descent class by class."""
     n = topology.num_ranks
-    stop = stopped_share(forest, topology, per_root_bytes, chunks)
-    options = [(a, (chunks - 4 * a) // 2, t) for a in _ring_shares(chunks)
-               for t in range(max(0, int((stop - STOP_WINDOW) * a)), min(a, int((stop + STOP_WINDOW) * a)) + 1)]
+    sixth = chunks // 6
+    options = [(a, (chunks - 4 * a) // 2, t) for a in range(max(1, sixth - 3), sixth + 4) if (chunks - 4 * a) % 2 == 0
+               and chunks - 4 * a > 0 for t in range(int(0.6 * a), int(0.72 * a) + 1)]
     if not options:
         return None
     classes = min(ROOT_CLASSES, n)
@@ -455,17 +407,17 @@ def jobs_of(forest: RingForest, topology: Topology, chunks: int, segs_of):
         ids, pos = {}, g * chunks
         for s in segs:
             ids[s], pos = list(range(pos, pos + s[3])), pos + s[3]
-        over_switch = {}   # (mirror, chunk) -> the job taking it there over the switch
-        for k, gp in enumerate(forest.mirrors(g)):
-            for phase in (EARLY, LATE):
-                for run in _runs(c for s in segs if s[1] == phase for c in ids[s]):
-                    j = jobs.add(tuple(run), g, gp, switch, False, (), (PRIORITY[f"mirror{phase}"], run[0], k, g))
-                    over_switch.update({(gp, c): j for c in run})
+        gp = forest.mirror(g)
+        over_switch = {}
+        for phase in (EARLY, LATE):
+            for run in _runs(c for s in segs if s[1] == phase for c in ids[s]):
+                j = jobs.add(tuple(run), g, gp, switch, False, (), (PRIORITY[f"mirror{phase}"], run[0], 0, g))
+                over_switch.update({c: j for c in run})
         trees = {s: forest.tree(g, s[0], s[2]) for s in segs}
         direct: dict[tuple[int, int], list[int]] = defaultdict(list)
-        for s, tree in trees.items():
-            for target, mate in tree.direct:
-                direct[(target, mate)] += ids[s]
+        for s, (edges, _, target) in trees.items():
+            if target is not None:
+                direct[(target, edges[-1][1])] += ids[s]
         for d, ((target, mate), chunk_ids) in enumerate(direct.items()):
             tail = DIRECT_TAIL if d == len(direct) - 1 else (1.0,)
             for run in _runs(chunk_ids):
@@ -473,28 +425,25 @@ def jobs_of(forest: RingForest, topology: Topology, chunks: int, segs_of):
                     j = jobs.add(tuple(piece), g, target, switch, False, (), (PRIORITY["direct"], d, k, g))
                     jobs.add(tuple(piece), target, mate, (), False, (j,), (0, 1, k, g))
         for group in GROUPS:
-            _add_group(jobs, "local", g, group, (EARLY, LATE), segs, ids, lambda s, t=trees: t[s].local,
-                       over_switch, g)
-            for k, gp in enumerate(forest.mirrors(g)):
-                for side, phases in (("remote1", (EARLY,)), ("remote2", (LATE,))):
-                    _add_group(jobs, side, gp, group, phases, segs, ids,
-                               lambda s, k=k, t=trees: t[s].remote[k][1], over_switch, g)
+            sides = (("local", (EARLY, LATE), g), ("remote1", (EARLY,), gp), ("remote2", (LATE,), gp))
+            for side, phases, origin in sides:
+                _add_group(jobs, side, origin, group, phases, segs, ids, trees, over_switch, g)
     return jobs
 
 
-def _add_group(jobs, side, origin, group, phases, segs, ids, edges_of, over_switch, g) -> None:
-    """One ring group's jobs on one side (own machine from ``origin`` = ``g``, or another machine from
-    the mirror ``origin`` with a phase's data); ``edges_of(seg)`` are the tree edges on that side."""
+def _add_group(jobs, side, origin, group, phases, segs, ids, trees, over_switch, g) -> None:
+    """One ring group's jobs on one side (own machine, or the mirror's with a phase's data)."""
     carried: dict[tuple[int, int], list[int]] = {}
     below: dict[tuple[int, int], int] = defaultdict(int)
     for s in segs:
         if s[0] not in group or s[1] not in phases:
             continue
-        edges = edges_of(s)
-        height = _heights(list(edges))
-        for edge in edges:
-            carried.setdefault(edge, []).extend(ids[s])
-            below[edge] = max(below[edge], height[edge[1]])
+        edges, own, target = trees[s]
+        height = _heights(edges)
+        last = len(edges) - (2 if target is not None else 0)   # the direct part is sent apart
+        for e in (range(own) if side == "local" else range(own + 1, last)):
+            carried.setdefault(edges[e], []).extend(ids[s])
+            below[edges[e]] = max(below[edges[e]], height[edges[e][1]])
     arrived: dict[tuple[int, int], int] = {}
     pending = dict(carried)
     whole = True   # a group's edge moves all its chunks at once while that can be done
@@ -512,7 +461,7 @@ def _add_group(jobs, side, origin, group, phases, segs, ids, edges_of, over_swit
                     if p != origin:
                         deps = tuple(sorted({arrived[(p, x)] for x in piece}))
                     else:
-                        deps = () if side == "local" else tuple(sorted({over_switch[(p, x)] for x in piece}))
+                        deps = () if side == "local" else tuple(sorted({over_switch[x] for x in piece}))
                     j = jobs.add(tuple(piece), p, c, (), False, deps, (PRIORITY[side], 0, -below[(p, c)], group[0], g))
                     arrived.update({(c, x): j for x in piece})
             sent = set(ready)
