@@ -46,6 +46,7 @@ from synth.flows import (
     rank_orbits,
 )
 from synth.topology.model import Topology
+from synth.topology.structure import boxes_of
 from synth.units import algbw_GBps
 
 # Above this many LP columns (sources x links) alltoall falls back to a weaker closed-form bound.
@@ -207,7 +208,7 @@ def _allgather_start(topology: Topology, ints: np.ndarray) -> tuple[int, int, np
     mask = np.zeros(nodes, dtype=bool)
     mask[u] = True
     candidates.append((int(out_int[u]), 1, mask))
-    for machine in topology.machines:
+    for machine in boxes_of(topology):
         if 0 < len(machine) < n:
             mask = np.zeros(nodes, dtype=bool)
             mask[list(machine)] = True

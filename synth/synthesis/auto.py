@@ -115,6 +115,7 @@ from synth.collectives import Collective
 from synth.synthesis.base import SynthOptions
 from synth.synthesis.registry import METHODS
 from synth.topology.model import Topology
+from synth.topology.structure import boxes_of
 
 MIN_START_S = 0.5            # a candidate is not started with less than this left of --time-limit
 CLOCK_FACTOR = 2.0           # a candidate with a work limit W stops (not_tried) after CLOCK_FACTOR * W s
@@ -153,7 +154,7 @@ class Instance:
 def instance(topology: Topology, collective: Collective, size_bytes: float) -> Instance:
     n = topology.num_ranks
     per_rank = collective.name not in ("broadcast", "reduce")
-    return Instance(ranks=n, switches=bool(topology.switches), boxes=len(topology.machines),
+    return Instance(ranks=n, switches=bool(topology.switches), boxes=len(boxes_of(topology)),
                     collective=collective.name, piece_bytes=size_bytes / n if per_rank else float(size_bytes))
 
 

@@ -20,7 +20,7 @@ Algorithms:
   binary trees (tree B is tree A shifted or mirrored, whichever leaves fewer ranks interior in
   both), each carrying half the chunks, pipelined chunk by chunk. allreduce: both trees span every
   rank and have different roots; reduce up, then broadcast down. broadcast / reduce: the root sits
-  on top of two trees over the other ranks (down only / up only). On boxed fabrics (``machines``)
+  on top of two trees over the other ranks (down only / up only). On boxed fabrics (boxes read from the fabric)
   the trees are NCCL's multi-node ones: a double binary tree over the boxes and, inside each box, a
   chain in ring order whose head talks to the parent box's head over its NIC rail (tree B runs the
   chain the other way, from another head, so the trees cross boxes on different rails). Where the
@@ -37,7 +37,7 @@ Algorithms:
   rounds that cross boxes are the ones that move the least data.
 - ``direct``: all-pairs for alltoall and allgather: in round d = 1..N-1 rank r sends its piece for
   (r+d) mod N straight to it (switch routes) or relayed along a shortest rank path.
-- ``hierarchical`` (multi-box fabrics, ``machines`` set, equal boxes): intra-box multi-rings (the
+- ``hierarchical`` (multi-box fabrics, boxes read from the fabric, equal boxes): intra-box multi-rings (the
   ring module's packing on each box) and inter-box rings over NIC rails (rail g = GPU g of each
   box; the ring weight budget, 1, 4 or 16 chunks per piece, is whichever predicts fastest: fewer
   rings pay fewer α at small sizes). allreduce = intra RS, per-rail ring allreduce, intra AG;
@@ -66,6 +66,7 @@ from synth.synthesis.base import MethodSpec, SynthOptions, deadline_of, time_lim
 from synth.synthesis.ring import MAX_WEIGHT, _Timer, find_rings, ring_weights, split_counts
 from synth.topology.model import Link, Topology
 from synth.topology.routes import rank_routes
+from synth.topology.structure import boxes_of
 
 MAX_TREE_PIPELINE = 16     # chunks per tree (dbt)
 EMBED_STEPS = 50_000       # backtracking budget of :func:`embed`
@@ -364,7 +365,7 @@ def _box_chain_trees(topology: Topology, routes: dict[Pair, tuple[int, ...]], ro
     Tree B runs the chain the other way, from a head half-way round the ring when ``two_heads``
     (allreduce: the two trees then cross boxes on different rails); both trees start at ``root``'s
     box and chain from ``root`` otherwise. None without equal boxes or when an edge is not routable."""
-    boxes = [tuple(b) for b in topology.machines]
+    boxes = [tuple(b) for b in boxes_of(topology)]
     n = topology.num_ranks
     if len(boxes) < 2 or len({len(b) for b in boxes}) != 1 or sorted(r for b in boxes for r in b) != list(range(n)):
         return None
@@ -524,7 +525,7 @@ def _box_interleaved(topology: Topology) -> list[int]:
     """logical -> rank with the box index in the low logical bits (GPU g of box b is logical
     g·B + b): the butterfly then crosses boxes in the rounds that move the least data (the last
     halving round, the first doubling round). The identity when there are no equal boxes."""
-    boxes = [tuple(b) for b in topology.machines]
+    boxes = [tuple(b) for b in boxes_of(topology)]
     n = topology.num_ranks
     if len(boxes) < 2 or len({len(b) for b in boxes}) != 1 or sorted(r for b in boxes for r in b) != list(range(n)):
         return list(range(n))
@@ -673,10 +674,10 @@ def _box_topology(topology: Topology, box: Sequence[int]) -> Topology:
 def _hierarchical(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions) -> Schedule:
     _check(topology, collective, options)
     name, n = collective.name, topology.num_ranks
-    boxes = [tuple(b) for b in topology.machines]
+    boxes = [tuple(b) for b in boxes_of(topology)]
     if len(boxes) < 2:
-        raise SynthError(f"hierarchical needs a multi-box topology (2 or more boxes in its 'machines'); "
-                         f"{topology.name!r} lists {len(boxes)}")
+        raise SynthError(f"hierarchical needs a multi-box topology (2 or more boxes in its fabric); "
+                         f"{topology.name!r} has {len(boxes)}")
     g = len(boxes[0])
     if any(len(b) != g for b in boxes) or sorted(r for b in boxes for r in b) != list(range(n)):
         raise SynthError(f"hierarchical needs equal boxes that cover every rank once ({topology.name!r})")

@@ -1,5 +1,5 @@
 """Ring forests: a ``trees`` alternative for allgather, reducescatter and allreduce on two machines of
-rank pairs behind one switch.
+rank pairs behind one switch (boxes read from the fabric: :mod:`synth.topology.structure`).
 
 The ForestColl packing (:func:`synth.synthesis.trees.plan_forest`) reaches the cut bound's rate, but
 its trees are deep and irregular, and list schedules of them leave links idle. On mi250-2node the gap
@@ -52,6 +52,7 @@ from synth.errors import SynthError
 from synth.schedule import Schedule, Transfer
 from synth.synthesis.base import MAX_STEP_CHUNKS
 from synth.topology.model import Topology
+from synth.topology.structure import aligned_boxes
 
 EARLY, LATE = 1, 2
 # list-schedule classes: the switch sends early, late, then direct; rings own data, early, late
@@ -152,9 +153,10 @@ class RingForest:
 
 
 def _applies(topology: Topology) -> tuple[tuple[tuple[int, ...], ...], float] | None:
-    """(machines, unit GB/s) where the construction can apply: two machines of equal size whose links
-    match rank for rank, one switch every rank reaches, an even number of ranks each."""
-    machines = tuple(tuple(m) for m in (topology.machines or ()))
+    """(machines, unit GB/s) where the construction can apply: two boxes read from the fabric
+    (:func:`synth.topology.structure.aligned_boxes`, ranks in matching order) whose links match rank
+    for rank, one switch every rank reaches, an even number of ranks each."""
+    machines = aligned_boxes(topology) or ()
     if len(machines) != 2 or len(topology.switches) != 1 or len(machines[0]) != len(machines[1]):
         return None
     if len(machines[0]) % 2 or len(machines[0]) < 4:

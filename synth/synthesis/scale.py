@@ -3,9 +3,9 @@
 The exact packing (:mod:`synth.synthesis.packing`) needs a max-flow per tree arc, too slow beyond a
 few hundred ranks. Here one spanning tree per root is built directly, in near-linear time:
 
-- **Boxes behind switches** (``topology.machines`` with switch routes between boxes, e.g. DGX
-  boxes whose GPUs have one NIC each): the tree of root ``r`` (local index ``k`` in box ``b``)
-  runs on rail ``k`` only. Over boxes it is a binomial tree on positions ``p = (x - b) mod B``
+- **Boxes behind switches** (:func:`synth.topology.structure.boxes_of`, with switch routes between
+  boxes, e.g. DGX boxes whose GPUs have one NIC each): the tree of root ``r`` (local index ``k`` in
+  box ``b``) runs on rail ``k`` only. Over boxes it is a binomial tree on positions ``p = (x - b) mod B``
   (box ``x`` of ``B``): position ``p`` feeds ``p + 2^t`` for every ``2^t > p`` below ``B``; the
   edge joins the rail-``k`` GPUs of the two boxes. Inside each box the piece then walks a chain
   ``k -> k+1 -> ... -> k-1`` (local indices mod the box size), so every GPU sends intra-box only
@@ -48,6 +48,7 @@ from synth.errors import SynthError
 from synth.synthesis.packing import Route, integer_fabric
 from synth.topology.model import Topology
 from synth.topology.routes import ALPHA_TOLERANCE, pick_path
+from synth.topology.structure import boxes_of
 
 REBALANCE_PASSES = 3
 
@@ -91,8 +92,8 @@ def switch_route(topology: Topology, u: int, v: int, _cache: dict | None = None)
 
 
 def box_trees(topology: Topology, roots: tuple[int, ...]) -> list[tuple[int, list[tuple[int, int]], list[Route]]]:
-    """Three-level trees per root over ``topology.machines`` (module docstring)."""
-    boxes = [list(box) for box in topology.machines]
+    """Three-level trees per root over the fabric's boxes (:func:`synth.topology.structure.boxes_of`)."""
+    boxes = [list(box) for box in boxes_of(topology)]
     box_of = {r: b for b, box in enumerate(boxes) for r in box}
     if len(box_of) != topology.num_ranks:
         raise SynthError("machines do not cover every rank")
