@@ -10,7 +10,7 @@ import pytest
 
 from synth.collectives import Collective
 from synth.errors import SynthError
-from synth.synthesis import trees
+from synth.synthesis import timing, trees
 from synth.synthesis.base import SynthOptions
 from synth.synthesis.packing import integer_fabric, optimal_ratio
 from synth.synthesis.trees import plan_forest, synthesize
@@ -422,14 +422,15 @@ def test_coalesced_reductions_simulate_as_planned():
 
 
 def test_messages_longer_than_one_msccl_step_pay_alpha_per_step():
-    from synth.synthesis.trees import MAX_STEP_CHUNKS, _Jobs, _route_costs
+    from synth.synthesis.base import MAX_STEP_CHUNKS
+    from synth.synthesis.timing import Jobs, route_costs
 
     topology = _bidir(2, [(0, 1, 50)])
     alpha = topology.links[0].alpha
-    jobs = _Jobs.empty()
+    jobs = Jobs.empty()
     for count in (MAX_STEP_CHUNKS, MAX_STEP_CHUNKS + 1, 3 * MAX_STEP_CHUNKS):
         jobs.add(tuple(range(count)), 0, 1, (), False, (), (0,))
-    _, _, rate, duration = _route_costs(jobs, topology, 1000.0)
+    _, _, rate, duration = route_costs(jobs, topology, 1000.0)
     steps = [d - count * 1000.0 / rate[0] for d, count in zip(duration, (71, 72, 213))]
     assert steps == pytest.approx([alpha, 2 * alpha, 3 * alpha])
 
@@ -597,12 +598,12 @@ def test_justify_repacks_what_a_list_schedule_left_idle():
     topology = Topology("line", 3, (Link(0, 1, 1.0), Link(1, 2, 1.0)))
     chunk_bytes = 10e3
     given = [Transfer(0.0, 10.0, 0, 0, 1), Transfer(10.0, 20.0, 1, 0, 1), Transfer(20.0, 30.0, 1, 1, 2)]
-    makespan, transfers = trees.justify(given, topology, chunk_bytes, 30.0)
+    makespan, transfers = timing.justify(given, topology, chunk_bytes, 30.0)
     assert makespan == pytest.approx(20.0)
     times = {(t.chunk, t.src): (t.start, t.end) for t in transfers}
     assert times == {(1, 0): (0.0, 10.0), (1, 1): (10.0, 20.0), (0, 0): (10.0, 20.0)}
     # nothing to gain: None, and the schedule stands
-    assert trees.justify(sorted(transfers, key=lambda t: t.start), topology, chunk_bytes, 20.0) is None
+    assert timing.justify(sorted(transfers, key=lambda t: t.start), topology, chunk_bytes, 20.0) is None
 
 
 def test_justified_scatter_runs_as_planned_nearer_the_bound():

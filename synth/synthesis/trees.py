@@ -80,7 +80,7 @@ import itertools
 import math
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
 
 import numpy as np
@@ -111,6 +111,24 @@ from synth.synthesis.packing import (
 )
 from synth.synthesis.paths import PathPlan, plan_paths
 from synth.synthesis.ring import split_counts
+from synth.synthesis.timing import (
+    ALPHA_SHARE,
+    Coalescing,
+    Jobs,
+    connection_steps,
+    justify,
+    level_schedule,
+    list_schedule,
+    message_groups,
+    phase_transfers,
+    replayed_makespan,
+    replicated_schedule,
+    route_cost,
+    route_costs,
+    shares_links,
+    slot_schedule,
+    tree_heights,
+)
 from synth.topology.model import Topology
 from synth.topology.routes import rank_routes
 
@@ -132,7 +150,6 @@ REFINE_JOBS = 80_000        # time other pipeline depths only below this many tr
 REPLAY = True
 PATH_CHUNKS = (1, 2, 4, 8, 16, 32, 64, 128, 256)   # chunks per rank piece tried for scatter/gather on flow paths
 ROUNDS_RUNNERS_UP = 3       # ... chunk counts whose rounds of circuits (best plans first) the pipeline simulates
-JUSTIFY_PASSES = 6          # backward-forward pairs of justify(), while they gain
 JUSTIFY_TRANSFERS = 1_500_000   # ... tried on schedules of at most this many transfers
 DRAINS = (None, 0.7)        # the kept shape is also coalesced with each link's stream ending in shrinking messages
 BATCHES = (False, True)     # ... and with the transfers ready at one instant queued together
@@ -140,9 +157,7 @@ HEIGHT_WEIGHTS = (1.0, 4.0)  # priorities tried: hops ahead weighed 1x (default)
 ALT_PRIORITY_JOBS = 10_000  # ... the 4x one only up to this many transfers at the first depth
 FORWARD_JOBS = 20_000        # forward-timed reductions only below this many transfers
 LEVEL_JOBS = 200_000        # beyond this many transfers, vectorised level timing
-ALPHA_SHARE = 0.01          # coalesced messages grow until α is this share of their time
 ALPHA_SHARES = (ALPHA_SHARE, 0.005, 0.02, 0.0035, 0.0025)  # ... the shape chosen is also built with these
-MAX_COALESCE = 64           # chunks one coalesced message may carry (MSCCL cnt stays < 72)
 TAIL_SPLITS = (3, 2, 4)     # the last message of each tree halved this many times: P is searched at the first
 MAX_TAIL_CHUNKS = 1024      # chunks per root piece a tailed message shape may use
 HALVING = -1                # ``tail`` value of the halving shape: every message half of what is left
@@ -340,36 +355,6 @@ def _draw_units(pool: list[list], amount: int) -> list[tuple[Route, int]]:
     return taken
 
 
-# ---------------------------------------------------------------------------------------------
-# jobs: transfers before timing
-# ---------------------------------------------------------------------------------------------
-@dataclass
-class _Jobs:
-    msg: list[tuple[int, ...]]    # the chunks one step moves (contiguous slots; one α)
-    src: list[int]
-    dst: list[int]
-    route: list[Route]
-    reduce: list[bool]
-    deps: list[tuple[int, ...]]
-    key: list[tuple]
-    head: list[int] = field(default_factory=list)  # set by the timing: first job of its message
-
-    @classmethod
-    def empty(cls) -> _Jobs:
-        return cls([], [], [], [], [], [], [])
-
-    def add(self, msg: tuple[int, ...], src: int, dst: int, route: Route, reduce: bool, deps: tuple[int, ...],
-            key: tuple) -> int:
-        self.msg.append(msg)
-        self.src.append(src)
-        self.dst.append(dst)
-        self.route.append(route)
-        self.reduce.append(reduce)
-        self.deps.append(deps)
-        self.key.append(key)
-        return len(self.msg) - 1
-
-
 def _route_for(tree: PlannedTree, edge_index: int, j: int, count: int) -> Route:
     """Route of the ``j``-th of ``count`` chunks on a tree edge: chunks share the units evenly."""
     pieces = tree.routes[edge_index]
@@ -399,14 +384,14 @@ def _message_shares(chunks: list[tuple[int, ...]]):
         yield j, chunk, len(chunk) / total, done / total
 
 
-def add_broadcast(jobs: _Jobs, forest: Forest, tree_index: int, chunks: list[tuple[int, ...]], phase: int,
+def add_broadcast(jobs: Jobs, forest: Forest, tree_index: int, chunks: list[tuple[int, ...]], phase: int,
                   root_deps: dict[int, tuple[int, ...]] | None = None,
                   wanted: list[set[int]] | None = None, height_weight: float = 1.0) -> None:
     """Pipeline messages (``chunks``: tuples of chunk ids) down a tree (copy). ``root_deps[chunk]``:
     jobs the root must wait for. ``wanted[j]``: if given, message ``j`` only travels on edges
     leading to those ranks (scatter). ``height_weight`` scales the hops-ahead term of the priority."""
     tree = forest.trees[tree_index]
-    height = _heights(tree)
+    height = tree_heights(tree)
     count = len(chunks)
     for j, chunk, size, finish in _message_shares(chunks):
         arrived: dict[int, int] = {}
@@ -428,7 +413,7 @@ def add_broadcast(jobs: _Jobs, forest: Forest, tree_index: int, chunks: list[tup
             arrived[child] = jobs.add(chunk, src, dst, route, False, deps, key)
 
 
-def add_reduction(jobs: _Jobs, forest: Forest, tree_index: int, chunks: list[tuple[int, ...]], phase: int,
+def add_reduction(jobs: Jobs, forest: Forest, tree_index: int, chunks: list[tuple[int, ...]], phase: int,
                   into_root: dict[int, list[int]], planned: dict[tuple[int, int, int], float] | None = None) -> None:
     """Pipeline messages up a reduction tree (``forest`` planned on the reversed fabric): a rank
     sends its partial sum of a message to its parent once its children's partial sums have arrived.
@@ -450,16 +435,6 @@ def add_reduction(jobs: _Jobs, forest: Forest, tree_index: int, chunks: list[tup
             into_root[c].extend(inputs[tree.root])
 
 
-def _heights(tree: PlannedTree) -> dict[int, int]:
-    """Height of the subtree below each node (0 for a leaf)."""
-    height = {tree.root: 0}
-    for _parent, child in tree.edges:
-        height.setdefault(child, 0)
-    for parent, child in reversed(tree.edges):  # parents precede children: reversed, children first
-        height[parent] = max(height.get(parent, 0), height[child] + 1)
-    return height
-
-
 def _needed_nodes(tree: PlannedTree, targets) -> set[int]:
     parent_of = {child: parent for parent, child in tree.edges}
     needed: set[int] = set()
@@ -470,480 +445,10 @@ def _needed_nodes(tree: PlannedTree, targets) -> set[int]:
     return needed
 
 
-# ---------------------------------------------------------------------------------------------
-# timing: in-order list schedule with link serialization
-# ---------------------------------------------------------------------------------------------
-def _route_cost(nodes: tuple[int, ...], link_index: dict[tuple[int, int], int], alpha: np.ndarray,
-                bw: np.ndarray) -> tuple[list[int], float, float]:
-    """A route through ``nodes``: its link ids, their summed α (µs) and their least bandwidth (GB/s);
-    a transfer of ``b`` bytes on it takes ``Σα + b / min bw`` (SPEC cost model)."""
-    links = [link_index[pair] for pair in zip(nodes, nodes[1:])]
-    return links, float(alpha[links].sum()), float(bw[links].min())
-
-
-def _route_costs(jobs: _Jobs, topology: Topology,
-                 chunk_bytes: float) -> tuple[list[list[int]], np.ndarray, np.ndarray, np.ndarray]:
-    """Per job: the link ids of its route, their summed α (µs), their least bandwidth (bytes/µs)
-    and the transfer's duration ``Σα + b / min bw`` (SPEC cost model), with one ``Σα`` per MSCCL
-    step: a message of more than ``MAX_STEP_CHUNKS`` chunks is lowered as several steps."""
-    link_index = {(link.src, link.dst): i for i, link in enumerate(topology.links)}
-    _, _, bw, alpha = topology.arrays
-    n = len(jobs.msg)
-    hops: list[list[int]] = []
-    route_alpha = np.zeros(n)
-    route_rate = np.zeros(n)
-    size = np.fromiter((len(m) for m in jobs.msg), dtype=np.float64, count=n)
-    cache: dict[tuple, tuple[list[int], float, float]] = {}
-    for i in range(n):
-        hop_key = (jobs.src[i], jobs.dst[i], jobs.route[i])
-        hit = cache.get(hop_key)
-        if hit is None:
-            nodes = (jobs.src[i], *jobs.route[i], jobs.dst[i])
-            try:
-                links, route_alpha_us, route_bw = _route_cost(nodes, link_index, alpha, bw)
-            except KeyError as exc:
-                raise SynthError(f"internal error: route {nodes} uses a missing link") from exc
-            hit = cache[hop_key] = (links, route_alpha_us, route_bw * 1e3)
-        hops.append(hit[0])
-        route_alpha[i], route_rate[i] = hit[1], hit[2]
-    steps = np.ceil(size / MAX_STEP_CHUNKS)
-    return hops, route_alpha, route_rate, route_alpha * steps + size * chunk_bytes / route_rate
-
-
-@dataclass(frozen=True)
-class Coalescing:
-    """How one coalesced :func:`list_schedule` merges messages: α at most ``alpha_share`` of a message's
-    time; with ``drain``, a message at most ``drain`` times what its links carry after it; with
-    ``batch``, every transfer that becomes ready at one instant is queued before a link starts one
-    (otherwise the first one ready may leave alone)."""
-    alpha_share: float = ALPHA_SHARE
-    drain: float | None = None
-    batch: bool = False
-
-
 # the shapes a search keeps are built with every share of α; the shape finally kept with drains and batches too
 BUILT = tuple(Coalescing(share) for share in ALPHA_SHARES)
 POLISH = tuple(Coalescing(share, drain, batch) for share in ALPHA_SHARES for drain in DRAINS for batch in BATCHES
                if (drain, batch) != (None, False))
-
-
-def list_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
-                  chained: list[int] | None = None,
-                  coalesce: bool = False, alpha_share: float = ALPHA_SHARE,
-                  drain: float | None = None, batch: bool = False,
-                  costs: tuple | None = None) -> tuple[list[int], np.ndarray, np.ndarray]:
-    """Work-conserving list schedule: whenever a link is free it starts the ready transfer with the
-    smallest key (critical path first, see :func:`add_broadcast`) among those whose route begins on it.
-
-    A transfer holds every link of its route for ``Σα + b / min bw`` (SPEC cost model); it starts
-    once its data has arrived and all its links are free. Returns (order by start, start, end).
-
-    With ``coalesce``, the transfer started also takes along the other transfers queued (ready) for
-    the same sender, receiver and route whose chunks extend its own contiguously, up to
-    ``MAX_COALESCE`` chunks and until α is ``alpha_share`` of the message's time: one message, one α
-    (an MSCCL step with ``cnt`` > 1). A link only has such a backlog when it is the bottleneck, so
-    this cuts α where it costs time and keeps small messages (short pipeline fill) elsewhere.
-    Merged transfers share ``jobs.head`` (the first one).
-
-    With ``drain`` as well, a message carries at most ``drain`` times the data its links still
-    carry after it, so each link's stream ends in geometrically shrinking messages: the last
-    data a link delivers is forwarded soon after it arrives, while earlier, larger messages pay
-    less α (the shrinking tail of a pipelined broadcast, Träff & Ripke, JPDC 2008, applied per
-    link instead of per tree).
-
-    With ``chained`` (per job, the job before it on its threadblock, or -1) the runtime's rule is
-    replayed instead: a send is ready when its data has arrived and the previous send of its
-    threadblock has delivered, and links take transfers in the order they became ready (the
-    simulator's rule, without its backfilling of gaps).
-
-    ``costs``: :func:`_route_costs` of these jobs, where the caller times them several ways.
-    """
-    import heapq
-
-    n = len(jobs.msg)
-    hops, route_alpha, route_rate, duration = costs if costs is not None else _route_costs(jobs, topology, chunk_bytes)
-    jobs.head = list(range(n))
-    if chained is not None:
-        deps_of = [d + (c,) if c >= 0 else d for d, c in zip(jobs.deps, chained)]
-        return _fifo_schedule(deps_of, jobs.key, hops, duration, len(topology.links))
-    # plain lists, not arrays: the loop reads and writes one element at a time
-    waiting, dependents = _dependents(jobs.deps)
-    free = [0.0] * len(topology.links)
-    start = [0.0] * n
-    end = [0.0] * n
-    queues: list[list] = [[] for _ in range(len(topology.links))]
-    taken = [False] * n
-    route_alpha, route_rate, duration = route_alpha.tolist(), route_rate.tolist(), duration.tolist()
-    by_first: dict[tuple, int] = {}   # queued jobs by (src, dst, route, first chunk)
-    left = [0.0] * len(topology.links)   # with drain: data time still to cross each link
-    if drain is not None:
-        data_time = [len(jobs.msg[i]) * chunk_bytes / route_rate[i] for i in range(n)]
-        for i in range(n):
-            for hop_link in hops[i]:
-                left[hop_link] += data_time[i]
-    events: list[tuple[float, int, int]] = []   # (time, 0 = job ready / 1 = link free, id)
-    for i in range(n):
-        if waiting[i] == 0:
-            events.append((0.0, 0, i))
-    heapq.heapify(events)
-    while events:
-        t, kind, ident = heapq.heappop(events)
-        if kind == 0:
-            link = hops[ident][0]
-            heapq.heappush(queues[link], (jobs.key[ident], ident))
-            if coalesce:
-                by_first[(jobs.src[ident], jobs.dst[ident], jobs.route[ident], jobs.msg[ident][0])] = ident
-                woken: set[int] = set()   # other links that got jobs now: each tries to start once
-                while batch and events and events[0][1] == 0 and events[0][0] <= t + 1e-12:
-                    other = heapq.heappop(events)[2]
-                    other_link = hops[other][0]
-                    heapq.heappush(queues[other_link], (jobs.key[other], other))
-                    by_first[(jobs.src[other], jobs.dst[other], jobs.route[other], jobs.msg[other][0])] = other
-                    woken.add(other_link)
-                for other_link in woken - {link}:
-                    heapq.heappush(events, (t, 1, other_link))
-        else:
-            link = ident
-        while queues[link] and taken[queues[link][0][1]]:
-            heapq.heappop(queues[link])
-        if free[link] > t + 1e-12 or not queues[link]:
-            continue
-        i, s = _pick(queues[link], hops, free, t, taken)
-        members = [i]
-        if coalesce:
-            by_first.pop((jobs.src[i], jobs.dst[i], jobs.route[i], jobs.msg[i][0]), None)
-            size = len(jobs.msg[i])
-            # enough chunks that α is alpha_share of the message, no more (bigger ones slow the pipeline)
-            most = min(MAX_COALESCE, max(size, int(route_alpha[i] / alpha_share * route_rate[i] / chunk_bytes)))
-            nxt = by_first.get((jobs.src[i], jobs.dst[i], jobs.route[i], jobs.msg[i][-1] + 1))
-            if drain is not None:   # message <= drain * (data left after it) on its busiest-to-end link
-                left_now = min(left[hop_link] for hop_link in hops[i])
-                most = max(size, min(most, int(left_now * drain / (1 + drain) * route_rate[i] / chunk_bytes)))
-            while nxt is not None and not taken[nxt] and size + len(jobs.msg[nxt]) <= most:
-                taken[nxt] = True
-                members.append(nxt)
-                size += len(jobs.msg[nxt])
-                by_first.pop((jobs.src[nxt], jobs.dst[nxt], jobs.route[nxt], jobs.msg[nxt][0]), None)
-                nxt = by_first.get((jobs.src[nxt], jobs.dst[nxt], jobs.route[nxt], jobs.msg[nxt][-1] + 1))
-            finish = s + route_alpha[i] * math.ceil(size / MAX_STEP_CHUNKS) + size * chunk_bytes / route_rate[i]
-        else:
-            finish = s + duration[i]
-        taken[i] = True
-        moved = sum(data_time[m] for m in members) if drain is not None else 0.0
-        for hop_link in hops[i]:
-            free[hop_link] = finish
-            left[hop_link] -= moved
-        heapq.heappush(events, (finish, 1, link))
-        for m in members:
-            start[m], end[m] = s, finish
-        for m in members[1:]:
-            jobs.head[m] = i
-        for m in members:
-            for j in dependents[m]:
-                waiting[j] -= 1
-                if waiting[j] == 0:  # ready when the last of its inputs has arrived
-                    heapq.heappush(events, (max(end[d] for d in jobs.deps[j]), 0, j))
-    if any(waiting):
-        raise SynthError("internal error: cyclic transfer dependencies")
-    order = sorted(range(n), key=lambda i: (start[i], jobs.key[i]))
-    return order, np.array(start), np.array(end)
-
-
-def _fifo_schedule(deps: list[tuple[int, ...]], keys: list[tuple], hops: list[list[int]], duration: np.ndarray,
-                   num_links: int) -> tuple[list[int], np.ndarray, np.ndarray]:
-    """Transfers placed in the order they become ready, each at the earliest time all its links
-    are free (see :func:`list_schedule`); ties by key."""
-    import heapq
-
-    n = len(deps)
-    waiting, dependents = _dependents(deps)
-    free = [0.0] * num_links
-    start = [0.0] * n
-    end = [0.0] * n
-    heap = [(0.0, keys[i], i) for i in range(n) if waiting[i] == 0]
-    heapq.heapify(heap)
-    placed = 0
-    while heap:
-        t, _, i = heapq.heappop(heap)
-        links = hops[i]
-        s = t
-        for link in links:
-            if free[link] > s:
-                s = free[link]
-        e = s + duration[i]
-        start[i], end[i] = s, e
-        for link in links:
-            free[link] = e
-        placed += 1
-        for j in dependents[i]:
-            waiting[j] -= 1
-            if waiting[j] == 0:
-                heapq.heappush(heap, (max(end[d] for d in deps[j]), keys[j], j))
-    if placed < n:
-        raise SynthError("internal error: cyclic transfer dependencies")
-    order = sorted(range(n), key=lambda i: (start[i], keys[i]))
-    return order, np.array(start), np.array(end)
-
-
-def _dependents(deps: list[tuple[int, ...]]) -> tuple[list[int], list[list[int]]]:
-    """Per job: how many jobs it waits for, and the jobs that wait for it."""
-    dependents: list[list[int]] = [[] for _ in deps]
-    for i, ds in enumerate(deps):
-        for d in ds:
-            dependents[d].append(i)
-    return [len(d) for d in deps], dependents
-
-
-def justify(transfers: list[Transfer], topology: Topology, chunk_bytes: float, makespan: float,
-            passes: int = JUSTIFY_PASSES) -> tuple[float, list[Transfer]] | None:
-    """A timed schedule compacted by forward-backward improvement ("double justification": Valls,
-    Ballestín & Quintanilla, "Justification and RCPSP: A technique that pays", EJOR 165(2), 2005).
-
-    Its messages keep their chunks, links and data dependencies (:func:`_message_jobs`). A backward
-    pass list-schedules them in reversed time on the reversed fabric, the message that ended last
-    first: every message moves as late as the others allow. The forward pass that follows takes
-    them in the order they start there: every message moves as early as possible. Pairs of passes
-    repeat while one of them shortens the schedule. Behind switches only forward schedules are kept:
-    a backward one, mirrored in time, is as valid, but the runtime serves shared switch links in the
-    order sends become ready, not as that plan has it. Returns (makespan, transfers) if one is
-    shorter than ``makespan``, else None.
-
-    List schedules place a message as soon as its link is free (critical path first); one pair of
-    passes repacks what that greedy rule left idle (ring-8 scatter: 0.974 -> 1.0 of the first
-    schedule's time; dgx-h100-2node broadcast 0.951).
-    """
-    messages = _schedule_messages(transfers)
-    jobs = _message_jobs(transfers, messages)
-    n = len(jobs.msg)
-    if n == 0:
-        return None
-    backward_fabric = topology.reversed()
-    _, dependents = _dependents(jobs.deps)
-    reversed_jobs = _Jobs.empty()
-    for i in range(n):
-        reversed_jobs.add(jobs.msg[i], jobs.dst[i], jobs.src[i], jobs.route[i][::-1], jobs.reduce[i],
-                          tuple(dependents[i]), ())
-    first = np.array([transfers[members[0]].start for members in messages])
-    start, end = _prioritised(jobs, first, topology, chunk_bytes)
-    best = (float(end.max()), start, end)
-    for _ in range(passes):
-        back_start, back_end = _prioritised(reversed_jobs, -end, backward_fabric, chunk_bytes)
-        span = float(back_end.max())
-        start, end = _prioritised(jobs, span - back_end, topology, chunk_bytes)
-        gained = min(span, end.max()) < best[0] * (1 - 1e-9)
-        if span < best[0] and not topology.switches:
-            best = (span, span - back_end, span - back_start)
-        if end.max() < best[0]:
-            best = (float(end.max()), start, end)
-        if not gained:
-            break
-    if best[0] >= makespan * (1 - 1e-9):
-        return None
-    span, start, end = best
-    out = []
-    for m, members in enumerate(messages):
-        group = m if len(members) > 1 else -1
-        out += [replace(transfers[i], start=float(start[m]), end=float(end[m]), group=group) for i in members]
-    return span, out
-
-
-def _prioritised(jobs: _Jobs, priority: np.ndarray, fabric: Topology,
-                 chunk_bytes: float) -> tuple[np.ndarray, np.ndarray]:
-    """(start, end) per job of :func:`list_schedule` with ``priority`` (smallest first). Jobs are
-    renumbered in priority order first: transfers that become ready at one instant reach their
-    links in job order, so without that the first-numbered one would leave first."""
-    order = np.argsort(priority, kind="stable")
-    new_index = np.empty(len(order), dtype=np.int64)
-    new_index[order] = np.arange(len(order))
-    ranked = _Jobs.empty()
-    for rank, i in enumerate(order.tolist()):
-        ranked.add(jobs.msg[i], jobs.src[i], jobs.dst[i], jobs.route[i], jobs.reduce[i],
-                   tuple(int(new_index[d]) for d in jobs.deps[i]), (rank,))
-    _, start, end = list_schedule(ranked, fabric, chunk_bytes)
-    return start[new_index], end[new_index]
-
-
-def _schedule_messages(transfers: list[Transfer]) -> list[list[int]]:
-    """Transfer indices per message: those of one ``group`` moving together, or one transfer."""
-    grouped: dict[tuple, list[int]] = defaultdict(list)
-    for i, t in enumerate(transfers):
-        grouped[(t.group, t.src, t.dst, t.start) if t.group >= 0 else (-1, i)].append(i)
-    return list(grouped.values())
-
-
-def _message_jobs(transfers: list[Transfer], messages: list[list[int]]) -> _Jobs:
-    """One job per message. A message sending chunk ``c`` from rank ``u`` waits for the messages that
-    brought ``c`` to ``u`` before it started; one bringing ``c`` to ``u`` waits for those that sent
-    ``c`` from ``u`` before it started (the order of a rank's partial sums stays as planned). Every
-    dependency points back in time, so the schedule given is one order that keeps them all."""
-    tol = 1e-9 * max(1.0, max((t.end for t in transfers), default=0.0))
-    owner = [0] * len(transfers)
-    for m, members in enumerate(messages):
-        for i in members:
-            owner[i] = m
-    arrivals: dict[tuple[int, int], list[tuple[float, int]]] = defaultdict(list)
-    sends: dict[tuple[int, int], list[tuple[float, int]]] = defaultdict(list)
-    for i, t in enumerate(transfers):
-        arrivals[(t.dst, t.chunk)].append((t.end, owner[i]))
-        sends[(t.src, t.chunk)].append((t.end, owner[i]))
-    deps: list[set[int]] = [set() for _ in messages]
-    for i, t in enumerate(transfers):
-        m = owner[i]
-        deps[m].update(a for end, a in arrivals.get((t.src, t.chunk), ()) if end <= t.start + tol)
-        deps[m].update(s for end, s in sends.get((t.dst, t.chunk), ()) if end <= t.start + tol)
-    jobs = _Jobs.empty()
-    for m, members in enumerate(messages):
-        t = transfers[members[0]]
-        jobs.add(tuple(transfers[i].chunk for i in members), t.src, t.dst, t.route, t.reduce,
-                 tuple(sorted(deps[m] - {m})), ())   # keyed by each pass (_prioritised)
-    return jobs
-
-
-def level_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Vectorised timing for very large forests (one dependency per transfer, as broadcasts have).
-
-    Tree levels are timed one after another; within a level each link serves its transfers in
-    order of readiness (FIFO, as the simulator does): ``s_i = max(r_i, s_{i-1} + d_{i-1})``, i.e.
-    ``s_i = C_i + max_{j<=i}(r_j - C_j)`` with ``C`` the prefix sum of durations on the link, a
-    grouped running maximum. A routed transfer is serialised on the first and the last link of
-    its route (its sender's and receiver's ports), the links that saturate on switch fabrics.
-    Returns (order by start, start, end).
-    """
-    n = len(jobs.msg)
-    hops, _, _, duration = _route_costs(jobs, topology, chunk_bytes)
-    first = np.fromiter((h[0] for h in hops), dtype=np.int64, count=n)
-    last = np.fromiter((h[-1] for h in hops), dtype=np.int64, count=n)
-    dep = np.fromiter((d[0] if d else -1 for d in jobs.deps), dtype=np.int64, count=n)
-    level = np.zeros(n, dtype=np.int64)
-    for i in np.nonzero(dep >= 0)[0].tolist():   # parents are created before their children
-        level[i] = level[dep[i]] + 1
-    free = np.zeros(len(topology.links))
-    start = np.zeros(n)
-    end = np.zeros(n)
-    for d in range(int(level.max()) + 1 if n else 0):
-        idx = np.nonzero(level == d)[0]
-        ready = np.where(dep[idx] >= 0, end[np.maximum(dep[idx], 0)], 0.0)
-        s = _serialize(ready, first[idx], duration[idx], free)
-        routed = last[idx] != first[idx]
-        if routed.any():
-            s2 = _serialize(s[routed], last[idx][routed], duration[idx][routed], free)
-            s[routed] = s2
-        start[idx] = s
-        end[idx] = s + duration[idx]
-    order = np.lexsort((level, start))
-    return order, start, end
-
-
-def slot_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
-                  slots: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Translation-invariant timing (:func:`synth.synthesis.scale.translated_trees`): one message per
-    tree, and the job on edge ``e`` of any tree runs in slot ``slots[e]``; a slot lasts the longest
-    transfer. Returns (order by start, start, end)."""
-    longest = float(_route_costs(jobs, topology, chunk_bytes)[3].max(initial=0.0))
-    edge = np.fromiter((key[-1] for key in jobs.key), dtype=np.int64, count=len(jobs.key))
-    slot = np.asarray(slots, dtype=np.float64)[edge]
-    start, end = slot * longest, (slot + 1) * longest   # a child's start is exactly its parent's end
-    return np.argsort(start, kind="stable"), start, end
-
-
-def replicated_schedule(jobs: _Jobs, topology: Topology, chunk_bytes: float,
-                        forest: Forest) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """Timing for a forest whose trees are translates of one another (``scale.box_trees``): time
-    the first tree alone with each *kind* of link as one resource (a kind: the roles of its two
-    ends, a rank or a switch of a given rank/switch degree), then give every tree the same times.
-
-    If translates put exactly one copy of each edge on each link of its kinds (boxes and rails
-    alike), no link then carries two transfers at once; that is checked on the real links and
-    None is returned when it fails (the caller falls back to the level timing).
-    """
-    per_tree = len(forest.trees[0].edges)
-    if any(len(t.edges) != per_tree for t in forest.trees) or len(jobs.msg) != per_tree * len(forest.trees):
-        return None
-    n = topology.num_ranks
-    degree = [(sum(1 for lk in topology.out_links[v] if lk.dst < n), len(topology.out_links[v]))
-              for v in range(topology.num_nodes)]
-    role = ["rank" if v < n else degree[v] for v in range(topology.num_nodes)]
-    kinds: dict[tuple, int] = {}
-    links_of, _, _, duration = _route_costs(jobs, topology, chunk_bytes)
-    edge = np.fromiter((key[-1] for key in jobs.key), dtype=np.int64, count=len(jobs.key))
-    tree = np.fromiter((key[-2] for key in jobs.key), dtype=np.int64, count=len(jobs.key))
-    first = np.nonzero(tree == tree[0])[0]
-    first = first[np.argsort(edge[first])]
-    if not np.array_equal(edge[first], np.arange(per_tree)):
-        return None
-    resources = []
-    for i in first.tolist():
-        ids = []
-        for lid in links_of[i]:
-            link = topology.links[lid]
-            ids.append(kinds.setdefault((role[link.src], role[link.dst]), len(kinds)))
-        resources.append(ids)
-    local = {int(j): pos for pos, j in enumerate(first.tolist())}
-    deps = [tuple(local[d] for d in jobs.deps[i]) for i in first.tolist()]
-    height = _heights(forest.trees[int(tree[0])])
-    keys = [(-height[forest.trees[int(tree[0])].edges[e][1]], e) for e in range(per_tree)]
-    _, start0, end0 = _fifo_schedule(deps, keys, resources, duration[first], len(kinds))
-    start, end = start0[edge], end0[edge]
-    if not np.allclose(end - start, duration):
-        return None
-    # check: no real link carries two transfers at once
-    rows = np.repeat(np.arange(len(jobs.msg)), [len(h) for h in links_of])
-    link_ids = np.fromiter((lid for h in links_of for lid in h), dtype=np.int64, count=len(rows))
-    order = np.lexsort((start[rows], link_ids))
-    same = link_ids[order][1:] == link_ids[order][:-1]
-    if (same & (start[rows][order][1:] < end[rows][order][:-1] - 1e-9)).any():
-        return None
-    return np.argsort(start, kind="stable"), start, end
-
-
-def _serialize(ready: np.ndarray, link: np.ndarray, duration: np.ndarray, free: np.ndarray) -> np.ndarray:
-    """FIFO-by-readiness start times on each link (see :func:`level_schedule`); updates ``free``."""
-    order = np.lexsort((ready, link))
-    r, lk, d = ready[order], link[order], duration[order]
-    head = np.ones(len(lk), dtype=bool)
-    head[1:] = lk[1:] != lk[:-1]
-    r = r.copy()
-    r[head] = np.maximum(r[head], free[lk[head]])
-    group = np.cumsum(head) - 1
-    csum = np.cumsum(d) - d                       # prefix sums, restarted per group below
-    csum -= (csum[head])[group]
-    big = (float(np.abs(r).max()) + float(csum.max()) + 1.0) * 4 if len(r) else 1.0
-    s = np.maximum.accumulate(r - csum + group * big) - group * big + csum
-    s = np.maximum(s, r)                          # no rounding below readiness
-    out = np.empty_like(s)
-    out[order] = s
-    tail = np.ones(len(lk), dtype=bool)
-    tail[:-1] = lk[1:] != lk[:-1]
-    free[lk[tail]] = (s + d)[tail]
-    return out
-
-
-def _pick(queue: list, hops: list[list[int]], free: list[float], t: float, taken: list[bool],
-          width: int = 8) -> tuple[int, float]:
-    """Among the ``width`` best-keyed ready transfers of a link, the one that can start first
-    (a routed transfer may wait for the far links of its route; a direct one never does);
-    transfers already ``taken`` into an earlier message are dropped from the queue. The queue is
-    only searched past its head while the transfers seen so far must wait."""
-    import heapq
-
-    head = []
-    best = None
-    while queue and len(head) < width:
-        item = heapq.heappop(queue)
-        if taken[item[1]]:
-            continue
-        route = hops[item[1]]
-        s = max(t, float(free[route[0]] if len(route) == 1 else max(free[link] for link in route)))
-        head.append(item)
-        if best is None or s < best[1] - 1e-12:
-            best = (len(head) - 1, s)
-        if s <= t:
-            break
-    pos, s = best
-    for other, item in enumerate(head):
-        if other != pos:
-            heapq.heappush(queue, item)
-    return head[pos][1], s
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1019,7 +524,7 @@ def _usage(forest: Forest, topology: Topology) -> _Usage:
         for e, (parent, child) in enumerate(tree.edges):
             route = tree.routes[e][0][0]
             src, dst, route = _real_edge(forest, parent, child, route)
-            links, route_alpha_us, route_bw = _route_cost((src, *route, dst), link_index, alpha, bw)
+            links, route_alpha_us, route_bw = route_cost((src, *route, dst), link_index, alpha, bw)
             for link in links:
                 r.append(link)
                 a.append(route_alpha_us)
@@ -1245,8 +750,8 @@ def _split_allreduce(topology: Topology, collective: Collective, size_bytes: flo
         return None
     roots = tuple(range(n))
 
-    def fits(jobs: _Jobs, heads: list[int] | None) -> bool:
-        steps = _connection_steps(jobs, heads)
+    def fits(jobs: Jobs, heads: list[int] | None) -> bool:
+        steps = connection_steps(jobs, heads)
         # each phase keeps its own channels, so a connection splits over half of them
         return (max(steps.values(), default=0) * STEP_MARGIN <= MAX_CHANNELS // 2 * MAX_STEPS_PER_TB
                 and _busiest_rank_xml(steps, n) <= MAX_XML_NODES)
@@ -1369,7 +874,7 @@ def _forward_paths(topology: Topology, collective: Collective, size_bytes: float
     chunk, coalesced as in :func:`list_schedule`), for each plan, each of ``priorities`` of :func:`_path_jobs`
     and each of ``counts_tried`` chunks per rank piece (or ``--chunks``) within MSCCL's limits; the
     fastest is kept (behind shared switch links by the mean of the planned and the replayed makespan,
-    :func:`_replayed_makespan`). With ``alternatives`` the best of every other priority comes along as
+    :func:`replayed_makespan`). With ``alternatives`` the best of every other priority comes along as
     the schedule's alternatives, for the pipeline to time (behind switches the score mispredicts which
     priority the runtime serves best). None if no candidate fits."""
     name = collective.name
@@ -1392,7 +897,7 @@ def _forward_paths(topology: Topology, collective: Collective, size_bytes: float
         if jobs is None:
             continue
         if shared is None:
-            shared = bool(topology.switches) and _shares_links(jobs)
+            shared = bool(topology.switches) and shares_links(jobs)
         # rounds: each count's best is a runner-up of its own (see _timed_paths)
         kind = (priority, chunks) if priority == "rounds" else (priority, 0)
         for score, start, end, heads in _timed_paths(jobs, topology, chunk_bytes, priority == "rounds", shared):
@@ -1407,7 +912,7 @@ def _forward_paths(topology: Topology, collective: Collective, size_bytes: float
                                    for found in (ranked if alternatives else ranked[:1])])
 
 
-def _timed_paths(jobs: _Jobs, topology: Topology, chunk_bytes: float, in_rounds: bool, shared: bool):
+def _timed_paths(jobs: Jobs, topology: Topology, chunk_bytes: float, in_rounds: bool, shared: bool):
     """(score, start, end, heads) of each timing of path ``jobs`` that fits MSCCL's limits: list
     schedules plain and coalesced (:data:`BUILT`), or, for rounds of circuits, every link in round
     order (:func:`synth.synthesis.circuits.ordered_schedule`; nothing else keeps the rounds).
@@ -1419,7 +924,7 @@ def _timed_paths(jobs: _Jobs, topology: Topology, chunk_bytes: float, in_rounds:
     further apart than their plans (dgx-a100-4node: 33.3 ms to 36.0 ms for plans within 1 %)."""
     n = topology.num_ranks
     limit = MAX_CHANNELS * MAX_STEPS_PER_TB
-    costs = _route_costs(jobs, topology, chunk_bytes)
+    costs = route_costs(jobs, topology, chunk_bytes)
     for how in (("ordered",) if in_rounds else (None, *BUILT)):
         if how == "ordered":
             links, _, _, duration = costs
@@ -1428,21 +933,21 @@ def _timed_paths(jobs: _Jobs, topology: Topology, chunk_bytes: float, in_rounds:
             order, start, end = list_schedule(jobs, topology, chunk_bytes, coalesce=how is not None,
                                               **(asdict(how) if how is not None else {}), costs=costs)
         heads = list(jobs.head) if isinstance(how, Coalescing) else None   # only coalescing merges jobs
-        steps = _connection_steps(jobs, heads)
+        steps = connection_steps(jobs, heads)
         if max(steps.values()) > limit or _busiest_rank_xml(steps, n) > MAX_XML_NODES:
             continue
         makespan = float(end.max())
-        score = (makespan + _replayed_makespan(jobs, topology, chunk_bytes, order, costs)) / 2 \
+        score = (makespan + replayed_makespan(jobs, topology, chunk_bytes, order, costs)) / 2 \
             if shared and not in_rounds else makespan
         yield score, start, end, heads
 
 
 def _path_schedule_of(topology: Topology, name: str, size_bytes: float, method: str, score: float,
-                      coll: Collective, jobs: _Jobs, start: np.ndarray, end: np.ndarray, heads: list[int] | None,
+                      coll: Collective, jobs: Jobs, start: np.ndarray, end: np.ndarray, heads: list[int] | None,
                       plans: tuple[PathPlan, ...], priority: str) -> Schedule:
     """The Schedule of one timed path candidate of :func:`_forward_paths` (``priority``: how its jobs were ordered)."""
     n = topology.num_ranks
-    groups = _message_groups(jobs, heads)
+    groups = message_groups(jobs, heads)
     transfers = [Transfer(float(start[i]), float(end[i]), chunk, jobs.src[i], jobs.dst[i], False, jobs.route[i], 0,
                           groups[i]) for i, msg in enumerate(jobs.msg) for chunk in msg]
     transfers.sort(key=lambda t: (t.start, t.end))
@@ -1454,7 +959,7 @@ def _path_schedule_of(topology: Topology, name: str, size_bytes: float, method: 
 
 
 def _path_jobs(coll: Collective, plans: tuple[PathPlan, ...], chunks: int, fabric: Topology, chunk_bytes: float,
-               priority: str = "deadline", levelled: bool = True) -> _Jobs | None:
+               priority: str = "deadline", levelled: bool = True) -> Jobs | None:
     """One job per chunk and hop, for the paths of every plan (one per root): rank ``q``'s chunks from
     the plan's root are shared among its paths in proportion to their flow (:func:`_levelled_counts`,
     ``levelled`` or piece by piece), a contiguous block each, and pipelined down the path.
@@ -1475,10 +980,10 @@ def _path_jobs(coll: Collective, plans: tuple[PathPlan, ...], chunks: int, fabri
     _, _, bw, alpha = fabric.arrays
 
     def hop_load(src: int, dst: int, route: tuple[int, ...]) -> tuple[list[int], float]:
-        links, route_alpha_us, route_bw = _route_cost((src, *route, dst), link_index, alpha, bw)
+        links, route_alpha_us, route_bw = route_cost((src, *route, dst), link_index, alpha, bw)
         return links, route_alpha_us + chunk_bytes / (route_bw * 1e3)
 
-    jobs = _Jobs.empty()
+    jobs = Jobs.empty()
     first = 0    # paths numbered across plans, for the priority's last ties
     base = "position" if priority == "rounds" else priority
     counts_of = _levelled_counts(plans, chunks, hop_load, levelled)
@@ -1554,12 +1059,12 @@ def _levelled_counts(plans: tuple[PathPlan, ...], chunks: int, hop_load,
     return counts_by_piece
 
 
-def _in_circuit_rounds(jobs: _Jobs, fabric: Topology, chunk_bytes: float) -> _Jobs | None:
+def _in_circuit_rounds(jobs: Jobs, fabric: Topology, chunk_bytes: float) -> Jobs | None:
     """``jobs`` (keyed by position) keyed by the round of :func:`synth.synthesis.circuits.circuit_rounds`
     instead: switch hops in rounds of disjoint circuits, a path's other hops a round per hop before or
     after its bottleneck; paths without a switch hop by position, spread over as many rounds. None
     where no path crosses a switch."""
-    links, _, _, duration = _route_costs(jobs, fabric, chunk_bytes)
+    links, _, _, duration = route_costs(jobs, fabric, chunk_bytes)
     chains = circuits.chains_of(jobs.deps)
     rounds_of = circuits.circuit_rounds(chains, links, [bool(route) for route in jobs.route], duration, jobs.key)
     if all(r is None for r in rounds_of):
@@ -2045,9 +1550,9 @@ def _timed_forward(coll: Collective, plans: list[Forest], topology: Topology, ch
     # timed plain and coalesced: the fastest is kept
     for priority in priorities:
         jobs = _forward_jobs(plans, n, chunks, messages, priority, tail, 0 if joint else 1)
-        if len(jobs.msg) > MAX_TRANSFERS or len(jobs.msg) > LEVEL_JOBS or (topology.switches and _shares_links(jobs)):
+        if len(jobs.msg) > MAX_TRANSFERS or len(jobs.msg) > LEVEL_JOBS or (topology.switches and shares_links(jobs)):
             return None
-        costs = _route_costs(jobs, topology, chunk_bytes)
+        costs = route_costs(jobs, topology, chunk_bytes)
         for how in (None, *coalescings):
             if how is None and fits is not None and not fits(jobs, None):
                 continue   # one message per job: its steps are known before the timing
@@ -2064,7 +1569,7 @@ def _timed_forward(coll: Collective, plans: list[Forest], topology: Topology, ch
     makespan = float(end.max()) if len(end) else 0.0
     if not build:
         return makespan, []
-    groups = _message_groups(jobs, heads)
+    groups = message_groups(jobs, heads)
     out = []
     for i in order:
         for chunk in jobs.msg[i]:
@@ -2073,22 +1578,14 @@ def _timed_forward(coll: Collective, plans: list[Forest], topology: Topology, ch
     return makespan, out
 
 
-def _message_groups(jobs: _Jobs, heads: list[int] | None) -> list[int]:
-    """Transfer ``group`` per job: its message's first job when the message has several chunks or
-    coalesced several jobs (``heads``, from a coalescing timing), else -1 (a one-chunk step)."""
-    heads = heads if heads is not None else list(range(len(jobs.msg)))
-    shared = {h for i, h in enumerate(heads) if h != i}
-    return [h if len(msg) > 1 or h in shared else -1 for msg, h in zip(jobs.msg, heads)]
-
-
 def _forward_jobs(plans: list[Forest], n: int, chunks: int, messages: int | None,
                   priority: dict[tuple[int, int, int], float] | None, tail: int = 0,
-                  gather_phase: int = 1) -> _Jobs:
+                  gather_phase: int = 1) -> Jobs:
     """Jobs of :func:`_timed_forward`: reductions leaf to root, then (allreduce) the allgather of
     each piece released by the jobs that complete its sum at the owner. The allgather's jobs rank
     after every reduction job (``gather_phase`` 1) or by pipeline position with them (0)."""
     reduce_forest = plans[0]
-    jobs = _Jobs.empty()
+    jobs = Jobs.empty()
     if_reduced: dict[int, list[int]] = defaultdict(list)
     for r in range(n):
         _spread(reduce_forest, r, [r * chunks + s for s in range(chunks)], messages,
@@ -2128,7 +1625,7 @@ def _message_count(tree_chunks: int, parts: int | None, tail: int) -> int:
     return parts + max(tail, 0) if parts else tree_chunks
 
 
-def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: float, offset: float,
+def _timed_phase(jobs: Jobs, forest: Forest, topology: Topology, chunk_bytes: float, offset: float,
                  reducing: bool, build: bool = True, channel: int = 0,
                  coalesce: bool = False,
                  coalescings: tuple[Coalescing, ...] = (Coalescing(),)
@@ -2149,7 +1646,7 @@ def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: f
         order, start, end = level_schedule(jobs, fabric, chunk_bytes)
         order = order.tolist()
     else:
-        costs = _route_costs(jobs, fabric, chunk_bytes)
+        costs = route_costs(jobs, fabric, chunk_bytes)
         order, start, end = list_schedule(jobs, fabric, chunk_bytes, costs=costs)
         # Coalescing usually cuts α on bottleneck links but can delay a pipeline: keep the faster.
         # Mirrored into reductions too: once the lowering kept the planned order (blocks per
@@ -2159,59 +1656,18 @@ def _timed_phase(jobs: _Jobs, forest: Forest, topology: Topology, chunk_bytes: f
             merged = list_schedule(jobs, fabric, chunk_bytes, coalesce=True, **asdict(how), costs=costs)
             if merged[2].max() < end.max() - 1e-9:
                 (order, start, end), heads = merged, list(jobs.head)
-        if topology.switches and not forest.reversed and REPLAY and not build and _shares_links(jobs):
+        if topology.switches and not forest.reversed and REPLAY and not build and shares_links(jobs):
             # Search score on switch fabrics. Links there are shared by many connections, and the
             # runtime serves them in the order sends become ready, not by our priority; replay
             # that rule (each connection's sends in priority order, spread round-robin over
             # threadblocks of <= 64 steps, no backfilling) and score the mean of the two makespans
             # (the simulator lies between them). The transfers keep the priority order's times.
-            return [], (float(end.max()) + _replayed_makespan(jobs, fabric, chunk_bytes, order, costs)) / 2
+            return [], (float(end.max()) + replayed_makespan(jobs, fabric, chunk_bytes, order, costs)) / 2
     makespan = float(end.max()) if len(end) else 0.0
     if not build:
         return [], makespan
-    return _phase_transfers(jobs, forest, order, start, end, makespan, offset, reducing, channel, heads), makespan
-
-
-def _replayed_makespan(jobs: _Jobs, fabric: Topology, chunk_bytes: float, order: list[int],
-                       costs: tuple | None = None) -> float:
-    """Makespan under the runtime's rule (:func:`list_schedule` with ``chained``): each connection's
-    sends in ``order``, spread round-robin over threadblocks of at most ``MAX_STEPS_PER_TB`` steps."""
-    count: dict[tuple[int, int], int] = defaultdict(int)
-    for i in order:
-        count[(jobs.src[i], jobs.dst[i])] += 1
-    width = {c: max(1, math.ceil(v / MAX_STEPS_PER_TB)) for c, v in count.items()}
-    seen: dict[tuple[int, int], list[int]] = defaultdict(list)
-    chained = [-1] * len(jobs.msg)
-    for i in order:
-        prev = seen[(jobs.src[i], jobs.dst[i])]
-        m = width[(jobs.src[i], jobs.dst[i])]
-        chained[i] = prev[-m] if len(prev) >= m else -1
-        prev.append(i)
-    return float(list_schedule(jobs, fabric, chunk_bytes, chained, costs=costs)[2].max())
-
-
-def _phase_transfers(jobs: _Jobs, forest: Forest, order: list[int], start: np.ndarray, end: np.ndarray,
-                     makespan: float, offset: float, reducing: bool, channel: int,
-                     heads: list[int] | None) -> list[Transfer]:
-    """The Transfers of one timed phase (its broadcasts mirrored into reductions on a reversed forest,
-    about its ``makespan``)."""
-    starts, ends = start.tolist(), end.tolist()
-    if forest.reversed:  # mirror: t -> T - t, and every transfer runs the other way
-        starts, ends = [makespan - e for e in ends], [makespan - x for x in starts]
-    groups = _message_groups(jobs, heads)
-    out = []
-    append = out.append
-    for i in order:
-        msg = jobs.msg[i]
-        group = groups[i]
-        s, e = starts[i] + offset, ends[i] + offset
-        if forest.reversed:
-            src, dst, route, red = jobs.dst[i], jobs.src[i], jobs.route[i][::-1], reducing
-        else:
-            src, dst, route, red = jobs.src[i], jobs.dst[i], jobs.route[i], False
-        for chunk in msg:
-            append(Transfer(s, e, chunk, src, dst, red, route, channel, group))
-    return out
+    transfers = phase_transfers(jobs, forest.reversed, order, start, end, makespan, offset, reducing, channel, heads)
+    return transfers, makespan
 
 
 def _tree_edges(forest: Forest, fabric: Topology, per_root_bytes: float) -> rounds.TreeEdges | None:
@@ -2236,11 +1692,11 @@ def _tree_edges(forest: Forest, fabric: Topology, per_root_bytes: float) -> roun
     return rounds.TreeEdges(tuple(waits), tuple(links), np.array(data_us), np.array(alpha_us), len(fabric.links))
 
 
-def _round_jobs(coll: Collective, forest: Forest, phase: int, chunks: int, shares: np.ndarray) -> _Jobs:
+def _round_jobs(coll: Collective, forest: Forest, phase: int, chunks: int, shares: np.ndarray) -> Jobs:
     """One job per tree edge and round that moves chunks: the chunks of the tree's prefix between
     the two rounds' shares (rounded down to whole chunks), waiting for the parent's jobs that carry them."""
     plain = replace(forest, reversed=False)
-    jobs = _Jobs.empty()
+    jobs = Jobs.empty()
     edge = 0
     ids_of = {t: ids for root in dict.fromkeys(tree.root for tree in plain.trees)
                  for t, ids in _tree_shares(plain, root, _root_chunk_ids(coll, root, chunks))}
@@ -2300,7 +1756,7 @@ def _timed_rounds(topology: Topology, coll: Collective, plans: list[Forest], chu
         offset = 0.0
         for phase, (forest, fabric, plan) in enumerate(planned):
             jobs = _round_jobs(timed, forest, phase, chunks, plan.shares)
-            if max(_connection_steps(jobs).values()) > MAX_CHANNELS * MAX_STEPS_PER_TB:
+            if max(connection_steps(jobs).values()) > MAX_CHANNELS * MAX_STEPS_PER_TB:
                 break
             # each connection sends in round order (one threadblock chain); links serve them as ready
             chained = [-1] * len(jobs.msg)
@@ -2311,37 +1767,13 @@ def _timed_rounds(topology: Topology, coll: Collective, plans: list[Forest], chu
                 last[link] = i
             order, start, end = list_schedule(jobs, fabric, chunk_bytes, chained)
             makespan = float(end.max())
-            transfers += _phase_transfers(jobs, forest, order, start, end, makespan, offset, timed.is_reduction,
+            transfers += phase_transfers(jobs, forest.reversed, order, start, end, makespan, offset, timed.is_reduction,
                                           phase, None)
             offset += makespan
         else:
             if best is None or offset < best[1]:
                 best = (timed, offset, transfers, chunks)
     return best
-
-
-def _connection_steps(jobs: _Jobs, heads: list[int] | None = None) -> dict[tuple[int, int, bool], int]:
-    """MSCCL steps per rank pair and phase (reduction or not): one per message of up to
-    ``MAX_STEP_CHUNKS`` chunks. ``heads``: each job's message, from a coalescing timing (None: every job
-    its own message)."""
-    chunks: dict[int, int] = defaultdict(int)
-    for i, msg in enumerate(jobs.msg):
-        chunks[i if heads is None else heads[i]] += len(msg)
-    steps: dict[tuple[int, int, bool], int] = defaultdict(int)
-    for head, count in chunks.items():
-        steps[(jobs.src[head], jobs.dst[head], jobs.reduce[head])] += -(-count // MAX_STEP_CHUNKS)
-    return steps
-
-
-def _shares_links(jobs: _Jobs) -> bool:
-    """Do two rank pairs send over a common switch link (so the runtime's arbitration matters)?"""
-    owner: dict[tuple[int, int], tuple[int, int]] = {}
-    for src, dst, route in set(zip(jobs.src, jobs.dst, jobs.route)):
-        nodes = (src, *route, dst)
-        for hop in zip(nodes, nodes[1:]):
-            if owner.setdefault(hop, (src, dst)) != (src, dst):
-                return True
-    return False
 
 
 def _per_root_bytes(name: str, n: int, size_bytes: float) -> float:
@@ -2505,11 +1937,11 @@ def _messages(chunk_ids: list[int], parts: int | None, tail: int = 0) -> list[tu
 
 
 def _phase_jobs(coll: Collective, forest: Forest, phase: int, chunks: int, parts: int | None,
-                height_weight: float = 1.0, tail: int = 0) -> _Jobs:
+                height_weight: float = 1.0, tail: int = 0) -> Jobs:
     """Broadcast jobs of one phase on its planning fabric (a reversed forest is mirrored later)."""
     name, n, root = coll.name, coll.num_ranks, coll.root
     plain = replace(forest, reversed=False)
-    jobs = _Jobs.empty()
+    jobs = Jobs.empty()
 
     def emit(t: int, messages: list[tuple[int, ...]]) -> None:
         add_broadcast(jobs, plain, t, messages, phase, height_weight=height_weight)
