@@ -164,7 +164,8 @@ def _irregular_five() -> Topology:
 
 def test_more_trees_per_root_where_few_lose_the_splits_rate():
     from synth.program.lower import lower
-    from synth.synthesis.trees import SPLIT_TREES, synthesize
+    from synth.synthesis.trees import synthesize
+    from synth.synthesis.trees.tuning import SPLIT_TREES
     from synth.verify import verify
 
     topology = _irregular_five()
