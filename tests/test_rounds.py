@@ -70,7 +70,7 @@ def test_round_timed_schedule_verifies_and_simulates_as_planned(monkeypatch):
     assert timed is not None
     coll2, makespan, transfers, chunks = timed
     schedule = trees.programs.forest_schedule(topology, coll2, transfers, makespan, plans, 2**26, "trees",
-                                              chunks_per_root=chunks, round_timed=trees.tuning.ROUNDS)
+                                              chunks_per_root=chunks, round_timed=trees.tuning.TUNING.rounds)
     program = lower(schedule)
     assert verify(program).ok
     assert simulate(program, topology, 2**26, record_events=False).time_us == pytest.approx(makespan, rel=1e-6)
@@ -90,7 +90,7 @@ def test_mi250_allgather_by_rounds_within_two_percent_of_the_bound():
     topology = load_topology("mi250")
     size = 2**30
     schedule = trees.synthesize(topology, Collective("allgather", 16), size, SynthOptions())
-    assert schedule.notes["round_timed"] == trees.tuning.ROUNDS
+    assert schedule.notes["round_timed"] == trees.tuning.TUNING.rounds
     assert schedule.collective.runtime_divides(size)
     program = lower(schedule)
     assert verify(program).ok
@@ -117,5 +117,5 @@ def test_allreduce_on_a_fabric_equal_to_its_reverse_solves_one_round_lp(monkeypa
     coll2, makespan, transfers, chunks = timed
     assert len(calls) == 1
     schedule = trees.programs.forest_schedule(topology, coll2, transfers, makespan, plans, 2**26, "trees",
-                                              chunks_per_root=chunks, round_timed=trees.tuning.ROUNDS)
+                                              chunks_per_root=chunks, round_timed=trees.tuning.TUNING.rounds)
     assert verify(lower(schedule)).ok

@@ -244,8 +244,7 @@ def test_translated_trees_balance_small_odd_tori(dims):
 # the large path in trees (synth.synthesis.trees.forest)
 # ---------------------------------------------------------------------------------------------
 def test_large_forest_dispatch(monkeypatch):
-    for m in (trees.forest, trees.depth, trees.pipeline, trees.programs):
-        monkeypatch.setattr(m, "LARGE_RANKS", 8)
+    monkeypatch.setattr(trees.tuning, "TUNING", replace(trees.tuning.TUNING, large_ranks=8))
     topo = generators.torus([6, 6])
     roots = tuple(range(36))
     for reverse in (False, True):
@@ -262,15 +261,13 @@ def test_large_forest_dispatch(monkeypatch):
     for tree in forest.trees:
         _assert_shortest_path_spanning_tree(other, tree.root, list(tree.edges))
     # at the default threshold a 36-rank torus takes the exact packing path (no slots)
-    for m in (trees.forest, trees.depth, trees.pipeline, trees.programs):
-        monkeypatch.setattr(m, "LARGE_RANKS", 256)
+    monkeypatch.setattr(trees.tuning, "TUNING", replace(trees.tuning.TUNING, large_ranks=256))
     assert trees.plan_forest(topo, roots).slots is None
 
 
 @pytest.mark.parametrize("name", ["allgather", "reducescatter", "allreduce"])
 def test_slot_timing_is_contention_free_in_simulation(monkeypatch, name):
-    for m in (trees.forest, trees.depth, trees.pipeline, trees.programs):
-        monkeypatch.setattr(m, "LARGE_RANKS", 8)
+    monkeypatch.setattr(trees.tuning, "TUNING", replace(trees.tuning.TUNING, large_ranks=8))
     calls = []
     real_slot_schedule = timing.slot_schedule
 

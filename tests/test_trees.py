@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import replace
 from fractions import Fraction
 
 import pytest
@@ -171,9 +172,8 @@ def _boxes(nb: int = 3, per: int = 4) -> Topology:
 def test_large_scale_path_verifies(monkeypatch, name):
     import synth.synthesis.trees as trees_module
 
-    for m in (trees_module.forest, trees_module.depth, trees_module.pipeline, trees_module.programs):
-        monkeypatch.setattr(m, "LARGE_RANKS", 4)
-    monkeypatch.setattr(trees_module.timed, "LEVEL_JOBS", 0)   # exercise the vectorised timing too
+    # level_jobs 0: exercise the vectorised timing too
+    monkeypatch.setattr(trees_module.tuning, "TUNING", replace(trees_module.tuning.TUNING, large_ranks=4, level_jobs=0))
     for topology in (_boxes(), _bidir(9, [(i, (i + 1) % 9, 50) for i in range(9)]
                                       + [(i, (i + 3) % 9, 50) for i in range(9)], name="circ9")):
         schedule, _ = _verified(topology, name, 2**24)
@@ -266,7 +266,7 @@ def test_overlapped_allreduce_beats_the_sum_of_its_phase_bounds_on_a_mesh(monkey
     from synth.synthesis import trees
     from synth.topology import generators
 
-    monkeypatch.setattr(trees.split_allreduce, "SPLIT_GAIN", 1.0)
+    monkeypatch.setattr(trees.tuning, "TUNING", replace(trees.tuning.TUNING, split_gain=1.0))
 
     topology = generators.mesh([5, 5])
     size = 2**30
@@ -287,9 +287,8 @@ def test_replicated_timing_of_box_trees_is_contention_free_and_beats_level_timin
     from synth.bounds import compute_bounds
     from synth.topology import generators
 
-    for m in (trees_module.forest, trees_module.depth, trees_module.pipeline, trees_module.programs):
-        monkeypatch.setattr(m, "LARGE_RANKS", 8)
-    monkeypatch.setattr(trees_module.timed, "LEVEL_JOBS", 0)   # the fallback at scale is the level timing
+    # level_jobs 0: the fallback at scale is the level timing
+    monkeypatch.setattr(trees_module.tuning, "TUNING", replace(trees_module.tuning.TUNING, large_ranks=8, level_jobs=0))
     topology = generators.boxes_behind_nics(8, per_box=4, intra_bw=300, intra_alpha=0.7)
     forest = plan_forest(topology, tuple(range(32)))
     assert forest.replicated
@@ -585,7 +584,8 @@ def test_ring_broadcast_pipelines_deeper_than_the_multi_root_grid():
     topology = ring(8)
     size = 2**30
     schedule, sim = _verified(topology, "broadcast", size)
-    assert schedule.notes["chunks_per_root"] > trees.tuning.MAX_CHUNKS // 2   # the search went past P = 128 per tree
+    # the search went past P = 128 per tree
+    assert schedule.notes["chunks_per_root"] > trees.tuning.TUNING.max_chunks // 2
     bound_us = compute_bounds(topology, schedule.collective, size).time_bound_us
     assert bound_us / sim.time_us > 0.96
     check_runtime_limits(lower(schedule))

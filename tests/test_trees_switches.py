@@ -96,7 +96,7 @@ def star_plan(num_ranks: int = 4):
     fabric = integer_fabric(star(num_ranks))
     weights = {r: 1 for r in range(num_ranks)}
     optimal = optimal_ratio(fabric, weights)
-    k, caps, ratio = choose_capacities(fabric, weights, optimal, trees.tuning.DEFAULT_MAX_TREES)
+    k, caps, ratio = choose_capacities(fabric, weights, optimal, trees.tuning.TUNING.default_max_trees)
     assert ratio == optimal
     return fabric, caps, weights, k
 
@@ -273,7 +273,7 @@ def test_polish_brings_dgx_a100_4node_allgather_to_the_target():
                                                       timing=trees.timed.Timing(4.0, coalescings=coalescings))
         return compute_bounds(topo, coll, GiB).time_bound_us / makespan
 
-    built, polished = ratio(trees.tuning.BUILT), ratio(trees.tuning.BUILT + trees.tuning.POLISH)
+    built, polished = ratio(trees.tuning.TUNING.built), ratio(trees.tuning.TUNING.built + trees.tuning.TUNING.polish)
     assert built < 0.98 <= polished    # 0.9764 -> 0.9807
 
 
@@ -291,9 +291,9 @@ def test_timing_with_more_alpha_shares_keeps_the_fastest():
         coll, makespan, _ = trees.timed.timed_forests(topo, collective, plans, 39, 3, GiB, timing=how)
         return compute_bounds(topo, coll, GiB).time_bound_us / makespan
 
-    assert len(trees.tuning.ALPHA_SHARES) > 1 and trees.tuning.ALPHA_SHARES[0] == timing.ALPHA_SHARE
+    assert len(trees.tuning.TUNING.alpha_shares) > 1 and trees.tuning.TUNING.alpha_shares[0] == timing.ALPHA_SHARE
     default, half = timed((timing.ALPHA_SHARE,)), timed((timing.ALPHA_SHARE / 2,))
-    every = timed(trees.tuning.ALPHA_SHARES)
+    every = timed(trees.tuning.TUNING.alpha_shares)
     assert default < 0.98 <= half
     assert every == pytest.approx(max(default, half))   # 0.02 is slower here
 

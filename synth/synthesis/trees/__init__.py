@@ -37,22 +37,22 @@ A message of more than 71 chunks is lowered as several MSCCL steps and is timed 
 
 Coalescing (broadcasts, and reductions timed as mirrored broadcasts): when a link frees up, the
 transfer it starts also carries the queued transfers of the same root that continue its chunks on
-the same route (one step with ``cnt`` > 1, one α), until α is ``ALPHA_SHARE`` of the message. Only
+the same route (one step with ``cnt`` > 1, one α), until α is ``timing.ALPHA_SHARE`` of the message. Only
 bottleneck links build such a backlog, so α drops where it costs time while the pipeline keeps
 small messages elsewhere; each phase keeps the faster of the coalesced and the plain timing. The
-shape the search settles on is built once more with each share in ``ALPHA_SHARES``: where α is most
+shape the search settles on is built once more with each share in ``TUNING.alpha_shares``: where α is most
 of the gap (NVSwitch ports pay it twice), half the share means longer messages and fewer α.
-The shape finally kept (after the trees-per-root search) is polished (:func:`polish`, ``POLISH``):
+The shape finally kept (after the trees-per-root search) is polished (:func:`polish`, ``TUNING.polish``):
 timed again with messages that are at most ``0.7×`` what their links still carry after them
 (each link's stream ends in shrinking messages while its earlier ones grow) and with the transfers
 ready at one instant queued together before a link starts one (so the first does not leave alone).
 
 Round timing: where α, fill and drain still cost more than 1 % at a bandwidth-bound SIZE, the same
-forests are also timed by rounds (:mod:`synth.synthesis.rounds`): an LP over ``ROUNDS`` rounds
+forests are also timed by rounds (:mod:`synth.synthesis.rounds`): an LP over ``TUNING.rounds`` rounds
 chooses which prefix of each tree's data crosses each tree edge in which round, with one α per
 message, and every connection then sends in round order as soon as data and links allow. The faster
 schedule is kept (mi250 1 GiB allgather: 0.968 of the bound as a list schedule, 0.985 by rounds).
-The LP grows with tree edges × rounds; beyond ``ROUND_VARIABLES`` shares it is not tried, nor on
+The LP grows with tree edges × rounds; beyond ``TUNING.round_variables`` shares it is not tried, nor on
 switch fabrics (see :func:`schedule_from_plans`).
 
 Switches: ranks are first paired through the switches so that no two rank pairs share a switch
@@ -66,12 +66,12 @@ the path a send between those ranks takes (:func:`synth.topology.routes.rank_rou
 switch splitting is restricted to such paths, which can cost rate on fabrics whose fixed paths leave
 links idle (e.g. a second spine).
 
-Scale: beyond ``LARGE_RANKS`` ranks one tree per root comes from :mod:`synth.synthesis.scale`.
+Scale: beyond ``TUNING.large_ranks`` ranks one tree per root comes from :mod:`synth.synthesis.scale`.
 Translates of one tree (tori, boxes) are timed once and the times copied to every translate
 (:func:`slot_schedule`, :func:`replicated_schedule`); other huge schedules level by level
-(:func:`level_schedule`). Up to ``TREE_SEARCH_RANKS`` ranks 16, 8 and 4 trees per root are tried
+(:func:`level_schedule`). Up to ``TUNING.tree_search_ranks`` ranks 16, 8 and 4 trees per root are tried
 besides the optimum's count (fewer messages per link at a rate within ~1/K of the optimum).
-Reductions are also timed forward, leaf to root (:func:`timed_forward`), below ``FORWARD_JOBS``.
+Reductions are also timed forward, leaf to root (:func:`timed_forward`), below ``TUNING.forward_jobs``.
 
 Modules: :mod:`.forest` (planning), :mod:`.jobs` (messages down and up trees), :mod:`.messages`
 (message shapes, chunk counts, MSCCL limits), :mod:`.timed` (timing forests on
@@ -84,5 +84,7 @@ from synth.synthesis.trees.forest import Forest, PlannedTree, plan_forest
 from synth.synthesis.trees.messages import split_chunks
 from synth.synthesis.trees.method import METHOD, synthesize
 from synth.synthesis.trees.pipeline import schedule_from_plans
+from synth.synthesis.trees.tuning import TreesTuning
 
-__all__ = ["METHOD", "Forest", "PlannedTree", "plan_forest", "schedule_from_plans", "split_chunks", "synthesize"]
+__all__ = ["METHOD", "Forest", "PlannedTree", "TreesTuning", "plan_forest", "schedule_from_plans", "split_chunks",
+           "synthesize"]

@@ -15,6 +15,7 @@ from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.synthesis.base import MAX_CHANNELS, MAX_STEPS_PER_TB, MAX_XML_NODES
 from synth.synthesis.timing import route_cost
+from synth.synthesis.trees import tuning
 from synth.synthesis.trees.forest import Forest
 from synth.synthesis.trees.jobs import real_edge
 from synth.synthesis.trees.messages import (
@@ -30,20 +31,7 @@ from synth.synthesis.trees.messages import (
     tree_messages,
 )
 from synth.synthesis.trees.timed import Timing, forward_fits, timed_forests
-from synth.synthesis.trees.tuning import (
-    DEEP_GRID,
-    HALVING,
-    HALVING_CHUNKS,
-    LARGE_RANKS,
-    MAX_CHUNKS,
-    MAX_TAIL_CHUNKS,
-    ONE_ROOT,
-    ONE_ROOT_CHUNKS,
-    PIPELINE_GRID,
-    REFINE_JOBS,
-    TAIL_GAIN,
-    TAIL_SPLITS,
-)
+from synth.synthesis.trees.tuning import HALVING, ONE_ROOT
 from synth.topology.model import Topology
 
 
@@ -112,23 +100,24 @@ def refine_depth(topology: Topology, collective: Collective, plans: list[Forest]
     """Search the pipeline depth, timing each candidate with the list schedule (the closed form is
     rough about fill and drain), while schedules are cheap and the time limit allows.
 
-    Three message shapes are tried, each hill-climbed on :data:`PIPELINE_GRID` (broadcast and reduce,
-    whose one piece is the whole buffer, also on :data:`DEEP_GRID`, up to ``ONE_ROOT_CHUNKS`` chunks and
-    within a rank's XML nodes, :func:`xml_nodes`): ``P`` messages per
+    Three message shapes are tried, each hill-climbed on :attr:`TreesTuning.pipeline_grid` (broadcast and
+    reduce, whose one piece is the whole buffer, also on :attr:`TreesTuning.deep_grid`, up to
+    ``TUNING.one_root_chunks`` chunks and within a rank's XML nodes, :func:`xml_nodes`): ``P`` messages per
     distinct tree (``C = k·P`` chunks per root; a tree of multiplicity ``m`` sends messages of
     ``m`` chunks); one chunk per message (``C = k·P``; a tree of multiplicity ``m`` sends
     ``m·P`` equal messages, so every link pays α in proportion to its bytes, not to the number of
     trees crossing it); and ``P`` messages per tree whose last one is halved ``L`` times
-    (``C = k·P·2^L``, :func:`message_shapes`), with ``L`` from :data:`TAIL_SPLITS` (``P`` is climbed at
+    (``C = k·P·2^L``, :func:`message_shapes`), with ``L`` from :attr:`TreesTuning.tail_splits` (``P`` is climbed at
     the first, the others are timed at the ``P`` found) when the best of the first two is more than
-    ``TAIL_GAIN`` above ``floor`` (the forest's bandwidth time). There the halving shape
-    (``tail == HALVING``, ``C = k·P`` with ``P`` from :data:`HALVING_CHUNKS`; allreduce: the first) is timed too.
+    ``TUNING.tail_gain`` above ``floor`` (the forest's bandwidth time). There the halving shape
+    (``tail == HALVING``, ``C = k·P`` with ``P`` from :attr:`TreesTuning.halving_chunks`; allreduce: the first)
+    is timed too.
     Each shape is timed at the nearest ``C`` that ``fit`` allows (:func:`runtime_chunks`).
     Returns (best timed, the shape's own chunks, messages or None, tail, candidates timed).
     """
     k = max(f.k for f in plans)
     one_root = collective.name in ONE_ROOT
-    grid = PIPELINE_GRID + DEEP_GRID if one_root else PIPELINE_GRID
+    grid = tuning.TUNING.pipeline_grid + tuning.TUNING.deep_grid if one_root else tuning.TUNING.pipeline_grid
 
     def fitted(per_tree: bool, p: int, tail: int) -> tuple[int, int | None]:
         raw = shape_chunk_count(k, p, tail)
@@ -143,11 +132,13 @@ def refine_depth(topology: Topology, collective: Collective, plans: list[Forest]
     last_trial = 0.0
 
     def feasible(per_tree: bool, p: int, tail: int) -> bool:
-        cap = ONE_ROOT_CHUNKS if one_root else MAX_TAIL_CHUNKS if tail != 0 else MAX_CHUNKS   # tailed or halving
+        tune = tuning.TUNING
+        # tailed or halving shapes may use more chunks
+        cap = tune.one_root_chunks if one_root else tune.max_tail_chunks if tail != 0 else tune.max_chunks
         if shape_chunk_count(k, p, tail) > cap:
             return False
         shape = (*fitted(per_tree, p, tail), tail)
-        if job_estimate(plans, *shape) > REFINE_JOBS:
+        if job_estimate(plans, *shape) > tuning.TUNING.refine_jobs:
             return False
         loads = pair_loads(plans, tree_messages(plans, *shape))
         # deep pipelines of one root can outgrow a relaying rank's XML nodes before any connection's steps
@@ -212,18 +203,18 @@ def refine_depth(topology: Topology, collective: Collective, plans: list[Forest]
     for per_tree, first in ((True, messages), (False, 4)):
         if not climb(per_tree, first, 0):
             return done()
-    if best[1] <= floor * (1 + TAIL_GAIN):
+    if best[1] <= floor * (1 + tuning.TUNING.tail_gain):
         return done()
     # tails start from the best plain per-tree depth
     start = min((key for key in timed if key[0] and key[2] == 0), key=timed.__getitem__)[1]
-    if not climb(True, start, TAIL_SPLITS[0]):
+    if not climb(True, start, tuning.TUNING.tail_splits[0]):
         return done()
-    at = min((key for key in timed if key[2] == TAIL_SPLITS[0]), key=timed.__getitem__, default=None)
-    for tail in TAIL_SPLITS[1:]:
+    at = min((key for key in timed if key[2] == tuning.TUNING.tail_splits[0]), key=timed.__getitem__, default=None)
+    for tail in tuning.TUNING.tail_splits[1:]:
         if at is not None and feasible(True, at[1], tail) and not trial(True, at[1], tail):
             return done()
     # allreduce: its trials time two phases three ways, so only the first size (ndv2-2node 0.986 -> 0.992)
-    for p in HALVING_CHUNKS if collective.name != "allreduce" else HALVING_CHUNKS[:1]:
+    for p in tuning.TUNING.halving_chunks if collective.name != "allreduce" else tuning.TUNING.halving_chunks[:1]:
         if feasible(True, p, HALVING) and not trial(True, p, HALVING):
             return done()
     return mirrored()
@@ -254,12 +245,12 @@ def choose_chunks(topology: Topology, collective: Collective, plans: list[Forest
     ``--chunks C`` (``requested``) keeps that message size at ``C`` chunks per root, with fewer
     messages where MSCCL's steps per connection need it (an error where even its largest steps do not fit).
     Scatter/gather always send one chunk per message (each goes to its own rank), as does ``--chunks``
-    on forests of unequal ``k`` and beyond ``LARGE_RANKS`` ranks.
+    on forests of unequal ``k`` and beyond ``TUNING.large_ranks`` ranks.
     """
     name = collective.name
     n = topology.num_ranks
     k = max(f.k for f in plans)
-    if requested is None and n > LARGE_RANKS:
+    if requested is None and n > tuning.TUNING.large_ranks:
         return k, 1   # every link already carries hundreds of messages: no pipelining needed
     usages = [_usage(f, topology) for f in plans]
     limit = MAX_CHANNELS * MAX_STEPS_PER_TB
@@ -289,16 +280,16 @@ def choose_chunks(topology: Topology, collective: Collective, plans: list[Forest
         return predicted_time(phases, len(topology.links))
 
     uneven = spread > 1 or any(f.k != k for f in plans)
-    if requested is not None and (uneven or n > LARGE_RANKS):
+    if requested is not None and (uneven or n > tuning.TUNING.large_ranks):
         _, steps = per_chunk(requested)
         if steps > limit:
             raise SynthError(f"--chunks {requested} needs {steps} steps on one connection, more than "
                              f"MSCCL's {MAX_CHANNELS} channels x {MAX_STEPS_PER_TB} steps; use fewer --chunks")
         return requested, None
     if uneven:
-        chunks = _best(per_chunk, limit, MAX_CHUNKS)
+        chunks = _best(per_chunk, limit, tuning.TUNING.max_chunks)
         return next((c for c in fit(chunks) if per_chunk(c)[1] <= limit), chunks), None
-    p = _best(per_message, limit, max(1, MAX_CHUNKS // k))
+    p = _best(per_message, limit, max(1, tuning.TUNING.max_chunks // k))
     if requested is not None:
         return requested, requested_messages(plans, requested, refit_messages(p, requested, k * p, 0), limit)
     return fit(k * p)[0], p

@@ -21,7 +21,7 @@ from synth.synthesis.packing import (
     pack_arborescences,
     split_switches,
 )
-from synth.synthesis.trees.tuning import DEFAULT_MAX_TREES, LARGE_RANKS
+from synth.synthesis.trees import tuning
 from synth.topology.model import Topology
 from synth.topology.routes import rank_routes
 
@@ -70,13 +70,13 @@ class Forest:
 
 
 def plan_forest(topology: Topology, roots: tuple[int, ...], *, reverse: bool = False,
-                max_trees: int = DEFAULT_MAX_TREES) -> Forest:
+                max_trees: int = tuning.TUNING.default_max_trees) -> Forest:
     """Optimal forest for broadcasts from ``roots`` (reduce towards them if ``reverse``).
 
-    Beyond ``LARGE_RANKS`` ranks the fast constructions of :mod:`synth.synthesis.scale` replace
+    Beyond ``TUNING.large_ranks`` ranks the fast constructions of :mod:`synth.synthesis.scale` replace
     the exact packing (one tree per root; the rate they reach is reported, not certified).
     """
-    if topology.num_ranks > LARGE_RANKS:
+    if topology.num_ranks > tuning.TUNING.large_ranks:
         return _large_forest(topology, roots, reverse)
     fabric_topology = topology.reversed() if reverse else topology
     fabric = integer_fabric(fabric_topology)

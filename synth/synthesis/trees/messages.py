@@ -14,8 +14,9 @@ import numpy as np
 from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.synthesis.base import MAX_CHANNELS, MAX_STEP_CHUNKS, MAX_STEPS_PER_TB, SynthOptions
+from synth.synthesis.trees import tuning
 from synth.synthesis.trees.forest import Forest
-from synth.synthesis.trees.tuning import HALVING, MAX_TAIL_CHUNKS, STEP_MARGIN
+from synth.synthesis.trees.tuning import HALVING
 
 
 # ---------------------------------------------------------------------------------------------
@@ -95,13 +96,13 @@ def xml_nodes(plans: list[Forest], messages: list[list[int]]) -> float:
 
 def busiest_rank_xml(steps: dict[tuple, int], n: int) -> float:
     """XML nodes of the busiest of ``n`` ranks, with ``steps`` keyed by (sender, receiver, ...): a step per
-    message sent or received, × ``STEP_MARGIN`` for nops, plus the algo, gpu and (at most
+    message sent or received, × ``TUNING.step_margin`` for nops, plus the algo, gpu and (at most
     ``4 · MAX_CHANNELS``) threadblock nodes."""
     per_rank: dict[int, int] = defaultdict(int)
     for (src, dst, *_), count in steps.items():
         per_rank[src] += count
         per_rank[dst] += count
-    return max(per_rank.values(), default=0) * STEP_MARGIN + 1 + n + 4 * MAX_CHANNELS
+    return max(per_rank.values(), default=0) * tuning.TUNING.step_margin + 1 + n + 4 * MAX_CHANNELS
 
 
 def refit_messages(messages: int | None, chunks: int, shape_chunks: int, tail: int) -> int | None:
@@ -156,7 +157,7 @@ def loop_chunk_factor(name: str, n: int, chunks: int) -> int:
     return chunks
 
 
-def runtime_chunks(collective: Collective, size_bytes: float, upper: int = 2 * MAX_TAIL_CHUNKS):
+def runtime_chunks(collective: Collective, size_bytes: float, upper: int = 2 * tuning.TUNING.max_tail_chunks):
     """``fit(C)``: the chunk counts per root piece near ``C`` at which an MSCCL runtime runs the program
     on the SIZE buffer (:meth:`Collective.runtime_divides`; the runtime silently runs its own algorithm
     otherwise: dgx-a100-2node 1 GiB allgather, 39 chunks per root, 624 per loop), nearest first

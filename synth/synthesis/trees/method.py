@@ -11,6 +11,7 @@ from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.schedule import Schedule
 from synth.synthesis.base import MethodSpec, SynthOptions
+from synth.synthesis.trees import tuning
 from synth.synthesis.trees.forest import Forest, plan_forest
 from synth.synthesis.trees.messages import chunk_fit
 from synth.synthesis.trees.pathsched import path_schedule
@@ -27,15 +28,7 @@ from synth.synthesis.trees.pipeline import (
 )
 from synth.synthesis.trees.programs import first_with_runner_ups, justified_schedule
 from synth.synthesis.trees.split_allreduce import split_allreduce
-from synth.synthesis.trees.tuning import (
-    CAP_ROOM,
-    CAP_STOP,
-    DEFAULT_MAX_TREES,
-    RING_FOREST_CHUNKS,
-    SUPPORTED,
-    TREE_SEARCH_CAPS,
-    TREE_SEARCH_RANKS,
-)
+from synth.synthesis.trees.tuning import SUPPORTED
 from synth.topology.model import Topology
 
 
@@ -50,7 +43,7 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
     n = topology.num_ranks
     if collective.num_ranks != n:
         raise SynthError(f"collective has {collective.num_ranks} ranks but topology {topology.name} has {n}")
-    max_trees = options.max_trees if options.max_trees is not None else DEFAULT_MAX_TREES
+    max_trees = options.max_trees if options.max_trees is not None else tuning.TUNING.default_max_trees
     if max_trees < 1:
         raise SynthError("--max-trees must be at least 1")
     if options.chunks is not None and options.chunks < 1:
@@ -63,7 +56,7 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
     symmetric = not topology.switches and is_symmetric(topology)
     # the other orientation's forests (flipped_planner) only where shapes are searched: its timing is capped
     # at FORWARD_JOBS transfers anyway, and the route check runs one search per rank
-    flippable = (bool(topology.switches) and n <= TREE_SEARCH_RANKS and is_symmetric(topology)
+    flippable = (bool(topology.switches) and n <= tuning.TUNING.tree_search_ranks and is_symmetric(topology)
                  and routes_symmetric(topology))
     cache: dict[tuple[tuple[int, ...], int], Forest] = {}
 
@@ -85,7 +78,7 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
         return found, finish_schedule(topology, collective, size_bytes, options, found, "trees")
 
     def polished(found: Pipelined, kept: Schedule) -> Schedule:
-        # only the shape finally kept is polished (POLISH tries 15 more list schedules)
+        # only the shape finally kept is polished (TUNING.polish: 15 more list schedules)
         better = polish(topology, collective, size_bytes, found)
         if better is found or better.timed[1] >= kept.predicted_time_us * (1 - 1e-9):
             return kept
@@ -93,26 +86,27 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
 
     began = time.monotonic()
     best_found, best = pipelined(max_trees)
-    if options.max_trees is not None or n > TREE_SEARCH_RANKS:
+    if options.max_trees is not None or n > tuning.TUNING.tree_search_ranks:
         return _or_paths(topology, collective, size_bytes, options, polished(best_found, best))
     # Many trees per root mean many messages per link (α) and coarse pipelines under the MSCCL
     # chunk limits; a few trees at a rate within ~1/K of the optimum are often faster in the
     # α-β model (mi250-2node allgather: 83 trees 0.875 of the bound, 8 trees 0.92).
     budget = None if options.time_limit is None else began + options.time_limit
     slower = False
-    for cap in TREE_SEARCH_CAPS:
+    for cap in tuning.TUNING.tree_search_caps:
         if cap >= max(best.notes["trees_per_root"]):
             continue
         if budget is not None and time.monotonic() + (time.monotonic() - began) > budget:
             break
         # after a clearly slower cap, fewer trees can only win by cutting α and pipeline fill: only
         # if the rate they keep leaves room (dgx-a100-2node 64 MB: 13 trees 252 µs, 8 trees 257, 4 trees 224)
-        if slower and capped_floor_us(topology, collective, size_bytes, cap) > best.predicted_time_us * (1 - CAP_ROOM):
+        if (slower and capped_floor_us(topology, collective, size_bytes, cap)
+                > best.predicted_time_us * (1 - tuning.TUNING.cap_room)):
             break
         trial_found, trial = pipelined(cap)
         if trial.predicted_time_us < best.predicted_time_us * (1 - 1e-9):
             best_found, best = trial_found, trial
-        elif trial.predicted_time_us > best.predicted_time_us * (1 + CAP_STOP):
+        elif trial.predicted_time_us > best.predicted_time_us * (1 + tuning.TUNING.cap_stop):
             slower = True
     best = polished(best_found, best)
     if name == "allreduce" and not topology.switches:
@@ -138,7 +132,7 @@ def or_rings(topology: Topology, collective: Collective, size_bytes: float, opti
         return best
     from synth.synthesis import ringforest
 
-    chunks = chunk_fit(collective, size_bytes, options)(RING_FOREST_CHUNKS)[0]
+    chunks = chunk_fit(collective, size_bytes, options)(tuning.TUNING.ring_forest_chunks)[0]
     try:
         ring = ringforest.schedule(topology, collective, size_bytes, chunks)
     except SynthError:   # an alternative only: the forest's schedule stands
@@ -150,12 +144,12 @@ def or_rings(topology: Topology, collective: Collective, size_bytes: float, opti
 
 def _or_paths(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
               best: Schedule) -> Schedule:
-    """``best`` justified (:func:`justified_schedule`); for scatter and gather up to ``TREE_SEARCH_RANKS``
+    """``best`` justified (:func:`justified_schedule`); for scatter and gather up to ``TUNING.tree_search_ranks``
     ranks, the schedule on the optimal flow's paths (:func:`path_schedule`, justified too) where that
     is faster (not with ``--max-trees``, which asks for trees)."""
     best = justified_schedule(topology, best)
     if (collective.name not in ("scatter", "gather") or options.max_trees is not None
-            or topology.num_ranks > TREE_SEARCH_RANKS):   # one LP column per routed rank pair
+            or topology.num_ranks > tuning.TUNING.tree_search_ranks):   # one LP column per routed rank pair
         return best
     found = path_schedule(topology, collective, size_bytes, options)
     if found is None:

@@ -29,9 +29,9 @@ from synth.synthesis.timing import (
     route_costs,
     shares_links,
 )
+from synth.synthesis.trees import tuning
 from synth.synthesis.trees.messages import busiest_rank_xml, chunk_fit, root_piece_bytes
 from synth.synthesis.trees.programs import first_with_runner_ups
-from synth.synthesis.trees.tuning import BUILT, PATH_CHUNKS, ROUNDS_RUNNERS_UP
 from synth.topology.model import Topology
 
 
@@ -99,7 +99,7 @@ def _one_each(plans: list[PathPlan]) -> list[tuple[PathPlan, ...]]:
 
 
 def forward_paths(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
-                  candidates: list[tuple[PathPlan, ...]], counts_tried: tuple[int, ...] = PATH_CHUNKS,
+                  candidates: list[tuple[PathPlan, ...]], counts_tried: tuple[int, ...] = tuning.TUNING.path_chunks,
                   method: str = "trees", priorities: tuple[str, ...] = ("deadline", "position", "rounds"),
                   alternatives: bool = False, levelled: bool | None = None) -> Schedule | None:
     """Scatter, gather or alltoall on flow paths (each candidate: one plan per root,
@@ -143,7 +143,8 @@ def forward_paths(topology: Topology, collective: Collective, size_bytes: float,
     if not best:
         return None
     ranked = sorted(best.values(), key=lambda found: found[0])
-    kept_rounds = {id(found) for found in [found for found in ranked if found[-1] == "rounds"][:ROUNDS_RUNNERS_UP]}
+    in_rounds = [found for found in ranked if found[-1] == "rounds"]
+    kept_rounds = {id(found) for found in in_rounds[:tuning.TUNING.rounds_runners_up]}
     ranked = [found for found in ranked if found[-1] != "rounds" or id(found) in kept_rounds]
     return first_with_runner_ups([_path_schedule_of(topology, name, size_bytes, method, *found)
                                    for found in (ranked if alternatives else ranked[:1])])
@@ -151,7 +152,7 @@ def forward_paths(topology: Topology, collective: Collective, size_bytes: float,
 
 def _timed_paths(jobs: Jobs, topology: Topology, chunk_bytes: float, in_rounds: bool, shared: bool):
     """(score, start, end, heads) of each timing of path ``jobs`` that fits MSCCL's limits: list
-    schedules plain and coalesced (:data:`BUILT`), or, for rounds of circuits, every link in round
+    schedules plain and coalesced (:attr:`TreesTuning.built`), or, for rounds of circuits, every link in round
     order (:func:`synth.synthesis.circuits.ordered_schedule`; nothing else keeps the rounds).
 
     Behind ``shared`` switch links the runtime serves sends as they become ready: a list schedule
@@ -162,7 +163,7 @@ def _timed_paths(jobs: Jobs, topology: Topology, chunk_bytes: float, in_rounds: 
     n = topology.num_ranks
     limit = MAX_CHANNELS * MAX_STEPS_PER_TB
     costs = route_costs(jobs, topology, chunk_bytes)
-    for how in (("ordered",) if in_rounds else (None, *BUILT)):
+    for how in (("ordered",) if in_rounds else (None, *tuning.TUNING.built)):
         if how == "ordered":
             links, _, _, duration = costs
             order, start, end = circuits.ordered_schedule(jobs.key, jobs.deps, links, duration, len(topology.links))

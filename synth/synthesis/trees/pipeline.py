@@ -12,26 +12,14 @@ from synth.errors import SynthError
 from synth.schedule import Schedule, Transfer
 from synth.synthesis.base import SynthOptions, deadline_of
 from synth.synthesis.packing import choose_capacities, integer_fabric, optimal_ratio
+from synth.synthesis.trees import tuning
 from synth.synthesis.trees.depth import built_shapes, choose_chunks, refine_depth
 from synth.synthesis.trees.forest import Forest, plan_forest
 from synth.synthesis.trees.messages import chunk_fit, job_estimate, root_piece_bytes
 from synth.synthesis.trees.programs import forest_schedule, justified_schedule
 from synth.synthesis.trees.rounds_timing import timed_rounds
 from synth.synthesis.trees.timed import Timing, timed_forests
-from synth.synthesis.trees.tuning import (
-    ALT_PRIORITY_JOBS,
-    BUILT,
-    FORWARD_JOBS,
-    HALVING,
-    HEIGHT_WEIGHTS,
-    LARGE_RANKS,
-    POLISH,
-    ROUND_ALPHA_SHARE,
-    ROUND_CHUNKS,
-    ROUND_TIMED,
-    ROUNDS,
-    TAIL_GAIN,
-)
+from synth.synthesis.trees.tuning import HALVING, ROUND_TIMED
 from synth.topology.model import Topology
 from synth.topology.routes import rank_routes
 
@@ -140,23 +128,24 @@ def run_pipeline(topology: Topology, collective: Collective, size_bytes: float, 
     outcome = None
     # each priority (see HEIGHT_WEIGHTS) gets its own depth search; the fastest schedule is kept
     # the 4x priority only where the first search is cheap (deterministic: by transfer count)
-    weights = HEIGHT_WEIGHTS if job_estimate(plans, first_chunks, first_messages) <= ALT_PRIORITY_JOBS else (1.0,)
+    cheap = job_estimate(plans, first_chunks, first_messages) <= tuning.TUNING.alt_priority_jobs
+    weights = tuning.TUNING.height_weights if cheap else (1.0,)
     floor = sum(f.bandwidth_time_us(per_root_bytes) for f in plans)   # the forests' bandwidth time
     for weight in weights:
         chunks, messages, tail, trials = first_chunks, first_messages, 0, 0
         # at scale one message per tree is final (see choose_chunks): no depth search, one timing pass
-        search = (messages is not None and n <= LARGE_RANKS
+        search = (messages is not None and n <= tuning.TUNING.large_ranks
                   and (deadline is None or time.monotonic() < deadline))
         # a search starts plain (it tries mirrors itself; its shape is built with every α share below);
         # a timing without a search tries everything at once
-        first = Timing(weight, mirror=False) if search else Timing(weight, coalescings=BUILT)
+        first = Timing(weight, mirror=False) if search else Timing(weight, coalescings=tuning.TUNING.built)
         best = timed_forests(topology, collective, plans, chunks, messages, size_bytes, build=not search, timing=first)
         if search:
             best, shape, messages, tail, trials = refine_depth(topology, collective, plans, size_bytes, best,
                                                                 chunks, messages, deadline, weight, floor, fit)
-            # the shape found is built with every share of α for coalesced messages (see ALPHA_SHARES)
+            # the shape found is built with every share of α for coalesced messages (see TUNING.alpha_shares)
             built = [(timed_forests(topology, collective, plans, c, m, size_bytes, tail=tail,
-                             timing=Timing(weight, coalescings=BUILT)), c, m)
+                             timing=Timing(weight, coalescings=tuning.TUNING.built)), c, m)
                      for c, m in built_shapes(plans, fit, shape, messages, tail)]
             best, chunks, messages = min(built, key=lambda b: b[0][1])
         if outcome is None or best[1] < outcome[0][1] * (1 - 1e-9):
@@ -165,25 +154,26 @@ def run_pipeline(topology: Topology, collective: Collective, size_bytes: float, 
             break
     best, chunks, messages, tail, trials, weight = outcome
     # five more list schedules: only where they are quick (dgx-a100-2node 2.4k transfers, mi250-2node 70k)
-    if (other_planner is not None and job_estimate(plans, chunks, messages, tail) <= FORWARD_JOBS
+    if (other_planner is not None and job_estimate(plans, chunks, messages, tail) <= tuning.TUNING.forward_jobs
             and (deadline is None or time.monotonic() < deadline)):
         others = [other_planner(roots, reverse) for roots, reverse in _forest_phases(collective)]
         if [f.k for f in others] == [f.k for f in plans]:
             timed = timed_forests(topology, collective, others, chunks, messages, size_bytes, tail=tail,
-                           timing=Timing(weight, coalescings=BUILT))
+                           timing=Timing(weight, coalescings=tuning.TUNING.built))
             if timed[1] < best[1] * (1 - 1e-9):
                 best, plans = timed, others
     return Pipelined(plans, best, chunks, messages, tail, trials, weight, floor, deadline)
 
 
 def polish(topology: Topology, collective: Collective, size_bytes: float, pipelined: Pipelined) -> Pipelined:
-    """The kept shape timed once more with the coalescings only it gets (:data:`POLISH`: drained and
+    """The kept shape timed once more with the coalescings only it gets (:attr:`TreesTuning.polish`: drained and
     batched messages); the faster timing is kept. Not at scale (one timing pass there) nor past
     the time limit."""
-    if topology.num_ranks > LARGE_RANKS or (pipelined.deadline is not None and time.monotonic() > pipelined.deadline):
+    if (topology.num_ranks > tuning.TUNING.large_ranks
+            or (pipelined.deadline is not None and time.monotonic() > pipelined.deadline)):
         return pipelined
     timed = timed_forests(topology, collective, pipelined.plans, pipelined.chunks, pipelined.messages, size_bytes,
-                   tail=pipelined.tail, timing=Timing(pipelined.weight, coalescings=POLISH))
+                   tail=pipelined.tail, timing=Timing(pipelined.weight, coalescings=tuning.TUNING.polish))
     return replace(pipelined, timed=timed) if timed[1] < pipelined.timed[1] * (1 - 1e-9) else pipelined
 
 
@@ -194,18 +184,20 @@ def finish_schedule(topology: Topology, collective: Collective, size_bytes: floa
     name, n = collective.name, topology.num_ranks
     plans, floor, trials = pipelined.plans, pipelined.floor, pipelined.trials
     coll, offset, transfers = pipelined.timed
-    if (not rounds_tried and offset > floor * (1 + TAIL_GAIN) and n <= LARGE_RANKS and name in ROUND_TIMED
-            and not topology.switches and ROUNDS * float(topology.arrays[3].max()) * 2 <= ROUND_ALPHA_SHARE * floor):
+    tune = tuning.TUNING
+    if (not rounds_tried and offset > floor * (1 + tune.tail_gain) and n <= tune.large_ranks and name in ROUND_TIMED
+            and not topology.switches
+            and tune.rounds * float(topology.arrays[3].max()) * 2 <= tune.round_alpha_share * floor):
         # α, fill and drain cost more than 1 %: try timing the same forests by rounds (synth.synthesis.rounds).
         # Not behind switches, where every message pays α on each hop and holds its whole route: there
         # rounds lose (dgx-a100-2node allgather 0.947 against 0.978, dgx-a100-4node 0.928 against 0.976)
         fit = chunk_fit(collective, size_bytes, options)
-        options_chunks = list(dict.fromkeys(fit(c)[0] for c in ROUND_CHUNKS))
+        options_chunks = list(dict.fromkeys(fit(c)[0] for c in tuning.TUNING.round_chunks))
         timed = timed_rounds(topology, collective, plans, options_chunks, size_bytes, pipelined.deadline, offset)
         if timed is not None and timed[1] < offset * (1 - 1e-9):
             coll, offset, transfers, chunks = timed
             return forest_schedule(topology, coll, transfers, offset, plans, size_bytes, method,
-                                    chunks_per_root=chunks, round_timed=ROUNDS, depth_trials=trials)
+                                    chunks_per_root=chunks, round_timed=tuning.TUNING.rounds, depth_trials=trials)
     tail, messages = pipelined.tail, pipelined.messages
     return forest_schedule(topology, coll, transfers, offset, plans, size_bytes, method,
                             chunks_per_root=pipelined.chunks,

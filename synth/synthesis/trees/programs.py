@@ -9,9 +9,9 @@ from dataclasses import replace
 from synth.collectives import Collective
 from synth.schedule import Schedule, Transfer
 from synth.synthesis.timing import justify
+from synth.synthesis.trees import tuning
 from synth.synthesis.trees.forest import Forest
 from synth.synthesis.trees.messages import root_piece_bytes
-from synth.synthesis.trees.tuning import JUSTIFY_TRANSFERS, LARGE_RANKS
 from synth.topology.model import Topology
 
 
@@ -39,11 +39,11 @@ def forest_schedule(topology: Topology, coll: Collective, transfers: list[Transf
 
 
 def justified_schedule(topology: Topology, schedule: Schedule) -> Schedule:
-    """``schedule`` compacted by :func:`justify` where that is shorter (up to ``LARGE_RANKS`` ranks
-    and ``JUSTIFY_TRANSFERS`` transfers); its notes say whether it was (``justified``)."""
+    """``schedule`` compacted by :func:`justify` where that is shorter (up to ``TUNING.large_ranks`` ranks
+    and ``TUNING.justify_transfers`` transfers); its notes say whether it was (``justified``)."""
     transfers = list(schedule.transfers)
     found = None
-    if topology.num_ranks <= LARGE_RANKS and 0 < len(transfers) <= JUSTIFY_TRANSFERS:
+    if topology.num_ranks <= tuning.TUNING.large_ranks and 0 < len(transfers) <= tuning.TUNING.justify_transfers:
         found = justify(transfers, topology, schedule.collective.chunk_bytes(schedule.size_bytes),
                         schedule.predicted_time_us)
     if found is None:

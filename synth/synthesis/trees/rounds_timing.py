@@ -13,10 +13,10 @@ from synth.schedule import Transfer
 from synth.synthesis import rounds
 from synth.synthesis.base import MAX_CHANNELS, MAX_STEPS_PER_TB
 from synth.synthesis.timing import Jobs, connection_steps, list_schedule, phase_transfers
+from synth.synthesis.trees import tuning
 from synth.synthesis.trees.forest import Forest
 from synth.synthesis.trees.jobs import root_chunk_ids, tree_shares
 from synth.synthesis.trees.messages import loop_chunk_factor, root_piece_bytes
-from synth.synthesis.trees.tuning import ROUND_VARIABLES, ROUNDS
 from synth.topology.model import Topology
 
 
@@ -86,14 +86,14 @@ def timed_rounds(topology: Topology, coll: Collective, plans: list[Forest], chun
     for forest in plans:
         fabric = topology.reversed() if forest.reversed else topology
         edges = tree_edges(forest, fabric, per_root_bytes)
-        if edges is None or len(edges.waits) * ROUNDS > ROUND_VARIABLES:
+        if edges is None or len(edges.waits) * tuning.TUNING.rounds > tuning.TUNING.round_variables:
             return None
         # the LP is fixed by which edges share a link, their times and waits: an allreduce on a fabric
         # equal to its reverse poses the same one twice (mi250 allreduce: 4 solves instead of 8)
         hops = tuple(tuple((fabric.links[i].src, fabric.links[i].dst) for i in ids) for ids in edges.links)
         key = (edges.waits, hops, edges.data_us.tobytes(), edges.alpha_us.tobytes())
         if key not in solved:
-            plan = rounds.plan_rounds(edges, ROUNDS, deadline=deadline, above_us=beat_us)
+            plan = rounds.plan_rounds(edges, tuning.TUNING.rounds, deadline=deadline, above_us=beat_us)
             if plan is None:
                 return None
             solved[key] = plan

@@ -10,6 +10,7 @@ from synth.collectives import Collective
 from synth.schedule import Schedule
 from synth.synthesis.base import MAX_CHANNELS, MAX_STEPS_PER_TB, MAX_XML_NODES
 from synth.synthesis.timing import Jobs, connection_steps
+from synth.synthesis.trees import tuning
 from synth.synthesis.trees.forest import plan_forest
 from synth.synthesis.trees.messages import (
     any_chunks,
@@ -21,7 +22,6 @@ from synth.synthesis.trees.messages import (
 )
 from synth.synthesis.trees.programs import forest_schedule
 from synth.synthesis.trees.timed import timed_forward
-from synth.synthesis.trees.tuning import POLISH, SPLIT_CHUNKS, SPLIT_GAIN, SPLIT_TREES, STEP_MARGIN, WHOLE_SPLIT_SECONDS
 from synth.topology.model import Topology
 
 
@@ -33,9 +33,9 @@ def split_allreduce(topology: Topology, collective: Collective, size_bytes: floa
     The split is rounded to whole trees in both phases at once (:func:`~synth.synthesis.split.whole_tree_split`)
     where that solves in time, so the forests keep its rate (mesh-5x5, one tree per root: 0.92 / 0.90
     of it rounded phase by phase, all of it together). The fastest candidate is timed once more with
-    :data:`POLISH`'s coalescings.
+    :attr:`TreesTuning.polish`'s coalescings.
 
-    None where that LP is not ``SPLIT_GAIN`` faster than the phases one after the other
+    None where that LP is not ``TUNING.split_gain`` faster than the phases one after the other
     (``sequential_us``), and where no candidate fits MSCCL's limits. Switchless fabrics only: a
     split fabric can route a rank pair through other switches than the runtime would.
     """
@@ -45,25 +45,25 @@ def split_allreduce(topology: Topology, collective: Collective, size_bytes: floa
     split = split_capacities(topology)
     piece_bytes = root_piece_bytes("allreduce", n, size_bytes)
     split_us = split.time_us(piece_bytes)
-    if split_us > sequential_us * (1 - SPLIT_GAIN):
+    if split_us > sequential_us * (1 - tuning.TUNING.split_gain):
         return None
     roots = tuple(range(n))
 
     def fits(jobs: Jobs, heads: list[int] | None) -> bool:
         steps = connection_steps(jobs, heads)
         # each phase keeps its own channels, so a connection splits over half of them
-        return (max(steps.values(), default=0) * STEP_MARGIN <= MAX_CHANNELS // 2 * MAX_STEPS_PER_TB
+        return (max(steps.values(), default=0) * tuning.TUNING.step_margin <= MAX_CHANNELS // 2 * MAX_STEPS_PER_TB
                 and busiest_rank_xml(steps, n) <= MAX_XML_NODES)
 
     best = None
-    for cap in SPLIT_TREES:
-        budget = time.monotonic() + WHOLE_SPLIT_SECONDS
+    for cap in tuning.TUNING.split_trees:
+        budget = time.monotonic() + tuning.TUNING.whole_split_seconds
         whole = whole_tree_split(topology, split, cap, deadline=budget if deadline is None else min(deadline, budget))
         shares = whole or split
         plans = [plan_forest(shares.reducescatter, roots, reverse=True, max_trees=cap),
                  plan_forest(shares.allgather, roots, max_trees=cap)]
         k = max(f.k for f in plans)
-        wanted = sorted({c for c in SPLIT_CHUNKS if c >= k} | {k * c for c in SPLIT_CHUNKS})
+        wanted = sorted({c for c in tuning.TUNING.split_chunks if c >= k} | {k * c for c in tuning.TUNING.split_chunks})
         for chunks in dict.fromkeys(fit(c)[0] for c in wanted):   # see runtime_chunks
             if deadline is not None and time.monotonic() > deadline:
                 break
@@ -85,7 +85,7 @@ def split_allreduce(topology: Topology, collective: Collective, size_bytes: floa
     makespan, transfers, plans, chunks, coll, shares = best
     if deadline is None or time.monotonic() < deadline:
         polished = timed_forward(coll, plans, topology, chunks, None, coll.chunk_bytes(size_bytes), True,
-                                  joint=True, coalescings=POLISH, fits=fits)
+                                  joint=True, coalescings=tuning.TUNING.polish, fits=fits)
         if polished is not None and polished[0] < makespan * (1 - 1e-9):
             makespan, transfers = polished
     return forest_schedule(topology, coll, transfers, makespan, plans, size_bytes, "trees",

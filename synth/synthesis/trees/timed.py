@@ -23,10 +23,11 @@ from synth.synthesis.timing import (
     shares_links,
     slot_schedule,
 )
+from synth.synthesis.trees import tuning
 from synth.synthesis.trees.forest import Forest
 from synth.synthesis.trees.jobs import add_broadcast, add_reduction, phase_jobs, spread_chunks
 from synth.synthesis.trees.messages import job_estimate, loop_chunk_factor
-from synth.synthesis.trees.tuning import COALESCING, FORWARD_JOBS, LEVEL_JOBS, MAX_TRANSFERS, REPLAY
+from synth.synthesis.trees.tuning import COALESCING
 from synth.topology.model import Topology
 
 
@@ -56,7 +57,7 @@ def timed_forests(topology: Topology, collective: Collective, plans: list[Forest
     offset = 0.0
     for phase, forest in enumerate(plans):
         jobs = phase_jobs(coll, forest, phase, chunks, messages, timing.height_weight, tail)
-        if len(jobs.msg) > MAX_TRANSFERS:
+        if len(jobs.msg) > tuning.TUNING.max_transfers:
             raise SynthError(f"--chunks {chunks} makes {len(jobs.msg)} transfers; use fewer chunks")
         # each phase on its own channel: an allreduce's two phases fill a threadblock each
         part, makespan = _timed_phase(jobs, forest, topology, chunk_bytes, offset, coll.is_reduction, build,
@@ -117,7 +118,7 @@ def timed_forward(coll: Collective, plans: list[Forest], topology: Topology, chu
     if not joint:
         # the start times of the mirrored broadcast schedule (the reduction that _timed_phase builds)
         mirror = phase_jobs(coll, plans[0], 0, chunks, messages, tail=tail)
-        if len(mirror.msg) * len(plans) > FORWARD_JOBS:   # five more list schedules: keep synthesis quick
+        if len(mirror.msg) * len(plans) > tuning.TUNING.forward_jobs:   # five more list schedules: keep synthesis quick
             return None
         _, _, mirror_end = list_schedule(mirror, topology.reversed(), chunk_bytes)
         total = float(mirror_end.max()) if len(mirror_end) else 0.0
@@ -133,7 +134,8 @@ def timed_forward(coll: Collective, plans: list[Forest], topology: Topology, chu
     # timed plain and coalesced: the fastest is kept
     for priority in priorities:
         jobs = _forward_jobs(plans, n, chunks, messages, priority, tail, 0 if joint else 1)
-        if len(jobs.msg) > MAX_TRANSFERS or len(jobs.msg) > LEVEL_JOBS or (topology.switches and shares_links(jobs)):
+        if (len(jobs.msg) > tuning.TUNING.max_transfers or len(jobs.msg) > tuning.TUNING.level_jobs
+                or (topology.switches and shares_links(jobs))):
             return None
         costs = route_costs(jobs, topology, chunk_bytes)
         for how in (None, *coalescings):
@@ -184,8 +186,8 @@ def _forward_jobs(plans: list[Forest], n: int, chunks: int, messages: int | None
 
 def forward_fits(plans: list[Forest], chunks: int, messages: int | None, tail: int) -> bool:
     """Is an allgather's schedule small enough for its mirrored reduction to be timed forward
-    (:func:`_mirrored_reduction`; ``FORWARD_JOBS``, by :func:`job_estimate`)?"""
-    return job_estimate(plans, chunks, messages, tail) <= FORWARD_JOBS
+    (:func:`_mirrored_reduction`; ``TUNING.forward_jobs``, by :func:`job_estimate`)?"""
+    return job_estimate(plans, chunks, messages, tail) <= tuning.TUNING.forward_jobs
 
 
 def _timed_phase(jobs: Jobs, forest: Forest, topology: Topology, chunk_bytes: float, offset: float,
@@ -205,7 +207,7 @@ def _timed_phase(jobs: Jobs, forest: Forest, topology: Topology, chunk_bytes: fl
     elif forest.replicated and (timed := replicated_schedule(jobs, fabric, chunk_bytes, forest)) is not None:
         order, start, end = timed
         order = order.tolist()
-    elif len(jobs.msg) > LEVEL_JOBS and all(len(d) <= 1 for d in jobs.deps):
+    elif len(jobs.msg) > tuning.TUNING.level_jobs and all(len(d) <= 1 for d in jobs.deps):
         order, start, end = level_schedule(jobs, fabric, chunk_bytes)
         order = order.tolist()
     else:
@@ -219,7 +221,7 @@ def _timed_phase(jobs: Jobs, forest: Forest, topology: Topology, chunk_bytes: fl
             merged = list_schedule(jobs, fabric, chunk_bytes, coalesce=True, **asdict(how), costs=costs)
             if merged[2].max() < end.max() - 1e-9:
                 (order, start, end), heads = merged, list(jobs.head)
-        if topology.switches and not forest.reversed and REPLAY and not build and shares_links(jobs):
+        if topology.switches and not forest.reversed and tuning.TUNING.replay and not build and shares_links(jobs):
             # Search score on switch fabrics. Links there are shared by many connections, and the
             # runtime serves them in the order sends become ready, not by our priority; replay
             # that rule (each connection's sends in priority order, spread round-robin over
