@@ -29,9 +29,9 @@ def shape_bounds(forest, topology, per_root_bytes: float, chunks: int, message_c
     from ortools.sat.python import cp_model
 
     from synth.synthesis.base import MAX_STEP_CHUNKS
-    from synth.synthesis.trees import _balanced_split
+    from synth.synthesis.trees.messages import balanced_split
 
-    counts = _balanced_split(forest, chunks)
+    counts = balanced_split(forest, chunks)
     chunk_bytes = per_root_bytes / chunks
     links = {(link.src, link.dst): i for i, link in enumerate(topology.links)}
     model = cp_model.CpModel()

@@ -12,7 +12,7 @@ from synth.schedule import Schedule
 from synth.simulate import simulate
 from synth.synthesis import ringforest
 from synth.synthesis.base import SynthOptions
-from synth.synthesis.trees import _or_rings
+from synth.synthesis.trees.method import or_rings
 from synth.topology.io import load_topology
 from synth.verify import verify
 
@@ -84,12 +84,12 @@ def test_trees_offers_the_ring_forest_as_an_alternative(mi250_2node):
     coll = Collective("allgather", mi250_2node.num_ranks)
     slow = Schedule(Collective("allgather", mi250_2node.num_ranks, 1), mi250_2node.name, (), method="trees",
                     size_bytes=float(GIB), predicted_time_us=3183.7)
-    both = _or_rings(mi250_2node, coll, GIB, SynthOptions(), slow)
+    both = or_rings(mi250_2node, coll, GIB, SynthOptions(), slow)
     assert both.predicted_time_us == 3183.7 and len(both.alternatives) == 1
     ring = both.alternatives[0]
     assert ring.notes.get("ring_forest") and ring.predicted_time_us < 3183.7
     # --max-trees asks for ForestColl trees: no ring forest then
-    assert _or_rings(mi250_2node, coll, GIB, SynthOptions(max_trees=16), slow) is slow
+    assert or_rings(mi250_2node, coll, GIB, SynthOptions(max_trees=16), slow) is slow
 
 
 @pytest.mark.parametrize("name", ["mi250", "dgx-a100-2node", "torus-4x4", "ndv2-2node"])

@@ -16,7 +16,7 @@ from synth.synthesis.trees import plan_forest
 def _edges(topology, size=2**26):
     forest = plan_forest(topology, tuple(range(topology.num_ranks)))
     per_root = size / topology.num_ranks
-    return forest, trees._tree_edges(forest, topology, per_root), per_root
+    return forest, trees.rounds_timing.tree_edges(forest, topology, per_root), per_root
 
 
 def test_round_shares_are_prefixes_sent_after_they_arrive():
@@ -66,11 +66,11 @@ def test_round_timed_schedule_verifies_and_simulates_as_planned(monkeypatch):
     topology = ring(6)
     coll = Collective("allgather", 6)
     plans = [plan_forest(topology, tuple(range(6)))]
-    timed = trees._timed_rounds(topology, coll, plans, [12, 24], 2**26, None, 1e12)
+    timed = trees.rounds_timing.timed_rounds(topology, coll, plans, [12, 24], 2**26, None, 1e12)
     assert timed is not None
     coll2, makespan, transfers, chunks = timed
-    schedule = trees._forest_schedule(topology, coll2, transfers, makespan, plans, 2**26, "trees",
-                                      chunks_per_root=chunks, round_timed=trees.ROUNDS)
+    schedule = trees.programs.forest_schedule(topology, coll2, transfers, makespan, plans, 2**26, "trees",
+                                              chunks_per_root=chunks, round_timed=trees.tuning.TUNING.rounds)
     program = lower(schedule)
     assert verify(program).ok
     assert simulate(program, topology, 2**26, record_events=False).time_us == pytest.approx(makespan, rel=1e-6)
@@ -90,7 +90,7 @@ def test_mi250_allgather_by_rounds_within_two_percent_of_the_bound():
     topology = load_topology("mi250")
     size = 2**30
     schedule = trees.synthesize(topology, Collective("allgather", 16), size, SynthOptions())
-    assert schedule.notes["round_timed"] == trees.ROUNDS
+    assert schedule.notes["round_timed"] == trees.tuning.TUNING.rounds
     assert schedule.collective.runtime_divides(size)
     program = lower(schedule)
     assert verify(program).ok
@@ -113,8 +113,9 @@ def test_allreduce_on_a_fabric_equal_to_its_reverse_solves_one_round_lp(monkeypa
     calls = []
     solve = rounds.plan_rounds
     monkeypatch.setattr(rounds, "plan_rounds", lambda *a, **k: calls.append(a) or solve(*a, **k))
-    coll2, makespan, transfers, chunks = trees._timed_rounds(topology, coll, plans, [12], 2**26, None, 1e12)
+    timed = trees.rounds_timing.timed_rounds(topology, coll, plans, [12], 2**26, None, 1e12)
+    coll2, makespan, transfers, chunks = timed
     assert len(calls) == 1
-    schedule = trees._forest_schedule(topology, coll2, transfers, makespan, plans, 2**26, "trees",
-                                      chunks_per_root=chunks, round_timed=trees.ROUNDS)
+    schedule = trees.programs.forest_schedule(topology, coll2, transfers, makespan, plans, 2**26, "trees",
+                                              chunks_per_root=chunks, round_timed=trees.tuning.TUNING.rounds)
     assert verify(lower(schedule)).ok

@@ -20,7 +20,7 @@ from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.program.lower import lower
 from synth.simulate import simulate
-from synth.synthesis import scale, trees
+from synth.synthesis import scale, timing, trees
 from synth.synthesis.base import SynthOptions
 from synth.topology import generators
 from synth.topology.model import Link, Topology
@@ -241,10 +241,10 @@ def test_translated_trees_balance_small_odd_tori(dims):
 
 
 # ---------------------------------------------------------------------------------------------
-# the large path in trees.py
+# the large path in trees (synth.synthesis.trees.forest)
 # ---------------------------------------------------------------------------------------------
 def test_large_forest_dispatch(monkeypatch):
-    monkeypatch.setattr(trees, "LARGE_RANKS", 8)
+    monkeypatch.setattr(trees.tuning, "TUNING", replace(trees.tuning.TUNING, large_ranks=8))
     topo = generators.torus([6, 6])
     roots = tuple(range(36))
     for reverse in (False, True):
@@ -261,21 +261,21 @@ def test_large_forest_dispatch(monkeypatch):
     for tree in forest.trees:
         _assert_shortest_path_spanning_tree(other, tree.root, list(tree.edges))
     # at the default threshold a 36-rank torus takes the exact packing path (no slots)
-    monkeypatch.setattr(trees, "LARGE_RANKS", 256)
+    monkeypatch.setattr(trees.tuning, "TUNING", replace(trees.tuning.TUNING, large_ranks=256))
     assert trees.plan_forest(topo, roots).slots is None
 
 
 @pytest.mark.parametrize("name", ["allgather", "reducescatter", "allreduce"])
 def test_slot_timing_is_contention_free_in_simulation(monkeypatch, name):
-    monkeypatch.setattr(trees, "LARGE_RANKS", 8)
+    monkeypatch.setattr(trees.tuning, "TUNING", replace(trees.tuning.TUNING, large_ranks=8))
     calls = []
-    real_slot_schedule = trees.slot_schedule
+    real_slot_schedule = timing.slot_schedule
 
     def spy(jobs, topology, chunk_bytes, slots):
         calls.append(len(jobs.msg))
         return real_slot_schedule(jobs, topology, chunk_bytes, slots)
 
-    monkeypatch.setattr(trees, "slot_schedule", spy)
+    monkeypatch.setattr(trees.timed, "slot_schedule", spy)
     topo = generators.torus([6, 6])
     n = topo.num_ranks
     assert trees.plan_forest(topo, tuple(range(n))).slots is not None

@@ -164,14 +164,15 @@ def _irregular_five() -> Topology:
 
 def test_more_trees_per_root_where_few_lose_the_splits_rate():
     from synth.program.lower import lower
-    from synth.synthesis.trees import SPLIT_TREES, synthesize
+    from synth.synthesis.trees import synthesize
+    from synth.synthesis.trees.tuning import TUNING
     from synth.verify import verify
 
     topology = _irregular_five()
     split = split_capacities(topology)
     rates = {cap: whole_tree_split(topology, split, cap).rate_GBps / split.rate_GBps for cap in (1, 2, 4)}
     assert rates[1] == rates[2] == pytest.approx(5 / 6) and rates[4] == pytest.approx(1.0)
-    assert 4 in SPLIT_TREES
+    assert 4 in TUNING.split_trees
     schedule = synthesize(topology, Collective("allreduce", 5), GiB, SynthOptions())
     assert schedule.notes["trees_per_root"] == [4, 4]
     assert verify(lower(schedule)).ok

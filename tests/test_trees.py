@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import replace
 from fractions import Fraction
 
 import pytest
 
 from synth.collectives import Collective
 from synth.errors import SynthError
-from synth.synthesis import trees
-from synth.synthesis.base import SynthOptions
+from synth.synthesis import timing, trees
+from synth.synthesis.base import MAX_STEPS_PER_TB, MAX_XML_NODES, SynthOptions
 from synth.synthesis.packing import integer_fabric, optimal_ratio
 from synth.synthesis.trees import plan_forest, synthesize
 from synth.topology.model import Link, Topology
@@ -171,8 +172,8 @@ def _boxes(nb: int = 3, per: int = 4) -> Topology:
 def test_large_scale_path_verifies(monkeypatch, name):
     import synth.synthesis.trees as trees_module
 
-    monkeypatch.setattr(trees_module, "LARGE_RANKS", 4)
-    monkeypatch.setattr(trees_module, "LEVEL_JOBS", 0)   # exercise the vectorised timing too
+    # level_jobs 0: exercise the vectorised timing too
+    monkeypatch.setattr(trees_module.tuning, "TUNING", replace(trees_module.tuning.TUNING, large_ranks=4, level_jobs=0))
     for topology in (_boxes(), _bidir(9, [(i, (i + 1) % 9, 50) for i in range(9)]
                                       + [(i, (i + 3) % 9, 50) for i in range(9)], name="circ9")):
         schedule, _ = _verified(topology, name, 2**24)
@@ -265,7 +266,7 @@ def test_overlapped_allreduce_beats_the_sum_of_its_phase_bounds_on_a_mesh(monkey
     from synth.synthesis import trees
     from synth.topology import generators
 
-    monkeypatch.setattr(trees, "SPLIT_GAIN", 1.0)
+    monkeypatch.setattr(trees.tuning, "TUNING", replace(trees.tuning.TUNING, split_gain=1.0))
 
     topology = generators.mesh([5, 5])
     size = 2**30
@@ -286,8 +287,8 @@ def test_replicated_timing_of_box_trees_is_contention_free_and_beats_level_timin
     from synth.bounds import compute_bounds
     from synth.topology import generators
 
-    monkeypatch.setattr(trees_module, "LARGE_RANKS", 8)
-    monkeypatch.setattr(trees_module, "LEVEL_JOBS", 0)   # the fallback at scale is the level timing
+    # level_jobs 0: the fallback at scale is the level timing
+    monkeypatch.setattr(trees_module.tuning, "TUNING", replace(trees_module.tuning.TUNING, large_ranks=8, level_jobs=0))
     topology = generators.boxes_behind_nics(8, per_box=4, intra_bw=300, intra_alpha=0.7)
     forest = plan_forest(topology, tuple(range(32)))
     assert forest.replicated
@@ -295,7 +296,7 @@ def test_replicated_timing_of_box_trees_is_contention_free_and_beats_level_timin
     schedule, sim = _verified(topology, "allgather", size, chunks=1)   # one message per tree, as at scale
     assert schedule.predicted_time_us == pytest.approx(sim.time_us, rel=1e-6)
     bound_us = compute_bounds(topology, schedule.collective, size).time_bound_us
-    monkeypatch.setattr(trees_module, "replicated_schedule", lambda *args: None)
+    monkeypatch.setattr(trees_module.timed, "replicated_schedule", lambda *args: None)
     _, level_sim = _verified(topology, "allgather", size, chunks=1)
     assert sim.time_us < level_sim.time_us
     assert bound_us / sim.time_us > 0.85
@@ -340,24 +341,26 @@ def test_multi_box_fabrics_near_the_cut_bound(name, collective, ratio, any_chunk
 
 
 def test_tail_halves_the_last_message_of_each_tree():
-    from synth.synthesis.trees import _messages
+    from synth.synthesis.trees.messages import message_shapes
 
-    sizes = [len(m) for m in _messages(list(range(32)), 2, tail=3)]
+    sizes = [len(m) for m in message_shapes(list(range(32)), 2, tail=3)]
     assert sizes == [16, 8, 4, 2, 2]
-    assert [c for m in _messages(list(range(32)), 2, tail=3) for c in m] == list(range(32))
-    assert [len(m) for m in _messages(list(range(6)), 2, tail=4)] == [3, 1, 1, 1]   # stops at one chunk
-    assert [len(m) for m in _messages(list(range(4)), None, tail=3)] == [1, 1, 1, 1]   # one chunk each: no tail
+    assert [c for m in message_shapes(list(range(32)), 2, tail=3) for c in m] == list(range(32))
+    assert [len(m) for m in message_shapes(list(range(6)), 2, tail=4)] == [3, 1, 1, 1]   # stops at one chunk
+    assert [len(m) for m in message_shapes(list(range(4)), None, tail=3)] == [1, 1, 1, 1]   # one chunk each: no tail
 
 
 def test_halving_messages_take_half_of_what_is_left():
-    from synth.synthesis.trees import HALVING, MAX_STEP_CHUNKS, _messages
+    from synth.synthesis.base import MAX_STEP_CHUNKS
+    from synth.synthesis.trees.messages import message_shapes
+    from synth.synthesis.trees.tuning import HALVING
 
-    shape = _messages(list(range(64)), 8, tail=HALVING)   # the message count is ignored
+    shape = message_shapes(list(range(64)), 8, tail=HALVING)   # the message count is ignored
     assert [len(m) for m in shape] == [32, 16, 8, 4, 2, 1, 1]
     assert [c for m in shape for c in m] == list(range(64))   # in order, each chunk once
-    assert [len(m) for m in _messages(list(range(5)), None, tail=HALVING)] == [3, 1, 1]
+    assert [len(m) for m in message_shapes(list(range(5)), None, tail=HALVING)] == [3, 1, 1]
     # never more than one MSCCL step: the first messages of a big tree are capped
-    big = [len(m) for m in _messages(list(range(300)), None, tail=HALVING)]
+    big = [len(m) for m in message_shapes(list(range(300)), None, tail=HALVING)]
     assert big[:3] == [MAX_STEP_CHUNKS] * 3 and sum(big) == 300 and big[-2:] == [1, 1]
 
 
@@ -365,14 +368,15 @@ def test_halving_shape_beats_tails_where_every_link_is_a_bottleneck():
     # mi250-2node at 16 trees per root: every link between die pairs is in a tight cut; halving
     # messages (few α, a one-chunk drain) are faster than the best tailed shape (P 8, L 3)
     from synth.bounds import compute_bounds
-    from synth.synthesis.trees import HALVING, _timed
+    from synth.synthesis.trees.timed import timed_forests
+    from synth.synthesis.trees.tuning import HALVING
     from synth.topology.io import load_topology
 
     topology = load_topology("mi250-2node")
     coll = Collective("allgather", 32)
     forest = plan_forest(topology, tuple(range(32)), max_trees=16)
-    _, tailed, _ = _timed(topology, coll, [forest], 16 * 8 * 8, 8, 2**30, build=False, tail=3)
-    _, halving, transfers = _timed(topology, coll, [forest], 16 * 64, 64, 2**30, tail=HALVING)
+    _, tailed, _ = timed_forests(topology, coll, [forest], 16 * 8 * 8, 8, 2**30, build=False, tail=3)
+    _, halving, transfers = timed_forests(topology, coll, [forest], 16 * 64, 64, 2**30, tail=HALVING)
     assert halving < tailed * 0.995
     assert compute_bounds(topology, coll, 2**30).time_bound_us / halving > 0.94
     assert max(t.end for t in transfers) == pytest.approx(halving)
@@ -406,15 +410,17 @@ def test_coalesced_reductions_simulate_as_planned():
     from synth.bounds import compute_bounds
     from synth.program.lower import lower
     from synth.simulate import simulate
-    from synth.synthesis.trees import HALVING, _forest_schedule, _timed
+    from synth.synthesis.trees.programs import forest_schedule
+    from synth.synthesis.trees.timed import timed_forests
+    from synth.synthesis.trees.tuning import HALVING
     from synth.topology.io import load_topology
     from synth.verify import verify
 
     topology = load_topology("mi250-2node")
     forest = plan_forest(topology, tuple(range(32)), reverse=True, max_trees=16)
-    coll, planned, transfers = _timed(topology, Collective("reducescatter", 32), [forest], 16 * 64, 64, 2**30,
-                                      tail=HALVING)
-    program = lower(_forest_schedule(topology, coll, transfers, planned, [forest], 2**30, "trees"))
+    coll, planned, transfers = timed_forests(topology, Collective("reducescatter", 32), [forest], 16 * 64, 64, 2**30,
+                                             tail=HALVING)
+    program = lower(forest_schedule(topology, coll, transfers, planned, [forest], 2**30, "trees"))
     assert verify(program).ok
     simulated = simulate(program, topology, 2**30, record_events=False).time_us
     assert simulated == pytest.approx(planned, rel=1e-6)
@@ -422,14 +428,15 @@ def test_coalesced_reductions_simulate_as_planned():
 
 
 def test_messages_longer_than_one_msccl_step_pay_alpha_per_step():
-    from synth.synthesis.trees import MAX_STEP_CHUNKS, _Jobs, _route_costs
+    from synth.synthesis.base import MAX_STEP_CHUNKS
+    from synth.synthesis.timing import Jobs, route_costs
 
     topology = _bidir(2, [(0, 1, 50)])
     alpha = topology.links[0].alpha
-    jobs = _Jobs.empty()
+    jobs = Jobs.empty()
     for count in (MAX_STEP_CHUNKS, MAX_STEP_CHUNKS + 1, 3 * MAX_STEP_CHUNKS):
         jobs.add(tuple(range(count)), 0, 1, (), False, (), (0,))
-    _, _, rate, duration = _route_costs(jobs, topology, 1000.0)
+    _, _, rate, duration = route_costs(jobs, topology, 1000.0)
     steps = [d - count * 1000.0 / rate[0] for d, count in zip(duration, (71, 72, 213))]
     assert steps == pytest.approx([alpha, 2 * alpha, 3 * alpha])
 
@@ -450,7 +457,7 @@ def test_tails_are_searched_where_drain_costs_time():
 def test_tree_count_search_goes_past_a_slower_cap_where_the_rate_leaves_room():
     # dgx-a100-2node, 64 MB allgather: 13 trees 252 µs, 8 trees 257 µs (clearly slower), 4 trees 224 µs;
     # 4 trees' rate (a 3132 µs/GiB floor) is far below 252 µs-worth, so the search must not stop at 8
-    from synth.synthesis.trees import _capped_floor_us
+    from synth.synthesis.trees.pipeline import capped_floor_us
     from synth.topology.io import load_topology
 
     topology = load_topology("dgx-a100-2node")
@@ -459,7 +466,7 @@ def test_tree_count_search_goes_past_a_slower_cap_where_the_rate_leaves_room():
     assert max(schedule.notes["trees_per_root"]) <= 4
     assert schedule.predicted_time_us < 230.0
     # the floors are the capped rates' bandwidth times, never below the cut bound's
-    floors = [_capped_floor_us(topology, coll, 2**30, cap) for cap in (16, 8, 4)]
+    floors = [capped_floor_us(topology, coll, 2**30, cap) for cap in (16, 8, 4)]
     assert floors == sorted(floors) and floors[0] == pytest.approx(3097.3, abs=0.1)
 
 
@@ -495,9 +502,9 @@ def test_chunk_counts_are_ones_the_msccl_runtime_runs_at_size():
     assert usable.collective.runtime_divides(2**30)
     assert not anything.collective.runtime_divides(2**30)
     assert usable.predicted_time_us < anything.predicted_time_us * 1.01
-    fit = trees._runtime_chunks(coll, 2**30)
+    fit = trees.messages.runtime_chunks(coll, 2**30)
     assert fit(39) == [32, 64] and fit(64) == [64, 32, 128] and fit(3) == [4, 2]
-    assert trees._runtime_chunks(Collective("allgather", 25), 2**30)(39) == [39]   # 25 never divides 2^28
+    assert trees.messages.runtime_chunks(Collective("allgather", 25), 2**30)(39) == [39]   # 25 never divides 2^28
 
 
 def test_remainder_chunks_are_spread_over_the_links():
@@ -507,7 +514,7 @@ def test_remainder_chunks_are_spread_over_the_links():
 
     forest = trees.plan_forest(load_topology("dgx1"), tuple(range(8)))
     assert forest.k == 6
-    counts = trees._balanced_split(forest, 8)
+    counts = trees.messages.balanced_split(forest, 8)
     for root in range(8):
         assert sum(trees.split_chunks(forest, root, 8)) == 8
     shares = [8 * t.mult / forest.k for t in forest.trees]
@@ -529,16 +536,18 @@ def test_remainder_chunks_are_spread_over_the_links():
         by_remainder.append(base)
     merged = [next(b[i] for b in by_remainder if i in b) for i in range(len(forest.trees))]
     assert max_load(counts) <= max_load(merged)
-    assert trees._balanced_split(forest, 12) == tuple(12 * t.mult // 6 for t in forest.trees)   # exact: no choice
+    # exact: no choice
+    assert trees.messages.balanced_split(forest, 12) == tuple(12 * t.mult // 6 for t in forest.trees)
 
 
 def test_a_shape_moved_to_a_runtime_count_keeps_its_message_size():
     # 432 chunks per root (6 trees x 72 messages of one chunk) moved to 512: 85 messages per tree,
     # not 72 uneven ones of one or two chunks
-    assert trees._refit_messages(72, 512, 432, 0) == 85
-    assert trees._refit_messages(72, 432, 432, 0) == 72
-    assert trees._refit_messages(None, 512, 432, 0) is None
-    assert trees._refit_messages(64, 1024, 1000, trees.HALVING) == 64 == trees._refit_messages(64, 1024, 1000, 2)
+    assert trees.messages.refit_messages(72, 512, 432, 0) == 85
+    assert trees.messages.refit_messages(72, 432, 432, 0) == 72
+    assert trees.messages.refit_messages(None, 512, 432, 0) is None
+    halving = trees.messages.refit_messages(64, 1024, 1000, trees.tuning.HALVING)
+    assert halving == 64 == trees.messages.refit_messages(64, 1024, 1000, 2)
     from synth.topology.io import load_topology
 
     topology = load_topology("dgx1")
@@ -554,14 +563,14 @@ def test_forests_of_the_other_orientation_only_where_routes_run_back_the_same_wa
     from synth.topology.io import load_topology
     from synth.topology.model import Link, Topology
 
-    assert trees._routes_symmetric(load_topology("dgx-a100-2node"))
+    assert trees.pipeline.routes_symmetric(load_topology("dgx-a100-2node"))
     # two equal 3-hop paths between ranks 0 and 1 (0-s0-s2-1, 0-s1-s3-1): ties go by destination,
     # which picks 0-s1-s3-1 one way and 1-s2-s0-0 the other, so reduction routes are not broadcast routes
     pairs = [(0, 2), (2, 4), (4, 1), (0, 3), (3, 5), (5, 1)]
     links = tuple(Link(a, b, 10.0, 1.0) for u, v in pairs for a, b in ((u, v), (v, u)))
     topology = Topology("two-paths", 2, links, ("s0", "s1", "s2", "s3"))
-    assert trees._symmetric(topology)
-    assert not trees._routes_symmetric(topology)
+    assert trees.pipeline.is_symmetric(topology)
+    assert not trees.pipeline.routes_symmetric(topology)
 
 
 def test_ring_broadcast_pipelines_deeper_than_the_multi_root_grid():
@@ -575,7 +584,8 @@ def test_ring_broadcast_pipelines_deeper_than_the_multi_root_grid():
     topology = ring(8)
     size = 2**30
     schedule, sim = _verified(topology, "broadcast", size)
-    assert schedule.notes["chunks_per_root"] > trees.MAX_CHUNKS // 2   # the search went past P = 128 per tree
+    # the search went past P = 128 per tree
+    assert schedule.notes["chunks_per_root"] > trees.tuning.TUNING.max_chunks // 2
     bound_us = compute_bounds(topology, schedule.collective, size).time_bound_us
     assert bound_us / sim.time_us > 0.96
     check_runtime_limits(lower(schedule))
@@ -583,9 +593,9 @@ def test_ring_broadcast_pipelines_deeper_than_the_multi_root_grid():
 
 def test_deep_shapes_stop_at_a_relaying_ranks_xml_nodes():
     forest = plan_forest(ring(8), (0,))
-    fits = [[trees.MAX_STEPS_PER_TB * 2] * len(forest.trees)]     # 128 steps per edge: far below the limit
-    deep = [[trees.MAX_XML_NODES] * len(forest.trees)]             # a relay sends and receives this many
-    assert trees._xml_nodes([forest], fits) <= trees.MAX_XML_NODES < trees._xml_nodes([forest], deep)
+    fits = [[MAX_STEPS_PER_TB * 2] * len(forest.trees)]     # 128 steps per edge: far below the limit
+    deep = [[MAX_XML_NODES] * len(forest.trees)]             # a relay sends and receives this many
+    assert trees.messages.xml_nodes([forest], fits) <= MAX_XML_NODES < trees.messages.xml_nodes([forest], deep)
 
 
 def test_justify_repacks_what_a_list_schedule_left_idle():
@@ -597,12 +607,12 @@ def test_justify_repacks_what_a_list_schedule_left_idle():
     topology = Topology("line", 3, (Link(0, 1, 1.0), Link(1, 2, 1.0)))
     chunk_bytes = 10e3
     given = [Transfer(0.0, 10.0, 0, 0, 1), Transfer(10.0, 20.0, 1, 0, 1), Transfer(20.0, 30.0, 1, 1, 2)]
-    makespan, transfers = trees.justify(given, topology, chunk_bytes, 30.0)
+    makespan, transfers = timing.justify(given, topology, chunk_bytes, 30.0)
     assert makespan == pytest.approx(20.0)
     times = {(t.chunk, t.src): (t.start, t.end) for t in transfers}
     assert times == {(1, 0): (0.0, 10.0), (1, 1): (10.0, 20.0), (0, 0): (10.0, 20.0)}
     # nothing to gain: None, and the schedule stands
-    assert trees.justify(sorted(transfers, key=lambda t: t.start), topology, chunk_bytes, 20.0) is None
+    assert timing.justify(sorted(transfers, key=lambda t: t.start), topology, chunk_bytes, 20.0) is None
 
 
 def test_justified_scatter_runs_as_planned_nearer_the_bound():

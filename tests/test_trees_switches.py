@@ -15,7 +15,7 @@ from synth.collectives import Collective
 from synth.program.load import load_program
 from synth.program.lower import lower
 from synth.simulate import simulate
-from synth.synthesis import trees
+from synth.synthesis import timing, trees
 from synth.synthesis.base import SynthOptions
 from synth.synthesis.packing import (
     SplitGraph,
@@ -96,7 +96,7 @@ def star_plan(num_ranks: int = 4):
     fabric = integer_fabric(star(num_ranks))
     weights = {r: 1 for r in range(num_ranks)}
     optimal = optimal_ratio(fabric, weights)
-    k, caps, ratio = choose_capacities(fabric, weights, optimal, trees.DEFAULT_MAX_TREES)
+    k, caps, ratio = choose_capacities(fabric, weights, optimal, trees.tuning.TUNING.default_max_trees)
     assert ratio == optimal
     return fabric, caps, weights, k
 
@@ -159,8 +159,8 @@ def pair_topology() -> Topology:
     return Topology(name="pair", num_ranks=2, links=(Link(0, 1, BW, ALPHA), Link(1, 0, BW, ALPHA)))
 
 
-def make_jobs(msgs: list[tuple[int, ...]]) -> trees._Jobs:
-    jobs = trees._Jobs.empty()
+def make_jobs(msgs: list[tuple[int, ...]]) -> timing.Jobs:
+    jobs = timing.Jobs.empty()
     for j, msg in enumerate(msgs):
         jobs.add(msg, 0, 1, (), False, (), (0, j))
     return jobs
@@ -173,7 +173,7 @@ def hop(chunks: int, chunk_bytes: float) -> float:
 def test_coalescing_is_off_by_default():
     chunk_bytes = 1000.0
     jobs = make_jobs([(0,), (1,), (2,), (3,)])
-    order, start, end = trees.list_schedule(jobs, pair_topology(), chunk_bytes)
+    order, start, end = timing.list_schedule(jobs, pair_topology(), chunk_bytes)
     assert order == [0, 1, 2, 3]
     assert end.max() == pytest.approx(4 * hop(1, chunk_bytes))
     assert jobs.head == [0, 1, 2, 3]
@@ -183,10 +183,10 @@ def test_coalescing_merges_the_queued_jobs_behind_the_first():
     # all four are ready at t=0, but the first is picked as soon as it is queued (alone);
     # the other three wait for the link and leave as one message with one α
     chunk_bytes = 1000.0
-    assert ALPHA / trees.ALPHA_SHARE * BW * 1e3 / chunk_bytes >= 4     # ALPHA_SHARE allows all four
-    plain = trees.list_schedule(make_jobs([(0,), (1,), (2,), (3,)]), pair_topology(), chunk_bytes)[2].max()
+    assert ALPHA / timing.ALPHA_SHARE * BW * 1e3 / chunk_bytes >= 4     # ALPHA_SHARE allows all four
+    plain = timing.list_schedule(make_jobs([(0,), (1,), (2,), (3,)]), pair_topology(), chunk_bytes)[2].max()
     jobs = make_jobs([(0,), (1,), (2,), (3,)])
-    _, start, end = trees.list_schedule(jobs, pair_topology(), chunk_bytes, coalesce=True)
+    _, start, end = timing.list_schedule(jobs, pair_topology(), chunk_bytes, coalesce=True)
     assert jobs.head == [0, 1, 1, 1]
     assert end[0] == pytest.approx(hop(1, chunk_bytes))
     assert list(start[1:]) == pytest.approx([end[0]] * 3)
@@ -199,10 +199,10 @@ def test_coalescing_merges_all_four_behind_a_busy_link():
     # a first transfer (chunk 10, not contiguous with 0..3) holds the link while all four queue up
     chunk_bytes = 1000.0
     msgs = [(10,), (0,), (1,), (2,), (3,)]
-    plain = trees.list_schedule(make_jobs(msgs), pair_topology(), chunk_bytes)[2].max()
+    plain = timing.list_schedule(make_jobs(msgs), pair_topology(), chunk_bytes)[2].max()
     assert plain == pytest.approx(5 * hop(1, chunk_bytes))
     jobs = make_jobs(msgs)
-    _, start, end = trees.list_schedule(jobs, pair_topology(), chunk_bytes, coalesce=True)
+    _, start, end = timing.list_schedule(jobs, pair_topology(), chunk_bytes, coalesce=True)
     assert jobs.head == [0, 1, 1, 1, 1]
     merged = end[1] - start[1]
     assert merged == pytest.approx(ALPHA + 4 * chunk_bytes / (BW * 1e3))   # one α for the whole message
@@ -213,19 +213,19 @@ def test_coalescing_merges_all_four_behind_a_busy_link():
 
 def test_coalescing_stops_at_the_alpha_share():
     # α may be no less than ALPHA_SHARE of a message: with these chunks that allows two per message
-    chunk_bytes = ALPHA / trees.ALPHA_SHARE * BW * 1e3 / 2
+    chunk_bytes = ALPHA / timing.ALPHA_SHARE * BW * 1e3 / 2
     jobs = make_jobs([(10,), (0,), (1,), (2,), (3,)])
-    _, _, end = trees.list_schedule(jobs, pair_topology(), chunk_bytes, coalesce=True)
+    _, _, end = timing.list_schedule(jobs, pair_topology(), chunk_bytes, coalesce=True)
     assert jobs.head == [0, 1, 1, 3, 3]
     assert end.max() == pytest.approx(hop(1, chunk_bytes) + 2 * hop(2, chunk_bytes))
 
 
 def test_a_smaller_alpha_share_coalesces_longer_messages():
     # the same chunks as above: at half the share of α a message may carry four of them
-    chunk_bytes = ALPHA / trees.ALPHA_SHARE * BW * 1e3 / 2
+    chunk_bytes = ALPHA / timing.ALPHA_SHARE * BW * 1e3 / 2
     jobs = make_jobs([(10,), (0,), (1,), (2,), (3,)])
-    _, _, end = trees.list_schedule(jobs, pair_topology(), chunk_bytes, coalesce=True,
-                                    alpha_share=trees.ALPHA_SHARE / 2)
+    _, _, end = timing.list_schedule(jobs, pair_topology(), chunk_bytes, coalesce=True,
+                                    alpha_share=timing.ALPHA_SHARE / 2)
     assert jobs.head == [0, 1, 1, 1, 1]
     assert end.max() == pytest.approx(hop(1, chunk_bytes) + hop(4, chunk_bytes))
 
@@ -234,14 +234,14 @@ def test_drain_shrinks_the_messages_that_end_a_links_stream():
     # 16 chunks queue behind a first transfer; α allows 64 per message (the MSCCL cap). With drain
     # 1.0 a message may carry no more than the link still carries after it: 8, 4, 2, 1, 1
     chunk_bytes = 1000.0
-    assert ALPHA / (trees.ALPHA_SHARE / 100) * BW * 1e3 / chunk_bytes > trees.MAX_COALESCE
+    assert ALPHA / (timing.ALPHA_SHARE / 100) * BW * 1e3 / chunk_bytes > timing.MAX_COALESCE
     msgs = [(100,)] + [(c,) for c in range(16)]
     whole = make_jobs(msgs)
-    trees.list_schedule(whole, pair_topology(), chunk_bytes, coalesce=True, alpha_share=trees.ALPHA_SHARE / 100)
+    timing.list_schedule(whole, pair_topology(), chunk_bytes, coalesce=True, alpha_share=timing.ALPHA_SHARE / 100)
     assert sorted(Counter(whole.head).values()) == [1, 16]
     jobs = make_jobs(msgs)
-    _, _, end = trees.list_schedule(jobs, pair_topology(), chunk_bytes, coalesce=True,
-                                    alpha_share=trees.ALPHA_SHARE / 100, drain=1.0)
+    _, _, end = timing.list_schedule(jobs, pair_topology(), chunk_bytes, coalesce=True,
+                                    alpha_share=timing.ALPHA_SHARE / 100, drain=1.0)
     sizes = [count for _, count in sorted(Counter(jobs.head).items())]
     assert sizes == [1, 8, 4, 2, 1, 1]
     assert end.max() == pytest.approx(sum(hop(size, chunk_bytes) for size in sizes))
@@ -252,11 +252,11 @@ def test_batched_ties_leave_as_one_message():
     # otherwise the first one leaves alone as soon as it is queued
     chunk_bytes = 1000.0
     jobs = make_jobs([(0,), (1,), (2,), (3,)])
-    _, _, end = trees.list_schedule(jobs, pair_topology(), chunk_bytes, coalesce=True, batch=True)
+    _, _, end = timing.list_schedule(jobs, pair_topology(), chunk_bytes, coalesce=True, batch=True)
     assert jobs.head == [0, 0, 0, 0]
     assert end.max() == pytest.approx(hop(4, chunk_bytes))
     unbatched = make_jobs([(0,), (1,), (2,), (3,)])
-    trees.list_schedule(unbatched, pair_topology(), chunk_bytes, coalesce=True)
+    timing.list_schedule(unbatched, pair_topology(), chunk_bytes, coalesce=True)
     assert unbatched.head == [0, 1, 1, 1]
 
 
@@ -269,11 +269,11 @@ def test_polish_brings_dgx_a100_4node_allgather_to_the_target():
     plans = [trees.plan_forest(topo, tuple(range(topo.num_ranks)))]
 
     def ratio(coalescings):
-        coll, makespan, _ = trees._timed(topo, collective, plans, 64, 3, GiB, tail=4,
-                                         timing=trees._Timing(4.0, coalescings=coalescings))
+        coll, makespan, _ = trees.timed.timed_forests(topo, collective, plans, 64, 3, GiB, tail=4,
+                                                      timing=trees.timed.Timing(4.0, coalescings=coalescings))
         return compute_bounds(topo, coll, GiB).time_bound_us / makespan
 
-    built, polished = ratio(trees.BUILT), ratio(trees.BUILT + trees.POLISH)
+    built, polished = ratio(trees.tuning.TUNING.built), ratio(trees.tuning.TUNING.built + trees.tuning.TUNING.polish)
     assert built < 0.98 <= polished    # 0.9764 -> 0.9807
 
 
@@ -287,12 +287,13 @@ def test_timing_with_more_alpha_shares_keeps_the_fastest():
     assert plans[0].k == 13
 
     def timed(shares):
-        coll, makespan, _ = trees._timed(topo, collective, plans, 39, 3, GiB,
-                                         timing=trees._Timing(4.0, coalescings=tuple(map(trees.Coalescing, shares))))
+        how = trees.timed.Timing(4.0, coalescings=tuple(map(timing.Coalescing, shares)))
+        coll, makespan, _ = trees.timed.timed_forests(topo, collective, plans, 39, 3, GiB, timing=how)
         return compute_bounds(topo, coll, GiB).time_bound_us / makespan
 
-    assert len(trees.ALPHA_SHARES) > 1 and trees.ALPHA_SHARES[0] == trees.ALPHA_SHARE
-    default, half, every = timed((trees.ALPHA_SHARE,)), timed((trees.ALPHA_SHARE / 2,)), timed(trees.ALPHA_SHARES)
+    assert len(trees.tuning.TUNING.alpha_shares) > 1 and trees.tuning.TUNING.alpha_shares[0] == timing.ALPHA_SHARE
+    default, half = timed((timing.ALPHA_SHARE,)), timed((timing.ALPHA_SHARE / 2,))
+    every = timed(trees.tuning.TUNING.alpha_shares)
     assert default < 0.98 <= half
     assert every == pytest.approx(max(default, half))   # 0.02 is slower here
 
@@ -300,9 +301,9 @@ def test_timing_with_more_alpha_shares_keeps_the_fastest():
 def test_coalescing_never_merges_non_contiguous_chunks():
     chunk_bytes = 1000.0
     msgs = [(10,), (0,), (2,)]
-    plain = trees.list_schedule(make_jobs(msgs), pair_topology(), chunk_bytes)[2].max()
+    plain = timing.list_schedule(make_jobs(msgs), pair_topology(), chunk_bytes)[2].max()
     jobs = make_jobs(msgs)
-    _, _, end = trees.list_schedule(jobs, pair_topology(), chunk_bytes, coalesce=True)
+    _, _, end = timing.list_schedule(jobs, pair_topology(), chunk_bytes, coalesce=True)
     assert jobs.head == [0, 1, 2]
     assert end.max() == pytest.approx(plain)
     assert end.max() == pytest.approx(3 * hop(1, chunk_bytes))

@@ -19,7 +19,7 @@ glop | pdlp (through :mod:`synth.solvers`).
 Alltoall is the multi-commodity flow itself: :func:`synth.synthesis.paths.plan_alltoall_paths` solves
 the maximum concurrent flow over the runtime's routes (every rank a scatter source, all sharing the
 links), decomposes each source's flow into paths and pipelines the chunks down them, relaying at ranks
-(:func:`synth.synthesis.trees._forward_paths`). Where ranks share no link the direct program sends over
+(:func:`synth.synthesis.trees.pathsched.forward_paths`). Where ranks share no link the direct program sends over
 the runtime's route, which may be a slow NIC; the flow relays through ranks instead where that is faster.
 Behind switches the chunks' circuits are also run in rounds that share no port (a bipartite edge
 colouring, :mod:`synth.synthesis.circuits`), which a list schedule's greedy circuit bookings do not
@@ -47,15 +47,9 @@ from synth.synthesis.packing import (
     split_switches,
 )
 from synth.synthesis.paths import LPTooLarge, plan_alltoall_paths, runtime_route_plans
-from synth.synthesis.trees import (
-    Forest,
-    PlannedTree,
-    _allowed,
-    _draw_units,
-    _forward_paths,
-    plan_forest,
-    schedule_from_plans,
-)
+from synth.synthesis.trees import Forest, PlannedTree, plan_forest, schedule_from_plans
+from synth.synthesis.trees.forest import allowed_routes, draw_units
+from synth.synthesis.trees.pathsched import forward_paths
 from synth.topology.model import Topology
 
 SUPPORTED = frozenset({"allgather", "reducescatter", "allreduce", "broadcast", "reduce", "alltoall"})
@@ -147,7 +141,7 @@ def forest_from_lp(topology: Topology, roots: tuple[int, ...], reverse: bool, so
     fabric_topology = topology.reversed() if reverse else topology
     lp = solve_rate(fabric_topology, roots, solver, time_limit, threads)
     fabric = integer_fabric(fabric_topology)
-    allowed = _allowed(topology, reverse)
+    allowed = allowed_routes(topology, reverse)
     trees: list[PlannedTree] = []
     total = np.zeros(len(fabric.units))
     for r in roots:
@@ -163,7 +157,7 @@ def forest_from_lp(topology: Topology, roots: tuple[int, ...], reverse: bool, so
             return replace(forest, optimal=Fraction(lp.ratio).limit_denominator(10**6))
         pools = {key: [list(item) for item in pool] for key, pool in graph.routes.items()}
         for tree in pack_arborescences(topology.num_ranks, dict(graph.cap), {r: 1}, scale):
-            routes = tuple(tuple(_draw_units(pools[edge], tree.mult)) for edge in tree.edges)
+            routes = tuple(tuple(draw_units(pools[edge], tree.mult)) for edge in tree.edges)
             trees.append(PlannedTree(tree.root, tree.mult, tuple(tree.edges), routes))
     achieved = Fraction(float((total / (fabric.units * scale)).max())).limit_denominator(10**6)
     optimal = Fraction(lp.ratio).limit_denominator(10**6)
@@ -207,7 +201,7 @@ def _alltoall(topology: Topology, collective: Collective, size_bytes: float, opt
         raise SynthError(f"method lp: {exc}; use -m greedy or -m direct") from None
     unit_hops = max(sum(path.share * len(path.hops) for plan in plans for path in plan.paths) for plans in candidates)
     counts = tuple(c for c in ALLTOALL_CHUNKS if c == 1 or c * unit_hops <= ALLTOALL_JOBS)
-    schedule = _forward_paths(topology, collective, size_bytes, options, candidates, counts, method="lp",
+    schedule = forward_paths(topology, collective, size_bytes, options, candidates, counts, method="lp",
                               priorities=("deadline", "position", "shift", "rounds"), alternatives=True)
     if schedule is None:
         raise SynthError(f"method lp: no alltoall program on the flow's paths fits MSCCL's limits on "

@@ -276,7 +276,7 @@ class _Move:
     end: float = 0.0
 
 
-class _Timer:
+class Timer:
     """Assign start/end times in key order: start after the dependencies end and the route is free."""
 
     def __init__(self, topology: Topology, routes: dict[tuple[int, int], tuple[int, ...]], chunk_bytes: float):
@@ -411,7 +411,7 @@ def _line_schedule(topology: Topology, collective: Collective, size_bytes: float
                       root=collective.root, inplace=collective.inplace)
     if coll.inplace and name == "alltoall":
         raise SynthError("ring alltoall relays through the ranks and needs an out-of-place buffer")
-    timer = _Timer(topology, routes, coll.chunk_bytes(size_bytes))
+    timer = Timer(topology, routes, coll.chunk_bytes(size_bytes))
     C = coll.chunk_factor
     pos = {rank: i for i, rank in enumerate(line)}
 
@@ -563,7 +563,7 @@ def _ring_transfers(topology: Topology, coll: Collective, rings: list[Ring], wei
     """(makespan, the timed transfers) of ``coll`` over ``rings`` (chunks split by ``weights``), as in the
     module docstring; no transfers unless ``build``."""
     name, n = coll.name, coll.num_ranks
-    timer = _Timer(topology, routes, coll.chunk_bytes(size_bytes))
+    timer = Timer(topology, routes, coll.chunk_bytes(size_bytes))
     C = coll.chunk_factor
     if name == "allreduce":
         # chunk j -> owner (contiguous, as even as possible), then rings within each owner's share

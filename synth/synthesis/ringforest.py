@@ -28,9 +28,9 @@ from rings and still meets the cut:
    part comes last on the switch, the last of it in shrinking messages (``DIRECT_TAIL``), so the
    copy each needs inside its pair is short.
 6. **Timing.** One message per root, ring group, phase and tree edge (up to 71 chunks: MSCCL's
-   ``cnt``), list-scheduled by :func:`synth.synthesis.trees.list_schedule` (a root's own-machine data
+   ``cnt``), list-scheduled by :func:`synth.synthesis.timing.list_schedule` (a root's own-machine data
    first, then the early and the late mirrored data; the switch early, late, then direct) and
-   compacted by :func:`synth.synthesis.trees.justify`. SPEC cost model.
+   compacted by :func:`synth.synthesis.timing.justify`. SPEC cost model.
 
 A reducescatter is the allgather's time mirror on the reversed fabric; an allreduce is that
 reducescatter followed by the allgather. mi250-2node, 1 GiB, 256 chunks per root: allgather and
@@ -51,6 +51,7 @@ from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.schedule import Schedule, Transfer
 from synth.synthesis.base import MAX_STEP_CHUNKS
+from synth.synthesis.timing import Jobs, justify, list_schedule, phase_transfers, route_costs
 from synth.topology.model import Topology
 from synth.topology.structure import aligned_boxes
 
@@ -397,11 +398,10 @@ def _heights(edges: list[tuple[int, int]]) -> dict[int, int]:
 
 
 def jobs_of(forest: RingForest, topology: Topology, chunks: int, segs_of):
-    """The jobs of the module docstring (step 6) for :func:`synth.synthesis.trees.list_schedule`."""
-    from synth.synthesis.trees import _Jobs
+    """The jobs of the module docstring (step 6) for :func:`synth.synthesis.timing.list_schedule`."""
 
     switch = (topology.num_ranks,)
-    jobs = _Jobs.empty()
+    jobs = Jobs.empty()
     for g in range(topology.num_ranks):
         segs = segs_of(g)
         ids, pos = {}, g * chunks
@@ -479,8 +479,6 @@ def _add_group(jobs, side, origin, group, phases, segs, ids, trees, over_switch,
 def _timed_allgather(fabric: Topology, forest: RingForest, size_bytes: float, chunks: int):
     """(makespan, transfers, late share, busiest link µs) of the ring forest's allgather on ``fabric``, the
     fastest over ``LATE_SHARES``; None if no split fits ``chunks``."""
-    from synth.synthesis import trees as T
-
     n = fabric.num_ranks
     found = choose_splits(forest, fabric, size_bytes / n, chunks)
     if found is None:
@@ -491,12 +489,11 @@ def _timed_allgather(fabric: Topology, forest: RingForest, size_bytes: float, ch
     for late in LATE_SHARES:
         segs = [layout(split, late) for split in splits]
         jobs = jobs_of(forest, fabric, chunks, lambda g, segs=segs: segs[g % len(segs)])
-        costs = T._route_costs(jobs, fabric, chunk_bytes)
-        order, start, end = T.list_schedule(jobs, fabric, chunk_bytes, costs=costs)
+        costs = route_costs(jobs, fabric, chunk_bytes)
+        order, start, end = list_schedule(jobs, fabric, chunk_bytes, costs=costs)
         makespan = float(end.max())
-        plain = T.Forest((), 1, None, None, None, False, n)
-        transfers = T._phase_transfers(jobs, plain, order, start, end, makespan, 0.0, False, 0, None)
-        compacted = T.justify(transfers, fabric, chunk_bytes, makespan)
+        transfers = phase_transfers(jobs, False, order, start, end, makespan, 0.0, False, 0, None)
+        compacted = justify(transfers, fabric, chunk_bytes, makespan)
         if compacted is not None:
             makespan, transfers = compacted
         if best is None or makespan < best[0]:
@@ -510,7 +507,7 @@ def schedule(topology: Topology, collective: Collective, size_bytes: float, chun
 
     - allgather: the fastest over ``LATE_SHARES``;
     - reducescatter: its time mirror, an allgather on the reversed fabric with every transfer run
-      backwards in time and direction as a reduction (as :func:`synth.synthesis.trees._phase_transfers`
+      backwards in time and direction as a reduction (as :func:`synth.synthesis.timing.phase_transfers`
       mirrors reduction forests);
     - allreduce: that reducescatter, then the allgather on channel 1 (Rabenseifner's split).
     """

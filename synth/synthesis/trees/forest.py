@@ -1,0 +1,207 @@
+"""Forest planning for method trees: ``k`` spanning trees per root at the cut bound's rate (ForestColl,
+arXiv 2402.06787; :mod:`synth.synthesis.packing`), and the switch routes of their edges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from synth.errors import SynthError
+from synth.synthesis.packing import (
+    Route,
+    SplitError,
+    allowed_subpaths,
+    choose_capacities,
+    disjoint_pair_split,
+    integer_fabric,
+    optimal_ratio,
+    pack_arborescences,
+    split_switches,
+)
+from synth.synthesis.trees import tuning
+from synth.topology.model import Topology
+from synth.topology.routes import rank_routes
+
+
+# ---------------------------------------------------------------------------------------------
+# the forest
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PlannedTree:
+    """A distinct spanning tree: ``edges`` (parent, child) in BFS order on the *planning* fabric;
+    ``routes[i]`` lists (switch route, units) for edge ``i`` (units sum to ``mult``)."""
+
+    root: int
+    mult: int
+    edges: tuple[tuple[int, int], ...]
+    routes: tuple[tuple[tuple[Route, int], ...], ...]
+
+    @property
+    def depth(self) -> dict[int, int]:
+        depth = {self.root: 0}
+        for parent, child in self.edges:
+            depth[child] = depth[parent] + 1
+        return depth
+
+
+@dataclass(frozen=True)
+class Forest:
+    """``k`` trees per root (as distinct trees with multiplicities) at rate ``ratio`` (fabric units).
+
+    The bandwidth time of a broadcast of ``M`` bytes per root is ``M · ratio / (unit_GBps · 1e3)`` µs;
+    ``optimal`` is the cut bound in the same units (``ratio == optimal`` unless ``k`` was capped).
+    """
+
+    trees: tuple[PlannedTree, ...]
+    k: int
+    ratio: Fraction
+    optimal: Fraction
+    unit_GBps: Fraction
+    reversed: bool
+    num_ranks: int
+    slots: tuple[int, ...] | None = None   # translation-invariant timing (scale.translated_trees)
+    replicated: bool = False               # trees are translates with edges in the same order
+
+    def bandwidth_time_us(self, bytes_per_root: float) -> float:
+        return bytes_per_root * float(self.ratio) / (float(self.unit_GBps) * 1e3)
+
+
+def plan_forest(topology: Topology, roots: tuple[int, ...], *, reverse: bool = False,
+                max_trees: int = tuning.TUNING.default_max_trees) -> Forest:
+    """Optimal forest for broadcasts from ``roots`` (reduce towards them if ``reverse``).
+
+    Beyond ``TUNING.large_ranks`` ranks the fast constructions of :mod:`synth.synthesis.scale` replace
+    the exact packing (one tree per root; the rate they reach is reported, not certified).
+    """
+    if topology.num_ranks > tuning.TUNING.large_ranks:
+        return _large_forest(topology, roots, reverse)
+    fabric_topology = topology.reversed() if reverse else topology
+    fabric = integer_fabric(fabric_topology)
+    weights = {r: 1 for r in roots}
+    optimal = optimal_ratio(fabric, weights)
+    k, caps, ratio = choose_capacities(fabric, weights, optimal, max_trees)
+    allowed = allowed_routes(topology, reverse)
+    # Reductions run on the reversed fabric; pairing u with u-1 there makes their real transfers
+    # go u -> u+1 like the broadcasts', so allreduce keeps one peer per rank in both phases.
+    step = -1 if reverse else 1
+    graph = None
+    for pairs in _disjoint_pair_candidates(topology, reverse):
+        graph = disjoint_pair_split(fabric, caps, weights, k, pairs)
+        if graph is not None:
+            break
+    if graph is None:
+        try:
+            graph = split_switches(fabric, caps, weights, k, allowed, step)
+        except SplitError:
+            graph, ratio = _degraded_split(fabric, weights, optimal, k, allowed, step)
+    packed = pack_arborescences(topology.num_ranks, dict(graph.cap), weights, k)
+    pools = {key: [list(item) for item in pool] for key, pool in graph.routes.items()}
+    trees = []
+    for tree in packed:
+        routes = []
+        for edge in tree.edges:
+            routes.append(tuple(draw_units(pools[edge], tree.mult)))
+        trees.append(PlannedTree(tree.root, tree.mult, tuple(tree.edges), tuple(routes)))
+    return Forest(tuple(trees), k, ratio, optimal, fabric.unit_GBps, reverse, topology.num_ranks)
+
+
+def _large_forest(topology: Topology, roots: tuple[int, ...], reverse: bool) -> Forest:
+    from synth.synthesis import scale
+
+    fabric_topology = topology.reversed() if reverse else topology
+    slots = None
+    dims = scale.torus_dims(fabric_topology)
+    if dims is not None:
+        raw, slots = scale.translated_trees(fabric_topology, dims, roots)
+    elif topology.switches and topology.machines:
+        raw = scale.box_trees(fabric_topology, roots)
+    else:
+        raw = scale.balanced_bfs_trees(fabric_topology, roots)
+    ratio, unit = scale.achieved_ratio(topology, raw, reverse)
+    trees = tuple(PlannedTree(r, 1, tuple(edges), tuple(((route, 1),) for route in routes))
+                  for r, edges, routes in raw)
+    replicated = slots is None and bool(topology.switches and topology.machines)
+    return Forest(trees, 1, ratio, ratio, unit, reverse, topology.num_ranks, slots, replicated)
+
+
+def _disjoint_pair_candidates(topology: Topology, reverse: bool):
+    """Rank pairings to try with :func:`disjoint_pair_split`, as switch paths on the planning fabric.
+
+    With equal boxes: GPU ``i`` of box ``b`` to GPU ``i`` of box ``b + s`` (rails; box shift
+    ``s = 1``, then half the boxes) before a ring inside each box; then a ring over all ranks and
+    the half-way shift. Pairs joined by a direct link need no switch and are skipped; reductions
+    plan on the reversed fabric, where the real pair ``u -> v`` is the arc ``v -> u``.
+    """
+    if not topology.switches:
+        return
+    routes = rank_routes(topology)
+    n = topology.num_ranks
+
+    def paths(pairs):
+        found = (routes.get(pair) for pair in pairs)
+        return [path[::-1] if reverse else path for path in found if path is not None and len(path) > 2]
+
+    boxes = topology.machines
+    if len(boxes) > 1 and len({len(box) for box in boxes}) == 1:
+        width, count = len(boxes[0]), len(boxes)
+        in_box = [(box[i], box[(i + 1) % width]) for box in boxes for i in range(width)]
+        for shift in dict.fromkeys((1, count // 2)):
+            rails = [(boxes[b][i], boxes[(b + shift) % count][i]) for b in range(count) for i in range(width)]
+            yield paths(rails + in_box)
+    for shift in dict.fromkeys((1, n // 2)):
+        yield paths([(u, (u + shift) % n) for u in range(n)])
+
+
+def allowed_routes(topology: Topology, reverse: bool) -> set[tuple[int, ...]] | None:
+    """Path pieces a planned arc may use: those of the real fabric's canonical routes (reversed
+    when planning on the reversed fabric, whose arcs run backwards in time)."""
+    if not topology.switches:
+        return None
+    pieces = allowed_subpaths(rank_routes(topology))
+    return {piece[::-1] for piece in pieces} if reverse else pieces
+
+
+def _degraded_split(fabric, weights: dict[int, int], optimal: Fraction, k: int, allowed, step: int):
+    """The least rate ``T >= T*`` (bisection, ``k`` fixed) at which switches split completely along
+    canonical routes: fixed per-peer routes can make the cut bound unreachable (e.g. one of two
+    spines never on a shortest path)."""
+    def attempt(t: float):
+        caps = np.floor(fabric.units * t * k + 1e-9).astype(np.int64)
+        try:
+            return split_switches(fabric, caps, weights, k, allowed, step), caps
+        except SplitError:
+            return None, caps
+
+    lo, hi = float(optimal), float(optimal) * 2
+    while attempt(hi)[0] is None:
+        lo, hi = hi, hi * 2
+        if hi > float(optimal) * 1e6:
+            raise SynthError("no tree packing fits this fabric's fixed routes")
+    for _ in range(24):
+        mid = (lo + hi) / 2
+        if attempt(mid)[0] is None:
+            lo = mid
+        else:
+            hi = mid
+    graph, caps = attempt(hi)
+    achieved = max(Fraction(int(c), int(b) * k) for c, b in zip(caps, fabric.units))
+    return graph, max(achieved, optimal)
+
+
+def draw_units(pool: list[list], amount: int) -> list[tuple[Route, int]]:
+    """``amount`` units drawn from the end of ``pool`` (``[route, units]`` entries, consumed in place):
+    the (route, units) pairs taken, in order."""
+    taken = []
+    while amount > 0:
+        route, units = pool[-1]
+        use = min(units, amount)
+        taken.append((tuple(route), use))
+        amount -= use
+        if use == units:
+            pool.pop()
+        else:
+            pool[-1][1] -= use
+    return taken

@@ -1,0 +1,160 @@
+"""Jobs of method trees: messages pipelined down broadcast trees and up reduction trees
+(:class:`synth.synthesis.timing.Jobs`, keyed critical path first).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import replace
+
+from synth.collectives import Collective
+from synth.synthesis.packing import Route
+from synth.synthesis.timing import Jobs, tree_heights
+from synth.synthesis.trees.forest import Forest, PlannedTree
+from synth.synthesis.trees.messages import message_shapes, split_chunks
+
+
+def _route_for(tree: PlannedTree, edge_index: int, j: int, count: int) -> Route:
+    """Route of the ``j``-th of ``count`` chunks on a tree edge: chunks share the units evenly."""
+    pieces = tree.routes[edge_index]
+    if len(pieces) == 1:
+        return pieces[0][0]
+    pos = (j + 0.5) * tree.mult / count
+    for route, units in pieces:
+        if pos < units:
+            return route
+        pos -= units
+    return pieces[-1][0]
+
+
+def real_edge(forest: Forest, parent: int, child: int, route: Route) -> tuple[int, int, Route]:
+    """The physical transfer of a planned edge: reversed fabrics run child -> parent."""
+    if forest.reversed:
+        return child, parent, tuple(reversed(route))
+    return parent, child, route
+
+
+def _message_shares(chunks: list[tuple[int, ...]]):
+    """(index, message, its share of the tree's data, share sent up to and including it)."""
+    total = sum(len(c) for c in chunks)
+    done = 0
+    for j, chunk in enumerate(chunks):
+        done += len(chunk)
+        yield j, chunk, len(chunk) / total, done / total
+
+
+def add_broadcast(jobs: Jobs, forest: Forest, tree_index: int, chunks: list[tuple[int, ...]], phase: int,
+                  root_deps: dict[int, tuple[int, ...]] | None = None,
+                  wanted: list[set[int]] | None = None, height_weight: float = 1.0) -> None:
+    """Pipeline messages (``chunks``: tuples of chunk ids) down a tree (copy). ``root_deps[chunk]``:
+    jobs the root must wait for. ``wanted[j]``: if given, message ``j`` only travels on edges
+    leading to those ranks (scatter). ``height_weight`` scales the hops-ahead term of the priority."""
+    tree = forest.trees[tree_index]
+    height = tree_heights(tree)
+    count = len(chunks)
+    for j, chunk, size, finish in _message_shares(chunks):
+        arrived: dict[int, int] = {}
+        needed = _needed_nodes(tree, wanted[j]) if wanted is not None else None
+        for e, (parent, child) in enumerate(tree.edges):
+            if needed is not None and child not in needed:
+                continue
+            src, dst, route = real_edge(forest, parent, child, _route_for(tree, e, j, count))
+            if parent in arrived:
+                deps = (arrived[parent],)
+            else:
+                deps = tuple(sorted({d for c in chunk for d in (root_deps or {}).get(c, ())}))
+            # critical path first: a message's urgency is its position in the tree's data minus the
+            # hops still ahead of it (height of the subtree it enters), so deep subtrees are fed
+            # early and the last transfers on each link are leaf deliveries (short drain); ties rotate
+            # by the sender so concurrent senders fan out to different receivers (a switch shift)
+            key = (phase, finish - height_weight * height[child] * size, -height[child],
+                   (dst - src) % forest.num_ranks, tree_index, e)
+            arrived[child] = jobs.add(chunk, src, dst, route, False, deps, key)
+
+
+def add_reduction(jobs: Jobs, forest: Forest, tree_index: int, chunks: list[tuple[int, ...]], phase: int,
+                  into_root: dict[int, list[int]], planned: dict[tuple[int, int, int], float] | None = None) -> None:
+    """Pipeline messages up a reduction tree (``forest`` planned on the reversed fabric): a rank
+    sends its partial sum of a message to its parent once its children's partial sums have arrived.
+    ``into_root[chunk]`` collects the jobs that complete the chunk's sum at the root. ``planned``
+    (tree, edge, message) -> start time, if given, is the priority (e.g. the mirrored broadcast's)."""
+    tree = forest.trees[tree_index]
+    depth = tree.depth
+    count = len(chunks)
+    for j, chunk, size, finish in _message_shares(chunks):
+        inputs: dict[int, list[int]] = defaultdict(list)
+        for e in range(len(tree.edges) - 1, -1, -1):   # children before parents
+            parent, child = tree.edges[e]
+            src, dst, route = real_edge(forest, parent, child, _route_for(tree, e, j, count))
+            # the hops still ahead of a partial sum are its depth: far leaves go first
+            urgency = planned[(tree_index, e, j)] if planned is not None else finish - depth[child] * size
+            key = (phase, urgency, -depth[child], (dst - src) % forest.num_ranks, tree_index, e)
+            inputs[parent].append(jobs.add(chunk, src, dst, route, True, tuple(inputs[child]), key))
+        for c in chunk:
+            into_root[c].extend(inputs[tree.root])
+
+
+def _needed_nodes(tree: PlannedTree, targets) -> set[int]:
+    parent_of = {child: parent for parent, child in tree.edges}
+    needed: set[int] = set()
+    for v in targets:
+        while v in parent_of and v not in needed:
+            needed.add(v)
+            v = parent_of[v]
+    return needed
+
+
+def phase_jobs(coll: Collective, forest: Forest, phase: int, chunks: int, parts: int | None,
+               height_weight: float = 1.0, tail: int = 0) -> Jobs:
+    """Broadcast jobs of one phase on its planning fabric (a reversed forest is mirrored later)."""
+    name, n, root = coll.name, coll.num_ranks, coll.root
+    plain = replace(forest, reversed=False)
+    jobs = Jobs.empty()
+
+    def emit(t: int, messages: list[tuple[int, ...]]) -> None:
+        add_broadcast(jobs, plain, t, messages, phase, height_weight=height_weight)
+
+    if name not in ("scatter", "gather"):
+        for r in (range(n) if name in ("allgather", "reducescatter", "allreduce") else (root,)):
+            spread_chunks(plain, r, root_chunk_ids(coll, r, chunks), parts, emit, tail)
+    else:  # scatter, gather: each chunk only travels towards (or from) its own rank
+        if name == "scatter":
+            items = [(coll.contribution(root, q * chunks + s), q) for s in range(chunks) for q in range(n) if q != root]
+        else:
+            items = [(coll.contribution(q, s), q) for s in range(chunks) for q in range(n) if q != root]
+        _spread_items(plain, root, items,
+                      lambda t, cs, ws: add_broadcast(jobs, plain, t, [(c,) for c in cs], phase,
+                                                      wanted=[{w} for w in ws]))
+    return jobs
+
+
+def root_chunk_ids(coll: Collective, root: int, chunks: int) -> list[int]:
+    """The chunk ids a root's trees carry: its contribution (allgather, broadcast), the piece it
+    owns (reducescatter, allreduce) or the whole buffer (reduce)."""
+    if coll.name in ("allgather", "broadcast"):
+        return [coll.contribution(root, s) for s in range(chunks)]
+    if coll.name == "reduce":
+        return list(range(chunks))
+    return [root * chunks + s for s in range(chunks)]
+
+
+def tree_shares(forest: Forest, root: int, items: list):
+    """(distinct tree of ``root``, its consecutive share of ``items``) for the trees that get any
+    (:func:`split_chunks`)."""
+    pos = 0
+    for t, c in enumerate(split_chunks(forest, root, len(items))):
+        if c:
+            yield t, items[pos:pos + c]
+            pos += c
+
+
+def spread_chunks(forest: Forest, root: int, chunk_ids: list[int], parts: int | None, emit, tail: int = 0) -> None:
+    """Give each distinct tree of ``root`` its share of ``chunk_ids``, cut into messages (:func:`message_shapes`)."""
+    for t, share in tree_shares(forest, root, chunk_ids):
+        emit(t, message_shapes(share, parts, tail))
+
+
+def _spread_items(forest: Forest, root: int, items: list[tuple[int, int]], emit) -> None:
+    """Scatter/gather: ``items`` (chunk, rank) come slot-major, so each tree carries every rank's data."""
+    for t, part in tree_shares(forest, root, items):
+        emit(t, [chunk for chunk, _ in part], [w for _, w in part])

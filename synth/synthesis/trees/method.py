@@ -1,0 +1,168 @@
+"""Method ``trees`` (:func:`synthesize`, :data:`METHOD`): the pipeline at several trees-per-root caps,
+the split allreduce, flow paths and the ring forest as alternatives.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from synth.collectives import Collective
+from synth.errors import SynthError
+from synth.schedule import Schedule
+from synth.synthesis.base import MethodSpec, SynthOptions
+from synth.synthesis.trees import tuning
+from synth.synthesis.trees.forest import Forest, plan_forest
+from synth.synthesis.trees.messages import chunk_fit
+from synth.synthesis.trees.pathsched import path_schedule
+from synth.synthesis.trees.pipeline import (
+    Pipelined,
+    capped_floor_us,
+    finish_schedule,
+    flipped_planner,
+    is_symmetric,
+    piece_options,
+    polish,
+    routes_symmetric,
+    run_pipeline,
+)
+from synth.synthesis.trees.programs import first_with_runner_ups, justified_schedule
+from synth.synthesis.trees.split_allreduce import split_allreduce
+from synth.synthesis.trees.tuning import SUPPORTED
+from synth.topology.model import Topology
+
+
+# ---------------------------------------------------------------------------------------------
+# the method
+# ---------------------------------------------------------------------------------------------
+def synthesize(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions) -> Schedule:
+    """Throughput-optimal trees for ``collective`` at ``size_bytes`` (see :mod:`synth.synthesis.trees`)."""
+    name = collective.name
+    if name not in SUPPORTED:
+        raise SynthError(f"method trees does not support {name}; it supports {', '.join(sorted(SUPPORTED))}")
+    n = topology.num_ranks
+    if collective.num_ranks != n:
+        raise SynthError(f"collective has {collective.num_ranks} ranks but topology {topology.name} has {n}")
+    max_trees = options.max_trees if options.max_trees is not None else tuning.TUNING.default_max_trees
+    if max_trees < 1:
+        raise SynthError("--max-trees must be at least 1")
+    if options.chunks is not None and options.chunks < 1:
+        raise SynthError("--chunks must be at least 1")
+    if n == 1:
+        return Schedule(Collective(name, 1, options.chunks or 1, collective.root, collective.inplace),
+                        topology.name, (), method="trees", size_bytes=float(size_bytes))
+    options = piece_options(collective, options)
+
+    symmetric = not topology.switches and is_symmetric(topology)
+    # the other orientation's forests (flipped_planner) only where shapes are searched: its timing is capped
+    # at FORWARD_JOBS transfers anyway, and the route check runs one search per rank
+    flippable = (bool(topology.switches) and n <= tuning.TUNING.tree_search_ranks and is_symmetric(topology)
+                 and routes_symmetric(topology))
+    cache: dict[tuple[tuple[int, ...], int], Forest] = {}
+
+    def planner_for(trees_cap: int):
+        def planner(roots: tuple[int, ...], reverse: bool) -> Forest:
+            if not symmetric:
+                return plan_forest(topology, roots, reverse=reverse, max_trees=trees_cap)
+            # a switchless fabric equal to its reverse: the reduction trees are the broadcast trees
+            if (roots, trees_cap) not in cache:
+                cache[(roots, trees_cap)] = plan_forest(topology, roots, max_trees=trees_cap)
+            return replace(cache[(roots, trees_cap)], reversed=reverse)
+        return planner
+
+    def flipped_for(trees_cap: int):
+        return flipped_planner(topology, trees_cap) if flippable else None
+
+    def pipelined(trees_cap: int) -> tuple[Pipelined, Schedule]:
+        found = run_pipeline(topology, collective, size_bytes, options, planner_for(trees_cap), flipped_for(trees_cap))
+        return found, finish_schedule(topology, collective, size_bytes, options, found, "trees")
+
+    def polished(found: Pipelined, kept: Schedule) -> Schedule:
+        # only the shape finally kept is polished (TUNING.polish: 15 more list schedules)
+        better = polish(topology, collective, size_bytes, found)
+        if better is found or better.timed[1] >= kept.predicted_time_us * (1 - 1e-9):
+            return kept
+        return finish_schedule(topology, collective, size_bytes, options, better, "trees", rounds_tried=True)
+
+    began = time.monotonic()
+    best_found, best = pipelined(max_trees)
+    if options.max_trees is not None or n > tuning.TUNING.tree_search_ranks:
+        return _or_paths(topology, collective, size_bytes, options, polished(best_found, best))
+    # Many trees per root mean many messages per link (α) and coarse pipelines under the MSCCL
+    # chunk limits; a few trees at a rate within ~1/K of the optimum are often faster in the
+    # α-β model (mi250-2node allgather: 83 trees 0.875 of the bound, 8 trees 0.92).
+    budget = None if options.time_limit is None else began + options.time_limit
+    slower = False
+    for cap in tuning.TUNING.tree_search_caps:
+        if cap >= max(best.notes["trees_per_root"]):
+            continue
+        if budget is not None and time.monotonic() + (time.monotonic() - began) > budget:
+            break
+        # after a clearly slower cap, fewer trees can only win by cutting α and pipeline fill: only
+        # if the rate they keep leaves room (dgx-a100-2node 64 MB: 13 trees 252 µs, 8 trees 257, 4 trees 224)
+        if (slower and capped_floor_us(topology, collective, size_bytes, cap)
+                > best.predicted_time_us * (1 - tuning.TUNING.cap_room)):
+            break
+        trial_found, trial = pipelined(cap)
+        if trial.predicted_time_us < best.predicted_time_us * (1 - 1e-9):
+            best_found, best = trial_found, trial
+        elif trial.predicted_time_us > best.predicted_time_us * (1 + tuning.TUNING.cap_stop):
+            slower = True
+    best = polished(best_found, best)
+    if name == "allreduce" and not topology.switches:
+        deadline = None if budget is None else budget - (time.monotonic() - began) / 2
+        try:
+            split = split_allreduce(topology, collective, size_bytes, best.notes["tree_bandwidth_time_us"], deadline,
+                                     chunk_fit(collective, size_bytes, options))
+        except SynthError:   # an alternative only: the schedule above stands
+            split = None
+        if split is not None and split.predicted_time_us < best.predicted_time_us * (1 - 1e-9):
+            best = split
+    return or_rings(topology, collective, size_bytes, options, _or_paths(topology, collective, size_bytes, options,
+                                                                         best))
+
+
+def or_rings(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
+             best: Schedule) -> Schedule:
+    """``best``, and for an allgather, reducescatter or allreduce on two machines of rank pairs the ring
+    forest's schedule (:mod:`synth.synthesis.ringforest`) as an alternative after it: the pipeline times
+    both and keeps the faster (mi250-2node 1 GiB allgather: 3089.7 µs against 3183.7), and a ring forest
+    that does not fit MSCCL's limits is dropped there rather than making the method retry with fewer chunks."""
+    if collective.name not in ("allgather", "reducescatter", "allreduce") or options.max_trees is not None:
+        return best
+    from synth.synthesis import ringforest
+
+    chunks = chunk_fit(collective, size_bytes, options)(tuning.TUNING.ring_forest_chunks)[0]
+    try:
+        ring = ringforest.schedule(topology, collective, size_bytes, chunks)
+    except SynthError:   # an alternative only: the forest's schedule stands
+        ring = None
+    if ring is None:
+        return best
+    return first_with_runner_ups([best, ring])
+
+
+def _or_paths(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
+              best: Schedule) -> Schedule:
+    """``best`` justified (:func:`justified_schedule`); for scatter and gather up to ``TUNING.tree_search_ranks``
+    ranks, the schedule on the optimal flow's paths (:func:`path_schedule`, justified too) where that
+    is faster (not with ``--max-trees``, which asks for trees)."""
+    best = justified_schedule(topology, best)
+    if (collective.name not in ("scatter", "gather") or options.max_trees is not None
+            or topology.num_ranks > tuning.TUNING.tree_search_ranks):   # one LP column per routed rank pair
+        return best
+    found = path_schedule(topology, collective, size_bytes, options)
+    if found is None:
+        return best
+    paths = [replace(found, alternatives=()), *found.alternatives]
+    return first_with_runner_ups(sorted([best, *(justified_schedule(topology, s) for s in paths)],
+                                         key=lambda s: max(s.predicted_time_us, s.notes.get("score_us", 0.0))))
+
+
+METHOD = MethodSpec(
+    name="trees",
+    run=synthesize,
+    collectives=SUPPORTED,
+    description="throughput-optimal pipelined spanning trees at the exact cut bound (ForestColl)",
+    kind="heuristic",
+)

@@ -1,0 +1,205 @@
+"""The pipeline of method trees: forests planned per phase, chunks chosen, depths searched, timed,
+polished and finished into a schedule.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+from synth.collectives import Collective
+from synth.errors import SynthError
+from synth.schedule import Schedule, Transfer
+from synth.synthesis.base import SynthOptions, deadline_of
+from synth.synthesis.packing import choose_capacities, integer_fabric, optimal_ratio
+from synth.synthesis.trees import tuning
+from synth.synthesis.trees.depth import built_shapes, choose_chunks, refine_depth
+from synth.synthesis.trees.forest import Forest, plan_forest
+from synth.synthesis.trees.messages import chunk_fit, job_estimate, root_piece_bytes
+from synth.synthesis.trees.programs import forest_schedule, justified_schedule
+from synth.synthesis.trees.rounds_timing import timed_rounds
+from synth.synthesis.trees.timed import Timing, timed_forests
+from synth.synthesis.trees.tuning import HALVING, ROUND_TIMED
+from synth.topology.model import Topology
+from synth.topology.routes import rank_routes
+
+
+def _forest_phases(collective: Collective) -> list[tuple[tuple[int, ...], bool]]:
+    """(roots, reverse) of each forest a collective runs on, in phase order (reverse: a reduction)."""
+    name, all_ranks, root = collective.name, tuple(range(collective.num_ranks)), (collective.root,)
+    if name == "allgather":
+        return [(all_ranks, False)]
+    if name == "reducescatter":
+        return [(all_ranks, True)]
+    if name == "allreduce":
+        return [(all_ranks, True), (all_ranks, False)]
+    if name in ("broadcast", "scatter"):
+        return [(root, False)]
+    return [(root, True)]   # reduce, gather
+
+
+def capped_floor_us(topology: Topology, collective: Collective, size_bytes: float, cap: int) -> float:
+    """Bandwidth time of the forests at most ``cap`` trees per root can reach (the rate of
+    :func:`synth.synthesis.packing.choose_capacities`; the packed forests can only be slower)."""
+    per_root_bytes = root_piece_bytes(collective.name, topology.num_ranks, size_bytes)
+    total = 0.0
+    for roots, reverse in _forest_phases(collective):
+        fabric = integer_fabric(topology.reversed() if reverse else topology)
+        weights = {r: 1 for r in roots}
+        _, _, ratio = choose_capacities(fabric, weights, optimal_ratio(fabric, weights), cap)
+        total += per_root_bytes * float(ratio) / (float(fabric.unit_GBps) * 1e3)
+    return total
+
+
+def is_symmetric(topology: Topology) -> bool:
+    """Every link has a reverse twin of the same bandwidth and α."""
+    links = {(lk.src, lk.dst): (lk.bw, lk.alpha) for lk in topology.links}
+    return all(links.get((b, a)) == v for (a, b), v in links.items())
+
+
+def routes_symmetric(topology: Topology) -> bool:
+    """Does every rank pair's route through switches run back the same way?"""
+    routes = rank_routes(topology)
+    return all(routes.get((b, a)) == path[::-1] for (a, b), path in routes.items())
+
+
+def flipped_planner(topology: Topology, trees_cap: int):
+    """Each phase's forest planned on the other orientation (broadcast trees on the reversed fabric,
+    reductions on the fabric itself). On a fabric equal to its reverse, routes included, those trees
+    are as optimal and as valid, but the packing breaks its ties differently, and one forest may suit
+    the message shape better (dgx-a100-2node allgather at 64 chunks per root: 0.9794, flipped 0.9807)."""
+    def planner(roots: tuple[int, ...], reverse: bool) -> Forest:
+        return replace(plan_forest(topology, roots, reverse=not reverse, max_trees=trees_cap), reversed=reverse)
+    return planner
+
+
+def piece_options(collective: Collective, options: SynthOptions) -> SynthOptions:
+    """``options`` with ``--chunks`` counted per root piece, as the forests count: an allreduce's
+    chunk factor covers the whole buffer, which its ``n`` roots own ``C / n`` chunks of each."""
+    if collective.name != "allreduce" or options.chunks is None:
+        return options
+    n = collective.num_ranks
+    if options.chunks % n:
+        raise SynthError(f"--chunks {options.chunks}: an allreduce on trees needs a multiple of its {n} ranks "
+                         f"(each rank reduces and broadcasts C/{n} of the buffer's chunks)")
+    return replace(options, chunks=options.chunks // n)
+
+
+def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
+                        planner, method: str, other_planner=None) -> Schedule:
+    """Plan the forests a collective needs with ``planner(roots, reverse)`` and pipeline them
+    (:func:`run_pipeline`, :func:`polish`, :func:`finish_schedule`)."""
+    options = piece_options(collective, options)
+    pipelined = run_pipeline(topology, collective, size_bytes, options, planner, other_planner)
+    return justified_schedule(topology, finish_schedule(topology, collective, size_bytes, options,
+                                        polish(topology, collective, size_bytes, pipelined), method))
+
+
+@dataclass(frozen=True)
+class Pipelined:
+    """Forests timed at the message shape found for them: ``timed`` is (collective, makespan,
+    transfers) at ``chunks`` per root, ``messages`` per tree and ``tail`` (:func:`message_shapes`), with
+    priority ``weight``; ``floor`` is the forests' bandwidth time."""
+    plans: list[Forest]
+    timed: tuple[Collective, float, list[Transfer]]
+    chunks: int
+    messages: int | None
+    tail: int
+    trials: int
+    weight: float
+    floor: float
+    deadline: float | None
+
+
+def run_pipeline(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
+                 planner, other_planner=None) -> Pipelined:
+    """Plan the forests with ``planner`` and search their pipeline depth and message shape.
+
+    ``other_planner``: forests as good by rate, timed at the message shape found for the first ones
+    and kept if faster (:func:`flipped_planner`)."""
+    name, n = collective.name, topology.num_ranks
+    # --time-limit: the planning always completes; the pipeline-depth search stops early
+    deadline = deadline_of(options)
+    plans = [planner(roots, reverse) for roots, reverse in _forest_phases(collective)]
+
+    per_root_bytes = root_piece_bytes(name, n, size_bytes)
+    fit = chunk_fit(collective, size_bytes, options)
+    first_chunks, first_messages = choose_chunks(topology, collective, plans, per_root_bytes, options.chunks, fit)
+    outcome = None
+    # each priority (see HEIGHT_WEIGHTS) gets its own depth search; the fastest schedule is kept
+    # the 4x priority only where the first search is cheap (deterministic: by transfer count)
+    cheap = job_estimate(plans, first_chunks, first_messages) <= tuning.TUNING.alt_priority_jobs
+    weights = tuning.TUNING.height_weights if cheap else (1.0,)
+    floor = sum(f.bandwidth_time_us(per_root_bytes) for f in plans)   # the forests' bandwidth time
+    for weight in weights:
+        chunks, messages, tail, trials = first_chunks, first_messages, 0, 0
+        # at scale one message per tree is final (see choose_chunks): no depth search, one timing pass
+        search = (messages is not None and n <= tuning.TUNING.large_ranks
+                  and (deadline is None or time.monotonic() < deadline))
+        # a search starts plain (it tries mirrors itself; its shape is built with every α share below);
+        # a timing without a search tries everything at once
+        first = Timing(weight, mirror=False) if search else Timing(weight, coalescings=tuning.TUNING.built)
+        best = timed_forests(topology, collective, plans, chunks, messages, size_bytes, build=not search, timing=first)
+        if search:
+            best, shape, messages, tail, trials = refine_depth(topology, collective, plans, size_bytes, best,
+                                                                chunks, messages, deadline, weight, floor, fit)
+            # the shape found is built with every share of α for coalesced messages (see TUNING.alpha_shares)
+            built = [(timed_forests(topology, collective, plans, c, m, size_bytes, tail=tail,
+                             timing=Timing(weight, coalescings=tuning.TUNING.built)), c, m)
+                     for c, m in built_shapes(plans, fit, shape, messages, tail)]
+            best, chunks, messages = min(built, key=lambda b: b[0][1])
+        if outcome is None or best[1] < outcome[0][1] * (1 - 1e-9):
+            outcome = (best, chunks, messages, tail, trials, weight)
+        if not search:   # no search, no alternatives: large schedules are timed once
+            break
+    best, chunks, messages, tail, trials, weight = outcome
+    # five more list schedules: only where they are quick (dgx-a100-2node 2.4k transfers, mi250-2node 70k)
+    if (other_planner is not None and job_estimate(plans, chunks, messages, tail) <= tuning.TUNING.forward_jobs
+            and (deadline is None or time.monotonic() < deadline)):
+        others = [other_planner(roots, reverse) for roots, reverse in _forest_phases(collective)]
+        if [f.k for f in others] == [f.k for f in plans]:
+            timed = timed_forests(topology, collective, others, chunks, messages, size_bytes, tail=tail,
+                           timing=Timing(weight, coalescings=tuning.TUNING.built))
+            if timed[1] < best[1] * (1 - 1e-9):
+                best, plans = timed, others
+    return Pipelined(plans, best, chunks, messages, tail, trials, weight, floor, deadline)
+
+
+def polish(topology: Topology, collective: Collective, size_bytes: float, pipelined: Pipelined) -> Pipelined:
+    """The kept shape timed once more with the coalescings only it gets (:attr:`TreesTuning.polish`: drained and
+    batched messages); the faster timing is kept. Not at scale (one timing pass there) nor past
+    the time limit."""
+    if (topology.num_ranks > tuning.TUNING.large_ranks
+            or (pipelined.deadline is not None and time.monotonic() > pipelined.deadline)):
+        return pipelined
+    timed = timed_forests(topology, collective, pipelined.plans, pipelined.chunks, pipelined.messages, size_bytes,
+                   tail=pipelined.tail, timing=Timing(pipelined.weight, coalescings=tuning.TUNING.polish))
+    return replace(pipelined, timed=timed) if timed[1] < pipelined.timed[1] * (1 - 1e-9) else pipelined
+
+
+def finish_schedule(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
+                    pipelined: Pipelined, method: str, rounds_tried: bool = False) -> Schedule:
+    """The Schedule of a pipeline, or of its forests timed by rounds where that is faster (unless
+    ``rounds_tried``)."""
+    name, n = collective.name, topology.num_ranks
+    plans, floor, trials = pipelined.plans, pipelined.floor, pipelined.trials
+    coll, offset, transfers = pipelined.timed
+    tune = tuning.TUNING
+    if (not rounds_tried and offset > floor * (1 + tune.tail_gain) and n <= tune.large_ranks and name in ROUND_TIMED
+            and not topology.switches
+            and tune.rounds * float(topology.arrays[3].max()) * 2 <= tune.round_alpha_share * floor):
+        # α, fill and drain cost more than 1 %: try timing the same forests by rounds (synth.synthesis.rounds).
+        # Not behind switches, where every message pays α on each hop and holds its whole route: there
+        # rounds lose (dgx-a100-2node allgather 0.947 against 0.978, dgx-a100-4node 0.928 against 0.976)
+        fit = chunk_fit(collective, size_bytes, options)
+        options_chunks = list(dict.fromkeys(fit(c)[0] for c in tuning.TUNING.round_chunks))
+        timed = timed_rounds(topology, collective, plans, options_chunks, size_bytes, pipelined.deadline, offset)
+        if timed is not None and timed[1] < offset * (1 - 1e-9):
+            coll, offset, transfers, chunks = timed
+            return forest_schedule(topology, coll, transfers, offset, plans, size_bytes, method,
+                                    chunks_per_root=chunks, round_timed=tuning.TUNING.rounds, depth_trials=trials)
+    tail, messages = pipelined.tail, pipelined.messages
+    return forest_schedule(topology, coll, transfers, offset, plans, size_bytes, method,
+                            chunks_per_root=pipelined.chunks,
+                            messages_per_tree=None if tail == HALVING else messages, tail_splits=max(tail, 0),
+                            halving_messages=tail == HALVING, depth_trials=trials)

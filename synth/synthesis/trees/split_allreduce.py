@@ -1,0 +1,97 @@
+"""Allreduce of method trees on link capacities split between its two phases
+(:mod:`synth.synthesis.split`), timed side by side.
+"""
+
+from __future__ import annotations
+
+import time
+
+from synth.collectives import Collective
+from synth.schedule import Schedule
+from synth.synthesis.base import MAX_CHANNELS, MAX_STEPS_PER_TB, MAX_XML_NODES
+from synth.synthesis.timing import Jobs, connection_steps
+from synth.synthesis.trees import tuning
+from synth.synthesis.trees.forest import plan_forest
+from synth.synthesis.trees.messages import (
+    any_chunks,
+    busiest_pair_load,
+    busiest_rank_xml,
+    loop_chunk_factor,
+    root_piece_bytes,
+    split_chunks,
+)
+from synth.synthesis.trees.programs import forest_schedule
+from synth.synthesis.trees.timed import timed_forward
+from synth.topology.model import Topology
+
+
+def split_allreduce(topology: Topology, collective: Collective, size_bytes: float, sequential_us: float,
+                    deadline: float | None, fit=any_chunks) -> Schedule | None:
+    """Allreduce on forests planned on link capacities split between its two phases
+    (:mod:`synth.synthesis.split`) and timed side by side (:func:`timed_forward`, ``joint``).
+
+    The split is rounded to whole trees in both phases at once (:func:`~synth.synthesis.split.whole_tree_split`)
+    where that solves in time, so the forests keep its rate (mesh-5x5, one tree per root: 0.92 / 0.90
+    of it rounded phase by phase, all of it together). The fastest candidate is timed once more with
+    :attr:`TreesTuning.polish`'s coalescings.
+
+    None where that LP is not ``TUNING.split_gain`` faster than the phases one after the other
+    (``sequential_us``), and where no candidate fits MSCCL's limits. Switchless fabrics only: a
+    split fabric can route a rank pair through other switches than the runtime would.
+    """
+    from synth.synthesis.split import split_capacities, whole_tree_split
+
+    n = topology.num_ranks
+    split = split_capacities(topology)
+    piece_bytes = root_piece_bytes("allreduce", n, size_bytes)
+    split_us = split.time_us(piece_bytes)
+    if split_us > sequential_us * (1 - tuning.TUNING.split_gain):
+        return None
+    roots = tuple(range(n))
+
+    def fits(jobs: Jobs, heads: list[int] | None) -> bool:
+        steps = connection_steps(jobs, heads)
+        # each phase keeps its own channels, so a connection splits over half of them
+        return (max(steps.values(), default=0) * tuning.TUNING.step_margin <= MAX_CHANNELS // 2 * MAX_STEPS_PER_TB
+                and busiest_rank_xml(steps, n) <= MAX_XML_NODES)
+
+    best = None
+    for cap in tuning.TUNING.split_trees:
+        budget = time.monotonic() + tuning.TUNING.whole_split_seconds
+        whole = whole_tree_split(topology, split, cap, deadline=budget if deadline is None else min(deadline, budget))
+        shares = whole or split
+        plans = [plan_forest(shares.reducescatter, roots, reverse=True, max_trees=cap),
+                 plan_forest(shares.allgather, roots, max_trees=cap)]
+        k = max(f.k for f in plans)
+        wanted = sorted({c for c in tuning.TUNING.split_chunks if c >= k} | {k * c for c in tuning.TUNING.split_chunks})
+        for chunks in dict.fromkeys(fit(c)[0] for c in wanted):   # see runtime_chunks
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            # one chunk per message; split_chunks gives each root's trees their chunks and the others 0
+            per_tree_chunks = [[sum(c) for c in zip(*(split_chunks(f, r, chunks) for r in roots))] for f in plans]
+            if busiest_pair_load(plans, per_tree_chunks) > MAX_CHANNELS * MAX_STEPS_PER_TB:
+                break
+            coll = Collective("allreduce", n, loop_chunk_factor("allreduce", n, chunks), collective.root,
+                              collective.inplace)
+            # built as it is timed: the transfers are cheap next to the list schedule
+            timed = timed_forward(coll, plans, topology, chunks, None, coll.chunk_bytes(size_bytes), True,
+                                   joint=True, fits=fits)
+            if timed is not None and (best is None or timed[0] < best[0] * (1 - 1e-9)):
+                best = (*timed, plans, chunks, coll, shares)
+        if whole is not None and whole.rate_GBps >= split.rate_GBps * (1 - 1e-9):
+            break   # whole trees at the split's rate: more trees per root only cut the messages finer
+    if best is None:
+        return None
+    makespan, transfers, plans, chunks, coll, shares = best
+    if deadline is None or time.monotonic() < deadline:
+        polished = timed_forward(coll, plans, topology, chunks, None, coll.chunk_bytes(size_bytes), True,
+                                  joint=True, coalescings=tuning.TUNING.polish, fits=fits)
+        if polished is not None and polished[0] < makespan * (1 - 1e-9):
+            makespan, transfers = polished
+    return forest_schedule(topology, coll, transfers, makespan, plans, size_bytes, "trees",
+                            chunks_per_root=chunks, messages_per_tree=None, tail_splits=0, halving_messages=False,
+                            depth_trials=0,
+                            capacity_split_time_us=split_us,
+                            # the phases run side by side, each on its share (in tree edges, not GB/s)
+                            tree_bandwidth_time_us=shares.time_us(piece_bytes)
+                            * max(float(f.ratio / f.optimal) for f in plans))

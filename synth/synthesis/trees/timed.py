@@ -1,0 +1,235 @@
+"""Timing of forests for method trees: phases one after the other, mirrored reductions, and the
+forward-timed allreduce (:mod:`synth.synthesis.timing`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass, replace
+
+from synth.collectives import Collective
+from synth.errors import SynthError
+from synth.schedule import Transfer
+from synth.synthesis.timing import (
+    Coalescing,
+    Jobs,
+    level_schedule,
+    list_schedule,
+    message_groups,
+    phase_transfers,
+    replayed_makespan,
+    replicated_schedule,
+    route_costs,
+    shares_links,
+    slot_schedule,
+)
+from synth.synthesis.trees import tuning
+from synth.synthesis.trees.forest import Forest
+from synth.synthesis.trees.jobs import add_broadcast, add_reduction, phase_jobs, spread_chunks
+from synth.synthesis.trees.messages import job_estimate, loop_chunk_factor
+from synth.synthesis.trees.tuning import COALESCING
+from synth.topology.model import Topology
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How :func:`timed_forests` times a message shape.
+
+    ``height_weight``: the hops-ahead term of the priority (:func:`add_broadcast`); ``mirror``: an
+    allgather is also timed as the mirror of its reduction timed forward (:func:`_mirrored_reduction`)
+    and the faster is kept; ``coalescings``: the coalesced timings tried (:func:`list_schedule`).
+    """
+    height_weight: float = 1.0
+    mirror: bool = True
+    coalescings: tuple[Coalescing, ...] = (Coalescing(),)
+
+
+def timed_forests(topology: Topology, collective: Collective, plans: list[Forest], chunks: int, messages: int | None,
+                  size_bytes: float, build: bool = True, tail: int = 0,
+                  timing: Timing = Timing()) -> tuple[Collective, float, list[Transfer]]:
+    """All phases, one after the other: (collective with its chunk factor, makespan, transfers;
+    the transfers only if ``build``, else a search score in place of the makespan, see
+    :func:`_timed_phase`). ``tail``: the message shape (:func:`message_shapes`)."""
+    name, n = collective.name, topology.num_ranks
+    coll = Collective(name, n, loop_chunk_factor(name, n, chunks), collective.root, collective.inplace)
+    chunk_bytes = coll.chunk_bytes(size_bytes)
+    transfers: list[Transfer] = []
+    offset = 0.0
+    for phase, forest in enumerate(plans):
+        jobs = phase_jobs(coll, forest, phase, chunks, messages, timing.height_weight, tail)
+        if len(jobs.msg) > tuning.TUNING.max_transfers:
+            raise SynthError(f"--chunks {chunks} makes {len(jobs.msg)} transfers; use fewer chunks")
+        # each phase on its own channel: an allreduce's two phases fill a threadblock each
+        part, makespan = _timed_phase(jobs, forest, topology, chunk_bytes, offset, coll.is_reduction, build,
+                                      channel=phase, coalesce=name in COALESCING,
+                                      coalescings=timing.coalescings)
+        transfers += part
+        offset += makespan
+    if name in ("reducescatter", "allreduce"):
+        forward = timed_forward(coll, plans, topology, chunks, messages, chunk_bytes, build, tail,
+                                 coalescings=timing.coalescings)
+        if forward is not None and forward[0] < offset * (1 - 1e-9):
+            return coll, forward[0], forward[1]
+    if name == "allgather" and timing.mirror:
+        mirrored = _mirrored_reduction(coll, plans[0], topology, chunks, messages, chunk_bytes, build, tail,
+                                       timing.coalescings)
+        if mirrored is not None and mirrored[0] < offset * (1 - 1e-9):
+            return coll, mirrored[0], mirrored[1]
+    return coll, offset, transfers
+
+
+def _mirrored_reduction(coll: Collective, forest: Forest, topology: Topology, chunks: int, messages: int | None,
+                        chunk_bytes: float, build: bool, tail: int = 0,
+                        coalescings: tuple[Coalescing, ...] = (Coalescing(),)
+                        ) -> tuple[float, list[Transfer]] | None:
+    """A broadcast phase as the time mirror of the reduction on its trees timed forward
+    (:func:`timed_forward`) on the reversed fabric: t -> T - t, every transfer the other way."""
+    if not forward_fits([forest], chunks, messages, tail):   # checked before any job is built
+        return None
+    reduction = timed_forward(coll, [replace(forest, reversed=True)], topology.reversed(), chunks, messages,
+                               chunk_bytes, build, tail, coalescings=coalescings)
+    if reduction is None:
+        return None
+    makespan, transfers = reduction
+    return makespan, [Transfer(makespan - t.end, makespan - t.start, t.chunk, t.dst, t.src, False, t.route[::-1],
+                               0, t.group) for t in transfers]
+
+
+def timed_forward(coll: Collective, plans: list[Forest], topology: Topology, chunks: int, messages: int | None,
+                  chunk_bytes: float, build: bool, tail: int = 0,
+                  joint: bool = False, coalescings: tuple[Coalescing, ...] = (Coalescing(),),
+                  fits=None) -> tuple[float, list[Transfer]] | None:
+    """Reductions timed forward, leaf to root (:func:`add_reduction`), instead of as a mirrored
+    broadcast; for allreduce the two phases overlap: each piece's allgather starts from its owner
+    as soon as its sum is complete there, and links serve reduction transfers first.
+
+    ``joint``: forests planned on split capacities (:func:`split_allreduce`), meant to run side
+    by side: links serve both phases by pipeline position (hops ahead only), with no limit on size
+    but the list schedule's.
+
+    One list schedule of all transfers, plain and coalesced (each of ``coalescings``;
+    the fastest is kept, among those ``fits(jobs, heads)`` accepts where given). Where a rank's
+    in- and out-links are not all saturated in both phases (a mesh corner), the allgather of early
+    pieces fills the reduction's idle links. None on fabrics where rank pairs share switch links
+    (the runtime's arbitration is not modelled here) and on schedules too large to list-schedule.
+    """
+    n = coll.num_ranks
+    priorities: list[dict | None] = [None]
+    if not joint:
+        # the start times of the mirrored broadcast schedule (the reduction that _timed_phase builds)
+        mirror = phase_jobs(coll, plans[0], 0, chunks, messages, tail=tail)
+        if len(mirror.msg) * len(plans) > tuning.TUNING.forward_jobs:   # five more list schedules: keep synthesis quick
+            return None
+        _, _, mirror_end = list_schedule(mirror, topology.reversed(), chunk_bytes)
+        total = float(mirror_end.max()) if len(mirror_end) else 0.0
+        planned: dict[tuple[int, int, int], float] = {}
+        seen: dict[tuple[int, int], int] = defaultdict(int)
+        for key, finish in zip(mirror.key, mirror_end.tolist()):
+            edge = (key[-2], key[-1])
+            planned[(*edge, seen[edge])] = total - finish
+            seen[edge] += 1
+        priorities.append(planned)
+    best = None
+    # priorities for the reductions (hops still ahead; the mirrored broadcast's times), each
+    # timed plain and coalesced: the fastest is kept
+    for priority in priorities:
+        jobs = _forward_jobs(plans, n, chunks, messages, priority, tail, 0 if joint else 1)
+        if (len(jobs.msg) > tuning.TUNING.max_transfers or len(jobs.msg) > tuning.TUNING.level_jobs
+                or (topology.switches and shares_links(jobs))):
+            return None
+        costs = route_costs(jobs, topology, chunk_bytes)
+        for how in (None, *coalescings):
+            if how is None and fits is not None and not fits(jobs, None):
+                continue   # one message per job: its steps are known before the timing
+            timed = list_schedule(jobs, topology, chunk_bytes, coalesce=how is not None,
+                                  **(asdict(how) if how is not None else {}), costs=costs)
+            heads = list(jobs.head) if how is not None else None
+            if heads is not None and fits is not None and not fits(jobs, heads):
+                continue
+            if best is None or timed[2].max() < best[1][2].max() * (1 - 1e-9):
+                best = (jobs, timed, heads)
+    if best is None:
+        return None
+    jobs, (order, start, end), heads = best
+    makespan = float(end.max()) if len(end) else 0.0
+    if not build:
+        return makespan, []
+    groups = message_groups(jobs, heads)
+    out = []
+    for i in order:
+        for chunk in jobs.msg[i]:
+            out.append(Transfer(float(start[i]), float(end[i]), chunk, jobs.src[i], jobs.dst[i], jobs.reduce[i],
+                                jobs.route[i], 0 if jobs.reduce[i] else 1, groups[i]))
+    return makespan, out
+
+
+def _forward_jobs(plans: list[Forest], n: int, chunks: int, messages: int | None,
+                  priority: dict[tuple[int, int, int], float] | None, tail: int = 0,
+                  gather_phase: int = 1) -> Jobs:
+    """Jobs of :func:`timed_forward`: reductions leaf to root, then (allreduce) the allgather of
+    each piece released by the jobs that complete its sum at the owner. The allgather's jobs rank
+    after every reduction job (``gather_phase`` 1) or by pipeline position with them (0)."""
+    reduce_forest = plans[0]
+    jobs = Jobs.empty()
+    if_reduced: dict[int, list[int]] = defaultdict(list)
+    for r in range(n):
+        spread_chunks(reduce_forest, r, [r * chunks + s for s in range(chunks)], messages,
+                lambda t, msgs: add_reduction(jobs, reduce_forest, t, msgs, 0, if_reduced, priority), tail)
+    if len(plans) == 2:
+        root_deps = {c: tuple(d) for c, d in if_reduced.items()}
+        plain = replace(plans[1], reversed=False)
+        for r in range(n):
+            spread_chunks(plain, r, [r * chunks + s for s in range(chunks)], messages,
+                    lambda t, msgs: add_broadcast(jobs, plain, t, msgs, gather_phase, root_deps), tail)
+    return jobs
+
+
+def forward_fits(plans: list[Forest], chunks: int, messages: int | None, tail: int) -> bool:
+    """Is an allgather's schedule small enough for its mirrored reduction to be timed forward
+    (:func:`_mirrored_reduction`; ``TUNING.forward_jobs``, by :func:`job_estimate`)?"""
+    return job_estimate(plans, chunks, messages, tail) <= tuning.TUNING.forward_jobs
+
+
+def _timed_phase(jobs: Jobs, forest: Forest, topology: Topology, chunk_bytes: float, offset: float,
+                 reducing: bool, build: bool = True, channel: int = 0,
+                 coalesce: bool = False,
+                 coalescings: tuple[Coalescing, ...] = (Coalescing(),)
+                 ) -> tuple[list[Transfer], float]:
+    """Time one phase's broadcasts on its planning fabric; a reversed forest's schedule is then
+    mirrored in time (t -> T - t) and direction: the broadcast becomes a reduction (or a gather)
+    with the same makespan, and link serialization and data dependencies carry over. With
+    ``coalesce``, coalesced timings (one per :class:`Coalescing` in ``coalescings``) compete with the plain one."""
+    fabric = topology.reversed() if forest.reversed else topology
+    heads = None   # set when a coalesced timing wins: the first job of each job's message
+    if forest.slots is not None and len(jobs.msg) == len(forest.trees) * len(forest.slots):
+        order, start, end = slot_schedule(jobs, fabric, chunk_bytes, forest.slots)
+        order = order.tolist()
+    elif forest.replicated and (timed := replicated_schedule(jobs, fabric, chunk_bytes, forest)) is not None:
+        order, start, end = timed
+        order = order.tolist()
+    elif len(jobs.msg) > tuning.TUNING.level_jobs and all(len(d) <= 1 for d in jobs.deps):
+        order, start, end = level_schedule(jobs, fabric, chunk_bytes)
+        order = order.tolist()
+    else:
+        costs = route_costs(jobs, fabric, chunk_bytes)
+        order, start, end = list_schedule(jobs, fabric, chunk_bytes, costs=costs)
+        # Coalescing usually cuts α on bottleneck links but can delay a pipeline: keep the faster.
+        # Mirrored into reductions too: once the lowering kept the planned order (blocks per
+        # connection, one α per step), their simulated times match the plan (benchmarks/bench_trees.py
+        # sim/plan 1.000; mi250-2node reducescatter 0.930 -> 0.944, dgx-a100-2node 0.970 -> 0.978).
+        for how in coalescings if coalesce else ():
+            merged = list_schedule(jobs, fabric, chunk_bytes, coalesce=True, **asdict(how), costs=costs)
+            if merged[2].max() < end.max() - 1e-9:
+                (order, start, end), heads = merged, list(jobs.head)
+        if topology.switches and not forest.reversed and tuning.TUNING.replay and not build and shares_links(jobs):
+            # Search score on switch fabrics. Links there are shared by many connections, and the
+            # runtime serves them in the order sends become ready, not by our priority; replay
+            # that rule (each connection's sends in priority order, spread round-robin over
+            # threadblocks of <= 64 steps, no backfilling) and score the mean of the two makespans
+            # (the simulator lies between them). The transfers keep the priority order's times.
+            return [], (float(end.max()) + replayed_makespan(jobs, fabric, chunk_bytes, order, costs)) / 2
+    makespan = float(end.max()) if len(end) else 0.0
+    if not build:
+        return [], makespan
+    transfers = phase_transfers(jobs, forest.reversed, order, start, end, makespan, offset, reducing, channel, heads)
+    return transfers, makespan

@@ -1,0 +1,91 @@
+"""Tuning constants of method trees, in one frozen :class:`TreesTuning`; the code reads them from
+:data:`TUNING` at call time (``tuning.TUNING.name``), so a test may swap in ``replace(TUNING, ...)``.
+
+The collective sets and the ``HALVING`` sentinel below are facts of the method, not tuning. The
+timing engine's own defaults (``ALPHA_SHARE``, ``MAX_COALESCE``, ``JUSTIFY_PASSES``) live in
+:mod:`synth.synthesis.timing`, which does not depend on this package.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from synth.synthesis.timing import ALPHA_SHARE, Coalescing
+
+# collectives whose chunks of one root are contiguous in the buffers (so coalesced messages are one step)
+COALESCING = frozenset({"allgather", "reducescatter", "allreduce", "broadcast", "reduce"})
+SUPPORTED = frozenset({"allgather", "reducescatter", "allreduce", "broadcast", "reduce", "gather", "scatter"})
+ONE_ROOT = frozenset({"broadcast", "reduce"})   # one root piece, the whole buffer: deeper pipelines pay
+HALVING = -1                # ``tail`` value of the halving shape: every message half of what is left
+ROUND_TIMED = frozenset({"allgather", "reducescatter", "allreduce", "broadcast", "reduce"})
+
+
+@dataclass(frozen=True)
+class TreesTuning:
+    """The tuning constants of method trees (values measured as the comments say)."""
+
+    default_max_trees: int = 256     # trees per root; the packing cost grows with distinct trees, not with k
+    max_chunks: int = 512            # chunks per root piece considered by the cost model
+    one_root_chunks: int = 2048      # ONE_ROOT: chunks it may be cut into (ring-8 broadcast of 1 GiB: 512 -> 0.966)
+    deep_grid: tuple[int, ...] = (192, 256, 384, 512)   # ... messages per tree tried beyond pipeline_grid there
+    max_transfers: int = 3_000_000   # keep schedules within memory/time budgets
+    tree_search_ranks: int = 64      # up to this many ranks, fewer trees per root are tried too
+    tree_search_caps: tuple[int, ...] = (16, 8, 4)
+    cap_stop: float = 0.005          # ... past a cap this much slower than the best (mi250-2node: 8 trees +0.7 %) only
+    cap_room: float = 0.05           # ... where the next cap's rate leaves this much room below the best time
+    large_ranks: int = 256           # beyond this, one fast tree per root (synth.synthesis.scale)
+    refine_jobs: int = 80_000        # time other pipeline depths only below this many transfers (mi250-2node AR: 69.5k)
+    replay: bool = True              # score searches on switch fabrics with the runtime's rule replayed too
+    path_chunks: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)   # chunks per rank piece tried for
+    # scatter/gather on flow paths
+    rounds_runners_up: int = 3       # ... chunk counts whose rounds of circuits (best plans first) the pipeline
+    # simulates
+    justify_transfers: int = 1_500_000   # justify() tried on schedules of at most this many transfers
+    drains: tuple[float | None, ...] = (None, 0.7)   # the kept shape is also coalesced with each link's stream
+    # ending in shrinking messages
+    batches: tuple[bool, ...] = (False, True)   # ... and with the transfers ready at one instant queued together
+    height_weights: tuple[float, ...] = (1.0, 4.0)  # priorities tried: hops ahead weighed 1x (default) and 4x
+    # (mi250, dgx-a100-2node)
+    alt_priority_jobs: int = 10_000  # ... the 4x one only up to this many transfers at the first depth
+    forward_jobs: int = 20_000       # forward-timed reductions only below this many transfers
+    level_jobs: int = 200_000        # beyond this many transfers, vectorised level timing
+    alpha_shares: tuple[float, ...] = (ALPHA_SHARE, 0.005, 0.02, 0.0035, 0.0025)  # ... the shape chosen is also
+    # built with these
+    tail_splits: tuple[int, ...] = (3, 2, 4)   # the last message of each tree halved this many times: P is searched
+    # at the first
+    max_tail_chunks: int = 1024      # chunks per root piece a tailed message shape may use
+    halving_chunks: tuple[int, ...] = (64, 32)   # HALVING shapes timed with this many chunks per tree and root
+    # where tails are searched
+    tail_gain: float = 0.01          # ... searched only where fill, drain and α cost more than this share
+    split_gain: float = 0.05         # allreduce on split capacities where that LP beats RS then AG by this share
+    split_trees: tuple[int, ...] = (1, 2, 4, 8)   # ... with this many trees per root, fewer first (MSCCL step
+    # limits favour few)
+    split_chunks: tuple[int, ...] = (32, 64, 96, 128)  # ... and this many chunks per tree and root, or per root
+    # where trees are many (one chunk per message; 4 trees of 32 outgrow MSCCL's steps on 10 ranks)
+    whole_split_seconds: float = 60.0  # ... rounded to whole trees within this long (8x8 torus: 25 s), else on
+    # the LP's
+    step_margin: float = 1.3         # ... kept where messages x this (nop steps: 1.2-1.25 on mesh-5x5) fit MSCCL's
+    # limits
+    rounds: int = 30                 # rounds of a round-timed schedule (synth.synthesis.rounds); mi250 AG 20: 0.973,
+    # 30: 0.983
+    round_variables: int = 40_000    # ... tried only up to this many (tree edge, round) shares
+    round_chunks: tuple[int, ...] = (256, 512)   # ... chunks per root tried (nearest runtime-usable counts)
+    round_alpha_share: float = 0.05  # ... only where α on a two-hop route in every round stays below this share
+    # of the time
+    ring_forest_chunks: int = 256    # chunks per root of a ring forest (the nearest count the runtime runs is used)
+    pipeline_grid: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+
+    # the shapes a search keeps are built with every share of α; the shape finally kept with drains and batches too
+    @property
+    def built(self) -> tuple[Coalescing, ...]:
+        """Coalescings the searched shapes are built with: every share of α."""
+        return tuple(Coalescing(share) for share in self.alpha_shares)
+
+    @property
+    def polish(self) -> tuple[Coalescing, ...]:
+        """Coalescings the shape finally kept is also timed with: every share with drains and batches."""
+        return tuple(Coalescing(share, drain, batch) for share in self.alpha_shares for drain in self.drains
+                     for batch in self.batches if (drain, batch) != (None, False))
+
+
+TUNING = TreesTuning()   # the default instance the code reads
