@@ -147,13 +147,17 @@ def test_whole_tree_split_leaves_switch_fabrics_to_the_lp_split():
     assert whole_tree_split(boxes, split_capacities(boxes), 1) is None
 
 
-def test_whole_tree_split_gives_up_past_its_deadline():
+def test_whole_tree_split_fails_past_the_users_deadline_and_is_bounded_by_work():
     import time
+
+    from synth.errors import TimeLimitReached
 
     mesh = generators.mesh([3, 3])
     split = split_capacities(mesh)
-    assert whole_tree_split(mesh, split, 1, deadline=time.monotonic() - 1.0) is None
+    with pytest.raises(TimeLimitReached):       # the wall clock is a safety stop, never a quieter answer
+        whole_tree_split(mesh, split, 1, deadline=time.monotonic() - 1.0)
     assert whole_tree_split(mesh, split, 1, deadline=time.monotonic() + 60.0) is not None
+    assert whole_tree_split(mesh, split, 1, work_limit=30.0) == whole_tree_split(mesh, split, 1, work_limit=30.0)
 
 
 def _irregular_five() -> Topology:

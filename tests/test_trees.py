@@ -212,11 +212,16 @@ def test_torus_allgather_within_one_percent_of_the_cut_bound():
     assert schedule.predicted_time_us == pytest.approx(sim.time_us, rel=1e-6)
 
 
-def test_time_limit_stops_the_depth_search():
-    schedule, _ = _verified(ring(6), "allgather", 2**30, time_limit=0.0)
-    assert schedule.notes["depth_trials"] == 0
+def test_time_limit_is_a_safety_stop_not_a_shorter_search():
+    # past --time-limit trees fails with one line; it never returns a less-searched (machine-dependent) program
+    from synth.errors import TimeLimitReached
+
+    with pytest.raises(TimeLimitReached, match="time limit"):
+        _verified(ring(6), "allgather", 2**30, time_limit=0.0)
     schedule, _ = _verified(ring(6), "allgather", 2**30)
     assert schedule.notes["depth_trials"] >= 1
+    again, _ = _verified(ring(6), "allgather", 2**30, time_limit=600.0)
+    assert again.transfers == schedule.transfers
 
 
 def test_dgx1_allreduce_within_one_percent_of_the_bound():

@@ -50,6 +50,13 @@ def time_limit_error(method: str, limit: float, unfinished: str) -> TimeLimitRea
     return TimeLimitReached(f"{method}: the time limit ({limit:g} s) ran out before {unfinished}; allow more time")
 
 
+def check_deadline(deadline: float | None, method: str, unfinished: str) -> None:
+    """Raise :class:`TimeLimitReached` once ``deadline`` (from :func:`deadline_of`) has passed: methods call it
+    between steps instead of skipping the rest, so a loaded machine gets the same program or an error."""
+    if deadline is not None and time.monotonic() > deadline:
+        raise TimeLimitReached(f"{method}: the time limit ran out before {unfinished}; allow more time")
+
+
 MethodFn = Callable[[Topology, Collective, float, SynthOptions], Schedule]
 
 

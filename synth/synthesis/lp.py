@@ -37,7 +37,7 @@ from fractions import Fraction
 import numpy as np
 
 from synth.collectives import Collective
-from synth.errors import SynthError
+from synth.errors import SynthError, TimeLimitReached
 from synth.schedule import Schedule
 from synth.synthesis.base import MethodSpec, SynthOptions
 from synth.synthesis.packing import (
@@ -197,6 +197,8 @@ def _alltoall(topology: Topology, collective: Collective, size_bytes: float, opt
         if not topology.switches:
             raise SynthError(f"method lp: {exc}; use -m greedy or -m direct") from None
         candidates = [runtime_route_plans(topology)]
+    except TimeLimitReached:
+        raise
     except SynthError as exc:
         raise SynthError(f"method lp: {exc}; use -m greedy or -m direct") from None
     unit_hops = max(sum(path.share * len(path.hops) for plan in plans for path in plan.paths) for plans in candidates)

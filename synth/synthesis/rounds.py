@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from synth.errors import TimeLimitReached
 from synth.solvers import Model, solve
 
 REWEIGHTS = 2           # reweighted-ℓ1 passes
@@ -68,9 +69,9 @@ class RoundPlan:
 
 def plan_rounds(edges: TreeEdges, rounds: int, solver: str = "highs", deadline: float | None = None,
                 above_us: float | None = None) -> RoundPlan | None:
-    """Solve the LP of the module docstring; ``None`` if a solve fails or the ``time.monotonic()``
-    ``deadline`` passes, or if the first LP (one α per link and round, an optimistic start) or a
-    reweighted one already takes ``above_us`` or more."""
+    """Solve the LP of the module docstring; ``None`` if a solve fails, or if the first LP (one α per link
+    and round, an optimistic start) or a reweighted one already takes ``above_us`` or more. Past the
+    ``time.monotonic()`` ``deadline`` (the user's safety stop) it raises :class:`TimeLimitReached`."""
     result = _solve(edges, rounds, "link", None, solver, deadline)
     if result is None or (above_us is not None and float(result[1].sum()) >= above_us):
         return None
@@ -155,7 +156,7 @@ def _solve(edges: TreeEdges, rounds: int, alpha_mode: str, weight: np.ndarray | 
     model.set_objective(tau, np.ones(R))
     left = None if deadline is None else deadline - time.monotonic()
     if left is not None and left <= 0:
-        return None
+        raise TimeLimitReached("rounds: the time limit ran out before the rounds LP; allow more time")
     result = solve(model, solver, time_limit=left, lp_algorithm="ipm" if solver == "highs" else None)
     if result.status != "optimal" or result.values is None:
         return None

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from synth.errors import SynthError
+from synth.errors import SynthError, TimeLimitReached
 from synth.solvers import Model, solve
 from synth.synthesis.packing import short_cuts
 from synth.topology.model import Link, Topology
@@ -108,7 +108,7 @@ def _with_bandwidths(topology: Topology, capacity: np.ndarray) -> Topology:
 
 
 def whole_tree_split(topology: Topology, split: CapacitySplit, trees_per_root: int = 1, solver: str = "highs",
-                     deadline: float | None = None) -> CapacitySplit | None:
+                     deadline: float | None = None, work_limit: float | None = None) -> CapacitySplit | None:
     """``split`` rounded to whole trees in both phases at once: with ``k`` trees per root and phase,
     each carrying ``1/k`` of a piece, find integer tree-edge counts ``x_e`` (allgather) and ``z_e``
     (reduce-scatter) per link,
@@ -128,8 +128,9 @@ def whole_tree_split(topology: Topology, split: CapacitySplit, trees_per_root: i
     Cuts are generated lazily: each round solves the integer program (HiGHS) and adds, for every
     rank whose max-flow from a super-source is short, the sink side of its minimum cut. Switchless
     fabrics only (switches would need the edge splitting of :mod:`synth.synthesis.packing`); ``None``
-    there, or where the solver or ``deadline`` (a ``time.monotonic()`` instant) stops it before no
-    cut is violated.
+    there, or where the solver's deterministic ``work_limit`` (per program) stops it before no cut is
+    violated; ``deadline`` (a ``time.monotonic()`` instant) is the user's safety stop and raises
+    :class:`TimeLimitReached`.
     """
     n = topology.num_ranks
     if topology.num_nodes != n or n < 2:
@@ -140,24 +141,25 @@ def whole_tree_split(topology: Topology, split: CapacitySplit, trees_per_root: i
     phases = ((dst, src), (src, dst))         # (head, tail) of the arcs each phase's trees use
     cuts: list[tuple[int, frozenset[int]]] = [(p, frozenset(u)) for v in range(n) for p in (0, 1)
                                               for u in ({v}, set(range(n)) - {v})]
-    least = _counts_with_cuts(per_link, phases, cuts, k, n, None, solver, deadline)
+    least = _counts_with_cuts(per_link, phases, cuts, k, n, None, solver, deadline, work_limit)
     if least is None:
         return None
     stretch = float(np.max((least[0] + least[1]) / per_link))
-    x, z = _counts_with_cuts(per_link, phases, cuts, k, n, stretch, solver, deadline) or least
+    x, z = _counts_with_cuts(per_link, phases, cuts, k, n, stretch, solver, deadline, work_limit) or least
     return CapacitySplit(split.rate_GBps / stretch, _with_bandwidths(topology, x.astype(float)),
                          _with_bandwidths(topology, z.astype(float)))
 
 
 def _counts_with_cuts(per_link: np.ndarray, phases, cuts: list, k: int, n: int, stretch: float | None, solver: str,
-                      deadline: float | None) -> tuple[np.ndarray, np.ndarray] | None:
+                      deadline: float | None, work_limit: float | None) -> tuple[np.ndarray, np.ndarray] | None:
     """The integer program of :func:`whole_tree_split` (least λ, or with ``stretch`` the most even shares
     at that λ), re-solved with the violated cuts added (to ``cuts``) until none is: (x, z) or None."""
     for _ in range(WHOLE_SPLIT_ROUNDS):
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
-            return None
-        counts = _whole_counts(per_link, phases, cuts, k, n, stretch, solver, left)
+            raise TimeLimitReached("trees: the time limit ran out while it rounded the split allreduce to whole "
+                                   "trees; allow more time")
+        counts = _whole_counts(per_link, phases, cuts, k, n, stretch, solver, left, work_limit)
         if counts is None:
             return None
         new = [(p, u) for p in (0, 1) for u in _short_cuts(counts[p], *phases[p], k, n)]
@@ -168,7 +170,7 @@ def _counts_with_cuts(per_link: np.ndarray, phases, cuts: list, k: int, n: int, 
 
 
 def _whole_counts(per_link: np.ndarray, phases, cuts, k: int, n: int, stretch: float | None, solver: str,
-                  time_limit: float | None) -> tuple[np.ndarray, np.ndarray] | None:
+                  time_limit: float | None, work_limit: float | None) -> tuple[np.ndarray, np.ndarray] | None:
     """One integer program of :func:`whole_tree_split` with the ``cuts`` found so far: (x, z) or None."""
     m = len(per_link)
     model = Model("whole-tree-split")
@@ -194,7 +196,7 @@ def _whole_counts(per_link: np.ndarray, phases, cuts, k: int, n: int, stretch: f
         heads, tails = phases[phase]
         crossing = np.isin(heads, list(inside)) & ~np.isin(tails, list(inside))
         model.add_row(counts[phase][crossing], np.ones(int(crossing.sum())), k * (n - len(inside)))
-    result = solve(model, solver, time_limit=time_limit)
+    result = solve(model, solver, time_limit=time_limit, work_limit=work_limit)
     if not result.has_solution:
         return None
     values = np.asarray(result.values)

@@ -5,7 +5,6 @@ and the search over pipeline depths and message shapes around it.
 from __future__ import annotations
 
 import math
-import time
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -13,7 +12,7 @@ import numpy as np
 
 from synth.collectives import Collective
 from synth.errors import SynthError
-from synth.synthesis.base import MAX_CHANNELS, MAX_STEPS_PER_TB, MAX_XML_NODES
+from synth.synthesis.base import MAX_CHANNELS, MAX_STEPS_PER_TB, MAX_XML_NODES, check_deadline
 from synth.synthesis.timing import route_cost
 from synth.synthesis.trees import tuning
 from synth.synthesis.trees.forest import Forest
@@ -129,7 +128,6 @@ def refine_depth(topology: Topology, collective: Collective, plans: list[Forest]
     # several candidates can fit to one (chunks, messages) shape (always, with --chunks): each is timed once
     by_shape: dict[tuple, float] = {}
     choice = (True, messages, 0)
-    last_trial = 0.0
 
     def feasible(per_tree: bool, p: int, tail: int) -> bool:
         tune = tuning.TUNING
@@ -152,18 +150,15 @@ def refine_depth(topology: Topology, collective: Collective, plans: list[Forest]
         return below[-2:] + above[:2]
 
     def trial(per_tree: bool, p: int, tail: int, mirror: bool = False) -> bool:
-        """Time one candidate; False when the time limit would not allow it."""
-        nonlocal best, choice, last_trial
+        """Time one candidate (TimeLimitReached past ``deadline``); True."""
+        nonlocal best, choice
         shape = (*fitted(per_tree, p, tail), tail, mirror)
         if shape in by_shape:   # the same schedule: it cannot beat the best it was compared with
             timed[(per_tree, p, tail)] = by_shape[shape]
             return True
-        began = time.monotonic()
-        if deadline is not None and began + last_trial > deadline:   # the next one would not fit
-            return False
+        check_deadline(deadline, "trees", "its pipeline-depth search")
         timed_now = timed_forests(topology, collective, plans, *shape[:2], size_bytes, build=False,
                            tail=tail, timing=Timing(height_weight, mirror))
-        last_trial = time.monotonic() - began
         timed[(per_tree, p, tail)] = by_shape[shape] = timed_now[1]
         if timed_now[1] < best[1] * (1 - 1e-9):
             best, choice = timed_now, (per_tree, p, tail)

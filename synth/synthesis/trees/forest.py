@@ -24,6 +24,7 @@ from synth.synthesis.packing import (
 from synth.synthesis.trees import tuning
 from synth.topology.model import Topology
 from synth.topology.routes import rank_routes
+from synth.topology.structure import boxes_of
 
 
 # ---------------------------------------------------------------------------------------------
@@ -116,14 +117,14 @@ def _large_forest(topology: Topology, roots: tuple[int, ...], reverse: bool) -> 
     dims = scale.torus_dims(fabric_topology)
     if dims is not None:
         raw, slots = scale.translated_trees(fabric_topology, dims, roots)
-    elif topology.switches and topology.machines:
+    elif topology.switches and boxes_of(topology):
         raw = scale.box_trees(fabric_topology, roots)
     else:
         raw = scale.balanced_bfs_trees(fabric_topology, roots)
     ratio, unit = scale.achieved_ratio(topology, raw, reverse)
     trees = tuple(PlannedTree(r, 1, tuple(edges), tuple(((route, 1),) for route in routes))
                   for r, edges, routes in raw)
-    replicated = slots is None and bool(topology.switches and topology.machines)
+    replicated = slots is None and bool(topology.switches and boxes_of(topology))
     return Forest(trees, 1, ratio, ratio, unit, reverse, topology.num_ranks, slots, replicated)
 
 
@@ -144,7 +145,7 @@ def _disjoint_pair_candidates(topology: Topology, reverse: bool):
         found = (routes.get(pair) for pair in pairs)
         return [path[::-1] if reverse else path for path in found if path is not None and len(path) > 2]
 
-    boxes = topology.machines
+    boxes = boxes_of(topology)
     if len(boxes) > 1 and len({len(box) for box in boxes}) == 1:
         width, count = len(boxes[0]), len(boxes)
         in_box = [(box[i], box[(i + 1) % width]) for box in boxes for i in range(width)]

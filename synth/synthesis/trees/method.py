@@ -4,13 +4,12 @@ the split allreduce, flow paths and the ring forest as alternatives.
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 
 from synth.collectives import Collective
-from synth.errors import SynthError
+from synth.errors import SynthError, TimeLimitReached
 from synth.schedule import Schedule
-from synth.synthesis.base import MethodSpec, SynthOptions
+from synth.synthesis.base import MethodSpec, SynthOptions, check_deadline, deadline_of
 from synth.synthesis.trees import tuning
 from synth.synthesis.trees.forest import Forest, plan_forest
 from synth.synthesis.trees.messages import chunk_fit
@@ -84,20 +83,18 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
             return kept
         return finish_schedule(topology, collective, size_bytes, options, better, "trees", rounds_tried=True)
 
-    began = time.monotonic()
+    deadline = deadline_of(options)
     best_found, best = pipelined(max_trees)
     if options.max_trees is not None or n > tuning.TUNING.tree_search_ranks:
         return _or_paths(topology, collective, size_bytes, options, polished(best_found, best))
     # Many trees per root mean many messages per link (α) and coarse pipelines under the MSCCL
     # chunk limits; a few trees at a rate within ~1/K of the optimum are often faster in the
     # α-β model (mi250-2node allgather: 83 trees 0.875 of the bound, 8 trees 0.92).
-    budget = None if options.time_limit is None else began + options.time_limit
     slower = False
     for cap in tuning.TUNING.tree_search_caps:
         if cap >= max(best.notes["trees_per_root"]):
             continue
-        if budget is not None and time.monotonic() + (time.monotonic() - began) > budget:
-            break
+        check_deadline(deadline, "trees", f"it had tried {cap} trees per root")
         # after a clearly slower cap, fewer trees can only win by cutting α and pipeline fill: only
         # if the rate they keep leaves room (dgx-a100-2node 64 MB: 13 trees 252 µs, 8 trees 257, 4 trees 224)
         if (slower and capped_floor_us(topology, collective, size_bytes, cap)
@@ -110,10 +107,11 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
             slower = True
     best = polished(best_found, best)
     if name == "allreduce" and not topology.switches:
-        deadline = None if budget is None else budget - (time.monotonic() - began) / 2
         try:
             split = split_allreduce(topology, collective, size_bytes, best.notes["tree_bandwidth_time_us"], deadline,
                                      chunk_fit(collective, size_bytes, options))
+        except TimeLimitReached:
+            raise
         except SynthError:   # an alternative only: the schedule above stands
             split = None
         if split is not None and split.predicted_time_us < best.predicted_time_us * (1 - 1e-9):
@@ -135,6 +133,8 @@ def or_rings(topology: Topology, collective: Collective, size_bytes: float, opti
     chunks = chunk_fit(collective, size_bytes, options)(tuning.TUNING.ring_forest_chunks)[0]
     try:
         ring = ringforest.schedule(topology, collective, size_bytes, chunks)
+    except TimeLimitReached:
+        raise
     except SynthError:   # an alternative only: the forest's schedule stands
         ring = None
     if ring is None:

@@ -11,7 +11,7 @@ from dataclasses import asdict, replace
 import numpy as np
 
 from synth.collectives import Collective
-from synth.errors import SynthError
+from synth.errors import SynthError, TimeLimitReached
 from synth.schedule import Schedule, Transfer
 from synth.synthesis import circuits
 from synth.synthesis.base import MAX_CHANNELS, MAX_STEPS_PER_TB, MAX_XML_NODES, SynthOptions
@@ -44,6 +44,8 @@ def path_schedule(topology: Topology, collective: Collective, size_bytes: float,
     name, root = collective.name, collective.root
     try:
         flows = plan_paths(topology.reversed() if name == "gather" else topology, root)
+    except TimeLimitReached:
+        raise
     except SynthError:
         return None
     if name == "gather":

@@ -4,13 +4,12 @@ polished and finished into a schedule.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, replace
 
 from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.schedule import Schedule, Transfer
-from synth.synthesis.base import SynthOptions, deadline_of
+from synth.synthesis.base import SynthOptions, check_deadline, deadline_of
 from synth.synthesis.packing import choose_capacities, integer_fabric, optimal_ratio
 from synth.synthesis.trees import tuning
 from synth.synthesis.trees.depth import built_shapes, choose_chunks, refine_depth
@@ -118,7 +117,7 @@ def run_pipeline(topology: Topology, collective: Collective, size_bytes: float, 
     ``other_planner``: forests as good by rate, timed at the message shape found for the first ones
     and kept if faster (:func:`flipped_planner`)."""
     name, n = collective.name, topology.num_ranks
-    # --time-limit: the planning always completes; the pipeline-depth search stops early
+    # --time-limit is a safety stop: past it the search fails (check_deadline), it never stops early
     deadline = deadline_of(options)
     plans = [planner(roots, reverse) for roots, reverse in _forest_phases(collective)]
 
@@ -134,8 +133,8 @@ def run_pipeline(topology: Topology, collective: Collective, size_bytes: float, 
     for weight in weights:
         chunks, messages, tail, trials = first_chunks, first_messages, 0, 0
         # at scale one message per tree is final (see choose_chunks): no depth search, one timing pass
-        search = (messages is not None and n <= tuning.TUNING.large_ranks
-                  and (deadline is None or time.monotonic() < deadline))
+        check_deadline(deadline, "trees", "its pipeline-depth search")
+        search = messages is not None and n <= tuning.TUNING.large_ranks
         # a search starts plain (it tries mirrors itself; its shape is built with every α share below);
         # a timing without a search tries everything at once
         first = Timing(weight, mirror=False) if search else Timing(weight, coalescings=tuning.TUNING.built)
@@ -154,8 +153,8 @@ def run_pipeline(topology: Topology, collective: Collective, size_bytes: float, 
             break
     best, chunks, messages, tail, trials, weight = outcome
     # five more list schedules: only where they are quick (dgx-a100-2node 2.4k transfers, mi250-2node 70k)
-    if (other_planner is not None and job_estimate(plans, chunks, messages, tail) <= tuning.TUNING.forward_jobs
-            and (deadline is None or time.monotonic() < deadline)):
+    check_deadline(deadline, "trees", "timing the flipped forests")
+    if other_planner is not None and job_estimate(plans, chunks, messages, tail) <= tuning.TUNING.forward_jobs:
         others = [other_planner(roots, reverse) for roots, reverse in _forest_phases(collective)]
         if [f.k for f in others] == [f.k for f in plans]:
             timed = timed_forests(topology, collective, others, chunks, messages, size_bytes, tail=tail,
@@ -167,11 +166,10 @@ def run_pipeline(topology: Topology, collective: Collective, size_bytes: float, 
 
 def polish(topology: Topology, collective: Collective, size_bytes: float, pipelined: Pipelined) -> Pipelined:
     """The kept shape timed once more with the coalescings only it gets (:attr:`TreesTuning.polish`: drained and
-    batched messages); the faster timing is kept. Not at scale (one timing pass there) nor past
-    the time limit."""
-    if (topology.num_ranks > tuning.TUNING.large_ranks
-            or (pipelined.deadline is not None and time.monotonic() > pipelined.deadline)):
+    batched messages); the faster timing is kept. Not at scale (one timing pass there)."""
+    if topology.num_ranks > tuning.TUNING.large_ranks:
         return pipelined
+    check_deadline(pipelined.deadline, "trees", "polishing its schedule")
     timed = timed_forests(topology, collective, pipelined.plans, pipelined.chunks, pipelined.messages, size_bytes,
                    tail=pipelined.tail, timing=Timing(pipelined.weight, coalescings=tuning.TUNING.polish))
     return replace(pipelined, timed=timed) if timed[1] < pipelined.timed[1] * (1 - 1e-9) else pipelined

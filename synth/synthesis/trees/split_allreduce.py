@@ -4,11 +4,9 @@
 
 from __future__ import annotations
 
-import time
-
 from synth.collectives import Collective
 from synth.schedule import Schedule
-from synth.synthesis.base import MAX_CHANNELS, MAX_STEPS_PER_TB, MAX_XML_NODES
+from synth.synthesis.base import MAX_CHANNELS, MAX_STEPS_PER_TB, MAX_XML_NODES, check_deadline
 from synth.synthesis.timing import Jobs, connection_steps
 from synth.synthesis.trees import tuning
 from synth.synthesis.trees.forest import plan_forest
@@ -57,16 +55,14 @@ def split_allreduce(topology: Topology, collective: Collective, size_bytes: floa
 
     best = None
     for cap in tuning.TUNING.split_trees:
-        budget = time.monotonic() + tuning.TUNING.whole_split_seconds
-        whole = whole_tree_split(topology, split, cap, deadline=budget if deadline is None else min(deadline, budget))
+        whole = whole_tree_split(topology, split, cap, deadline=deadline, work_limit=tuning.TUNING.whole_split_work)
         shares = whole or split
         plans = [plan_forest(shares.reducescatter, roots, reverse=True, max_trees=cap),
                  plan_forest(shares.allgather, roots, max_trees=cap)]
         k = max(f.k for f in plans)
         wanted = sorted({c for c in tuning.TUNING.split_chunks if c >= k} | {k * c for c in tuning.TUNING.split_chunks})
         for chunks in dict.fromkeys(fit(c)[0] for c in wanted):   # see runtime_chunks
-            if deadline is not None and time.monotonic() > deadline:
-                break
+            check_deadline(deadline, "trees", "timing the split allreduce")
             # one chunk per message; split_chunks gives each root's trees their chunks and the others 0
             per_tree_chunks = [[sum(c) for c in zip(*(split_chunks(f, r, chunks) for r in roots))] for f in plans]
             if busiest_pair_load(plans, per_tree_chunks) > MAX_CHANNELS * MAX_STEPS_PER_TB:
@@ -83,11 +79,11 @@ def split_allreduce(topology: Topology, collective: Collective, size_bytes: floa
     if best is None:
         return None
     makespan, transfers, plans, chunks, coll, shares = best
-    if deadline is None or time.monotonic() < deadline:
-        polished = timed_forward(coll, plans, topology, chunks, None, coll.chunk_bytes(size_bytes), True,
-                                  joint=True, coalescings=tuning.TUNING.polish, fits=fits)
-        if polished is not None and polished[0] < makespan * (1 - 1e-9):
-            makespan, transfers = polished
+    check_deadline(deadline, "trees", "polishing the split allreduce")
+    polished = timed_forward(coll, plans, topology, chunks, None, coll.chunk_bytes(size_bytes), True,
+                              joint=True, coalescings=tuning.TUNING.polish, fits=fits)
+    if polished is not None and polished[0] < makespan * (1 - 1e-9):
+        makespan, transfers = polished
     return forest_schedule(topology, coll, transfers, makespan, plans, size_bytes, "trees",
                             chunks_per_root=chunks, messages_per_tree=None, tail_splits=0, halving_messages=False,
                             depth_trials=0,

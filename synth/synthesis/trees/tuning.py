@@ -62,8 +62,8 @@ class TreesTuning:
     # limits favour few)
     split_chunks: tuple[int, ...] = (32, 64, 96, 128)  # ... and this many chunks per tree and root, or per root
     # where trees are many (one chunk per message; 4 trees of 32 outgrow MSCCL's steps on 10 ranks)
-    whole_split_seconds: float = 60.0  # ... rounded to whole trees within this long (8x8 torus: 25 s), else on
-    # the LP's
+    whole_split_work: float = 30.0   # ... rounded to whole trees within this much solver work (synth.solvers:
+    # branch-and-bound nodes, deterministic), else on the LP's
     step_margin: float = 1.3         # ... kept where messages x this (nop steps: 1.2-1.25 on mesh-5x5) fit MSCCL's
     # limits
     rounds: int = 30                 # rounds of a round-timed schedule (synth.synthesis.rounds); mi250 AG 20: 0.973,
