@@ -10,7 +10,7 @@ Usage::
 Part 1 (target: ≤ 1.10 × the bound): alltoall of ``--dgx1-size`` on ``dgx1`` with ``auto`` under its
 default budget, with ``milp --chunks K --time-limit T`` (the setting the milp author measured), and
 the ``direct`` and ``greedy`` baselines; each with ``time_us`` and the ratio to ``time_bound`` of
-:func:`synth.bounds.compute_bounds` (the maximum concurrent flow bound for alltoall).
+:func:`synth.lower_bounds.compute_bounds` (the maximum concurrent flow bound for alltoall).
 
 Part 2: alltoall on ``ndv2-2node`` at each of ``--ndv2-sizes``: synth's best (``auto``) against the
 ``direct`` baseline (every rank sends straight to every other rank), as ``direct / auto`` (> 1 means

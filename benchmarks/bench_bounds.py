@@ -12,7 +12,7 @@ import argparse
 import statistics
 import time
 
-from synth.bounds import allgather_cut, clear_caches, compute_bounds
+from synth.lower_bounds import allgather_cut, clear_caches, compute_bounds
 from synth.topology import generators as gen
 
 GiB = 2**30

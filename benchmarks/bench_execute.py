@@ -2,7 +2,7 @@
 torch.distributed's own ``all_reduce`` / ``all_gather_into_tensor`` on the same gloo processes.
 
 Programs: 4 ranks use the msccl-tools ring fixtures; other rank counts use ``synth synthesize
--m ring`` on a ring topology (falling back to the hand-written rings of synth.execute.samples).
+-m ring`` on a ring topology (falling back to the hand-written rings of synth.execution.samples).
 Both sides are timed the same way (barrier, then the slowest rank; median of --iters).
 
     python benchmarks/bench_execute.py            # 64 MiB on 4 and 8 ranks
@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from synth.execute import samples
-from synth.execute.runner import execute_many
+from synth.execution import samples
+from synth.execution.runner import execute_many
 from synth.program.ir import Program
 from synth.units import format_size, parse_size
 

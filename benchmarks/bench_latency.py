@@ -5,14 +5,14 @@ Usage::
     python benchmarks/bench_latency.py [--topologies dgx1 dgx-a100] [--size 1KB] [--time-limit 30]
 
 For every topology it simulates, side by side and under the same α-β cost model
-(:func:`synth.simulate.simulate`):
+(:func:`synth.simulation.simulate`):
 
 - ``auto`` and ``milp``: synth's best, through the pipeline (lowered, verified, simulated);
 - ``sccl-steps2``: SCCL's least-steps DGX-1 allgather (2 steps; ``tests/fixtures/
   sccl_dgx1_allgather_steps2.xml``, SCCL PPoPP'21 / msccl-tools), on ``dgx1`` only;
 - ``rdh`` (recursive doubling) and ``ring``, the baselines,
 
-and prints ``time_us``, the ratio to ``time_bound`` of :func:`synth.bounds.compute_bounds`, the ratio
+and prints ``time_us``, the ratio to ``time_bound`` of :func:`synth.lower_bounds.compute_bounds`, the ratio
 to the best of the reference programs (SCCL, rdh; < 1 means synth is faster) and the seconds spent.
 Every program is verified before it is timed.
 """
@@ -34,8 +34,8 @@ REFERENCES = ("sccl-steps2", "rdh")
 def sccl_row(topology, size: float) -> dict:
     """SCCL's 2-step DGX-1 allgather, verified and simulated on ``topology``."""
     from synth.program.load import load_program
-    from synth.simulate import simulate
-    from synth.verify import verify
+    from synth.simulation import simulate
+    from synth.verification import verify
 
     program = load_program(str(SCCL_FIXTURE))
     check = verify(program)
@@ -67,8 +67,8 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=30.0, help="milp's time limit (auto: its own budget)")
     args = parser.parse_args()
 
-    from synth.bounds import compute_bounds
     from synth.collectives import Collective
+    from synth.lower_bounds import compute_bounds
     from synth.topology.io import load_topology
 
     size = parse_size(args.size)

@@ -20,11 +20,11 @@ SCCL_DGX1_ALLGATHER = [(2, 2, 3), (6, 3, 7)]
 
 def run_case(topo_name: str, coll: str, args) -> dict:
     from synth.program.lower import lower
-    from synth.simulate import simulate
+    from synth.simulation import simulate
     from synth.synthesis.pareto import explore, predicted_time_us
     from synth.topology.io import load_topology
     from synth.units import parse_size
-    from synth.verify import verify
+    from synth.verification import verify
 
     topology = load_topology(topo_name)
     size = parse_size(args.size)

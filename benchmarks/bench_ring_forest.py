@@ -35,16 +35,16 @@ def busiest(schedule, topology) -> dict[str, tuple[tuple[int, int], float, int]]
 
 
 def main() -> None:
-    from synth.bounds import compute_bounds
     from synth.collectives import Collective
+    from synth.lower_bounds import compute_bounds
     from synth.pipeline import synthesize
     from synth.program.lower import lower
-    from synth.simulate import simulate
+    from synth.simulation import simulate
     from synth.synthesis import ringforest
     from synth.synthesis.base import SynthOptions
     from synth.topology.io import load_topology
     from synth.units import parse_size
-    from synth.verify import verify
+    from synth.verification import verify
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--topology", default="mi250-2node")

@@ -21,7 +21,7 @@ import statistics
 import time
 
 from synth.program.ir import Gpu, Program, Step, Threadblock
-from synth.simulate import simulate
+from synth.simulation import simulate
 from synth.topology.model import Link, Topology
 
 BW, ALPHA, SIZE = 50.0, 0.5, 2**30

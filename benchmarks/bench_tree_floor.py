@@ -70,8 +70,8 @@ def cut_floor_us(topology, size_bytes: float, chunks: int) -> float:
     """The ``cut`` floor of the module docstring: the allgather cut bound on ``b'`` bandwidths."""
     from dataclasses import replace
 
-    from synth.bounds import compute_bounds
     from synth.collectives import Collective
+    from synth.lower_bounds import compute_bounds
     from synth.synthesis.base import MAX_STEP_CHUNKS
 
     n = topology.num_ranks
@@ -96,8 +96,8 @@ def cut_floor_us(topology, size_bytes: float, chunks: int) -> float:
 
 
 def main() -> None:
-    from synth.bounds import compute_bounds
     from synth.collectives import Collective
+    from synth.lower_bounds import compute_bounds
     from synth.synthesis.trees import plan_forest
     from synth.topology.io import load_topology
     from synth.units import parse_size

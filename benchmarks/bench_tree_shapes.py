@@ -98,8 +98,8 @@ def _equal_parts(count: int, parts: int) -> list[range]:
 
 
 def main() -> None:
-    from synth.bounds import compute_bounds
     from synth.collectives import Collective
+    from synth.lower_bounds import compute_bounds
     from synth.synthesis.trees import plan_forest
     from synth.topology.io import load_topology
     from synth.units import parse_size

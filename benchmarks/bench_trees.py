@@ -4,7 +4,7 @@ Usage: python benchmarks/bench_trees.py [--size 1GiB] [--collectives allgather,r
        [--topologies dgx1,...] [--ring] [--large]
 
 For each (topology, collective): synthesize with ``trees``, lower, verify, simulate, and print the
-simulated time, the bound of :func:`synth.bounds.compute_bounds` and their ratio
+simulated time, the bound of :func:`synth.lower_bounds.compute_bounds` and their ratio
 (= simulated algbw / bound algbw); ``rs+ag`` divides the reducescatter + allgather bounds
 instead (differs only for allreduce, whose own cut bound can be lower); ``sim/plan`` is the
 simulated time over the time the synthesizer planned (1 when the program runs as planned). ``--ring`` adds the
@@ -22,13 +22,13 @@ import time
 
 def run_one(topology, name: str, size: int, method: str = "trees", runtime_chunks: bool = True,
             extra: dict | None = None) -> dict:
-    from synth.bounds import compute_bounds
     from synth.collectives import Collective, runtime_divides
+    from synth.lower_bounds import compute_bounds
     from synth.program.lower import lower
-    from synth.simulate import simulate
+    from synth.simulation import simulate
     from synth.synthesis.base import SynthOptions
     from synth.synthesis.registry import get_method
-    from synth.verify import verify
+    from synth.verification import verify
 
     t0 = time.perf_counter()
     options = SynthOptions(runtime_chunks=runtime_chunks, extra=extra or {})

@@ -1,9 +1,9 @@
 """The top-level driver: method -> Schedule -> lower -> verify -> simulate -> bound/gap.
 
 Nothing leaves this module unverified: a method's schedule is lowered to a Program, the Program is
-checked symbolically (:func:`synth.verify.verify`) and against the MSCCL runtime limits, and only
-then timed by the α-β simulator (:func:`synth.simulate.simulate`), which gives the reported time.
-The lower bound (:func:`synth.bounds.compute_bounds`) gives ``gap = (time - bound) / time``.
+checked symbolically (:func:`synth.verification.verify`) and against the MSCCL runtime limits, and only
+then timed by the α-β simulator (:func:`synth.simulation.simulate`), which gives the reported time.
+The lower bound (:func:`synth.lower_bounds.compute_bounds`) gives ``gap = (time - bound) / time``.
 Where a method chose its own chunk count and the program exceeds MSCCL's limits, the count is halved
 until it fits (a note says so); a count the user pinned with ``--chunks`` is never changed.
 """
@@ -77,7 +77,7 @@ class SynthesisResult:
 
 def _bound_us(topology: Topology, collective: Collective, size_bytes: float) -> float | None:
     try:
-        from synth.bounds import compute_bounds
+        from synth.lower_bounds import compute_bounds
     except ImportError:
         return None
     try:
@@ -150,7 +150,7 @@ def _program(topology: Topology, collective: Collective, method: str, schedule: 
              options: SynthOptions) -> Program:
     """``schedule`` checked against the request, lowered, verified and held to MSCCL's limits."""
     from synth.program.lower import lower
-    from synth.verify import verify
+    from synth.verification import verify
 
     coll = schedule.collective
     if (coll.name, coll.num_ranks, coll.root) != (collective.name, collective.num_ranks, collective.root):
@@ -212,7 +212,7 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
     wall-clock safety stop whose cuts are listed as ``not_tried``. Raises :class:`SynthError` when the method fails,
     times out without a schedule, or produces a program that does not verify.
     """
-    from synth.simulate import simulate
+    from synth.simulation import simulate
 
     if isinstance(topology, str):
         from synth.topology.io import load_topology

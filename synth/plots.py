@@ -11,7 +11,7 @@ from synth.errors import SynthError
 if TYPE_CHECKING:
     import numpy as np
 
-    from synth.simulate import SimResult
+    from synth.simulation import SimResult
     from synth.topology.model import Topology
 
 MAX_GANTT_ROWS = 64

@@ -2,7 +2,7 @@
 
 Every cell of the grid becomes one row of a tidy table (:data:`COLUMNS`): the simulated time of the
 method's verified program, its algbw/busbw (SPEC units), the exact lower bound of
-:func:`synth.bounds.compute_bounds` and ``gap = (time - bound) / time``. A method that fails, or does
+:func:`synth.lower_bounds.compute_bounds` and ``gap = (time - bound) / time``. A method that fails, or does
 not support the collective, gives a row with its ``status`` and ``error``; it never stops the sweep.
 
 Rows are cached one file per row under a cache directory (default ``.synth-cache/``), keyed by the
@@ -170,7 +170,7 @@ def plan(topologies: Sequence[Topology], collectives: Sequence[str], sizes: Sequ
 # ---- one row --------------------------------------------------------------------------------------
 def _bound(topology: Topology, collective: str, size_bytes: int, root: int) -> float | None:
     try:
-        from synth.bounds import compute_bounds
+        from synth.lower_bounds import compute_bounds
     except ImportError:
         return None
     try:

@@ -8,14 +8,14 @@ import pytest
 from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.program.lower import lower
-from synth.simulate import simulate
+from synth.simulation import simulate
 from synth.synthesis import baselines as bl
 from synth.synthesis.base import SynthOptions
 from synth.synthesis.registry import METHODS
 from synth.topology import generators as gen
 from synth.topology.builtin import builtin_names
 from synth.topology.io import load_topology
-from synth.verify import verify
+from synth.verification import verify
 from tests.schedule_check import check_schedule
 
 MiB = 2**20

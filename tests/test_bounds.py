@@ -9,7 +9,9 @@ from dataclasses import replace
 
 import pytest
 
-from synth.bounds import (
+from synth.collectives import COLLECTIVES, Collective
+from synth.flows import rank_orbits
+from synth.lower_bounds import (
     allgather_cut,
     allgather_cut_ratio,
     alltoall_fallback_ratio,
@@ -18,8 +20,6 @@ from synth.bounds import (
     rooted_min_cut,
     scatter_cut,
 )
-from synth.collectives import COLLECTIVES, Collective
-from synth.flows import rank_orbits
 from synth.topology import generators as gen
 from synth.topology.model import Link, Topology
 

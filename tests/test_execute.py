@@ -21,13 +21,13 @@ from click.testing import CliRunner  # noqa: E402
 
 from synth.cli import cli  # noqa: E402
 from synth.errors import CheckFailed, SynthError  # noqa: E402
-from synth.execute import samples  # noqa: E402
-from synth.execute.plan import BATCH, COPY, compile_plan  # noqa: E402
-from synth.execute.runner import chunk_elems_for, execute, execute_many  # noqa: E402
+from synth.execution import samples  # noqa: E402
+from synth.execution.plan import BATCH, COPY, compile_plan  # noqa: E402
+from synth.execution.runner import chunk_elems_for, execute, execute_many  # noqa: E402
 from synth.program.ir import Gpu, Program, Step, Threadblock, collective_of  # noqa: E402
 from synth.program.load import load_program  # noqa: E402
 from synth.program.msccl_xml import program_to_xml  # noqa: E402
-from synth.verify import verify  # noqa: E402
+from synth.verification import verify  # noqa: E402
 
 FIXTURES = Path("/work/shared/fixtures/msccl")
 if not FIXTURES.exists():

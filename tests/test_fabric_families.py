@@ -12,8 +12,8 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-from synth.bounds import compute_bounds
 from synth.errors import SynthError
+from synth.lower_bounds import compute_bounds
 from synth.topology import families as fam
 from synth.topology import generators as gen
 from synth.topology.io import load_topology, parse_topology, topology_to_dict

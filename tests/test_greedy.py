@@ -145,7 +145,7 @@ def test_reference_topologies_at_64mib(topo_name, name):
 def test_near_equal_times_lower_and_verify():
     # lowering orders by exact time; this is the CLI failure "sends chunk 0 from rank 12 before it arrives"
     lower = pytest.importorskip("synth.program.lower")
-    verify = pytest.importorskip("synth.verify")
+    verify = pytest.importorskip("synth.verification")
     from synth.topology.io import load_topology
 
     topo = load_topology("mi250")

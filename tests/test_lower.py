@@ -26,7 +26,7 @@ from synth.program.lower import (
     valid_chunks,
 )
 from synth.schedule import Schedule, Transfer
-from synth.verify import verify
+from synth.verification import verify
 
 
 def ring_allgather(n: int, c: int = 1, grouped: bool = True, inplace: bool = False) -> Schedule:
@@ -301,7 +301,7 @@ def _star_relay_schedule(n: int = 4) -> Schedule:
 
 
 def test_sends_sharing_an_uplink_wait_for_the_earlier_send():
-    from synth.simulate import simulate
+    from synth.simulation import simulate
     from synth.topology.generators import star
 
     prog = lower(_star_relay_schedule())

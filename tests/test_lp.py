@@ -44,7 +44,7 @@ def test_large_lps_take_highs_interior_point_to_the_same_optimum(topology, monke
     import synth.solvers
     from synth.program.lower import lower
     from synth.synthesis import lp as lp_method
-    from synth.verify import verify
+    from synth.verification import verify
 
     algorithms = []
     real_solve = synth.solvers.solve
@@ -75,7 +75,7 @@ def test_broadcast_lp_matches_min_cut(topology):
 def test_lp_programs_verify_and_agree_with_trees(topology, name):
     from synth.program.lower import lower
     from synth.synthesis.trees import synthesize as trees
-    from synth.verify import verify
+    from synth.verification import verify
 
     coll = Collective(name, topology.num_ranks)
     schedule = synthesize(topology, coll, 2**24, SynthOptions())
@@ -98,7 +98,7 @@ GiB = 2**30
 def test_alltoall_flow_meets_the_concurrent_flow_bound(name):
     """Without switches the routes are the links, so the flow LP is the bound's LP: the same optimum.
     Each source's paths carry exactly one unit to every other rank, hop by hop over the fabric."""
-    from synth.bounds import compute_bounds
+    from synth.lower_bounds import compute_bounds
     from synth.synthesis.paths import plan_alltoall_paths
     from synth.topology.io import load_topology
 

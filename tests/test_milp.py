@@ -101,7 +101,7 @@ def test_every_program_verifies(name):
 # Regression (QA): dgx1 broadcast 1 MiB was reported "optimal" with a 0.89 gap against the real bound,
 # because greedy met milp's own epoch lower bound (C = 1, one τ), which is no proof under SPEC's model.
 def test_epoch_optimum_is_not_reported_as_optimal():
-    from synth.bounds import compute_bounds
+    from synth.lower_bounds import compute_bounds
     from synth.topology.io import load_topology
 
     topo = load_topology("dgx1")
@@ -117,7 +117,7 @@ def test_epoch_optimum_is_not_reported_as_optimal():
 
 
 def test_optimal_only_when_the_cost_model_bound_is_met():
-    from synth.bounds import compute_bounds
+    from synth.lower_bounds import compute_bounds
 
     # α = 0, fully connected: one round of direct sends meets the per-rank bandwidth bound exactly
     topo = full(3, alpha=0.0)

@@ -182,8 +182,8 @@ def test_max_steps_below_bound_finds_nothing(dgx1):
 @pytest.mark.parametrize("name", ["allgather", "reducescatter", "allreduce", "broadcast", "gather"])
 def test_frontier_schedules_lower_and_verify(dgx1, name):
     from synth.program.lower import lower
-    from synth.simulate import simulate
-    from synth.verify import verify
+    from synth.simulation import simulate
+    from synth.verification import verify
 
     size = 1 << 20
     exp = explore(dgx1, name, max_chunks=2, time_limit=120, size_bytes=size)
@@ -276,8 +276,8 @@ def test_sccl_fixture_xml_verifies(dgx1):
     """The fixture is SCCL's algorithm lowered once by our pipeline; it must verify, and every received
     chunk must arrive over a connection SCCL's algorithm uses for that chunk."""
     from synth.program.msccl_xml import program_from_xml
-    from synth.simulate import simulate
-    from synth.verify import verify
+    from synth.simulation import simulate
+    from synth.verification import verify
 
     program = program_from_xml(FIXTURE.read_text(), source=str(FIXTURE))
     result = verify(program, Collective("allgather", 8))

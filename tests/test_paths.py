@@ -6,7 +6,7 @@ from collections import defaultdict
 
 import pytest
 
-from synth.bounds import scatter_cut
+from synth.lower_bounds import scatter_cut
 from synth.synthesis.paths import plan_paths
 from synth.topology.model import Link, Topology
 
@@ -74,7 +74,7 @@ def test_gather_hands_its_runner_ups_to_the_pipeline():
     from synth.collectives import Collective
     from synth.pipeline import synthesize
     from synth.program.lower import lower
-    from synth.simulate import simulate
+    from synth.simulation import simulate
     from synth.synthesis import trees
     from synth.synthesis.base import SynthOptions
     from synth.topology.io import load_topology

@@ -14,7 +14,7 @@ from synth.cli import cli
 from synth.errors import SynthError
 from synth.pipeline import synthesize
 from synth.program.load import save_program
-from synth.simulate import simulate
+from synth.simulation import simulate
 from synth.sweep import run_sweep, write_table
 from synth.topology import generators as gen
 from synth.topology.io import load_topology

@@ -15,7 +15,7 @@ from synth.program.ir import Gpu, Program, Step, Threadblock
 from synth.program.json_io import program_from_json, program_schema, program_to_dict, program_to_json
 from synth.program.load import load_program, save_program
 from synth.program.msccl_xml import check_runtime_limits, program_from_xml, program_to_xml
-from synth.verify import verify
+from synth.verification import verify
 
 
 def _generated():

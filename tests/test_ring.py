@@ -7,12 +7,12 @@ import pytest
 from synth.collectives import COLLECTIVES, Collective
 from synth.errors import SynthError
 from synth.program.lower import lower
-from synth.simulate import simulate
+from synth.simulation import simulate
 from synth.synthesis.base import SynthOptions
 from synth.synthesis.ring import OWN_CHUNKS, find_line, find_rings, split_counts, synthesize
 from synth.topology import generators as gen
 from synth.topology.io import load_topology
-from synth.verify import verify
+from synth.verification import verify
 
 GiB = 2**30
 

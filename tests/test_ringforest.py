@@ -4,17 +4,17 @@ from dataclasses import replace
 
 import pytest
 
-from synth.bounds import compute_bounds
 from synth.collectives import Collective
+from synth.lower_bounds import compute_bounds
 from synth.program.lower import lower
 from synth.program.msccl_xml import check_runtime_limits
 from synth.schedule import Schedule
-from synth.simulate import simulate
+from synth.simulation import simulate
 from synth.synthesis import ringforest
 from synth.synthesis.base import SynthOptions
 from synth.synthesis.trees.method import or_rings
 from synth.topology.io import load_topology
-from synth.verify import verify
+from synth.verification import verify
 
 GIB = 1 << 30
 

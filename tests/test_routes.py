@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from synth.bounds import compute_bounds
+from synth.lower_bounds import compute_bounds
 from synth.pipeline import synthesize
-from synth.simulate import Router
+from synth.simulation import Router
 from synth.synthesis.scale import switch_route
 from synth.topology import generators as gen
 from synth.topology.io import load_topology

@@ -15,16 +15,16 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from synth.bounds import compute_bounds
 from synth.collectives import Collective
 from synth.errors import SynthError
+from synth.lower_bounds import compute_bounds
 from synth.program.lower import lower
-from synth.simulate import simulate
+from synth.simulation import simulate
 from synth.synthesis import scale, timing, trees
 from synth.synthesis.base import SynthOptions
 from synth.topology import generators
 from synth.topology.model import Link, Topology
-from synth.verify import verify
+from synth.verification import verify
 
 SIZE = 2**30
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from synth.errors import SynthError
 from synth.program.ir import Gpu, Program, Step, Threadblock
-from synth.simulate import resolve_sizes, simulate
+from synth.simulation import resolve_sizes, simulate
 from synth.topology.model import Link, Topology
 
 FIXTURES = Path("/work/shared/fixtures/msccl")
@@ -671,7 +671,7 @@ def test_random_backfilled_bookings_are_consistent(tbs):
 def test_link_booking_helpers():
     """_fit finds the first gap long enough, _insert merges back-to-back bookings, and _book drops
     bookings that ended before the current time, so a link's list stays short."""
-    from synth.simulate import _PRUNE_AT, _book, _fit, _insert
+    from synth.simulation import _PRUNE_AT, _book, _fit, _insert
 
     bounds = [0.0, 10.0, 15.0, 20.0, 40.0, 50.0]
     assert _fit(bounds, 0.0, 5.0) == (10.0, 2)  # the gap [10, 15) fits exactly

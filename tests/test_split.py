@@ -7,8 +7,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from synth.bounds import compute_bounds
 from synth.collectives import Collective
+from synth.lower_bounds import compute_bounds
 from synth.synthesis.base import SynthOptions
 from synth.synthesis.split import split_capacities, whole_tree_split
 from synth.topology import generators
@@ -68,9 +68,9 @@ def test_split_never_beats_the_allreduce_bound_and_never_loses_to_the_phases(top
 def test_mesh_allreduce_runs_its_phases_on_split_capacities():
     from synth.program.lower import lower
     from synth.program.msccl_xml import check_runtime_limits
-    from synth.simulate import simulate
+    from synth.simulation import simulate
     from synth.synthesis.trees import synthesize
-    from synth.verify import verify
+    from synth.verification import verify
 
     mesh = generators.mesh([5, 5])
     schedule = synthesize(mesh, Collective("allreduce", 25), GiB, SynthOptions())
@@ -170,7 +170,7 @@ def test_more_trees_per_root_where_few_lose_the_splits_rate():
     from synth.program.lower import lower
     from synth.synthesis.trees import synthesize
     from synth.synthesis.trees.tuning import TUNING
-    from synth.verify import verify
+    from synth.verification import verify
 
     topology = _irregular_five()
     split = split_capacities(topology)

@@ -111,8 +111,8 @@ FAST_AUTO = {"dgx-a100", "dgx2"}   # the default method takes seconds here; tens
 
 @pytest.mark.parametrize("name", builtin_names())
 def test_machines_hint_changes_no_plan_and_no_bound(name):
-    from synth.bounds import compute_bounds
     from synth.collectives import Collective
+    from synth.lower_bounds import compute_bounds
     from synth.synthesis import auto
 
     t = load_topology(name)

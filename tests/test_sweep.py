@@ -9,9 +9,9 @@ from click.testing import CliRunner
 
 from synth import pipeline
 from synth import sweep as sw
-from synth.bounds import compute_bounds
 from synth.cli import cli
 from synth.errors import SynthError
+from synth.lower_bounds import compute_bounds
 from synth.synthesis.base import MethodSpec, SynthOptions
 from synth.synthesis.registry import METHODS
 from synth.topology import generators as gen

@@ -15,7 +15,7 @@ from synth.program.load import load_program
 from synth.synthesis.base import MethodSpec, SynthOptions
 from synth.synthesis.registry import METHODS, get_method, methods_for
 from synth.topology import generators as gen
-from synth.verify import verify
+from synth.verification import verify
 
 SPEC_KEYS = {"method", "solver", "status", "time_us", "algbw_GBps", "busbw_GBps", "bound_us", "gap", "synthesis_s",
              "output"}

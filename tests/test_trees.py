@@ -99,8 +99,8 @@ def test_forest_is_k_spanning_trees_per_root_within_capacity(topology):
 
 def _verified(topology, name, size=2**26, **opts):
     from synth.program.lower import lower
-    from synth.simulate import simulate
-    from synth.verify import verify
+    from synth.simulation import simulate
+    from synth.verification import verify
 
     schedule = synthesize(topology, Collective(name, topology.num_ranks), size, SynthOptions(**opts))
     program = lower(schedule)
@@ -227,7 +227,7 @@ def test_time_limit_is_a_safety_stop_not_a_shorter_search():
 def test_dgx1_allreduce_within_one_percent_of_the_bound():
     # heterogeneous NVLink (25/50 GB/s): one chunk per message keeps α in proportion to each
     # link's bytes; both phases pipelined on their own channel match the simulator exactly
-    from synth.bounds import compute_bounds
+    from synth.lower_bounds import compute_bounds
     from synth.topology.io import load_topology
 
     topology = load_topology("dgx1")
@@ -267,7 +267,7 @@ def test_overlapped_allreduce_beats_the_sum_of_its_phase_bounds_on_a_mesh(monkey
     # a mesh corner has 2 links: its reduction saturates its out-links while its in-links idle, so
     # releasing each piece's allgather as soon as its sum is complete beats RS-then-AG outright
     # (the forests planned on the full fabric; tests/test_split.py covers split capacities)
-    from synth.bounds import compute_bounds
+    from synth.lower_bounds import compute_bounds
     from synth.synthesis import trees
     from synth.topology import generators
 
@@ -289,7 +289,7 @@ def test_replicated_timing_of_box_trees_is_contention_free_and_beats_level_timin
     # box trees are translates (box shift, rail shift) of root 0's tree: timing root 0's tree with
     # one resource per kind of link and copying the times never overlaps two transfers on a link
     import synth.synthesis.trees as trees_module
-    from synth.bounds import compute_bounds
+    from synth.lower_bounds import compute_bounds
     from synth.topology import generators
 
     # level_jobs 0: the fallback at scale is the level timing
@@ -332,7 +332,7 @@ def test_split_connections_keep_the_planned_order_in_the_simulator():
     ("dgx-a100-4node", "reducescatter", 0.98, False),
 ])
 def test_multi_box_fabrics_near_the_cut_bound(name, collective, ratio, any_chunks):
-    from synth.bounds import compute_bounds
+    from synth.lower_bounds import compute_bounds
     from synth.topology.io import load_topology
 
     topology = load_topology(name)
@@ -372,7 +372,7 @@ def test_halving_messages_take_half_of_what_is_left():
 def test_halving_shape_beats_tails_where_every_link_is_a_bottleneck():
     # mi250-2node at 16 trees per root: every link between die pairs is in a tight cut; halving
     # messages (few α, a one-chunk drain) are faster than the best tailed shape (P 8, L 3)
-    from synth.bounds import compute_bounds
+    from synth.lower_bounds import compute_bounds
     from synth.synthesis.trees.timed import timed_forests
     from synth.synthesis.trees.tuning import HALVING
     from synth.topology.io import load_topology
@@ -392,11 +392,11 @@ def test_mi250_2node_allreduce_gets_the_halving_shape():
     # both forests at 16 trees per root in halving messages make 69.5k transfers: the depth search
     # must time them (REFINE_JOBS); they take 0.949 of the bound, the best shape below that limit 0.937;
     # polished with drained messages (_polish) 0.952, the issue's allreduce target (0.95)
-    from synth.bounds import compute_bounds
+    from synth.lower_bounds import compute_bounds
     from synth.program.lower import lower
-    from synth.simulate import simulate
+    from synth.simulation import simulate
     from synth.topology.io import load_topology
-    from synth.verify import verify
+    from synth.verification import verify
 
     topology = load_topology("mi250-2node")
     schedule = synthesize(topology, Collective("allreduce", 32), 2**30, SynthOptions())
@@ -412,14 +412,14 @@ def test_mi250_2node_allreduce_gets_the_halving_shape():
 
 def test_coalesced_reductions_simulate_as_planned():
     # reducescatter timed as a mirrored broadcast, coalesced: the simulator keeps the planned order
-    from synth.bounds import compute_bounds
+    from synth.lower_bounds import compute_bounds
     from synth.program.lower import lower
-    from synth.simulate import simulate
+    from synth.simulation import simulate
     from synth.synthesis.trees.programs import forest_schedule
     from synth.synthesis.trees.timed import timed_forests
     from synth.synthesis.trees.tuning import HALVING
     from synth.topology.io import load_topology
-    from synth.verify import verify
+    from synth.verification import verify
 
     topology = load_topology("mi250-2node")
     forest = plan_forest(topology, tuple(range(32)), reverse=True, max_trees=16)
@@ -559,7 +559,7 @@ def test_a_shape_moved_to_a_runtime_count_keeps_its_message_size():
     schedule, sim = _verified(topology, "broadcast", 2**30)
     assert schedule.collective.runtime_divides(2**30)
     assert schedule.predicted_time_us == pytest.approx(sim.time_us, rel=1e-6)
-    from synth.bounds import compute_bounds
+    from synth.lower_bounds import compute_bounds
 
     assert compute_bounds(topology, schedule.collective, 2**30).time_bound_us / sim.time_us > 0.93   # 0.912 uneven
 
@@ -582,7 +582,7 @@ def test_ring_broadcast_pipelines_deeper_than_the_multi_root_grid():
     # Two path trees of depth 7 (one each way round ring-8, 50 GB/s, α 0.5 µs) carry 512 MiB each:
     # P messages per tree take (P + 6)(α + 512 MiB / (P · 50 GB/s)), least at P ≈ 359 with
     # 0.967 of the 10737 µs bound; PIPELINE_GRID's 128 messages give at best 0.955 (measured 0.9496)
-    from synth.bounds import compute_bounds
+    from synth.lower_bounds import compute_bounds
     from synth.program.lower import lower
     from synth.program.msccl_xml import check_runtime_limits
 
@@ -623,7 +623,7 @@ def test_justify_repacks_what_a_list_schedule_left_idle():
 def test_justified_scatter_runs_as_planned_nearer_the_bound():
     # ring-8 scatter from rank 0 on its two trees (--max-trees 2: no flow paths): the list schedule
     # alone reached 0.962 of the cut bound; justified 0.988
-    from synth.bounds import compute_bounds
+    from synth.lower_bounds import compute_bounds
 
     topology = ring(8)
     size = 2**30
@@ -640,7 +640,7 @@ def test_scatter_and_gather_ride_the_flow_paths_behind_switches(name):
     # dgx-a100-2node, root 0: the root's NVSwitch port and NIC (325 GB/s) bind; half the data must
     # also cross the other GPUs' NICs. On broadcast trees scatter reached 0.71 of the cut bound;
     # on the flow's paths 0.97 (gather 0.98), and the runtime's rule changes nothing (sim = plan)
-    from synth.bounds import compute_bounds
+    from synth.lower_bounds import compute_bounds
     from synth.topology.io import load_topology
 
     topology = load_topology("dgx-a100-2node")
@@ -656,11 +656,11 @@ def test_scatter_as_the_mirror_of_a_gather(root):
     # dgx-h100-2node: pulling each rank's data from the root plans 2088.9 µs (0.964 of the bound);
     # the reversed fabric's gather, where every rank pushes its own data, mirrored in time and
     # re-timed forwards, plans 2058 and runs 0.969. The chunk ids move to the root's input slots.
-    from synth.bounds import compute_bounds
+    from synth.lower_bounds import compute_bounds
     from synth.program.lower import lower
-    from synth.simulate import simulate
+    from synth.simulation import simulate
     from synth.topology.io import load_topology
-    from synth.verify import verify
+    from synth.verification import verify
 
     topology = load_topology("dgx-h100-2node")
     size = 2**30

@@ -9,12 +9,12 @@ from collections import Counter
 import pytest
 from click.testing import CliRunner
 
-from synth.bounds import compute_bounds
 from synth.cli import cli
 from synth.collectives import Collective
+from synth.lower_bounds import compute_bounds
 from synth.program.load import load_program
 from synth.program.lower import lower
-from synth.simulate import simulate
+from synth.simulation import simulate
 from synth.synthesis import timing, trees
 from synth.synthesis.base import SynthOptions
 from synth.synthesis.packing import (
@@ -27,7 +27,7 @@ from synth.synthesis.packing import (
 from synth.synthesis.registry import get_method
 from synth.topology.io import load_topology
 from synth.topology.model import Link, Topology
-from synth.verify import verify
+from synth.verification import verify
 
 GiB = 1 << 30
 

@@ -17,7 +17,7 @@ from synth.errors import SynthError
 from synth.program.ir import RECEIVES, Gpu, Program, Step, Threadblock
 from synth.program.load import load_program
 from synth.program.msccl_xml import program_to_xml
-from synth.verify import expected_values, verify
+from synth.verification import expected_values, verify
 
 FIXTURES = sorted(Path("/work/shared/fixtures/msccl").glob("*.xml"))
 if not FIXTURES:  # the fixtures also live next to the repository in CI checkouts

@@ -19,8 +19,8 @@ from synth.units import DEFAULT_SIZE, format_size, parse_size
 @guarded
 def command(topology_name: str, collective: str, size: str, root: int, as_json: bool) -> None:
     """Lower bounds on the completion time: bandwidth (cut / flow), latency, and their max."""
-    from synth.bounds import compute_bounds
     from synth.collectives import Collective
+    from synth.lower_bounds import compute_bounds
 
     size_bytes = parse_size(size)
     topology = load_topology_arg(topology_name)

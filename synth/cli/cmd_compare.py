@@ -92,7 +92,7 @@ def command(topology_name: str, collective: str, size: str, root: int, methods: 
 
     bound = None
     try:
-        from synth.bounds import compute_bounds
+        from synth.lower_bounds import compute_bounds
 
         bound = compute_bounds(topology, Collective(name, topology.num_ranks, root=root), size_bytes)
     except Exception:  # noqa: BLE001 - the table still compares the methods without a bound

@@ -35,7 +35,7 @@ def command(prog: str, backend: str, size: str, dtype: str, iters: int, warmup: 
     Under torchrun (RANK/WORLD_SIZE set) the torchrun world is used and rank 0 reports."""
     import importlib.util
 
-    from synth.execute.runner import execute
+    from synth.execution.runner import execute
     from synth.units import parse_size
 
     if importlib.util.find_spec("torch") is None:

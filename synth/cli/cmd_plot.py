@@ -58,7 +58,7 @@ def command(source: str | None, kind: str | None, output: str, topology_name: st
         if kind == "topology":
             path = plots.plot_topology(topology, output)
         else:
-            from synth.simulate import simulate
+            from synth.simulation import simulate
             from synth.units import parse_size
 
             size_bytes = parse_size(size) if size is not None else None

@@ -23,7 +23,7 @@ TOP_LINKS = 8
 def command(prog: str, topology_name: str | None, size: str | None, gantt: str | None, as_json: bool) -> None:
     """Event simulation of a program (ours or foreign MSCCL XML): link contention, routing through
     switches, α-β costs. Prints time, algbw, busbw, transfers and link utilization."""
-    from synth.simulate import simulate
+    from synth.simulation import simulate
     from synth.units import parse_size
 
     program = load_program_arg(prog)

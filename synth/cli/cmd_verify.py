@@ -20,7 +20,7 @@ SHOWN_ERRORS = 20
 @guarded
 def command(prog: str, collective: str | None, root: int | None, as_json: bool) -> None:
     """Check that PROG (MSCCL XML or JSON program) computes its collective and cannot deadlock."""
-    from synth.verify import verify
+    from synth.verification import verify
 
     program = load_program_arg(prog)
     if root is not None:

@@ -99,7 +99,7 @@ used; once ``--time-limit`` runs out, every later candidate reports ``not_tried`
 silently different program). ``SynthesisResult.not_tried`` lists them for ``--json`` and the table.
 
 **Early stop.** The pipeline stops the plan once the best verified program is within
-``CLOSE_ENOUGH`` (1 %) of the lower bound of :func:`synth.bounds.compute_bounds`: no later candidate
+``CLOSE_ENOUGH`` (1 %) of the lower bound of :func:`synth.lower_bounds.compute_bounds`: no later candidate
 can gain more. The rest are listed in ``tried`` as ``skipped``.
 
 **Quickstart** (``synth synthesize -t dgx1 -c allgather``, 1 GiB): trees first (bandwidth-bound), then the

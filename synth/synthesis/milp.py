@@ -57,7 +57,7 @@ to the epoch model.
 **Status.** Optimality in the epoch model (one chunk size C, one τ, transfers aligned to the
 grid) is not optimality under SPEC's α-β cost model: a finer chunking or off-grid timing can be
 faster. The result's ``status`` is therefore ``optimal`` only when the schedule's predicted
-makespan meets the cost-model lower bound of :func:`synth.bounds.compute_bounds` (a proof for the
+makespan meets the cost-model lower bound of :func:`synth.lower_bounds.compute_bounds` (a proof for the
 instance); otherwise ``feasible``. What the solver proved about the epoch model is kept in
 ``notes['model_status']`` (and per phase in ``notes['phases'][...]['model_status']``).
 
@@ -681,9 +681,9 @@ _BOUND_RTOL = 1e-9
 def cost_model_status(topology: Topology, collective: Collective, size_bytes: float,
                       makespan_us: float) -> tuple[str, float | None]:
     """(status, bound): ``optimal`` only when ``makespan_us`` meets the α-β cost-model lower bound
-    ``time_bound_us`` of :func:`synth.bounds.compute_bounds` (then no schedule can be faster, so this
+    ``time_bound_us`` of :func:`synth.lower_bounds.compute_bounds` (then no schedule can be faster, so this
     one is proven optimal for the instance); ``feasible`` otherwise, whatever the epoch model proved."""
-    from synth.bounds import compute_bounds
+    from synth.lower_bounds import compute_bounds
 
     try:
         bound = float(compute_bounds(topology, collective, size_bytes).time_bound_us)

@@ -45,7 +45,7 @@ the same (C, S, R), which gives (C, 2S, 2R).
 **Frontier (msccl-tools ``strategies.solve_all_latency_bandwidth_tradeoffs``).** Lower bounds first:
 ``S >= S_lb`` (the largest hop distance from a chunk's sources to a destination) and ``R/C >= ρ``,
 where ρ is the larger of SCCL's flow LP (:func:`rounds_per_chunk_lower_bound`) and the exact
-bandwidth bound of :mod:`synth.bounds` in round units (:func:`cut_rounds_per_chunk`). For DGX-1
+bandwidth bound of :mod:`synth.lower_bounds` in round units (:func:`cut_rounds_per_chunk`). For DGX-1
 Allgather these are 2 steps and 7/6, as in SCCL.
 Then for ``C = 1, 2, ...`` and ``R = ⌈ρ·C⌉, ...`` with ``gcd(C, R) = 1`` (other
 fractions were tried with fewer chunks), the least ``S`` in ``S_lb..min(R, max_steps)`` that is
@@ -244,7 +244,7 @@ def rounds_per_chunk_lower_bound(fab: Fabric, problem: CopyProblem, time_limit: 
 
 
 def cut_rounds_per_chunk(topology: Topology, name: str, root: int, unit_GBps: float) -> Fraction:
-    """R/C lower bound from the exact α-free bandwidth bound of :func:`synth.bounds.compute_bounds`
+    """R/C lower bound from the exact α-free bandwidth bound of :func:`synth.lower_bounds.compute_bounds`
     (ForestColl cut for allgather/reducescatter, rooted max-flow, alltoall concurrent-flow LP).
 
     A k-synchronous algorithm moves at most ``b_e·r_s`` chunks over link ``e`` in a step that lasts
@@ -253,7 +253,7 @@ def cut_rounds_per_chunk(topology: Topology, name: str, root: int, unit_GBps: fl
     circulation), which behind a bottleneck can be far too low (two DGX-1 boxes on one NIC: 15/13
     rounds per chunk instead of 8); this bound has no such hole. The fraction returned never exceeds
     the float value by more than 1e-9 (relative)."""
-    from synth.bounds import compute_bounds
+    from synth.lower_bounds import compute_bounds
 
     coll = Collective(name, topology.num_ranks, 1, root=root)
     size = float(1 << 30)

@@ -3,7 +3,7 @@
 Scatter from one root is a single-commodity flow: every rank ``v ≠ root`` needs one unit of its own
 data and all of it starts at the root, so the units are interchangeable on the way (a super sink
 joined by ``v -> t`` arcs of capacity 1). By max-flow/min-cut the least time is the scatter cut bound
-of :func:`synth.bounds.scatter_cut`, and by the flow decomposition theorem (Ford & Fulkerson, *Flows
+of :func:`synth.lower_bounds.scatter_cut`, and by the flow decomposition theorem (Ford & Fulkerson, *Flows
 in Networks*, 1962, ch. I §2) the flow splits into ``root -> v`` paths that carry ``v``'s unit.
 
 A rank reaches another one over the route the runtime takes (:func:`synth.topology.routes.rank_routes`,
@@ -189,7 +189,7 @@ def plan_alltoall_paths(topology: Topology, solver: str = "highs", time_limit: f
                        Σ_s Σ_{routes r ∋ e} x_{s,r} ≤ b_e · T                          (every link e)
 
     with one unit = one rank's piece for one peer (SIZE/N). Without switches the routes are the links
-    and ``T`` is the concurrent-flow bound of :func:`synth.bounds.alltoall_lp_ratio`; behind switches
+    and ``T`` is the concurrent-flow bound of :func:`synth.lower_bounds.alltoall_lp_ratio`; behind switches
     the fixed routes may cost more. Two flows are returned, each as one plan per source: the LP's
     vertex and, at ``T`` within :data:`ALLTOALL_SLACK`, the flow with the fewest unit-hops (relays
     cost α and pipeline fill). Raises :class:`SynthError` if the solver fails, or if the LP would have

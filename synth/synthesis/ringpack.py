@@ -231,9 +231,9 @@ def ring_rate_bound(topology: Topology) -> float:
     Every ring passes from any rank set to its complement, so the rings' total rate crosses every cut that
     separates two ranks: ``Σ w_C ≤ min_(S) B⁺(S)`` over node sets holding some but not all ranks, which is the
     least rank-to-rank max-flow; it is ``min(min_v λ(0, v), min_v λ(v, 0))`` (Menger / max-flow min-cut), the
-    rooted cut of :func:`synth.bounds.rooted_min_cut` on the fabric and on its reverse.
+    rooted cut of :func:`synth.lower_bounds.rooted_min_cut` on the fabric and on its reverse.
     """
-    from synth.bounds import rooted_min_cut
+    from synth.lower_bounds import rooted_min_cut
 
     return float(min(rooted_min_cut(topology, 0)[0], rooted_min_cut(topology.reversed(), 0)[0]))
 

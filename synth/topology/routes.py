@@ -7,7 +7,7 @@ destination-mod-k routing of fat-tree subnet managers does (Zahavi, "D-Mod-K Rou
 Non-Blocking Traffic for Shift Permutations on Real Life Fat Trees", 2010; OpenSM's ftree): walking
 back from ``dst``, each node takes the ``dst mod m``-th of its ``m`` equal-cost predecessors in id
 order. So the sends into different ranks spread over the spines instead of all taking the first.
-Ranks never forward here. :mod:`synth.simulate` and :func:`synth.synthesis.scale.switch_route`
+Ranks never forward here. :mod:`synth.simulation` and :func:`synth.synthesis.scale.switch_route`
 apply the same rule.
 """
 

@@ -15,7 +15,7 @@ import traceback
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from synth.execute.plan import ADD, BATCH, COPY, Plan
+from synth.execution.plan import ADD, BATCH, COPY, Plan
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class _Runner:
     def __init__(self, plan: Plan, rank: int, elems: int, dtype, device, backend: str, seed: int):
         import torch
 
-        from synth.execute import reference
+        from synth.execution import reference
 
         self.torch = torch
         rp = plan.ranks[rank]
@@ -126,7 +126,7 @@ class _Runner:
                     req.wait()
 
     def check(self) -> list[str]:
-        from synth.execute import reference
+        from synth.execution import reference
 
         out = self._resolve("o", 0, self.coll.output_chunks)
 
@@ -195,7 +195,7 @@ def run_rank(rank: int, world: int, job: Job, local_rank: int | None = None,
         kwargs["init_method"] = job.init_method
     dist.init_process_group(job.backend, rank=rank, world_size=world,
                             timeout=timedelta(seconds=max(job.timeout_s, 1.0)), **kwargs)
-    from synth.execute.reference import torch_dtype
+    from synth.execution.reference import torch_dtype
 
     dtype = torch_dtype(job.dtype)
     results = []

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field, replace
 
 from synth.collectives import Collective
 from synth.errors import CheckFailed, SynthError
-from synth.execute.plan import Plan, compile_plan
-from synth.execute.worker import Job, local_worker, median_of_max, run_rank
+from synth.execution.plan import Plan, compile_plan
+from synth.execution.worker import Job, local_worker, median_of_max, run_rank
 from synth.program.ir import Program, collective_of
 from synth.units import algbw_GBps
 
@@ -96,7 +96,7 @@ def prepare(program: Program, *, verify_first: bool = True) -> Plan:
     """Verify (unless told not to) and compile the plan; refuse programs that cannot be run."""
     coll = collective_of(program)
     if verify_first:
-        from synth.verify import verify
+        from synth.verification import verify
 
         res = verify(program, coll)
         if not res.ok:

@@ -1,0 +1,295 @@
+"""The public Python API: what one ``synth`` command does, as one call on plain values.
+
+Every function takes plain values (a built-in name or a file path for the topology, a collective name, a size
+such as ``"1GiB"`` or an int of bytes) as well as the objects the stages use. The stage modules are imported
+inside each function, so ``import synth`` stays cheap (the solvers take seconds to import).
+
+Example
+-------
+>>> import synth
+>>> result = synth.synthesize("dgx1", "allgather", "64MiB")      # doctest: +SKIP
+>>> result.time_us, result.bound_us, result.gap                   # doctest: +SKIP
+>>> synth.save_program(result.program, "dgx1-allgather.xml")      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from synth.execution.runner import ExecResult
+    from synth.lower_bounds import Bounds
+    from synth.pipeline import SynthesisResult
+    from synth.program.ir import Program
+    from synth.simulation import SimResult
+    from synth.topology.model import Topology
+    from synth.verification import VerifyResult
+
+__all__ = ["load_topology", "bounds", "synthesize", "verify", "simulate", "execute", "save_program", "load_program"]
+
+
+def _topology(topology: Topology | str | os.PathLike) -> Topology:
+    from synth.topology.model import Topology
+
+    return topology if isinstance(topology, Topology) else load_topology(topology)
+
+
+def _size(size: str | int) -> int:
+    from synth.units import parse_size
+
+    return parse_size(size)
+
+
+def _program(program: Program | str | os.PathLike) -> Program:
+    from synth.program.ir import Program
+
+    return program if isinstance(program, Program) else load_program(program)
+
+
+def load_topology(name_or_path: str | os.PathLike) -> Topology:
+    """Load a topology: a YAML/JSON file, or a built-in by name.
+
+    Parameters
+    ----------
+    name_or_path : str or path
+        A file path, or the name of a built-in (``synth topology list``), e.g. ``"dgx-a100-2node"``.
+
+    Returns
+    -------
+    Topology
+        The validated fabric (ranks, switches, α-β links).
+
+    Examples
+    --------
+    >>> import synth
+    >>> synth.load_topology("dgx1").num_ranks
+    8
+    """
+    from synth.topology.io import load_topology as load
+
+    return load(name_or_path)
+
+
+def bounds(topology: Topology | str, collective: str, size: str | int = "1GiB", *, root: int = 0) -> Bounds:
+    """Lower bounds on the time of ``collective`` of ``size`` on ``topology`` (as ``synth bounds``).
+
+    Parameters
+    ----------
+    topology : Topology or str
+        The fabric, or a built-in name / file path.
+    collective : str
+        ``allgather``, ``reducescatter``, ``allreduce``, ``alltoall``, ``broadcast``, ``reduce``, ``gather``
+        or ``scatter``.
+    size : str or int
+        The buffer SIZE (nccl-tests convention, see ``docs/units.md``): ``"1GiB"``, ``"64M"`` or bytes.
+    root : int
+        The root of rooted collectives.
+
+    Returns
+    -------
+    Bounds
+        ``bandwidth_bound_us``, ``latency_bound_us``, ``time_bound_us`` (their max) and ``details`` (how).
+
+    Examples
+    --------
+    >>> import synth
+    >>> round(synth.bounds("dgx-a100", "allgather", "1GiB").time_bound_us, 1)
+    3131.6
+    """
+    from synth.collectives import canonical_name
+    from synth.lower_bounds import compute_bounds
+
+    return compute_bounds(_topology(topology), canonical_name(collective), _size(size), root=root)
+
+
+def synthesize(topology: Topology | str, collective: str, size: str | int = "1GiB", method: str = "auto", *,
+               root: int = 0, inplace: bool = False, **options) -> SynthesisResult:
+    """Synthesize, verify and simulate a program (as ``synth synthesize``).
+
+    Parameters
+    ----------
+    topology : Topology or str
+        The fabric, or a built-in name / file path.
+    collective : str
+        The collective's name.
+    size : str or int
+        The buffer SIZE, e.g. ``"1GiB"``.
+    method : str
+        A registered method (``synth synthesize --list-methods``) or ``"auto"``.
+    root : int
+        The root of rooted collectives.
+    inplace : bool
+        Emit an in-place program.
+    **options
+        Fields of :class:`synth.synthesis.base.SynthOptions`: ``solver``, ``time_limit``, ``gap``, ``threads``,
+        ``chunks``, ``max_trees``, ``runtime_chunks``.
+
+    Returns
+    -------
+    SynthesisResult
+        ``program`` (verified), ``time_us`` (simulated), ``bound_us``, ``gap``, ``method``, ``status``.
+
+    Raises
+    ------
+    SynthError
+        Bad input, an unsupported request, or a method that found no verified program.
+
+    Examples
+    --------
+    >>> import synth
+    >>> r = synth.synthesize("dgx1", "allgather", "64MiB")      # doctest: +SKIP
+    >>> r.gap < 0.02                                             # doctest: +SKIP
+    True
+    """
+    from synth.errors import SynthError
+    from synth.pipeline import synthesize as run
+    from synth.synthesis.base import SynthOptions
+
+    known = set(SynthOptions.__dataclass_fields__) - {"extra"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise SynthError(f"unknown option(s) {', '.join(unknown)}; options are {', '.join(sorted(known))}")
+    return run(_topology(topology), collective, _size(size), method, SynthOptions(**options), root=root,
+               inplace=inplace)
+
+
+def verify(program: Program | str | os.PathLike, collective: str | None = None) -> VerifyResult:
+    """Check symbolically that ``program`` computes its collective (as ``synth verify``).
+
+    Parameters
+    ----------
+    program : Program or path
+        A program, or an MSCCL XML / JSON program file.
+    collective : str, optional
+        The collective to check against; by default the one the program declares.
+
+    Returns
+    -------
+    VerifyResult
+        ``ok`` and, when not, ``errors`` naming rank and chunk.
+
+    Examples
+    --------
+    >>> import synth
+    >>> synth.verify(synth.synthesize("dgx1", "allgather", "1MiB", "ring").program).ok   # doctest: +SKIP
+    True
+    """
+    from synth.verification import verify as check
+
+    return check(_program(program), collective)
+
+
+def simulate(program: Program | str | os.PathLike, topology: Topology | str, size: str | int | None = None
+             ) -> SimResult:
+    """Time ``program`` on ``topology`` under the α-β model of ``docs/cost-model.md`` (as ``synth simulate``).
+
+    Parameters
+    ----------
+    program : Program or path
+        A program or a program file.
+    topology : Topology or str
+        The fabric it runs on.
+    size : str or int, optional
+        The buffer SIZE; by default the size the program was made for.
+
+    Returns
+    -------
+    SimResult
+        ``time_us``, ``algbw_GBps``, ``busbw_GBps`` and link utilisation.
+
+    Examples
+    --------
+    >>> import synth
+    >>> r = synth.synthesize("dgx1", "allgather", "64MiB", "ring")                  # doctest: +SKIP
+    >>> synth.simulate(r.program, "dgx1", "64MiB").time_us == r.time_us             # doctest: +SKIP
+    True
+    """
+    from synth.simulation import simulate as run
+
+    return run(_program(program), _topology(topology), None if size is None else _size(size))
+
+
+def execute(program: Program | str | os.PathLike, size: str | int = "1MiB", *, backend: str = "gloo",
+            **kwargs) -> ExecResult:
+    """Run ``program`` for real with torch.distributed, one process per rank (as ``synth execute``).
+
+    Needs the ``exec`` extra (torch). Each rank's output is checked against the collective's reference.
+
+    Parameters
+    ----------
+    program : Program or path
+        A program or a program file.
+    size : str or int
+        The buffer SIZE to run.
+    backend : str
+        ``gloo`` (CPU) or ``nccl`` (CUDA).
+    **kwargs
+        ``dtype``, ``iters``, ``warmup``, ``timeout``, ``seed`` of :func:`synth.execution.runner.execute_many`.
+
+    Returns
+    -------
+    ExecResult
+        ``ok``, per-iteration times and any wrong outputs.
+
+    Examples
+    --------
+    >>> import synth
+    >>> synth.execute(synth.synthesize("ring-8", "allreduce", "1MiB", "ring").program).ok   # doctest: +SKIP
+    True
+    """
+    from synth.execution.runner import execute as run
+
+    return run(_program(program), backend=backend, size_bytes=_size(size), **kwargs)
+
+
+def save_program(program: Program, path: str | os.PathLike, *, coll_spelling: str = "reducescatter") -> Path:
+    """Write ``program`` atomically as MSCCL XML (``.xml``, runtime limits checked) or JSON (``.json``).
+
+    Parameters
+    ----------
+    program : Program
+        The program, e.g. ``synthesize(...).program``.
+    path : str or path
+        The file to write; its suffix picks the format.
+    coll_spelling : str
+        MSCCL ``coll`` spelling of reduce-scatter (``reducescatter`` or ``reduce_scatter``).
+
+    Returns
+    -------
+    Path
+        The path written.
+
+    Examples
+    --------
+    >>> import synth
+    >>> synth.save_program(synth.synthesize("dgx1", "allgather", "1MiB").program, "ag.xml")   # doctest: +SKIP
+    """
+    from synth.program.load import save_program as save
+
+    return save(program, path, coll_spelling=coll_spelling)
+
+
+def load_program(path: str | os.PathLike) -> Program:
+    """Read an MSCCL XML or JSON program file.
+
+    Parameters
+    ----------
+    path : str or path
+        The file.
+
+    Returns
+    -------
+    Program
+        The per-rank program.
+
+    Examples
+    --------
+    >>> import synth
+    >>> synth.load_program("ag.xml").num_ranks      # doctest: +SKIP
+    8
+    """
+    from synth.program.load import load_program as load
+
+    return load(path)
