@@ -132,3 +132,13 @@ def test_machines_hint_changes_no_result(name):
     hinted, bare = (synthesize(x, "allgather", 64 << 20) for x in (t, without_machines(t)))
     assert hinted.bound_us == bare.bound_us
     assert bare.time_us == pytest.approx(hinted.time_us, rel=0.005)
+
+
+def test_boxes_of_different_kinds_on_one_network_are_each_found():
+    # two A100 boxes (25 GB/s NICs) and two H100 boxes (50 GB/s NICs) on one IB switch: the first split,
+    # at 25 GB/s, leaves the H100 boxes together; their own 50 GB/s NIC links split them
+    from synth.topology.families import fabric_family
+
+    spec = next(f for f in fabric_family() if f.name == "mixed-a100x2-h100x2")
+    topology = spec.build()
+    assert infer_boxes(without_machines(topology)) == tuple(sorted(tuple(sorted(m)) for m in topology.machines))

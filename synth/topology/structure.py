@@ -55,28 +55,56 @@ def link_classes(topology: Topology) -> np.ndarray:
     return classes.reshape(-1)
 
 
+def _split(topology: Topology, ranks: list[int], links: np.ndarray, classes: np.ndarray,
+           through_switches: bool = False) -> list[tuple] | None:
+    """The first clean split of ``ranks`` over the ``links`` mask (module docstring): a list of
+    (ranks, links inside) per group, or None where the ranks do not split into boxes. With
+    ``through_switches``, also None where a dropped link joins two groups directly (rank to rank): a
+    box's own slower links (pairs joined at 50 GB/s, 25 GB/s between pairs) are not a network."""
+    src, dst, _, _ = topology.arrays
+    for c in np.unique(classes[links]):
+        keep = links & (classes > c)
+        labels = _components(topology, keep)
+        rank_labels = labels[ranks]
+        if len(np.unique(rank_labels)) == 1:
+            continue   # still one piece: drop the next class too
+        dropped = links & (classes <= c)
+        if np.any(labels[src[dropped]] == labels[dst[dropped]]):
+            return None   # a slow link inside a group: the group's own fabric, not a box boundary
+        groups: dict[int, list[int]] = {}
+        for rank, label in zip(ranks, rank_labels, strict=True):
+            groups.setdefault(int(label), []).append(rank)
+        if any(len(group) < 2 for group in groups.values()):
+            return None
+        if through_switches and np.any(np.isin(labels[src[dropped]], list(groups))
+                                       & np.isin(labels[dst[dropped]], list(groups))):
+            return None
+        return [(group, keep & (labels[src] == label)) for label, group in groups.items()]
+    return None
+
+
 def infer_boxes(topology: Topology) -> Boxes:
-    """The boxes of the module docstring: sorted rank tuples in ascending order, or ``()``."""
+    """The boxes of the module docstring: sorted rank tuples in ascending order, or ``()``.
+
+    A group found by the first split is split again by its own links' classes where it splits cleanly
+    through switches only, so boxes of different kinds on one network are found too (two H100 boxes whose 50 GB/s NICs share
+    an IB switch with 25 GB/s A100 NICs: the first split, at 25 GB/s, leaves the H100s together)."""
     n = topology.num_ranks
     if n < 4 or not topology.links:
         return ()
-    src, dst, _, _ = topology.arrays
     classes = link_classes(topology)
-    for c in range(int(classes.max()) + 1):
-        labels = _components(topology, classes > c)
-        rank_labels = labels[:n]
-        if len(np.unique(rank_labels)) == 1:
-            continue   # still one piece: drop the next class too
-        dropped = classes <= c
-        if np.any(labels[src[dropped]] == labels[dst[dropped]]):
-            return ()   # a slow link inside a group: the group's own fabric, not a box boundary
-        groups: dict[int, list[int]] = {}
-        for rank in range(n):
-            groups.setdefault(int(rank_labels[rank]), []).append(rank)
-        if any(len(group) < 2 for group in groups.values()):
-            return ()
-        return tuple(sorted(tuple(group) for group in groups.values()))
-    return ()
+    found = _split(topology, list(range(n)), np.ones(len(classes), dtype=bool), classes)
+    if found is None:
+        return ()
+    boxes: list[tuple[int, ...]] = []
+    while found:
+        ranks, links = found.pop()
+        inner = _split(topology, ranks, links, classes, through_switches=True) if len(ranks) >= 4 else None
+        if inner is None:
+            boxes.append(tuple(ranks))
+        else:
+            found.extend(inner)
+    return tuple(sorted(boxes))
 
 
 def boxes_of(topology: Topology) -> Boxes:
