@@ -51,12 +51,9 @@ import numpy as np
 from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.program.ir import Gpu, Program, Step, Threadblock
+from synth.runtime_limits import MAX_CHANNELS, MAX_DEPENDED_TB, MAX_STEP_CHUNKS, MAX_STEPS_PER_TB, MAX_TB_PER_CHANNEL
 from synth.schedule import Schedule
 
-MAX_CNT = 71            # MSCCL: cnt < 72
-MAX_CHANNELS = 32       # MSCCL: at most 32 channels
-MAX_DEP_TB = 127        # MSCCL: depended-on threadblock ids <= 127
-MAX_TB_PER_CHANNEL = 32  # MSCCL: send (and receive) threadblocks per channel
 _EPS = 1e-9
 
 BUFFERS = ("i", "o", "s")
@@ -561,7 +558,7 @@ def _merge_sends(ops: _Ops, tr: _Transfers, rep: np.ndarray, cnt: np.ndarray):
                      & follows(ops.src_buf[s], ops.src_off[s]) & follows(ops.dst_buf[r], ops.dst_off[r])
                      & follows(ops.src_buf[r], ops.src_off[r]))
     run_pos = _rank_in_group(~joins)
-    head = ~joins | (run_pos % MAX_CNT == 0)            # cnt < 72: long runs restart every 71
+    head = ~joins | (run_pos % MAX_STEP_CHUNKS == 0)            # cnt < 72: long runs restart every 71
     head_idx = np.maximum.accumulate(np.where(head, np.arange(len(s)), 0))
     rep[s], rep[r] = s[head_idx], r[head_idx]
     counts = np.bincount(head_idx, minlength=len(s))
@@ -585,7 +582,7 @@ def _merge_locals(ops: _Ops, t: int, raw_deps: dict[int, frozenset[int]], rep: n
         if kept:
             a = kept[-1]
             n = int(cnt[a])
-            if (raw_deps.get(a, empty) == raw_deps.get(i, empty) and n + 1 <= MAX_CNT
+            if (raw_deps.get(a, empty) == raw_deps.get(i, empty) and n + 1 <= MAX_STEP_CHUNKS
                     and sb[i] == sb[a] and so[i] == so[a] + n and db[i] == db[a] and do[i] == do[a] + n):
                 cnt[a] += 1
                 rep[i] = a
@@ -805,10 +802,10 @@ def emit(coll: Collective, schedule: Schedule, ops: _Ops, m: _Merged, a: _Assign
     run_base = np.maximum.accumulate(np.where(tb_first, before, 0))
     step_index = np.full(len(ops), -1, dtype=np.int64)
     step_index[members] = before - run_base + nops[members]
-    too_far = depended[members] & (tb_id[a.tb[members]] > MAX_DEP_TB)
+    too_far = depended[members] & (tb_id[a.tb[members]] > MAX_DEPENDED_TB)
     if too_far.any():
         rank = int(ops.rank[members[np.flatnonzero(too_far)[0]]])
-        raise SynthError(f"lowering: rank {rank} needs more than {MAX_DEP_TB + 1} depended-on "
+        raise SynthError(f"lowering: rank {rank} needs more than {MAX_DEPENDED_TB + 1} depended-on "
                          "threadblocks (MSCCL limit); use a smaller --chunks or fewer channels")
     steps_of_tb = _build_steps(ops, m, a, members, w, d, tb_id, step_index, depended, nops)
     per_rank: list[list[Threadblock]] = [[] for _ in range(coll.num_ranks)]
@@ -894,7 +891,7 @@ def _build_steps(ops: _Ops, m: _Merged, a: _Assignment, members: np.ndarray, w: 
     return [tuple(flat[bounds[t]:bounds[t + 1]]) for t in range(len(a.keys))]
 
 
-def lower(schedule: Schedule, *, name: str | None = None, max_steps_per_tb: int = 64) -> Program:
+def lower(schedule: Schedule, *, name: str | None = None, max_steps_per_tb: int = MAX_STEPS_PER_TB) -> Program:
     """Lower a chunk-level schedule to an MSCCL program (see the module docstring for the rules).
 
     Raises :class:`SynthError` when the schedule is inconsistent (a chunk sent before it arrives,
@@ -928,7 +925,7 @@ def _lower(schedule: Schedule, name: str | None, max_steps_per_tb: int) -> Progr
               "that is the method's pattern at one chunk per piece; another method may fit (-m auto keeps those)")
     assignment, w, d = assign(ops, merged, np.concatenate([waiter, up_w]), np.concatenate([waited, up_d]),
                               max_steps_per_tb, advice)
-    crowded = _depended_tbs_per_rank(assignment, d, coll.num_ranks) > MAX_DEP_TB + 1
+    crowded = _depended_tbs_per_rank(assignment, d, coll.num_ranks) > MAX_DEPENDED_TB + 1
     if crowded.any():
         # uplink order is an optimisation: drop it on ranks where it would break MSCCL's tb-id limit
         keep = ~crowded[ops.rank[up_d]]

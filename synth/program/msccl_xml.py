@@ -22,15 +22,15 @@ from xml.sax.saxutils import quoteattr
 from synth.collectives import COLL_ALIASES, COLLECTIVES, ROOTED
 from synth.errors import SynthError
 from synth.program.ir import BUFFERS, RECEIVES, SENDS, STEP_TYPES, Gpu, Program, Step, Threadblock
-
-# Runtime limits (msccl-executor-nccl msccl_struct.h / msccl_parser.cc; NOTES.md).
-MAX_STEPS_PER_TB = 64          # MSCCL_MAX_NUM_STEPS
-MAX_COUNT = 72                 # MSCCL_MAX_COUNT: cnt must be < 72
-MAX_CHANNELS = 32              # MAXCHANNELS
-MAX_TB_PER_CHANNEL = 32       # MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL (send peers, recv peers)
-MAX_THREADBLOCKS = 1024        # MSCCL_MAX_NUM_THREAD_BLOCKS = 32 per channel x 32 channels
-MAX_DEPENDED_TB = 127          # dependentBid is stored in an int8
-MAX_XML_NODES = 4096           # parser node pool: algo + gpus + this rank's tbs and steps
+from synth.runtime_limits import (
+    MAX_CHANNELS,
+    MAX_DEPENDED_TB,
+    MAX_STEP_CHUNKS,
+    MAX_STEPS_PER_TB,
+    MAX_TB_PER_CHANNEL,
+    MAX_THREADBLOCKS,
+    MAX_XML_NODES,
+)
 
 COLL_SPELLINGS = ("reduce_scatter", "reducescatter")
 _ALGO_KNOWN = ("name", "proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace", "outofplace",
@@ -240,8 +240,8 @@ def check_runtime_limits(program: Program) -> None:
                                  f"{MAX_STEPS_PER_TB}; use fewer chunks (--chunks)")
             for s, st in enumerate(tb.steps):
                 wst = f"{where} step {s} ({st.type})"
-                if st.type != "nop" and not 1 <= st.cnt < MAX_COUNT:
-                    raise SynthError(f"runtime limit: {wst} has cnt={st.cnt}, must be 1..{MAX_COUNT - 1}; "
+                if st.type != "nop" and not 1 <= st.cnt <= MAX_STEP_CHUNKS:
+                    raise SynthError(f"runtime limit: {wst} has cnt={st.cnt}, must be 1..{MAX_STEP_CHUNKS}; "
                                      "use fewer chunks (--chunks)")
                 if st.type in SENDS and tb.send < 0:
                     raise SynthError(f"runtime limit: {wst} sends but the threadblock has no send peer")

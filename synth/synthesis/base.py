@@ -8,14 +8,11 @@ from dataclasses import dataclass, field
 
 from synth.collectives import Collective
 from synth.errors import TimeLimitReached
+
+# the MSCCL runtime limits every method's programs must fit (re-exported for the methods)
+from synth.runtime_limits import MAX_CHANNELS, MAX_STEP_CHUNKS, MAX_STEPS_PER_TB, MAX_XML_NODES  # noqa: F401
 from synth.schedule import Schedule
 from synth.topology.model import Topology
-
-# MSCCL runtime limits every method's programs must fit (msccl-executor-nccl; the exporter checks them again)
-MAX_CHANNELS = 32        # channels
-MAX_STEPS_PER_TB = 64    # steps per threadblock
-MAX_STEP_CHUNKS = 71     # chunks one step moves (cnt < 72)
-MAX_XML_NODES = 4096     # XML nodes per rank: the algo, the gpus, the rank's threadblocks and steps
 
 
 @dataclass(frozen=True)

@@ -87,8 +87,9 @@ def infer_boxes(topology: Topology) -> Boxes:
     """The boxes of the module docstring: sorted rank tuples in ascending order, or ``()``.
 
     A group found by the first split is split again by its own links' classes where it splits cleanly
-    through switches only, so boxes of different kinds on one network are found too (two H100 boxes whose 50 GB/s NICs share
-    an IB switch with 25 GB/s A100 NICs: the first split, at 25 GB/s, leaves the H100s together)."""
+    through switches only, so boxes of different kinds on one network are found too (two H100 boxes
+    whose 50 GB/s NICs share an IB switch with 25 GB/s A100 NICs: the first split, at 25 GB/s, leaves
+    the H100s together)."""
     n = topology.num_ranks
     if n < 4 or not topology.links:
         return ()
