@@ -26,7 +26,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import linprog
 
 from synth.topology.model import Topology
 from synth.topology.routes import rank_routes
@@ -72,6 +71,8 @@ def _column(order: tuple[int, ...], uses: dict[tuple[int, int], list[int]], num_
 
 def _master(columns: list[np.ndarray], bw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(ring rates, link prices) of the restricted master LP, by HiGHS dual simplex."""
+    from scipy.optimize import linprog
+
     matrix = np.column_stack(columns)
     res = linprog(-np.ones(len(columns)), A_ub=matrix, b_ub=bw, bounds=(0, None), method="highs-ds")
     if res.status != 0:  # pragma: no cover - the LP is bounded and feasible (w = 0)
