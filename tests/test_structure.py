@@ -142,3 +142,24 @@ def test_boxes_of_different_kinds_on_one_network_are_each_found():
     spec = next(f for f in fabric_family() if f.name == "mixed-a100x2-h100x2")
     topology = spec.build()
     assert infer_boxes(without_machines(topology)) == tuple(sorted(tuple(sorted(m)) for m in topology.machines))
+
+
+def test_no_method_or_bound_reads_the_machines_hint():
+    # methods and bounds read boxes from the graph (boxes_of), so the hint cannot change a result; only
+    # presentation (plots, `synth topology show`) and the topology stage itself read `topology.machines`
+    import ast
+    from pathlib import Path
+
+    import synth
+
+    root = Path(synth.__file__).parent
+    readers = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith(("topology/", "cli/")) or rel == "plots.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Attribute) and node.attr == "machines" and isinstance(node.value, ast.Name)
+                    and node.value.id in ("topology", "topo", "fabric", "t")):
+                readers.append(f"{rel}:{node.lineno}")
+    assert not readers, readers
