@@ -112,15 +112,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from synth.collectives import Collective
-from synth.synthesis.base import SynthOptions
-from synth.synthesis.registry import METHODS
+from synth.synthesis.base import BANDWIDTH_PIECE, Instance, SynthOptions  # noqa: F401  (re-exported)
+from synth.synthesis.registry import METHODS, registered
 from synth.topology.model import Topology
 from synth.topology.structure import boxes_of
 
 MIN_START_S = 0.5            # a candidate is not started with less than this left of --time-limit
 CLOCK_FACTOR = 2.0           # a candidate with a work limit W stops (not_tried) after CLOCK_FACTOR * W s
 TREE_METHODS = ("multiring", "trees", "lp")   # first where the case is bandwidth-bound (expected quality)
-BANDWIDTH_PIECE = 1e6        # bytes per rank from which a case counts as bandwidth-bound
 BASELINE_MAX_RANKS = 64      # baselines (and ring first) up to this scale
 GREEDY_MAX_RANKS = 256       # greedy at every size and collective up to this scale
 EXACT_TREES_SLOW = 128       # trees' exact packing is skipped above this ...
@@ -130,25 +129,6 @@ ALLTOALL_EXTRA_LIMIT_S = 5.0
 CLOSE_ENOUGH = 0.01          # stop once the best program is within 1 % of the lower bound
 SWITCHED_ALLTOALL_RANKS = 512  # bandwidth-bound alltoall behind switches: direct, no greedy, up to here ...
 SWITCHED_ALLTOALL_LP_RANKS = 128  # ... and lp up to here (32 boxes: 0.734 of the bound in 74 s, direct 0.914)
-
-
-@dataclass(frozen=True)
-class Instance:
-    """What the rule looks at."""
-
-    ranks: int
-    switches: bool
-    boxes: int
-    collective: str
-    piece_bytes: float
-
-    @property
-    def bandwidth_bound(self) -> bool:
-        return self.piece_bytes >= BANDWIDTH_PIECE
-
-    @property
-    def latency_bound(self) -> bool:
-        return not self.bandwidth_bound
 
 
 def instance(topology: Topology, collective: Collective, size_bytes: float) -> Instance:
@@ -229,11 +209,19 @@ class Candidate:
     fallback: bool = False
 
 
+def rules() -> tuple[Rule, ...]:
+    """The built-in ``RULES``, then the rule each method added with :func:`registry.register` carries
+    (``MethodSpec.auto``), in registration order."""
+    own = tuple(Rule(spec.name, spec.auto.when, spec.auto.limit_s) for spec in registered()
+                if spec.auto is not None and all(r.method != spec.name for r in RULES))
+    return RULES + own
+
+
 def candidates(topology: Topology, collective: Collective, size_bytes: float) -> list[str]:
     """Registered methods, in execution order, that support the collective and whose rule accepts
     this instance."""
     inst = instance(topology, collective, size_bytes)
-    return [r.method for r in RULES
+    return [r.method for r in rules()
             if r.method in METHODS and collective.name in METHODS[r.method].collectives and r.when(inst)]
 
 
@@ -253,7 +241,7 @@ def plan(topology: Topology, collective: Collective, size_bytes: float,
     if inst.bandwidth_bound:   # the expected winners first (module docstring)
         names = [n for n in names if n in TREE_METHODS] + [n for n in names if n not in TREE_METHODS]
     for name in names:
-        rule = next((r for r in RULES if r.method == name), None)
+        rule = next((r for r in rules() if r.method == name), None)
         limit = rule.limit(inst) if rule is not None else None
         out.append(Candidate(name, limit, fallback=demote and name == "ring"))
         if (name == "milp" and options.chunks is None and inst.collective == "alltoall"

@@ -57,11 +57,48 @@ def check_deadline(deadline: float | None, method: str, unfinished: str) -> None
 MethodFn = Callable[[Topology, Collective, float, SynthOptions], Schedule]
 
 
+BANDWIDTH_PIECE = 1e6        # bytes per rank from which a case counts as bandwidth-bound
+
+
+@dataclass(frozen=True)
+class Instance:
+    """What an ``auto`` rule looks at: the fabric's size and shape, the collective and the piece size."""
+
+    ranks: int
+    switches: bool
+    boxes: int
+    collective: str
+    piece_bytes: float
+
+    @property
+    def bandwidth_bound(self) -> bool:
+        return self.piece_bytes >= BANDWIDTH_PIECE
+
+    @property
+    def latency_bound(self) -> bool:
+        return not self.bandwidth_bound
+
+
+@dataclass(frozen=True)
+class AutoRule:
+    """When ``auto`` tries a method (``when`` holds and the method supports the collective), and its own
+    deterministic work limit (``limit_s``: solver work seconds, or a function of the instance; None for
+    methods without a solver)."""
+
+    when: Callable[[Instance], bool]
+    limit_s: float | Callable[[Instance], float] | None = None
+
+
 @dataclass(frozen=True)
 class MethodSpec:
+    """A synthesis method: its name, entry point, the collectives it serves, and optionally its own ``auto``
+    rule (a method registered with :func:`synth.synthesis.registry.register` and an ``auto`` rule is tried
+    by ``auto`` with no other edit)."""
+
     name: str
     run: MethodFn
     collectives: frozenset[str]
     description: str
     # "heuristic" methods report status heuristic; exact ones report the solver's status.
     kind: str = "heuristic"
+    auto: AutoRule | None = None

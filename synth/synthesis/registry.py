@@ -1,7 +1,10 @@
 """The registry of synthesis methods: name -> :class:`~synth.synthesis.base.MethodSpec`.
 
-Adding a method is one line in ``_ENTRIES``: ``"name": "synth.synthesis.module:ATTR"``, where the
-module defines ``ATTR = MethodSpec(name=..., run=synthesize, collectives=..., description=...)``.
+A method is one module that defines ``METHOD = MethodSpec(name=..., run=synthesize, collectives=...,
+description=..., auto=AutoRule(when=...))`` and calls :func:`register` on it (or, for the built-ins,
+one line in ``_ENTRIES``: ``"name": "synth.synthesis.module:ATTR"``, imported on first use). A
+registered method appears in ``--list-methods``, ``-m``, ``compare``, ``sweep`` and, through its
+``auto`` rule, in ``auto``, with no other edit.
 Modules are imported only when their entry is first used, so ``synth --help`` stays instant and a
 method's heavy imports (OR-Tools, HiGHS) are paid only by the runs that use it.
 """
@@ -37,6 +40,14 @@ class _Registry(Mapping[str, MethodSpec]):
         self._entries = entries
         self._loaded: dict[str, MethodSpec] = {}
 
+    def add(self, spec: MethodSpec, target: str) -> None:
+        self._entries[spec.name] = target
+        self._loaded[spec.name] = spec
+
+    def remove(self, name: str) -> None:
+        del self._entries[name]
+        self._loaded.pop(name, None)
+
     def __getitem__(self, name: str) -> MethodSpec:
         if name not in self._loaded:
             target = self._entries[name]
@@ -54,7 +65,37 @@ class _Registry(Mapping[str, MethodSpec]):
         return len(self._entries)
 
 
-METHODS: Mapping[str, MethodSpec] = _Registry(_ENTRIES)
+METHODS = _Registry(_ENTRIES)
+_REGISTERED: list[str] = []   # names added by register(), in order
+REGISTERED = "<registered>"   # the _ENTRIES target of a method added by register()
+
+
+def register(spec: MethodSpec, *, replace: bool = False) -> MethodSpec:
+    """Add ``spec`` to the registry (plug-ins, toy methods): it is then a method like the built-ins.
+
+    Raises SynthError when the name is taken, unless ``replace``; a built-in cannot be replaced."""
+    if not isinstance(spec, MethodSpec):
+        raise SynthError(f"register() takes a MethodSpec, got {type(spec).__name__}")
+    taken = spec.name in _ENTRIES
+    if taken and (not replace or _ENTRIES[spec.name] != REGISTERED):
+        raise SynthError(f"a method named {spec.name!r} is already registered")
+    METHODS.add(spec, REGISTERED)
+    if spec.name not in _REGISTERED:
+        _REGISTERED.append(spec.name)
+    return spec
+
+
+def unregister(name: str) -> None:
+    """Remove a method added by :func:`register` (built-ins stay)."""
+    if _ENTRIES.get(name) != REGISTERED:
+        raise SynthError(f"no method {name!r} was added by register()")
+    METHODS.remove(name)
+    _REGISTERED.remove(name)
+
+
+def registered() -> list[MethodSpec]:
+    """The methods added by :func:`register`, in registration order."""
+    return [METHODS[name] for name in _REGISTERED]
 
 
 def get_method(name: str) -> MethodSpec:

@@ -1,0 +1,75 @@
+"""A method written as one file: register() makes it a method like the built-ins, auto included."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from synth.cli import cli
+from synth.collectives import Collective
+from synth.errors import SynthError
+from synth.synthesis import auto
+from synth.synthesis.base import AutoRule, MethodSpec, SynthOptions
+from synth.synthesis.registry import METHODS, register, registered, unregister
+from synth.topology.io import load_topology
+
+
+# ---- the whole method: the README's "Adding a method" example --------------------------------------------
+def direct_ring(topology, collective, size_bytes, options):
+    """Toy: the allgather over the first ring the ring baseline finds, as one ring."""
+    from synth.synthesis.ring import find_rings, ring_schedule
+
+    return ring_schedule(topology, collective, size_bytes, options, find_rings(topology)[:1], method="direct-ring")
+
+
+DIRECT_RING = MethodSpec(name="direct-ring", run=direct_ring, collectives=frozenset({"allgather"}),
+                         description="toy: one ring", auto=AutoRule(when=lambda inst: inst.ranks <= 16))
+
+
+@pytest.fixture
+def toy():
+    register(DIRECT_RING)
+    yield DIRECT_RING
+    unregister("direct-ring")
+
+
+def test_a_registered_method_is_listed_run_compared_swept_and_tried_by_auto(toy, tmp_path):
+    runner = CliRunner()
+    listed = runner.invoke(cli, ["synthesize", "--list-methods"])
+    assert "direct-ring" in listed.output and "toy: one ring" in listed.output
+
+    out = tmp_path / "ag.json"
+    made = runner.invoke(cli, ["synthesize", "-t", "ring-8", "-c", "allgather", "-s", "1MiB", "-m", "direct-ring",
+                               "-o", str(out), "--json"])
+    assert made.exit_code == 0, made.output
+    assert json.loads(made.output)["method"] == "direct-ring" and out.exists()
+
+    compared = runner.invoke(cli, ["compare", "-t", "ring-8", "-c", "allgather", "-s", "1MiB",
+                                   "--methods", "direct-ring,ring", "--json"])
+    assert compared.exit_code == 0, compared.output
+    assert "direct-ring" in [row["method"] for row in json.loads(compared.output)["rows"]]
+
+    from synth.sweep import run_sweep
+
+    swept = run_sweep([load_topology("ring-8")], ["allgather"], [2**20], ["direct-ring"], SynthOptions(),
+                      cache_dir=None)
+    assert [row["method"] for row in swept.rows] == ["direct-ring"] and swept.rows[0]["verified"]
+
+    topology = load_topology("ring-8")
+    assert "direct-ring" in auto.candidates(topology, Collective("allgather", 8), 2**20)
+    assert "direct-ring" not in auto.candidates(topology, Collective("allreduce", 8), 2**20)   # not supported
+    assert "direct-ring" not in auto.candidates(load_topology("mi250-2node"), Collective("allgather", 32), 2**20)
+
+
+def test_register_refuses_taken_names_and_unregister_restores(toy):
+    with pytest.raises(SynthError, match="already registered"):
+        register(MethodSpec(name="ring", run=direct_ring, collectives=frozenset(), description="x"))
+    with pytest.raises(SynthError, match="already registered"):
+        register(DIRECT_RING)
+    assert register(DIRECT_RING, replace=True) is DIRECT_RING
+    assert [spec.name for spec in registered()] == ["direct-ring"]
+    unregister("direct-ring")
+    assert "direct-ring" not in METHODS and registered() == []
+    register(DIRECT_RING)        # the fixture unregisters it again
