@@ -37,7 +37,7 @@ COLL_ALIASES = {"reduce_scatter": "reducescatter", "all_reduce": "allreduce", "a
 
 def runtime_divides(loop_chunks: int, size_bytes: float) -> bool:
     """MSCCL runtimes run a program on a buffer only when the buffer's element count is a multiple of its
-    ``nchunksperloop`` (msccl-executor-nccl's algorithm selection, NOTES.md); elements of
+    ``nchunksperloop`` (msccl-executor-nccl's algorithm selection, docs/programs.md); elements of
     :data:`RUNTIME_ELEMENT_BYTES`."""
     elements = size_bytes / RUNTIME_ELEMENT_BYTES
     return elements == int(elements) and int(elements) % loop_chunks == 0
@@ -93,7 +93,7 @@ class Collective:
 
     @property
     def size_chunks(self) -> int:
-        """How many chunks the SPEC SIZE covers (the nccl-tests buffer convention)."""
+        """How many chunks the SIZE (docs/units.md) covers (the nccl-tests buffer convention)."""
         n, c = self.num_ranks, self.chunk_factor
         if self.name in ("allgather", "reducescatter", "alltoall", "gather", "scatter"):
             return n * c

@@ -1,4 +1,4 @@
-"""User-facing error types. The CLI maps them to exit codes (SPEC: 2 bad input, 1 failed check)."""
+"""User-facing error types. The CLI maps them to exit codes (docs/cli.md: 2 bad input, 1 failed check)."""
 
 
 class SynthError(Exception):

@@ -1,4 +1,4 @@
-"""Exact lower bounds on collective completion time under the α-β cost model of SPEC.md.
+"""Exact lower bounds on collective completion time under the α-β cost model of docs/cost-model.md.
 
 Every bound here is a *lower* bound: no schedule that obeys the cost model (links full duplex, one
 transfer at a time per link direction, switches forward but never store or reduce) can finish
@@ -6,7 +6,7 @@ faster. ``time_bound = max(bandwidth_bound, latency_bound)`` (never their sum).
 
 Notation: N ranks, R the rank set, V all nodes (ranks and switches), b_e the bandwidth of directed
 link e (GB/s), B⁺(S) the total bandwidth of links leaving the node set S, B⁻(S) entering it,
-M = SIZE/N (one rank's piece, with SIZE the nccl-tests buffer size of SPEC.md). Times are in µs:
+M = SIZE/N (one rank's piece, with SIZE the nccl-tests buffer size of docs/units.md). Times are in µs:
 ``bytes / (GB/s * 1e3)``.
 
 Bandwidth bounds (one function per family, each documented where it is computed):
@@ -21,7 +21,7 @@ Bandwidth bounds (one function per family, each documented where it is computed)
 Latency bounds: :func:`latency_bound_us`.
 
 :func:`compute_bounds` works on :meth:`Topology.circuit_capacities`: a switch link is capped at the
-widest rank-to-rank path through it, the most any transfer holding it can move (SPEC's circuits), so
+widest rank-to-rank path through it, the most any transfer holding it can move (the circuits of docs/cost-model.md), so
 a 200 GB/s leaf uplink under 50 GB/s rank links counts 50. Every transfer takes as long on the capped
 fabric as on the file's, so the bounds stay valid and tighten where switch links outrun their ranks.
 """
@@ -471,7 +471,7 @@ def _rank_groups(topology: Topology):
 # ---- allreduce ------------------------------------------------------------------------------------
 def allreduce_bandwidth_us(topology: Topology, size_bytes: float) -> tuple[float, dict]:
     """Allreduce bandwidth bound = max of four valid bounds (no in-network reduction: switches
-    cannot reduce, SPEC):
+    cannot reduce, docs/cost-model.md):
 
     1. reducescatter cut bound (an allreduce output contains a reduce-scatter output);
     2. allgather cut bound (each rank's input must influence every other rank);
@@ -593,7 +593,7 @@ def latency_bound_us(topology: Topology, collective: Collective) -> tuple[float,
     """Latency lower bound: max(shortest-path bound, port-aware round bound).
 
     Shortest path: data from u reaches v no sooner than the α-weighted shortest u→v path (every hop
-    of a route pays its α, SPEC). Over the pairs that must communicate: all ordered rank pairs for
+    of a route pays its α, docs/cost-model.md). Over the pairs that must communicate: all ordered rank pairs for
     the all-to-all-dependent collectives; root→v for broadcast/scatter; u→root for reduce/gather.
 
     Port-aware rounds (the SCCL/TE-CCL argument, Cai et al. PPoPP'21 §3; Liu et al. SIGCOMM'24):
@@ -646,7 +646,7 @@ def clear_caches() -> None:
 # ---- the entry point ------------------------------------------------------------------------------
 def compute_bounds(topology: Topology, collective: Collective | str, size_bytes: float, *,
                    root: int | None = None) -> Bounds:
-    """Lower bounds for ``collective`` of ``size_bytes`` (SPEC's SIZE) on ``topology``."""
+    """Lower bounds for ``collective`` of ``size_bytes`` (SIZE, docs/units.md) on ``topology``."""
     if isinstance(collective, str):
         collective = Collective(collective, topology.num_ranks, root=root or 0)
     if collective.num_ranks != topology.num_ranks:

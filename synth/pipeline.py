@@ -28,7 +28,7 @@ class SynthesisResult:
     method: str
     solver: str | None
     status: str                   # optimal | feasible | heuristic
-    time_us: float                # simulated (SPEC α-β model)
+    time_us: float                # simulated (docs/cost-model.md)
     algbw_GBps: float
     busbw_GBps: float
     bound_us: float | None
@@ -45,7 +45,7 @@ class SynthesisResult:
     notes: list[str] = field(default_factory=list, compare=False)
 
     def to_dict(self, output: str | None = None) -> dict:
-        """The SPEC ``synth synthesize --json`` keys, plus context."""
+        """The ``synth synthesize --json`` keys of docs/cli.md, plus context."""
         return {
             "method": self.method,
             "solver": self.solver,
@@ -185,7 +185,7 @@ UNRUNNABLE_NOTE_SHARE = 0.01   # a faster program the runtime would not run is n
 
 
 def honest_status(status: str, gap: float | None) -> str:
-    """SPEC: ``optimal`` means provably optimal under the cost model, i.e. the simulated time meets the lower
+    """docs/cli.md: ``optimal`` means provably optimal under the cost model, i.e. the simulated time meets the lower
     bound. A method's "optimal" inside its own restricted model (epochs, k-synchronous rounds) is not that proof,
     so it is reported as ``feasible`` unless the gap against the real bound closes."""
     if status == "optimal" and (gap is None or gap > OPTIMAL_GAP):
@@ -194,7 +194,7 @@ def honest_status(status: str, gap: float | None) -> str:
 
 
 def _size_notes(program: Program, size_bytes: float) -> list[str]:
-    """MSCCL runtimes use a program only when its chunk count divides the buffer (NOTES.md): say so."""
+    """MSCCL runtimes use a program only when its chunk count divides the buffer (docs/design.md): say so."""
     loop = program.nchunksperloop or 1
     if runtime_divides(loop, size_bytes):
         return []
@@ -205,7 +205,7 @@ def _size_notes(program: Program, size_bytes: float) -> list[str]:
 
 def synthesize(topology: Topology | str, collective_name: str, size_bytes: float, method: str = "auto",
                options: SynthOptions | None = None, root: int = 0, *, inplace: bool = False) -> SynthesisResult:
-    """Synthesize, verify and time ``collective_name`` of ``size_bytes`` (SPEC SIZE) on ``topology``.
+    """Synthesize, verify and time ``collective_name`` of ``size_bytes`` (SIZE, docs/units.md) on ``topology``.
 
     ``method="auto"`` runs :func:`synth.synthesis.auto.plan` and keeps the fastest verified program; its
     budgets are deterministic work, and :func:`synth.synthesis.auto.budget_s` (``--time-limit``) is a

@@ -1,6 +1,6 @@
-"""Contention-aware discrete-event simulation of a Program under the SPEC α-β cost model.
+"""Contention-aware discrete-event simulation of a Program under the α-β cost model of docs/cost-model.md.
 
-Cost model (SPEC "Cost model"):
+Cost model (docs/cost-model.md):
 
 - a transfer of ``b`` bytes over one link costs ``alpha + b / bw`` (bw in GB/s = 1e3 bytes/µs);
   a step with ``cnt`` > 1 moves ``cnt`` contiguous chunks as one transfer and pays one α;
@@ -20,7 +20,7 @@ Cost model (SPEC "Cost model"):
   destination, as fat-tree routing does). When no such path exists (a foreign program on a sparse
   topology) the shortest path may cross other ranks, which only forward (ties spread the same way).
   A routed transfer pays every hop's α plus ``b`` / (the smallest bw on the route), and holds every
-  link of the route for its whole duration (circuit-style, as in SPEC), so it starts when all of
+  link of the route for its whole duration (circuit-style, docs/cost-model.md), so it starts when all of
   them are free;
 - local steps (``cpy``, ``re``, ``nop``) take no time: the model prices communication only.
 
@@ -75,7 +75,7 @@ class SimResult:
     chunk_bytes: float = 0.0
 
     def to_dict(self) -> dict:
-        """The SPEC ``synth simulate --json`` keys (events are left out: they can be huge)."""
+        """The ``synth simulate --json`` keys of docs/cli.md (events are left out: they can be huge)."""
         return {
             "time_us": self.time_us,
             "algbw_GBps": self.algbw_GBps,
@@ -91,10 +91,10 @@ class SimResult:
 def resolve_sizes(
     program: Program, size_bytes: float | None, chunk_bytes: float | None
 ) -> tuple[float, float]:
-    """(SIZE, chunk bytes) under the SPEC SIZE conventions: chunk = SIZE / collective.size_chunks.
+    """(SIZE, chunk bytes) under the SIZE conventions of docs/units.md: chunk = SIZE / collective.size_chunks.
 
     An explicit ``chunk_bytes`` wins for the chunk; with neither argument, a synth program's own
-    ``chunk_bytes``/``size_bytes`` metadata is used, else the SPEC default of 1 GiB.
+    ``chunk_bytes``/``size_bytes`` metadata is used, else the default of 1 GiB (docs/units.md).
     """
     size_chunks = collective_of(program).size_chunks
     for name, value in (("size", size_bytes), ("chunk size", chunk_bytes)):

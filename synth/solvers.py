@@ -4,7 +4,7 @@ Models stay separate from solvers (as in PuLP and cvxpy): a formulation fills a 
 (variables with bounds and integrality, sparse rows ``lb <= A x <= ub``, a linear objective and an
 optional warm start) and :func:`solve` maps it to a backend, returning one :class:`SolveResult`.
 
-Backends (NOTES.md lists their APIs and traps):
+Backends (docs/design.md lists their APIs and traps):
 - ``highs``: highspy directly (the embedded default; returns its incumbent on a time-out);
 - ``cbc``, ``pulp-highs``: through PuLP (CBC ships with PuLP, so it is the zero-install fallback);
 - ``glop``, ``pdlp``, ``scip``: OR-Tools pywraplp;
@@ -353,7 +353,7 @@ def _solve_pulp(model, solver, time_limit, gap, threads, verbose, nodes=None):
         prob.solve(backend)
     except pulp.PulpSolverError as exc:
         return "error", None, None, None, str(exc)
-    # PuLP's LpStatus says "Optimal" after a time-out; sol_status tells the truth (NOTES.md).
+    # PuLP's LpStatus says "Optimal" after a time-out; sol_status tells the truth (docs/design.md).
     sol_status = prob.sol_status
     values = None
     objective = None
@@ -430,7 +430,7 @@ def _solve_pywraplp(model, solver, time_limit, gap, threads, verbose, nodes=None
     if code in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
         values = np.array([x.solution_value() for x in xs], dtype=float)
         obj = float(objective.Value())
-    # SCIP can answer NOT_SOLVED with bound 0: only trust the bound alongside a solution (NOTES.md).
+    # SCIP can answer NOT_SOLVED with bound 0: only trust the bound alongside a solution (docs/design.md).
     bound = float(objective.BestBound()) if values is not None and model.is_mip else None
     if code == pywraplp.Solver.OPTIMAL:
         return "optimal", obj, bound if bound is not None else obj, values, ""

@@ -1,7 +1,7 @@
 """Optimality-gap sweeps: topologies × collectives × sizes × methods through :func:`synth.pipeline.synthesize`.
 
 Every cell of the grid becomes one row of a tidy table (:data:`COLUMNS`): the simulated time of the
-method's verified program, its algbw/busbw (SPEC units), the exact lower bound of
+method's verified program, its algbw/busbw (docs/units.md), the exact lower bound of
 :func:`synth.lower_bounds.compute_bounds` and ``gap = (time - bound) / time``. A method that fails, or does
 not support the collective, gives a row with its ``status`` and ``error``; it never stops the sweep.
 

@@ -1,4 +1,4 @@
-"""Units of SPEC.md: sizes in bytes (K/M/G = 1000^k, KiB/MiB/GiB = 1024^k), bandwidth in GB/s, time in µs."""
+"""Units of docs/units.md: sizes in bytes (K/M/G = 1000^k, KiB/MiB/GiB = 1024^k), bandwidth in GB/s, time in µs."""
 
 from __future__ import annotations
 

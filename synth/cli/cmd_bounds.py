@@ -1,4 +1,4 @@
-"""``synth bounds -t T -c C [-s SIZE] [--root R] [--json]``: exact lower bounds (SPEC "CLI")."""
+"""``synth bounds -t T -c C [-s SIZE] [--root R] [--json]``: exact lower bounds (docs/cli.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``synth simulate PROG [-t T] [-s SIZE] [--gantt FILE.png] [--json]``: time a program (SPEC α-β model)."""
+"""``synth simulate PROG [-t T] [-s SIZE] [--gantt FILE.png] [--json]``: time a program (docs/cost-model.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``synth topology list|show|validate|generate`` (SPEC "CLI")."""
+"""``synth topology list|show|validate|generate`` (docs/cli.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shared CLI plumbing: --json output, error handling with SPEC exit codes, argument loaders."""
+"""Shared CLI plumbing: --json output, error handling with the exit codes of docs/cli.md, argument loaders."""
 
 from __future__ import annotations
 

@@ -68,7 +68,7 @@ class ExecResult:
 
 
 def chunk_elems_for(coll: Collective, size_bytes: int, dtype: str) -> tuple[int, int, str | None]:
-    """Elements per chunk for SIZE (SPEC/nccl-tests convention), the SIZE actually run, and a note
+    """Elements per chunk for SIZE (docs/units.md, the nccl-tests convention), the SIZE actually run, and a note
     when SIZE had to be rounded down to a multiple of ``size_chunks * itemsize``."""
     item = ITEMSIZE[dtype]
     unit = coll.size_chunks * item

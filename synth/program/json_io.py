@@ -1,4 +1,4 @@
-"""JSON program: the content of the MSCCL XML plus synth metadata (SPEC "Program formats").
+"""JSON program: the content of the MSCCL XML plus synth metadata (docs/programs.md).
 
 Described by ``synth/program/schema.json`` (shipped in the package, read with importlib.resources)
 and validated on load. Steps are compact arrays in the order of ``STEP_FIELDS`` so that programs with

@@ -11,7 +11,7 @@ Buffer placement (collective semantics in :mod:`synth.collectives`):
   or is already there (in place); a copy of the final value received from a peer lands directly in
   the output slot (or a scratch slot on a pure relay).
 
-Threadblocks: one per (channel, peer, direction) (MSCCL's rule, SPEC), plus local threadblocks for
+Threadblocks: one per (channel, peer, direction) (MSCCL's rule, docs/programs.md), plus local threadblocks for
 ``cpy``. Where a rank would have more than 32 send (or receive) peers on one channel, more than MSCCL
 takes, connections move to further channels (:func:`spread_peers`; an alltoall on 64 ranks).
 Steps on a connection are ordered by transfer start time, identically on both ends.
@@ -24,7 +24,7 @@ before the step. A rank's sends that share the first physical link of their rout
 for the previous such send in schedule order (:func:`uplink_dependencies`), so the link serves them
 as planned rather than first come first served; dropped on ranks where it would need more than 128
 depended-on threadblocks (MSCCL limit). Transfers of one ``group`` (>= 0) that are consecutive on a connection and
-contiguous in the buffers at both ends become one step with ``cnt`` > 1 (one α, SPEC cost model).
+contiguous in the buffers at both ends become one step with ``cnt`` > 1 (one α, docs/cost-model.md).
 A connection that needs more than ``max_steps_per_tb`` steps is cut into consecutive blocks on extra
 channels (``chan + k * nchannels``); each block's first send waits for the previous block's last.
 
@@ -616,7 +616,7 @@ def uplink_dependencies(ops: _Ops, tr: _Transfers, m: _Merged) -> tuple[np.ndarr
 
     Sends to different peers live in different threadblocks, so nothing else orders them: all
     would be ready at once and the α-β simulator (one transfer at a time per link direction,
-    SPEC) would serve them first come first served instead of in the planned order. Each
+    docs/cost-model.md) would serve them first come first served instead of in the planned order. Each
     surviving send waits for the previous one on its first link, in (start, group, source
     offset, op) order -- the connections' own order, so a connection's sends stay in step and a
     valid schedule's time order cannot form a cycle. Sends of the same connection get no edge here:

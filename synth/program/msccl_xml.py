@@ -193,7 +193,7 @@ def program_from_xml(text: str, source: str = "<xml>") -> Program:
 def check_runtime_limits(program: Program) -> None:
     """Raise SynthError on the first structural limit an MSCCL runtime would reject.
 
-    Checks (msccl-executor-nccl parser and NOTES.md): dense tb ids from 0 per gpu, peer != self and in
+    Checks (msccl-executor-nccl parser and docs/programs.md): dense tb ids from 0 per gpu, peer != self and in
     range, a send/receive needs a peer, depended-on tb ids <= 127, <= 64 steps per tb, 1 <= cnt < 72,
     channels < nchannels <= 32, <= 32 send (and recv) threadblocks per channel, <= 1024 threadblocks
     per gpu, <= 4096 XML nodes per rank.

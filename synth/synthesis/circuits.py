@@ -1,7 +1,7 @@
 """Rounds of disjoint circuits behind switches: bipartite edge colouring of the transfers a switch carries.
 
-Under SPEC's model a transfer through switches holds every link of its route, so two transfers that
-meet at a port cannot overlap. A list scheduler that books circuits greedily leaves ports idle while
+Under the cost model (docs/cost-model.md) a transfer through switches holds every link of its route, so two
+transfers that meet at a port cannot overlap. A list scheduler that books circuits greedily leaves ports idle while
 it waits for the far end (dgx-a100-4node alltoall: NIC links busy 79 % of the time). A switch serves
 traffic without such waits when it runs in *rounds*, each a set of transfers that share no port: the
 Birkhoff–von Neumann schedule of an input-queued crossbar (Chang, Chen and Huang, "Birkhoff-von

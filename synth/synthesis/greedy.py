@@ -2,12 +2,12 @@
 
 TACOS grows a collective over a time-expanded network: whenever a link is free, it is matched to
 a chunk its source holds and its destination still needs, and the chunk arrives one link-time
-later. We follow that scheme on the α-β cost model of SPEC.md:
+later. We follow that scheme on the α-β cost model of docs/cost-model.md:
 
 - **Virtual links.** A rank reaches another rank either over a direct link or over a route through
   switches (switches hold no buffers, so rank -> switch -> ... -> rank is ONE transfer carrying a
   ``route``). A transfer of ``b`` bytes on virtual link ``j`` takes ``Σ α(hops) + b / min bw(hops)``
-  and holds every physical link of the route for that time (SPEC cost model).
+  and holds every physical link of the route for that time (docs/cost-model.md).
 - **Events.** At every event time, all virtual links whose physical links are free are matched to
   chunks in one vectorized pass (numpy boolean matrices chunks × candidate links), conflicts are
   resolved (one chunk per (chunk, destination), one transfer per physical link), and the matched

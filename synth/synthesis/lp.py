@@ -1,6 +1,6 @@
 """Method ``lp``: the optimal broadcast-forest rate from an explicit multi-commodity-flow LP.
 
-Formulation (DESIGN.md "Bounds"; the fractional Steiner-flow relaxation used by ForestColl,
+Formulation (docs/cost-model.md; the fractional Steiner-flow relaxation used by ForestColl,
 arXiv 2402.06787, §3 and by TE-CCL's LP, SIGCOMM'24): for every root ``r`` and destination rank
 ``v != r`` a unit flow ``f[r,v,e] >= 0`` from ``r`` to ``v`` (conservation at every other node,
 switches included); the broadcast load of root ``r`` on link ``e`` is ``x[r,e] >= f[r,v,e]`` (data

@@ -5,7 +5,7 @@ Time is cut into epochs of length τ. The model decides which chunk crosses whic
 
 **Epoch length.** Let ``b`` be the chunk size, and for virtual link j let α_j be the sum of the hop
 α's and bw_j the smallest hop bandwidth. We allow one transfer per physical link per epoch carrying
-up to m_j chunks (one α, SPEC's multi-chunk step). We pick a batch size m0 (1 when bandwidth-bound;
+up to m_j chunks (one α, a multi-chunk step, docs/cost-model.md). We pick a batch size m0 (1 when bandwidth-bound;
 when latency-bound, the most chunks whose serialization fits in 25% of the smallest α) and set
 
     τ = max_j (α_j + m0 · b / bw_j),   m_j = floor((τ − α_j) · bw_j / b)   (≥ m0 ≥ 1),
@@ -55,7 +55,7 @@ instead and ``notes['phases'][...]['kept']`` says so; the solver figures in the 
 to the epoch model.
 
 **Status.** Optimality in the epoch model (one chunk size C, one τ, transfers aligned to the
-grid) is not optimality under SPEC's α-β cost model: a finer chunking or off-grid timing can be
+grid) is not optimality under the α-β cost model of docs/cost-model.md: a finer chunking or off-grid timing can be
 faster. The result's ``status`` is therefore ``optimal`` only when the schedule's predicted
 makespan meets the cost-model lower bound of :func:`synth.lower_bounds.compute_bounds` (a proof for the
 instance); otherwise ``feasible``. What the solver proved about the epoch model is kept in

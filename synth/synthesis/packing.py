@@ -349,8 +349,8 @@ def disjoint_pair_split(fabric: Fabric, caps: np.ndarray, weights: dict[int, int
 
     ``pairs`` are node paths ``(u, switches..., v)`` on ``fabric`` in order of preference; a path
     is kept when none of its arcs is held by an earlier kept path, and becomes the rank arc
-    ``(u, v)`` with the least capacity along it. Every other switch arc is dropped. Under the SPEC
-    cost model a routed transfer holds its whole route, so two rank arcs that share a switch link
+    ``(u, v)`` with the least capacity along it. Every other switch arc is dropped. Under the
+    cost model (docs/cost-model.md) a routed transfer holds its whole route, so two rank arcs that share a switch link
     cannot both run at full rate while one that owns its route behaves as a direct link: the
     packed trees then run on the switch fabric without contention. This is the special case of
     complete edge splitting (Bang-Jensen, Frank, Jackson 1995; ForestColl §4.2) in which every

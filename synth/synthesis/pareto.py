@@ -693,7 +693,7 @@ def pareto_frontier(topology: Topology, collective_name: str | Collective, max_s
 def step_terms(fab: Fabric, algo: Algorithm, chunk_ids: tuple[int, ...]) -> list[list[tuple[float, float]]]:
     """Per step, one ``(a, b)`` per physical link used: the link is busy ``a + b · chunk_bytes`` µs.
 
-    SPEC α-β model: the sends of one virtual link in a step go as one transfer per run of contiguous
+    α-β model of docs/cost-model.md: the sends of one virtual link in a step go as one transfer per run of contiguous
     chunk ids (lowering merges those into one MSCCL step), each paying the route's α, and every
     transfer holds each physical link of its route, so ``a = Σ α`` and ``b = Σ chunks / bw``. A step
     lasts as long as its busiest link: ``max (a + b · chunk_bytes)``, which is at most SCCL's

@@ -22,7 +22,7 @@ bandwidth-optimal ring allreduce = reduce-scatter then allgather):
 - gather / scatter: pieces flow along the ring to / from the root (farthest first for scatter);
 - alltoall: every piece is relayed around the ring to its destination.
 
-Times come from a list schedule under the SPEC α-β model (a transfer pays the α of every hop plus
+Times come from a list schedule under the α-β model of docs/cost-model.md (a transfer pays the α of every hop plus
 bytes / bottleneck bw, and holds every link of its route; transfers on a link are serialized).
 
 Chunk counts (unless ``--chunks``): the count above, and the most promising counts at which an MSCCL
@@ -354,7 +354,7 @@ def _ring_messages(name: str, n: int, chunks: int, weights: list[int]) -> list[l
 
 
 def _ring_alpha(topology: Topology, ring: Ring) -> float:
-    """The largest α of one ring step: a send pays every hop's α on its switch route (SPEC)."""
+    """The largest α of one ring step: a send pays every hop's α on its switch route (docs/cost-model.md)."""
     order = ring.order
     paths = [(order[k], *ring.switches[k], order[(k + 1) % len(order)]) for k in range(len(order))]
     return max(sum(topology.link(a, b).alpha for a, b in _links_of(path)) for path in paths)
@@ -370,7 +370,7 @@ def _runnable_candidates(collective: Collective, chunks: int, weights: list[int]
     Each candidate is estimated by its slowest ring under the α-β model. A ring moves its pieces' messages
     (an allreduce owner's, a pipelined chain's single chunks) in lockstep around the ring, so it takes
     ``(messages + fill)·(α + m·b / rate)`` with ``m`` the most chunks of ``b`` bytes in one message and α
-    the ring's slowest step (every hop of a switch route pays its own, SPEC) (dgx1 64 MB allreduce at 625
+    the ring's slowest step (every hop of a switch route pays its own, docs/cost-model.md) (dgx1 64 MB allreduce at 625
     chunks: owners of 79 and 78 chunks send 27 and 26 on a 50 GB/s ring, 3.6 % over the 6-chunk ideal,
     not the 0.3 % their sum suggests); the broadcast / reduce chain's fill is ``N - 2`` messages,
     (N - 2 + p)(α + b / rate) (see :func:`_pipeline_chunks`). The estimate ignores that pieces fewer

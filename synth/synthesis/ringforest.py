@@ -30,7 +30,7 @@ from rings and still meets the cut:
 6. **Timing.** One message per root, ring group, phase and tree edge (up to 71 chunks: MSCCL's
    ``cnt``), list-scheduled by :func:`synth.synthesis.timing.list_schedule` (a root's own-machine data
    first, then the early and the late mirrored data; the switch early, late, then direct) and
-   compacted by :func:`synth.synthesis.timing.justify`. SPEC cost model.
+   compacted by :func:`synth.synthesis.timing.justify`. docs/cost-model.md.
 
 A reducescatter is the allgather's time mirror on the reversed fabric; an allreduce is that
 reducescatter followed by the allgather. mi250-2node, 1 GiB, 256 chunks per root: allgather and

@@ -1,7 +1,7 @@
 """Job-shop timing of transfers on a fabric: the one list-scheduling engine of the synthesis methods.
 
 A :class:`Jobs` record lists transfers before timing (chunks, sender, receiver, switch route, reduction
-flag, dependencies, priority key). The engines give each job a start and an end under the SPEC cost model
+flag, dependencies, priority key). The engines give each job a start and an end under the docs/cost-model.md
 (a transfer holds every link of its route for ``Σα + b / min bw``):
 
 - :func:`list_schedule`: work-conserving list schedule, smallest key first, optionally coalescing queued
@@ -100,7 +100,7 @@ def tree_heights(tree: TreeShape) -> dict[int, int]:
 def route_cost(nodes: tuple[int, ...], link_index: dict[tuple[int, int], int], alpha: np.ndarray,
                bw: np.ndarray) -> tuple[list[int], float, float]:
     """A route through ``nodes``: its link ids, their summed α (µs) and their least bandwidth (GB/s);
-    a transfer of ``b`` bytes on it takes ``Σα + b / min bw`` (SPEC cost model)."""
+    a transfer of ``b`` bytes on it takes ``Σα + b / min bw`` (docs/cost-model.md)."""
     links = [link_index[pair] for pair in zip(nodes, nodes[1:])]
     return links, float(alpha[links].sum()), float(bw[links].min())
 
@@ -108,7 +108,7 @@ def route_cost(nodes: tuple[int, ...], link_index: dict[tuple[int, int], int], a
 def route_costs(jobs: Jobs, topology: Topology,
                 chunk_bytes: float) -> tuple[list[list[int]], np.ndarray, np.ndarray, np.ndarray]:
     """Per job: the link ids of its route, their summed α (µs), their least bandwidth (bytes/µs)
-    and the transfer's duration ``Σα + b / min bw`` (SPEC cost model), with one ``Σα`` per MSCCL
+    and the transfer's duration ``Σα + b / min bw`` (docs/cost-model.md), with one ``Σα`` per MSCCL
     step: a message of more than ``MAX_STEP_CHUNKS`` chunks is lowered as several steps."""
     link_index = {(link.src, link.dst): i for i, link in enumerate(topology.links)}
     _, _, bw, alpha = topology.arrays
@@ -153,7 +153,7 @@ def list_schedule(jobs: Jobs, topology: Topology, chunk_bytes: float,
     """Work-conserving list schedule: whenever a link is free it starts the ready transfer with the
     smallest key (critical path first, see :func:`add_broadcast`) among those whose route begins on it.
 
-    A transfer holds every link of its route for ``Σα + b / min bw`` (SPEC cost model); it starts
+    A transfer holds every link of its route for ``Σα + b / min bw`` (docs/cost-model.md); it starts
     once its data has arrived and all its links are free. Returns (order by start, start, end).
 
     With ``coalesce``, the transfer started also takes along the other transfers queued (ready) for

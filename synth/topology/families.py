@@ -1,21 +1,21 @@
 """Named hardware boxes and a seeded, public family of generated fabrics (benchmarks/bench_fabrics.py).
 
 Every builder returns a validated :class:`Topology` (the generators' checks). The box numbers are the
-built-ins' (DESIGN.md "Reference topologies", ``topologies/make_reference.py``), so that
+built-ins' (docs/topology.md, built-ins, ``topologies/make_reference.py``), so that
 ``mi250_boxes(2, 16)``, ``dgx_a100_boxes(2)`` and ``dgx_h100_boxes(2)`` have the links of
 ``mi250-2node``, ``dgx-a100-2node`` and ``dgx-h100-2node``:
 
 - MI250: 16 GCDs; xGMI link count (the matrix below, as ``topologies/mi250.yaml``) x 50 GB/s per link per
   direction (AMD CDNA 2 architecture white paper: an Infinity Fabric link is 100 GB/s peak, both
   directions together); alpha 0.5 us (assumed, as the built-in ``mi250``); every GCD straight to one IB
-  switch at the given NIC rate (DESIGN.md: 16 GB/s for mi250-2node), IB alpha 2 us (assumed, as
+  switch at the given NIC rate (docs/topology.md: 16 GB/s for mi250-2node), IB alpha 2 us (assumed, as
   dgx-a100-2node).
 - DGX A100: 8 A100 on an NVSwitch at 300 GB/s each way (NVIDIA DGX A100 system architecture white paper:
   600 GB/s NVLink per GPU, both directions), alpha 0.7 us; one 25 GB/s NIC per GPU (ConnectX-6 HDR
-  200 Gb/s), NIC i on IB switch ``ib{i % 2}``, alpha 2 us on IB (DESIGN.md).
+  200 Gb/s), NIC i on IB switch ``ib{i % 2}``, alpha 2 us on IB (docs/topology.md, built-ins).
 - DGX H100: 8 H100 on an NVSwitch at 450 GB/s each way (NVIDIA DGX H100: 900 GB/s NVLink per GPU, both
   directions), alpha 0.7 us (assumed, as A100); 8 x 50 GB/s NICs (ConnectX-7 NDR 400 Gb/s), alpha 1 us
-  on IB (DESIGN.md).
+  on IB (docs/topology.md, built-ins).
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def mi250_boxes(boxes: int, ib_bw: float = 16.0, *, machines: bool = True, name:
         [mi250_box(ib_bw)] * boxes, 1, name=name or f"mi250x{boxes}-ib{ib_bw:g}", machines=machines,
         description=(f"{boxes} x MI250 (xGMI link count x {XGMI_GBPS:g} GB/s, alpha {MI250_ALPHA:g} us assumed); "
                      f"every GCD <-> one IB switch ib0 at {ib_bw:g} GB/s, IB alpha {MI250_IB_ALPHA:g} us (assumed); "
-                     "DESIGN.md, synth.topology.families"),
+                     "docs/topology.md, synth.topology.families"),
     )
 
 
@@ -101,7 +101,7 @@ def dgx_a100_boxes(boxes: int, *, machines: bool = True, name: str | None = None
         [dgx_a100_box()] * boxes, DGX_IB_SWITCHES, name=name or f"a100x{boxes}", machines=machines,
         description=(f"{boxes} x DGX A100: 8 GPUs <-> NVSwitch {A100_NVSWITCH_GBPS:g} GB/s alpha {NVSWITCH_ALPHA:g} "
                      f"us; one {A100_NIC_GBPS:g} GB/s NIC per GPU, NIC i <-> ib<i % 2>, alpha {A100_IB_ALPHA:g} us "
-                     "on IB (DESIGN.md, synth.topology.families)"),
+                     "on IB (docs/topology.md, synth.topology.families)"),
     )
 
 
@@ -111,7 +111,7 @@ def dgx_h100_boxes(boxes: int, *, machines: bool = True, name: str | None = None
         [dgx_h100_box()] * boxes, DGX_IB_SWITCHES, name=name or f"h100x{boxes}", machines=machines,
         description=(f"{boxes} x DGX H100: 8 GPUs <-> NVSwitch {H100_NVSWITCH_GBPS:g} GB/s alpha {NVSWITCH_ALPHA:g} "
                      f"us (assumed); one {H100_NIC_GBPS:g} GB/s NIC per GPU, NIC i <-> ib<i % 2>, alpha "
-                     f"{H100_IB_ALPHA:g} us on IB (DESIGN.md, synth.topology.families)"),
+                     f"{H100_IB_ALPHA:g} us on IB (docs/topology.md, synth.topology.families)"),
     )
 
 
@@ -139,7 +139,7 @@ def mixed_boxes(kinds: Sequence[str], *, machines: bool = True, name: str | None
     return gen.boxes_on_ib(
         [MIXED_BOXES[k]() for k in kinds], 1, name=name or mixed_name(kinds), machines=machines,
         description=(f"boxes {', '.join(kinds)} on one IB switch ib0; MI250 GCDs at {A100_NIC_GBPS:g} GB/s, "
-                     "A100/H100 NICs at their rates (DESIGN.md, synth.topology.families)"),
+                     "A100/H100 NICs at their rates (docs/topology.md, synth.topology.families)"),
     )
 
 
@@ -147,7 +147,7 @@ def oversubscribed_leaf_spine(leaves: int, per_leaf: int, oversubscription: int,
                               alpha: float = LEAF_SPINE_ALPHA, *, name: str | None = None) -> Topology:
     """Leaf-spine with ``per_leaf / oversubscription`` spines, every link ``bw`` GB/s.
 
-    Under SPEC's circuits an uplink carries one transfer at a time at most ``bw``, so a leaf's uplink
+    Under the circuits of docs/cost-model.md an uplink carries one transfer at a time at most ``bw``, so a leaf's uplink
     capacity is ``spines * bw`` against ``per_leaf * bw`` down: oversubscription ``per_leaf / spines``
     (1 = non-blocking).
     """
@@ -188,7 +188,7 @@ def fabric_family() -> list[FabricSpec]:
     MI250 boxes x {2,3,4,8} at per-GCD IB {12.5,16,25,50} GB/s; DGX A100 and H100 x {2,3,4,8}; mixed boxes
     (:data:`MIXED_FABRICS`), each with and without the machines key; leaf-spine 1:1 and 2:1
     (:data:`LEAF_SPINE_SHAPES`); 2-D and 3-D tori and meshes (:data:`GRID_SHAPES`, generator defaults
-    50 GB/s 0.5 us, DESIGN.md); connected random 3- and 4-regular graphs of 8-32 ranks, seeds 1 and 2,
+    50 GB/s 0.5 us, docs/topology.md); connected random 3- and 4-regular graphs of 8-32 ranks, seeds 1 and 2,
     links 25/50/100 GB/s.
     """
     out: list[FabricSpec] = []

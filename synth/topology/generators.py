@@ -1,7 +1,7 @@
 """Parametric topology families (pure functions returning canonical, validated Topology objects).
 
 Every link is bidirectional unless stated (one link in each direction, ``bw`` GB/s each way).
-Defaults: 50 GB/s and 0.5 µs per link (DESIGN.md "Reference topologies").
+Defaults: 50 GB/s and 0.5 µs per link (docs/topology.md, built-ins).
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ def leaf_spine(leaves: int, per_leaf: int, spines: int = 1, bw: float = DEFAULT_
 
     Rank r sits under ``leaf{r // per_leaf}``. Rank<->leaf links use (bw, alpha); leaf<->spine links
     use (uplink_bw, uplink_alpha), by default ``bw * per_leaf / spines`` (a non-blocking tree) and alpha.
-    Under SPEC's circuits an uplink carries one transfer at a time, at most ``bw``
+    Under the circuits of docs/cost-model.md an uplink carries one transfer at a time, at most ``bw``
     (:meth:`Topology.circuit_capacities`), so leaves talk to each other at full rate only with
     ``spines >= per_leaf``.
     """
@@ -301,7 +301,7 @@ def boxes_on_ib(boxes: Sequence[Box], ib_switches: int = 1, *, name: str = "boxe
 
     Ranks are numbered box after box: box k holds ranks ``sum(per_box of boxes < k) + i``. Each box is
     wired as its :class:`Box` says, with node names ``b{k}.nvswitch`` and ``b{k}.nic{j}``. With
-    ``machines`` the topology lists one machine per box (SPEC's ``machines`` key), otherwise none.
+    ``machines`` the topology lists one machine per box (the ``machines`` key of docs/topology.md), otherwise none.
     """
     ib_switches = _check_count(ib_switches, "IB switches")
     if not boxes:

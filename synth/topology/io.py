@@ -1,4 +1,4 @@
-"""Topology files (SPEC "Topology file"): load, validate and save YAML or JSON.
+"""Topology files (docs/topology.md): load, validate and save YAML or JSON.
 
 Validation has two layers. The JSON Schema shipped as package data (``schema.json``) checks the
 structure: required keys, types, ``bw > 0``, ``alpha >= 0`` and unknown keys. Semantic checks then
@@ -183,7 +183,7 @@ def merge_links(
     """Merge link entries ``(src, dst, bw, alpha, directed)`` into canonical directed links.
 
     An undirected entry is one link in each direction. Entries on the same (src, dst) add their
-    bandwidth and must agree on α (SPEC); ``fail(entry_index, problem)`` builds the error.
+    bandwidth and must agree on α (docs/topology.md); ``fail(entry_index, problem)`` builds the error.
     """
     acc: dict[tuple[int, int], list] = {}
     for index, (src, dst, bw, alpha, directed) in enumerate(entries):

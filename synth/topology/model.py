@@ -1,7 +1,7 @@
 """Topology IR: ranks, forwarding-only switches, and directed α-β links (plain data).
 
 Node ids are dense integers: ranks are ``0..num_ranks-1`` and switch ``k`` is ``num_ranks + k``.
-Links are directed and merged: parallel entries of a file add their bandwidth (SPEC).
+Links are directed and merged: parallel entries of a file add their bandwidth (docs/topology.md).
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ class Topology:
     def circuit_capacities(self) -> Topology:
         """The same fabric with each link's bandwidth capped at the widest rank-to-rank path through it.
 
-        Under SPEC's cost model a transfer holds every link of its route and moves at the route's
+        Under the cost model of docs/cost-model.md a transfer holds every link of its route and moves at the route's
         smallest bandwidth, and a link carries one transfer at a time. So link ``(u, v)`` never moves
         data faster than ``min(b_uv, W_in(u), W_out(v))``, with ``W_in(u)`` the largest bottleneck of
         a path from any rank to ``u`` and ``W_out(v)`` from ``v`` to any rank (both unbounded at a

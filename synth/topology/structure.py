@@ -2,7 +2,7 @@
 
 A topology file's ``machines`` key is an optional hint. Methods that work box by box use
 :func:`boxes_of`, which always reads the boxes from the graph, so a hint consistent with the graph
-never changes a result, and neither does its absence (SPEC: ``machines`` is optional).
+never changes a result, and neither does its absence (docs/topology.md: ``machines`` is optional).
 
 **Boxes** (:func:`infer_boxes`). Order the links by quality, ``(bw, -alpha)`` ascending (alpha only
 breaks ties between links of one bandwidth: a NIC's 25 GB/s, 2 µs uplink ranks below a 25 GB/s, 0 µs

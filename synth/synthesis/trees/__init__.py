@@ -29,7 +29,7 @@ tree. For a candidate ``C`` with chunk size ``b = M/C`` we predict
 term grows with ``C`` through α, the second shrinks; we take the ``C`` minimising it, bounded by
 MSCCL's limits (≤ 32 channels × 64 steps per connection). Timings in the Schedule come from an
 in-order list schedule: transfers in pipeline-round order, each starting when its data is ready
-and every link of its route is free (one transfer at a time per link direction, SPEC). Where
+and every link of its route is free (one transfer at a time per link direction, docs/cost-model.md). Where
 schedules are cheap the neighbouring pipeline depths are timed too and the fastest is kept, and
 where fill, drain and α cost more than 1 % the last message of every tree is also split
 geometrically (:func:`message_shapes`): large messages mid-pipeline, small ones where the drain starts.
@@ -58,7 +58,7 @@ switch fabrics (see :func:`schedule_from_plans`).
 Switches: ranks are first paired through the switches so that no two rank pairs share a switch
 link (:func:`synth.synthesis.packing.disjoint_pair_split`; rails between boxes, a ring inside a
 box or over all ranks), kept only when the optimal rate survives; a routed transfer then never
-waits for another pair's transfer (SPEC: a transfer holds its whole route). Otherwise general edge
+waits for another pair's transfer (docs/cost-model.md: a transfer holds its whole route). Otherwise general edge
 splitting (below) applies.
 
 Routes: an MSCCL program names peers, not paths, so a planned arc through switches may only use

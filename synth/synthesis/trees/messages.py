@@ -142,7 +142,7 @@ def _message_count(tree_chunks: int, parts: int | None, tail: int) -> int:
 
 
 def root_piece_bytes(name: str, n: int, size_bytes: float) -> float:
-    """Bytes each tree root broadcasts / collects (SPEC size conventions)."""
+    """Bytes each tree root broadcasts / collects (docs/units.md)."""
     if name in ("allgather", "reducescatter", "allreduce"):
         return size_bytes / n
     if name in ("scatter", "gather"):
