@@ -11,6 +11,7 @@ until it fits (a note says so); a count the user pinned with ``--chunks`` is nev
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from synth.collectives import RUNTIME_ELEMENT_BYTES, Collective, canonical_name, runtime_divides
@@ -204,7 +205,8 @@ def _size_notes(program: Program, size_bytes: float) -> list[str]:
 
 
 def synthesize(topology: Topology | str, collective_name: str, size_bytes: float, method: str = "auto",
-               options: SynthOptions | None = None, root: int = 0, *, inplace: bool = False) -> SynthesisResult:
+               options: SynthOptions | None = None, root: int = 0, *, inplace: bool = False,
+               progress: Callable[[str, float | None], None] | None = None) -> SynthesisResult:
     """Synthesize, verify and time ``collective_name`` of ``size_bytes`` (SIZE, docs/units.md) on ``topology``.
 
     ``method="auto"`` runs :func:`synth.synthesis.auto.plan` and keeps the fastest verified program; its
@@ -276,6 +278,8 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
                 clock_out = clock_out or f"the --time-limit of {budget:g} s ran out before it started"
                 tried.append({"method": m, **row, "not_tried": clock_out})
                 continue
+        if progress is not None:   # which method runs now, and the best verified gap so far
+            progress(m, None if best is None or not stop_at else (best[0].time_us - stop_at) / best[0].time_us)
         try:
             lowered, seconds, status, solver = _run_one(topology, collective, size_bytes, m, opts)
             # the method's alternatives are timed as its schedule is, and the fastest kept

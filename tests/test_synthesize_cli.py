@@ -320,3 +320,16 @@ def test_a_chunk_count_the_user_pinned_is_not_changed(monkeypatch):
     _refusing_more_than(1, monkeypatch)
     with pytest.raises(SynthError, match="too many steps"):
         synthesize("ring-8", "allgather", 1 << 30, "ring", SynthOptions(chunks=2))
+
+
+def test_progress_names_each_method_run_and_the_best_gap_so_far():
+    seen = []
+    result = synthesize("dgx1", "allgather", 2**10, "auto", progress=lambda m, gap: seen.append((m, gap)))
+    ran = [row["method"] for row in result.tried if "skipped" not in row and "not_tried" not in row]
+    assert [m for m, _ in seen] == ran and len(ran) >= 2
+    assert seen[0][1] is None and all(gap is not None and gap >= 0 for _, gap in seen[1:])
+
+
+def test_no_progress_line_without_a_terminal(tmp_path):
+    res = invoke("synthesize", "-t", "ring-8", "-c", "allgather", "-s", "1MiB", "-o", str(tmp_path / "a.xml"))
+    assert res.exit_code == 0 and "running" not in res.output

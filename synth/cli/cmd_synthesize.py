@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
+import sys
 from dataclasses import replace
 
 import click
@@ -95,7 +97,8 @@ def command(topology_name: str | None, collective: str | None, size: str, method
         raise SynthError(f"{output}: program files end in .xml (MSCCL XML) or .json (JSON program)")
     options = SynthOptions(solver=solver, time_limit=time_limit, gap=gap, threads=threads, chunks=chunks,
                            max_trees=max_trees, runtime_chunks=not any_chunks)
-    result = synthesize(topology, name, size_bytes, method, options, root, inplace=inplace)
+    with _progress(enabled=not as_json) as progress:
+        result = synthesize(topology, name, size_bytes, method, options, root, inplace=inplace, progress=progress)
     path = output or _default_output(topology.name, name, result.method)
     program = replace(result.program, min_bytes=size_range[0], max_bytes=size_range[1])
     written = str(save_program(program, path, coll_spelling=coll_spelling))
@@ -125,6 +128,27 @@ def command(topology_name: str | None, collective: str | None, size: str, method
     for note in result.notes:
         con.print(f"note: {note}")
     con.print(f"verified, wrote {written}", soft_wrap=True)   # a path must stay whole to be copied
+
+
+@contextlib.contextmanager
+def _progress(enabled: bool):
+    """On a terminal (stderr), a live line while methods run: the method, the elapsed time and the best
+    verified gap so far. Nothing with --json or when stderr is not a terminal (pipes, CI, tests)."""
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("synthesizing", total=None)
+
+        def show(method: str, best_gap: float | None) -> None:
+            best = "" if best_gap is None else f", best verified gap so far {best_gap:.2%}"
+            bar.update(task, description=f"running {method}{best}")
+
+        yield show
 
 
 def _list_methods(as_json: bool) -> None:
