@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from synth.collectives import RUNTIME_ELEMENT_BYTES, Collective, canonical_name, runtime_divides
 from synth.errors import SynthError, TimeLimitReached
@@ -22,6 +23,9 @@ from synth.solvers import SOLVERS
 from synth.synthesis.base import SynthOptions
 from synth.topology.model import Topology
 from synth.units import algbw_GBps
+
+if TYPE_CHECKING:
+    from synth.simulation import SimResult
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,18 @@ class SynthesisResult:
     def not_tried(self) -> list[dict]:
         """auto: the candidates a wall-clock stop cut out, {method, reason} (their programs were not used)."""
         return [{"method": row["method"], "reason": row["not_tried"]} for row in self.tried if "not_tried" in row]
+
+
+@dataclass(frozen=True)
+class _Timed:
+    """One verified, simulated program of a candidate method (the auto loop keeps the best)."""
+
+    sim: SimResult
+    schedule: Schedule
+    program: Program
+    status: str
+    solver: str | None
+    method: str
 
 
 def _bound_us(topology: Topology, collective: Collective, size_bytes: float) -> float | None:
@@ -246,8 +262,8 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
         plan = [None]
 
     t0 = time.perf_counter()
-    best = None
-    unrunnable = None   # auto: the fastest program an MSCCL runtime would not run at SIZE (time, method, loop)
+    best: _Timed | None = None
+    unrunnable: _Timed | None = None   # auto: the fastest program an MSCCL runtime would not run at SIZE
     tried: list[dict] = []
     stop_at = _bound_us(topology, collective, size_bytes) if is_auto else None
     clock_out = None    # auto: why --time-limit cut the plan short
@@ -261,9 +277,9 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
         m, opts, row = key, options, {}
         if cand is not None:  # auto: the candidate's own limit and chunks, within the total budget
             m, row = cand.method, ({"chunks": cand.chunks} if cand.chunks is not None else {})
-            if (best is not None and stop_at is not None and not rank(best[0], best[2])[0]
-                    and auto.close_enough(best[0].time_us, stop_at)):
-                tried.append({"method": m, **row, "skipped": f"{best[5]} is within {auto.CLOSE_ENOUGH:.0%} "
+            if (best is not None and stop_at is not None and not rank(best.sim, best.program)[0]
+                    and auto.close_enough(best.sim.time_us, stop_at)):
+                tried.append({"method": m, **row, "skipped": f"{best.method} is within {auto.CLOSE_ENOUGH:.0%} "
                               "of the lower bound"})
                 continue
             if best is not None and cand.fallback:
@@ -279,7 +295,7 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
                 tried.append({"method": m, **row, "not_tried": clock_out})
                 continue
         if progress is not None:   # which method runs now, and the best verified gap so far
-            progress(m, None if best is None or not stop_at else (best[0].time_us - stop_at) / best[0].time_us)
+            progress(m, None if best is None or not stop_at else (best.sim.time_us - stop_at) / best.sim.time_us)
         try:
             lowered, seconds, status, solver = _run_one(topology, collective, size_bytes, m, opts)
             # the method's alternatives are timed as its schedule is, and the fastest kept
@@ -301,15 +317,16 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
             continue
         tried.append({"method": m, **row, "time_us": sim.time_us, "synthesis_s": seconds})
         ranked = rank(sim, program)
-        if ranked[0] and (unrunnable is None or sim.time_us < unrunnable[0]):
-            unrunnable = (sim.time_us, m, program.nchunksperloop or 1)
-        if best is None or ranked < rank(best[0], best[2]):
-            best = (sim, schedule, program, status, solver, m)
+        if ranked[0] and (unrunnable is None or sim.time_us < unrunnable.sim.time_us):
+            unrunnable = _Timed(sim, schedule, program, status, solver, m)
+        if best is None or ranked < rank(best.sim, best.program):
+            best = _Timed(sim, schedule, program, status, solver, m)
     elapsed = time.perf_counter() - t0
     if best is None:
         detail = "; ".join(f"{row['method']}: {row.get('error') or row.get('not_tried')}" for row in tried)
         raise SynthError(f"auto: every method failed for {name} on {topology.name} ({detail})")
-    sim, schedule, program, status, solver, m = best
+    sim, schedule, program, status, solver, m = best.sim, best.schedule, best.program, best.status, best.solver, \
+        best.method
     bound = _bound_us(topology, schedule.collective, size_bytes)
     gap = (sim.time_us - bound) / sim.time_us if bound is not None and sim.time_us > 0 else None
     status = honest_status(status, gap)
@@ -343,11 +360,11 @@ def _fitted_chunks_note(schedule: Schedule) -> list[str]:
             f"{schedule.collective.chunk_factor} fit"]
 
 
-def _faster_unrunnable_note(unrunnable: tuple[float, str, int] | None, kept_us: float) -> list[str]:
+def _faster_unrunnable_note(unrunnable: _Timed | None, kept_us: float) -> list[str]:
     """auto keeps a program the runtime runs at SIZE over a faster one it would not run: say what that costs
     where it is more than ``UNRUNNABLE_NOTE_SHARE`` (dgx1 1 GiB allgather: 0.4 %, not worth a note)."""
-    if unrunnable is None or unrunnable[0] >= kept_us * (1 - UNRUNNABLE_NOTE_SHARE):
+    if unrunnable is None or unrunnable.sim.time_us >= kept_us * (1 - UNRUNNABLE_NOTE_SHARE):
         return []
-    time_us, method, loop = unrunnable
+    time_us, method, loop = unrunnable.sim.time_us, unrunnable.method, unrunnable.program.nchunksperloop or 1
     return [f"{method} took {time_us:.1f} us ({(kept_us / time_us - 1) * 100:.0f} % faster), but its {loop} chunks "
             "per loop do not divide SIZE, so MSCCL runtimes would not run it; --any-chunks keeps the fastest program"]
