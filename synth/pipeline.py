@@ -199,6 +199,8 @@ def _program(topology: Topology, collective: Collective, method: str, schedule: 
 
 OPTIMAL_GAP = 1e-6
 UNRUNNABLE_NOTE_SHARE = 0.01   # a faster program the runtime would not run is named when it saves more than this
+RUNNABLE_LOSS = 0.25   # ... and kept instead where the best runnable one takes this much longer (48-rank allreduce:
+# no count of 48 equal pieces divides a power-of-two buffer, and the best ring took 5x the trees' time)
 
 
 def honest_status(status: str, gap: float | None) -> str:
@@ -325,6 +327,9 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
     if best is None:
         detail = "; ".join(f"{row['method']}: {row.get('error') or row.get('not_tried')}" for row in tried)
         raise SynthError(f"auto: every method failed for {name} on {topology.name} ({detail})")
+    passed_over = unrunnable
+    if unrunnable is not None and unrunnable.sim.time_us * (1 + RUNNABLE_LOSS) < best.sim.time_us:
+        best, passed_over = unrunnable, best     # a runnable program this much slower is no answer
     sim, schedule, program, status, solver, m = best.sim, best.schedule, best.program, best.status, best.solver, \
         best.method
     bound = _bound_us(topology, schedule.collective, size_bytes)
@@ -347,7 +352,7 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
         size_bytes=int(size_bytes),
         predicted_time_us=schedule.predicted_time_us,
         tried=tried,
-        notes=(_size_notes(program, size_bytes) + _faster_unrunnable_note(unrunnable, sim.time_us)
+        notes=(_size_notes(program, size_bytes) + _passed_over_note(passed_over, best)
                + _fitted_chunks_note(schedule)),
     )
 
@@ -360,11 +365,21 @@ def _fitted_chunks_note(schedule: Schedule) -> list[str]:
             f"{schedule.collective.chunk_factor} fit"]
 
 
-def _faster_unrunnable_note(unrunnable: _Timed | None, kept_us: float) -> list[str]:
-    """auto keeps a program the runtime runs at SIZE over a faster one it would not run: say what that costs
-    where it is more than ``UNRUNNABLE_NOTE_SHARE`` (dgx1 1 GiB allgather: 0.4 %, not worth a note)."""
-    if unrunnable is None or unrunnable.sim.time_us >= kept_us * (1 - UNRUNNABLE_NOTE_SHARE):
+def _passed_over_note(passed_over: _Timed | None, kept: _Timed) -> list[str]:
+    """auto keeps a program the runtime runs at SIZE over a faster one it would not run, unless the runnable
+    one is ``RUNNABLE_LOSS`` slower: say what the choice costs where it is more than ``UNRUNNABLE_NOTE_SHARE``
+    (dgx1 1 GiB allgather: 0.4 %, not worth a note)."""
+    if passed_over is None or passed_over is kept:
         return []
-    time_us, method, loop = unrunnable.sim.time_us, unrunnable.method, unrunnable.program.nchunksperloop or 1
-    return [f"{method} took {time_us:.1f} us ({(kept_us / time_us - 1) * 100:.0f} % faster), but its {loop} chunks "
-            "per loop do not divide SIZE, so MSCCL runtimes would not run it; --any-chunks keeps the fastest program"]
+    kept_us, other_us = kept.sim.time_us, passed_over.sim.time_us
+    if other_us > kept_us:   # the faster program was kept although the runtime will not run it at SIZE
+        loop = kept.program.nchunksperloop or 1
+        return [f"kept {kept.method} although its {loop} chunks per loop do not divide SIZE, so MSCCL runtimes would "
+                f"not run it at this SIZE: the best program they would run, {passed_over.method}, takes "
+                f"{other_us:.1f} us ({other_us / kept_us:.1f}x)"]
+    if other_us >= kept_us * (1 - UNRUNNABLE_NOTE_SHARE):
+        return []
+    loop = passed_over.program.nchunksperloop or 1
+    return [f"{passed_over.method} took {other_us:.1f} us ({(kept_us / other_us - 1) * 100:.0f} % faster), but its "
+            f"{loop} chunks per loop do not divide SIZE, so MSCCL runtimes would not run it; --any-chunks keeps the "
+            "fastest program"]
