@@ -271,6 +271,13 @@ def rooted_min_cut(topology: Topology, root: int, *, use_symmetry: bool | None =
     return best / ib.scale, arg
 
 
+def min_pair_cut(topology: Topology) -> float:
+    """``λ_min = min over ordered rank pairs (u, v) of λ(u, v)`` in GB/s: every cut separating two ranks
+    leaves a set that holds rank 0 or one that does not, so ``λ_min = min(min_v λ(0, v), min_u λ(u, 0))``
+    (the rooted cut on the fabric and on its reverse; max-flow min-cut)."""
+    return float(min(rooted_min_cut(topology, 0)[0], rooted_min_cut(topology.reversed(), 0)[0]))
+
+
 @functools.lru_cache(maxsize=64)
 def scatter_cut(topology: Topology, root: int) -> CutResult:
     """Exact scatter cut bound: ``T ≥ M · max over S ∋ root (S misses ≥ 1 rank) of |R ∖ S| / B⁺(S)``.
@@ -490,9 +497,7 @@ def allreduce_bandwidth_us(topology: Topology, size_bytes: float) -> tuple[float
     m = size_bytes / n
     ag = allgather_cut(topology)
     rs = allgather_cut(topology.reversed())
-    lam_out, _ = rooted_min_cut(topology, 0)
-    lam_in, _ = rooted_min_cut(topology.reversed(), 0)
-    lam = min(lam_out, lam_in)
+    lam = min_pair_cut(topology)
     src, dst, bw, _ = topology.arrays
     ranks_out = float(bw[src < n].sum())
     ranks_in = float(bw[dst < n].sum())

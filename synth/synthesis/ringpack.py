@@ -100,11 +100,16 @@ def _cheapest_tour(n: int, arcs: list[tuple[int, int]], price: dict[tuple[int, i
     status = solver.Solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None, None, False
+    return _tour(solver, literal, n), int(round(solver.ObjectiveValue())), status == cp_model.OPTIMAL
+
+
+def _tour(solver, literal: dict, n: int) -> tuple[int, ...]:
+    """The rank order, from rank 0, of the circuit a solved CP-SAT model chose among the arc ``literal``s."""
     succ = {a: b for (a, b), lit in literal.items() if solver.Value(lit)}
     tour = [0]
     while len(tour) < n:
         tour.append(succ[tour[-1]])
-    return tuple(tour), int(round(solver.ObjectiveValue())), status == cp_model.OPTIMAL
+    return tuple(tour)
 
 
 def _canonical(order: tuple[int, ...]) -> tuple[int, ...]:
@@ -214,11 +219,8 @@ def integral_rings(topology: Topology, rate: float, count: int, *, both_ways: bo
         return None
     orders = []
     for k in range(circuits):
-        succ = {a: b for (a, b), lit in literal[k].items() if solver.Value(lit)}
-        tour = [0]
-        while len(tour) < n:
-            tour.append(succ[tour[-1]])
-        orders.append(tuple(tour))
+        tour = _tour(solver, literal[k], n)
+        orders.append(tour)
         if both_ways:
             orders.append(_canonical(tuple(reversed(tour))))
     usage = sum(_column(o, uses, len(bw)) for o in orders)
@@ -231,12 +233,11 @@ def ring_rate_bound(topology: Topology) -> float:
 
     Every ring passes from any rank set to its complement, so the rings' total rate crosses every cut that
     separates two ranks: ``Σ w_C ≤ min_(S) B⁺(S)`` over node sets holding some but not all ranks, which is the
-    least rank-to-rank max-flow; it is ``min(min_v λ(0, v), min_v λ(v, 0))`` (Menger / max-flow min-cut), the
-    rooted cut of :func:`synth.lower_bounds.rooted_min_cut` on the fabric and on its reverse.
+    least rank-to-rank max-flow, :func:`synth.lower_bounds.min_pair_cut` (Menger / max-flow min-cut).
     """
-    from synth.lower_bounds import rooted_min_cut
+    from synth.lower_bounds import min_pair_cut
 
-    return float(min(rooted_min_cut(topology, 0)[0], rooted_min_cut(topology.reversed(), 0)[0]))
+    return min_pair_cut(topology)
 
 
 def _integral(topology: Topology, rate: float) -> RingPacking | None:
