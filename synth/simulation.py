@@ -48,12 +48,12 @@ memory is bounded by the bookings still in the future.
 
 from __future__ import annotations
 
-import gc
 import heapq
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from synth.errors import SynthError
+from synth.gcpause import gc_paused
 from synth.program.ir import RECEIVES, SENDS, Program, collective_of
 from synth.topology.model import Topology
 from synth.topology.routes import RuntimePaths
@@ -269,13 +269,8 @@ def simulate(
     """
     # The run allocates millions of small containers while the program's own objects stay alive;
     # cyclic GC passes over all of them would dominate the run time (nothing here forms cycles).
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():
         return _simulate(program, topology, size_bytes, chunk_bytes, record_events)
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _simulate(program: Program, topology: Topology, size_bytes: float | None, chunk_bytes: float | None,

@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 
 from synth.collectives import Collective
 from synth.errors import SynthError
+from synth.gcpause import gc_paused
 from synth.schedule import Schedule, Transfer
 from synth.synthesis.base import MAX_CHANNELS, MAX_STEP_CHUNKS, MAX_STEPS_PER_TB, MethodSpec, SynthOptions
 from synth.topology.model import Topology
@@ -56,6 +57,7 @@ RUNNABLE_LOSS = 0.25     # ... kept only within this share of the rings' own cou
 _EPS = 1e-9
 
 Route = tuple[tuple[int, int], ...]   # the directed links (src, dst) of one ring edge
+_new_tuple = tuple.__new__
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,19 @@ def _hamiltonian(n: int, adj: list[list[int]], max_steps: int = DFS_STEPS, *, st
             return None
     path = [start]
     visited = [False] * n
-    visited[start] = True
+    # onward[v]: v's unvisited successors, kept up to date on each visit (Warnsdorff's key, O(1) to read)
+    into_of: list[list[int]] = [[] for _ in range(n)]
+    for u, succ in enumerate(adj):
+        for v in succ:
+            into_of[v].append(u)
+    onward = [len(succ) for succ in adj]
+
+    def visit(v: int, step: int) -> None:
+        visited[v] = step > 0
+        for u in into_of[v]:
+            onward[u] -= step
+
+    visit(start, 1)
     stack = [iter(sorted(adj[start], key=lambda v: (v in closers, cost.get((start, v), 0))))]
     steps = 0
     while stack:
@@ -108,20 +122,20 @@ def _hamiltonian(n: int, adj: list[list[int]], max_steps: int = DFS_STEPS, *, st
         nxt = next(stack[-1], None)
         if nxt is None:
             stack.pop()
-            visited[path.pop()] = False
+            visit(path.pop(), -1)
             continue
         if visited[nxt]:
             continue
         path.append(nxt)
-        visited[nxt] = True
+        visit(nxt, 1)
         if len(path) == n:
             if not closed or start in adj[nxt]:
                 return path
-            visited[path.pop()] = False
+            visit(path.pop(), -1)
             continue
         # Warnsdorff: try successors with the fewest onward options first.
         cands = [v for v in adj[nxt] if not visited[v]]
-        cands.sort(key=lambda v, u=nxt: (v in closers, cost.get((u, v), 0), sum(1 for w in adj[v] if not visited[w])))
+        cands.sort(key=lambda v, u=nxt: (v in closers, cost.get((u, v), 0), onward[v]))
         stack.append(iter(cands))
     return None
 
@@ -263,7 +277,7 @@ def split_counts(total: int, weights: Sequence[float]) -> list[int]:
 
 
 # ---- α-β list scheduling --------------------------------------------------------------------------
-@dataclass
+@dataclass(slots=True)
 class _Move:
     key: tuple
     src: int
@@ -287,33 +301,46 @@ class Timer:
 
     def add(self, key: tuple, src: int, dst: int, chunks: tuple[int, ...], reduce: bool, channel: int,
             deps: tuple[int, ...] = ()) -> int:
-        self.moves.append(_Move(key, src, dst, chunks, reduce, channel, tuple(d for d in deps if d >= 0)))
+        self.moves.append(_Move(key, src, dst, chunks, reduce, channel, deps if min(deps, default=0) >= 0
+                                else tuple(d for d in deps if d >= 0)))
         return len(self.moves) - 1
 
     def run(self, build: bool = True) -> list[Transfer]:
         """The moves timed in key order (their ``start``/``end`` set), as per-chunk Transfers if ``build``."""
+        with gc_paused():   # hundreds of thousands of Transfers, no cycles
+            return self._run(build)
+
+    def _run(self, build: bool) -> list[Transfer]:
         free: dict[tuple[int, int], float] = {}
-        order = sorted(range(len(self.moves)), key=lambda i: self.moves[i].key)
-        done: set[int] = set()
+        hops: dict[tuple[int, int], tuple[tuple[tuple[int, int], ...], float, float, tuple[int, ...]]] = {}
+        moves = self.moves
+        order = sorted(range(len(moves)), key=lambda i: moves[i].key)
+        done = [False] * len(moves)
         out: list[Transfer] = []
         for group, i in enumerate(order):
-            m = self.moves[i]
-            if any(d not in done for d in m.deps):
-                raise SynthError("internal: ring schedule orders a transfer before its input")
-            path = self.routes[(m.src, m.dst)]
-            links = [self.topology.link(a, b) for a, b in _links_of(path)]
-            start = max([self.moves[d].end for d in m.deps] + [free.get((lk.src, lk.dst), 0.0) for lk in links],
-                        default=0.0)
-            nbytes = len(m.chunks) * self.chunk_bytes
-            duration = sum(lk.alpha for lk in links) + nbytes / (min(lk.bw for lk in links) * 1e3)
-            m.start, m.end = start, start + duration
-            for lk in links:
-                free[(lk.src, lk.dst)] = m.end
-            done.add(i)
+            m = moves[i]
+            pair = (m.src, m.dst)
+            if pair not in hops:   # one route per pair: its links, summed α and narrowest bw, once
+                path = self.routes[pair]
+                links = [self.topology.link(a, b) for a, b in _links_of(path)]
+                hops[pair] = (tuple((lk.src, lk.dst) for lk in links), sum(lk.alpha for lk in links),
+                              min(lk.bw for lk in links) * 1e3, tuple(path[1:-1]))
+            keys, alpha, rate, route = hops[pair]
+            start = 0.0
+            for d in m.deps:
+                if not done[d]:
+                    raise SynthError("internal: ring schedule orders a transfer before its input")
+                start = max(start, moves[d].end)
+            for key in keys:
+                start = max(start, free.get(key, 0.0))
+            m.start, m.end = start, start + alpha + len(m.chunks) * self.chunk_bytes / rate
+            for key in keys:
+                free[key] = m.end
+            done[i] = True
             if build:
-                route = tuple(path[1:-1])
-                out.extend(Transfer(m.start, m.end, c, m.src, m.dst, m.reduce, route, m.channel, group)
-                           for c in m.chunks)
+                # tuple.__new__ skips the named tuple's Python-level __new__ (a 64-rank ring builds ~500k)
+                out += [_new_tuple(Transfer, (m.start, m.end, c, m.src, m.dst, m.reduce, route, m.channel, group))
+                        for c in m.chunks]
         return out
 
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
@@ -528,7 +528,7 @@ def schedule(topology: Topology, collective: Collective, size_bytes: float, chun
         if reduce:
             part = [Transfer(makespan - t.end, makespan - t.start, t.chunk, t.dst, t.src, True, t.route[::-1],
                              t.channel, t.group) for t in part]
-        transfers += [replace(t, start=t.start + offset, end=t.end + offset, channel=phase) for t in part]
+        transfers += [t._replace(start=t.start + offset, end=t.end + offset, channel=phase) for t in part]
         offset += makespan
         notes.update(ring_forest_busiest_link_us=busiest, late_share=late)
     transfers.sort(key=lambda t: (t.start, t.end))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -361,7 +361,7 @@ def justify(transfers: list[Transfer], topology: Topology, chunk_bytes: float, m
     out = []
     for m, members in enumerate(messages):
         group = m if len(members) > 1 else -1
-        out += [replace(transfers[i], start=float(start[m]), end=float(end[m]), group=group) for i in members]
+        out += [transfers[i]._replace(start=float(start[m]), end=float(end[m]), group=group) for i in members]
     return span, out
 
 
