@@ -140,8 +140,13 @@ class Collective:
     def precondition(self) -> dict[tuple[int, int], int]:
         """(rank, input slot) -> contribution it holds at start. Rooted collectives with a single
         source only count the root's input (others' inputs are unused but harmless)."""
-        ranks = [self.root] if self.name in ("broadcast", "scatter") else range(self.num_ranks)
-        return {(r, s): self.contribution(r, s) for r in ranks for s in range(self.input_chunks)}
+        return {(r, s): self.contribution(r, s) for r in self.source_ranks for s in range(self.input_chunks)}
+
+    @property
+    def source_ranks(self) -> tuple[int, ...]:
+        """The ranks whose whole input the precondition counts: rank r holds contribution (r, s) in input slot s
+        (the root alone for broadcast and scatter)."""
+        return (self.root,) if self.name in ("broadcast", "scatter") else tuple(range(self.num_ranks))
 
     @cached_property
     def postcondition(self) -> dict[tuple[int, int], frozenset[int]]:

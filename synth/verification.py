@@ -190,11 +190,11 @@ class _Verifier:
                 self.phys_names[id(arr)] = b
             writers = {b: [None] * needed[b] for b in phys}
             self.layout.append({buf: (phys[t], writers[t], base, limit) for buf, (t, base, limit) in views.items()})
-        for (r, s), contribution in c.precondition.items():
-            origin, slot = c.split_contribution(contribution)
+        # the precondition, rank by rank (Collective.source_ranks: input slot s of rank r holds (r, s))
+        for r in c.source_ranks:
             arr, _, base, limit = self.layout[r]["i"]
-            if s < limit:
-                arr[base + s] = (slot, 1 << origin)
+            held = min(c.input_chunks, limit)
+            arr[base:base + held] = [(s, 1 << r) for s in range(held)]
 
     # ---- structure ----------------------------------------------------------------------------
     def _structure(self) -> bool:
