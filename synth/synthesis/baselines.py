@@ -9,7 +9,7 @@ send between ranks that are not adjacent: the piece is relayed by the ranks on a
 (least loaded first), one transfer per hop. Reductions never are, since a relaying rank would hold
 someone else's partial sum in its own slot; a reduction whose pattern does not embed raises
 :class:`SynthError` ("does not apply"). Times come from the ring module's α-β list schedule
-(:class:`synth.synthesis.ring.Timer`: a transfer starts when its inputs have arrived and every link
+(:class:`synth.synthesis.timing.KeyOrderTimer`: a transfer starts when its inputs have arrived and every link
 of its route is free; α per hop plus bytes / bottleneck bw), so predictions respect link
 serialization and lowering orders the steps by them.
 
@@ -63,7 +63,8 @@ from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.schedule import Schedule
 from synth.synthesis.base import MethodSpec, SynthOptions, deadline_of, time_limit_error
-from synth.synthesis.ring import MAX_WEIGHT, Timer, find_rings, ring_weights, split_counts
+from synth.synthesis.ring import MAX_WEIGHT, find_rings, ring_weights, split_counts
+from synth.synthesis.timing import KeyOrderTimer
 from synth.topology.model import Link, Topology
 from synth.topology.routes import rank_routes
 from synth.topology.structure import boxes_of
@@ -196,7 +197,7 @@ class Plan:
         self.topology = topology
         self.coll = coll
         self.routes = rank_routes(topology)
-        self.timer = Timer(topology, self.routes, coll.chunk_bytes(size_bytes))
+        self.timer = KeyOrderTimer(topology, self.routes, coll.chunk_bytes(size_bytes))
         self.dests = {c: coll.chunk_destinations(c) for c in coll.schedule_chunks}
         self.load: dict[Pair, int] = defaultdict(int)
         self.seq = 0

@@ -40,9 +40,9 @@ from dataclasses import dataclass, replace
 
 from synth.collectives import Collective
 from synth.errors import SynthError
-from synth.gcpause import gc_paused
 from synth.schedule import Schedule, Transfer
 from synth.synthesis.base import MAX_CHANNELS, MAX_STEP_CHUNKS, MAX_STEPS_PER_TB, MethodSpec, SynthOptions
+from synth.synthesis.timing import KeyOrderTimer
 from synth.topology.model import Topology
 from synth.topology.routes import rank_routes
 
@@ -57,7 +57,6 @@ RUNNABLE_LOSS = 0.25     # ... kept only within this share of the rings' own cou
 _EPS = 1e-9
 
 Route = tuple[tuple[int, int], ...]   # the directed links (src, dst) of one ring edge
-_new_tuple = tuple.__new__
 
 
 @dataclass(frozen=True)
@@ -276,74 +275,6 @@ def split_counts(total: int, weights: Sequence[float]) -> list[int]:
     return counts
 
 
-# ---- α-β list scheduling --------------------------------------------------------------------------
-@dataclass(slots=True)
-class _Move:
-    key: tuple
-    src: int
-    dst: int
-    chunks: tuple[int, ...]
-    reduce: bool
-    channel: int
-    deps: tuple[int, ...]
-    start: float = 0.0
-    end: float = 0.0
-
-
-class Timer:
-    """Assign start/end times in key order: start after the dependencies end and the route is free."""
-
-    def __init__(self, topology: Topology, routes: dict[tuple[int, int], tuple[int, ...]], chunk_bytes: float):
-        self.topology = topology
-        self.routes = routes
-        self.chunk_bytes = chunk_bytes
-        self.moves: list[_Move] = []
-
-    def add(self, key: tuple, src: int, dst: int, chunks: tuple[int, ...], reduce: bool, channel: int,
-            deps: tuple[int, ...] = ()) -> int:
-        self.moves.append(_Move(key, src, dst, chunks, reduce, channel, deps if min(deps, default=0) >= 0
-                                else tuple(d for d in deps if d >= 0)))
-        return len(self.moves) - 1
-
-    def run(self, build: bool = True) -> list[Transfer]:
-        """The moves timed in key order (their ``start``/``end`` set), as per-chunk Transfers if ``build``."""
-        with gc_paused():   # hundreds of thousands of Transfers, no cycles
-            return self._run(build)
-
-    def _run(self, build: bool) -> list[Transfer]:
-        free: dict[tuple[int, int], float] = {}
-        hops: dict[tuple[int, int], tuple[tuple[tuple[int, int], ...], float, float, tuple[int, ...]]] = {}
-        moves = self.moves
-        order = sorted(range(len(moves)), key=lambda i: moves[i].key)
-        done = [False] * len(moves)
-        out: list[Transfer] = []
-        for group, i in enumerate(order):
-            m = moves[i]
-            pair = (m.src, m.dst)
-            if pair not in hops:   # one route per pair: its links, summed α and narrowest bw, once
-                path = self.routes[pair]
-                links = [self.topology.link(a, b) for a, b in _links_of(path)]
-                hops[pair] = (tuple((lk.src, lk.dst) for lk in links), sum(lk.alpha for lk in links),
-                              min(lk.bw for lk in links) * 1e3, tuple(path[1:-1]))
-            keys, alpha, rate, route = hops[pair]
-            start = 0.0
-            for d in m.deps:
-                if not done[d]:
-                    raise SynthError("internal: ring schedule orders a transfer before its input")
-                start = max(start, moves[d].end)
-            for key in keys:
-                start = max(start, free.get(key, 0.0))
-            m.start, m.end = start, start + alpha + len(m.chunks) * self.chunk_bytes / rate
-            for key in keys:
-                free[key] = m.end
-            done[i] = True
-            if build:
-                # tuple.__new__ skips the named tuple's Python-level __new__ (a 64-rank ring builds ~500k)
-                out += [_new_tuple(Transfer, (m.start, m.end, c, m.src, m.dst, m.reduce, route, m.channel, group))
-                        for c in m.chunks]
-        return out
-
-
 # ---- the method -----------------------------------------------------------------------------------
 def _pipeline_chunks(n: int, size_bytes: float, bw: float, alpha: float) -> int:
     """p* = sqrt((N-2)·S/(bw·α)) for a chain of N-1 hops (bw in GB/s, α in µs)."""
@@ -438,7 +369,7 @@ def _line_schedule(topology: Topology, collective: Collective, size_bytes: float
                       root=collective.root, inplace=collective.inplace)
     if coll.inplace and name == "alltoall":
         raise SynthError("ring alltoall relays through the ranks and needs an out-of-place buffer")
-    timer = Timer(topology, routes, coll.chunk_bytes(size_bytes))
+    timer = KeyOrderTimer(topology, routes, coll.chunk_bytes(size_bytes))
     C = coll.chunk_factor
     pos = {rank: i for i, rank in enumerate(line)}
 
@@ -590,7 +521,7 @@ def _ring_transfers(topology: Topology, coll: Collective, rings: list[Ring], wei
     """(makespan, the timed transfers) of ``coll`` over ``rings`` (chunks split by ``weights``), as in the
     module docstring; no transfers unless ``build``."""
     name, n = coll.name, coll.num_ranks
-    timer = Timer(topology, routes, coll.chunk_bytes(size_bytes))
+    timer = KeyOrderTimer(topology, routes, coll.chunk_bytes(size_bytes))
     C = coll.chunk_factor
     if name == "allreduce":
         # chunk j -> owner (contiguous, as even as possible), then rings within each owner's share
