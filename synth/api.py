@@ -176,9 +176,13 @@ def verify(program: Program | str | os.PathLike, collective: str | None = None) 
     >>> synth.verify(synth.synthesize("dgx1", "allgather", "1MiB", "ring").program).ok   # doctest: +SKIP
     True
     """
+    from synth.program.load import load_program_format
     from synth.verification import verify as check
 
-    return check(_program(program), collective)
+    if isinstance(program, (str, os.PathLike)):
+        loaded, fmt = load_program_format(program)
+        return check(loaded, collective, msccl_limits=fmt == "xml")   # an XML file must load in the runtimes
+    return check(program, collective)
 
 
 def simulate(program: Program | str | os.PathLike, topology: Topology | str, size: str | int | None = None

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 from operator import attrgetter
 
 import numpy as np
@@ -34,13 +35,12 @@ import numpy as np
 from synth.collectives import Collective, canonical_name
 from synth.errors import SynthError
 from synth.gcpause import gc_paused
+from synth.program.ir import READS_SRC as _READS_SRC
 from synth.program.ir import RECEIVES, SENDS, Program, collective_of
+from synth.program.ir import WRITES_DST as _WRITES_DST
 
 MAX_ERRORS = 1000
 
-# Which local operands each step type reads / writes (src is the LOCAL operand of rrs/rrc/rrcs).
-_READS_SRC = frozenset({"s", "rrs", "rrc", "rrcs", "cpy", "re"})
-_WRITES_DST = frozenset({"r", "rcs", "rrc", "rrcs", "cpy", "re"})
 _NOP, _S, _R, _RCS, _RRS, _RRC, _RRCS, _CPY, _RE = range(9)
 _KIND = {"nop": _NOP, "s": _S, "r": _R, "rcs": _RCS, "rrs": _RRS, "rrc": _RRC, "rrcs": _RRCS, "cpy": _CPY, "re": _RE}
 _READ_KINDS = frozenset({_S, _RRS, _RRC, _RRCS, _CPY, _RE})
@@ -581,11 +581,20 @@ class _Verifier:
 
 
 def verify(program: Program, collective: Collective | str | None = None, max_errors: int = MAX_ERRORS,
-           races: bool = True) -> VerifyResult:
+           races: bool = True, msccl_limits: bool = False) -> VerifyResult:
     """Check that ``program`` implements ``collective`` (default: the one it declares) and cannot deadlock.
 
-    Raises SynthError only when the collective itself is unknown or inconsistent with the program.
+    Also checks the structure the MSCCL runtimes' loaders require (dense threadblock ids, channels, ...;
+    :func:`synth.program.msccl_xml.runtime_limit_errors`) and, with ``msccl_limits`` (an XML program), their
+    capacity limits too. A program that breaks them is reported without being executed, since the runtimes
+    would not load it and its sizes may be unusable. Raises SynthError only when the collective itself is
+    unknown or inconsistent with the program.
     """
+    from synth.program.msccl_xml import runtime_limit_errors
+
     coll = resolve_collective(program, collective)
+    errors = [f"runtime limit: {e}" for e in islice(runtime_limit_errors(program, msccl=msccl_limits), max_errors)]
+    if errors:
+        return VerifyResult(ok=False, collective=coll.name, ranks=program.num_ranks, errors=errors)
     errors = _Verifier(program, coll, max_errors, races).run()
     return VerifyResult(ok=not errors, collective=coll.name, ranks=program.num_ranks, errors=errors)

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from synth.cli.common import emit_json, guarded, json_option, load_program_arg
+from synth.cli.common import emit_json, guarded, json_option
 
 SHOWN_ERRORS = 20
 
@@ -20,12 +20,13 @@ SHOWN_ERRORS = 20
 @guarded
 def command(prog: str, collective: str | None, root: int | None, as_json: bool) -> None:
     """Check that PROG (MSCCL XML or JSON program) computes its collective and cannot deadlock."""
+    from synth.program.load import load_program_format
     from synth.verification import verify
 
-    program = load_program_arg(prog)
+    program, fmt = load_program_format(prog)
     if root is not None:
         program = program.with_(root=root)
-    result = verify(program, collective)
+    result = verify(program, collective, msccl_limits=fmt == "xml")  # XML must load in the runtimes
     if as_json:
         emit_json(result.to_dict())
     else:

@@ -19,6 +19,9 @@ SENDS = frozenset({"s", "rcs", "rrs", "rrcs"})
 RECEIVES = frozenset({"r", "rcs", "rrs", "rrc", "rrcs"})
 REDUCES = frozenset({"rrs", "rrc", "rrcs", "re"})
 BUFFERS = ("i", "o", "s")
+# Which local operands each step type uses (src is the LOCAL operand of rrs/rrc/rrcs).
+READS_SRC = frozenset({"s", "rrs", "rrc", "rrcs", "cpy", "re"})
+WRITES_DST = frozenset({"r", "rcs", "rrc", "rrcs", "cpy", "re"})
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,11 @@ from synth.program.ir import Program
 
 def load_program(path: str | os.PathLike) -> Program:
     """Load a program; the format comes from the extension, else from the first character (< or {)."""
+    return load_program_format(path)[0]
+
+
+def load_program_format(path: str | os.PathLike) -> tuple[Program, str]:
+    """``load_program`` and the format it read: ``"xml"`` or ``"json"`` (verify holds XML to the runtimes)."""
     from synth.program.json_io import program_from_json
     from synth.program.msccl_xml import program_from_xml
 
@@ -21,15 +26,11 @@ def load_program(path: str | os.PathLike) -> Program:
     except (OSError, UnicodeDecodeError) as exc:
         raise SynthError(f"{p}: cannot read program file ({exc.__class__.__name__}: {exc})") from None
     ext = p.suffix.lower()
-    if ext == ".xml":
-        return program_from_xml(text, str(p))
-    if ext == ".json":
-        return program_from_json(text, str(p))
     head = text.lstrip()[:1]
-    if head == "<":
-        return program_from_xml(text, str(p))
-    if head == "{":
-        return program_from_json(text, str(p))
+    if ext == ".xml" or (ext != ".json" and head == "<"):
+        return program_from_xml(text, str(p)), "xml"
+    if ext == ".json" or head == "{":
+        return program_from_json(text, str(p)), "json"
     raise SynthError(f"{p}: not a program file (expected MSCCL XML or a synth JSON program)")
 
 

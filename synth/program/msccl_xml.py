@@ -17,19 +17,38 @@ and no ``<?xml?>`` prolog, so the writer emits exactly that.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from xml.sax.saxutils import quoteattr
 
 from synth.collectives import COLL_ALIASES, COLLECTIVES, ROOTED
 from synth.errors import SynthError
-from synth.program.ir import BUFFERS, RECEIVES, SENDS, STEP_TYPES, Gpu, Program, Step, Threadblock
+from synth.program.ir import (
+    BUFFERS,
+    READS_SRC,
+    RECEIVES,
+    SENDS,
+    STEP_TYPES,
+    WRITES_DST,
+    Gpu,
+    Program,
+    Step,
+    Threadblock,
+)
 from synth.runtime_limits import (
     MAX_CHANNELS,
     MAX_DEPENDED_TB,
+    MAX_OFFSET,
+    MAX_PARSE_BUFFER_CHUNKS,
+    MAX_PARSE_TOTAL_CHUNKS,
+    MAX_RANKS,
     MAX_STEP_CHUNKS,
     MAX_STEPS_PER_TB,
     MAX_TB_PER_CHANNEL,
     MAX_THREADBLOCKS,
     MAX_XML_NODES,
+    NTHREADS_MULTIPLE,
+    PROTOCOLS,
+    RUNTIME_COLLECTIVES,
 )
 
 COLL_SPELLINGS = ("reduce_scatter", "reducescatter")
@@ -85,6 +104,14 @@ def _int(elem: ET.Element, key: str, where: str, default: int | None = None) -> 
         raise SynthError(f"{where}: attribute {key}={raw!r} is not an integer") from None
 
 
+def _capped(value: int, cap: int, what: str, where: str) -> int:
+    """``value`` if at most ``cap``: checked before anything is sized from it (a huge one is a clear error)."""
+    if value > cap:
+        raise SynthError(f"{where}: {what}={value} exceeds the reader's cap of {cap}; not a program synth can "
+                         "check (the MSCCL runtimes could not run it either)")
+    return value
+
+
 def _canonical_coll(raw: str) -> str:
     key = raw.strip().lower()
     key = COLL_ALIASES.get(key, key)
@@ -108,7 +135,8 @@ def _parse_step(elem: ET.Element, where: str) -> tuple[int, Step]:
     if hasdep not in (0, 1):
         raise SynthError(f"{where}: hasdep must be 0 or 1, not {hasdep}")
     step = Step(type=stype, srcbuf=bufs["srcbuf"], srcoff=_int(elem, "srcoff", where, 0),
-                dstbuf=bufs["dstbuf"], dstoff=_int(elem, "dstoff", where, 0), cnt=_int(elem, "cnt", where, 1),
+                dstbuf=bufs["dstbuf"], dstoff=_int(elem, "dstoff", where, 0),
+                cnt=_capped(_int(elem, "cnt", where, 1), MAX_PARSE_BUFFER_CHUNKS, "cnt", where),
                 depid=_int(elem, "depid", where, -1), deps=_int(elem, "deps", where, -1), hasdep=bool(hasdep))
     return _int(elem, "s", where, -1), step
 
@@ -137,9 +165,9 @@ def _usage(threadblocks: tuple[Threadblock, ...], buffer: str) -> int:
         for st in tb.steps:
             if st.type == "nop":
                 continue
-            if st.srcbuf == buffer and st.type in ("s", "rrs", "rrc", "rrcs", "cpy", "re"):
+            if st.srcbuf == buffer and st.type in READS_SRC:
                 top = max(top, st.srcoff + st.cnt)
-            if st.dstbuf == buffer and st.type in ("r", "rcs", "rrc", "rrcs", "cpy", "re"):
+            if st.dstbuf == buffer and st.type in WRITES_DST:
                 top = max(top, st.dstoff + st.cnt)
     return top
 
@@ -156,16 +184,21 @@ def program_from_xml(text: str, source: str = "<xml>") -> Program:
     coll_raw = root.get("coll")
     if coll_raw is None:
         raise SynthError(f"{where}: missing required attribute 'coll'")
+    if "ngpus" in root.attrib:
+        _capped(_int(root, "ngpus", where), MAX_RANKS, "ngpus", where)
     gpus = []
+    total = 0
     for k, elem in enumerate(root):
         if elem.tag != "gpu":
             continue
         gid = _int(elem, "id", f"{source}: <gpu> #{k}")
         wg = f"{source}: <gpu id={gid}>"
         tbs = tuple(_parse_tb(child, wg, j) for j, child in enumerate(elem) if child.tag == "tb")
-        gpus.append(Gpu(id=gid, i_chunks=_int(elem, "i_chunks", wg, _usage(tbs, "i")),
-                        o_chunks=_int(elem, "o_chunks", wg, _usage(tbs, "o")),
-                        s_chunks=_int(elem, "s_chunks", wg, _usage(tbs, "s")), threadblocks=tbs))
+        sizes = {key: _capped(_int(elem, f"{key}_chunks", wg, _usage(tbs, key)), MAX_PARSE_BUFFER_CHUNKS,
+                              f"{key}_chunks", wg) for key in BUFFERS}
+        total += sum(sizes.values())
+        _capped(total, MAX_PARSE_TOTAL_CHUNKS, "the buffers' chunks so far", wg)
+        gpus.append(Gpu(id=gid, i_chunks=sizes["i"], o_chunks=sizes["o"], s_chunks=sizes["s"], threadblocks=tbs))
     gpus.sort(key=lambda g: g.id)
     ngpus = _int(root, "ngpus", where, len(gpus))
     ids = [g.id for g in gpus]
@@ -190,63 +223,124 @@ def program_from_xml(text: str, source: str = "<xml>") -> Program:
 
 
 # ---- runtime limits -------------------------------------------------------------------------------
-def check_runtime_limits(program: Program) -> None:
-    """Raise SynthError on the first structural limit an MSCCL runtime would reject.
+_BUFFER_NAMES = {"i": "input", "o": "output", "s": "scratch"}
 
-    Checks (msccl-executor-nccl parser and docs/programs.md): dense tb ids from 0 per gpu, peer != self and in
-    range, a send/receive needs a peer, depended-on tb ids <= 127, <= 64 steps per tb, 1 <= cnt < 72,
-    channels < nchannels <= 32, <= 32 send (and recv) threadblocks per channel, <= 1024 threadblocks
-    per gpu, <= 4096 XML nodes per rank.
+
+def runtime_limit_errors(program: Program, msccl: bool = True) -> Iterator[str]:
+    """Every reason an MSCCL runtime's XML loader would refuse ``program``, lazily, one line each.
+
+    The structural checks (dense threadblock ids, 1 <= nchannels, chan < nchannels, peers, a peer for
+    every send and receive, nchunksperloop >= 1, buffer sizes >= 0, byte range, protocol, collective, a
+    ``nop`` dependency chain ending on a step with its own dependency) apply to any program; with
+    ``msccl`` also the capacity limits of the runtimes' fixed-size structures (docs/programs.md table):
+    channels, threadblocks, peers per channel, steps, cnt, depended-on ids, int16 offsets, and XML
+    nodes. JSON programs are held only to the structural ones.
     """
     n = program.num_ranks
-    if program.nchannels > MAX_CHANNELS:
-        raise SynthError(f"runtime limit: nchannels={program.nchannels} exceeds {MAX_CHANNELS} channels; "
-                         "use fewer channels (--max-trees)")
+    yield from _algo_errors(program, msccl)
     for gpu in program.gpus:
         r = gpu.id
         tbs = gpu.threadblocks
-        if len(tbs) > MAX_THREADBLOCKS:
-            raise SynthError(f"runtime limit: rank {r} has {len(tbs)} threadblocks, more than "
-                             f"{MAX_THREADBLOCKS}; use fewer trees or channels (--max-trees)")
-        for role in ("send", "recv"):
-            per_chan: dict[int, int] = {}
-            for tb in tbs:
-                if getattr(tb, role) >= 0:
-                    per_chan[tb.chan] = per_chan.get(tb.chan, 0) + 1
-            for chan, count in per_chan.items():
-                if count > MAX_TB_PER_CHANNEL:
-                    raise SynthError(f"runtime limit: rank {r} channel {chan} has {count} threadblocks with a {role} "
-                                     f"peer, more than {MAX_TB_PER_CHANNEL}; spread over channels or use fewer "
-                                     "trees (--max-trees)")
+        for buf in BUFFERS:
+            if gpu.chunks(buf) < 0:
+                yield f"rank {r}: {buf}_chunks={gpu.chunks(buf)} is negative"
         ids = sorted(tb.id for tb in tbs)
         if ids != list(range(len(tbs))):
-            raise SynthError(f"runtime limit: rank {r} threadblock ids {ids} are not dense from 0")
-        nodes = 1 + n + len(tbs) + sum(len(tb.steps) for tb in tbs)
-        if nodes > MAX_XML_NODES:
-            raise SynthError(f"runtime limit: rank {r} needs {nodes} XML nodes, more than {MAX_XML_NODES}; "
-                             "use fewer chunks (--chunks) or trees (--max-trees)")
+            shown = ids if len(ids) <= 8 else ids[:8] + ["..."]
+            yield f"rank {r} threadblock ids {shown} are not dense from 0 (the runtimes need 0..{len(tbs) - 1})"
+        if msccl:
+            yield from _capacity_errors(program, gpu)
         for tb in tbs:
             where = f"rank {r} tb {tb.id}"
             for peer, role in ((tb.send, "send"), (tb.recv, "recv")):
                 if peer == r:
-                    raise SynthError(f"runtime limit: {where} has {role} peer equal to itself")
-                if peer < -1 or peer >= n:
-                    raise SynthError(f"runtime limit: {where} has {role} peer {peer}, not a rank (0..{n - 1})")
-            if not 0 <= tb.chan < max(program.nchannels, 1) or tb.chan >= MAX_CHANNELS:
-                raise SynthError(f"runtime limit: {where} uses channel {tb.chan}, outside 0..{program.nchannels - 1}"
-                                 f" (at most {MAX_CHANNELS} channels; --max-trees)")
-            if len(tb.steps) > MAX_STEPS_PER_TB:
-                raise SynthError(f"runtime limit: {where} has {len(tb.steps)} steps, more than "
-                                 f"{MAX_STEPS_PER_TB}; use fewer chunks (--chunks)")
-            for s, st in enumerate(tb.steps):
-                wst = f"{where} step {s} ({st.type})"
-                if st.type != "nop" and not 1 <= st.cnt <= MAX_STEP_CHUNKS:
-                    raise SynthError(f"runtime limit: {wst} has cnt={st.cnt}, must be 1..{MAX_STEP_CHUNKS}; "
-                                     "use fewer chunks (--chunks)")
-                if st.type in SENDS and tb.send < 0:
-                    raise SynthError(f"runtime limit: {wst} sends but the threadblock has no send peer")
-                if st.type in RECEIVES and tb.recv < 0:
-                    raise SynthError(f"runtime limit: {wst} receives but the threadblock has no recv peer")
-                if st.depid > MAX_DEPENDED_TB:
-                    raise SynthError(f"runtime limit: {wst} depends on tb {st.depid}; depended-on tb ids "
-                                     f"must be <= {MAX_DEPENDED_TB}; use fewer trees (--max-trees)")
+                    yield f"{where} has {role} peer equal to itself"
+                elif peer < -1 or peer >= n:
+                    yield f"{where} has {role} peer {peer}, not a rank (0..{n - 1})"
+            if not 0 <= tb.chan < max(program.nchannels, 1) or (msccl and tb.chan >= MAX_CHANNELS):
+                yield (f"{where} uses channel {tb.chan}, outside 0..{program.nchannels - 1}"
+                       f" (at most {MAX_CHANNELS} channels; --max-trees)")
+            yield from _step_errors(tb, where, gpu, msccl)
+
+
+def _algo_errors(program: Program, msccl: bool) -> Iterator[str]:
+    """The ``<algo>`` attributes' checks."""
+    if program.nchannels < 1:
+        yield f"nchannels={program.nchannels}: a program needs at least one channel"
+    elif msccl and program.nchannels > MAX_CHANNELS:
+        yield f"nchannels={program.nchannels} exceeds {MAX_CHANNELS} channels; use fewer channels (--max-trees)"
+    if program.nchunksperloop < 1:
+        yield f"nchunksperloop={program.nchunksperloop} must be at least 1 (the runtimes divide the buffer by it)"
+    if msccl and program.num_ranks > MAX_RANKS:
+        yield f"ngpus={program.num_ranks} exceeds {MAX_RANKS} (the runtimes store peers as int16)"
+    if program.proto not in PROTOCOLS:
+        yield f"proto={program.proto!r} is not one of {', '.join(PROTOCOLS)}"
+    if program.collective not in RUNTIME_COLLECTIVES:
+        yield f"coll={program.collective!r} is a collective neither MSCCL runtime loads"
+    if program.min_bytes < 0 or program.max_bytes < 0:
+        yield f"minBytes={program.min_bytes} / maxBytes={program.max_bytes} must not be negative"
+    elif 0 < program.max_bytes < program.min_bytes:
+        yield f"minBytes={program.min_bytes} is greater than maxBytes={program.max_bytes}"
+    xml_extra = program.extra.get("xml_attrs", {}) if isinstance(program.extra, dict) else {}
+    nthreads = str(xml_extra.get("nthreads", "0")).strip()
+    if msccl and not (nthreads.isdigit() and int(nthreads) % NTHREADS_MULTIPLE == 0):
+        yield f"nthreads={nthreads!r} must be a multiple of {NTHREADS_MULTIPLE} (microsoft/msccl)"
+
+
+def _capacity_errors(program: Program, gpu: Gpu) -> Iterator[str]:
+    """One rank's counts against the runtimes' fixed-size tables."""
+    r, tbs = gpu.id, gpu.threadblocks
+    if len(tbs) > MAX_THREADBLOCKS:
+        yield f"rank {r} has {len(tbs)} threadblocks, more than {MAX_THREADBLOCKS}; use fewer trees or channels " \
+              "(--max-trees)"
+    for role in ("send", "recv"):
+        per_chan: dict[int, int] = {}
+        for tb in tbs:
+            if getattr(tb, role) >= 0:
+                per_chan[tb.chan] = per_chan.get(tb.chan, 0) + 1
+        for chan, count in per_chan.items():
+            if count > MAX_TB_PER_CHANNEL:
+                yield (f"rank {r} channel {chan} has {count} threadblocks with a {role} peer, more than "
+                       f"{MAX_TB_PER_CHANNEL}; spread over channels or use fewer trees (--max-trees)")
+    nodes = 1 + program.num_ranks + len(tbs) + sum(len(tb.steps) for tb in tbs)
+    if nodes > MAX_XML_NODES:
+        yield f"rank {r} needs {nodes} XML nodes, more than {MAX_XML_NODES}; use fewer chunks (--chunks) or " \
+              "trees (--max-trees)"
+
+
+def _step_errors(tb: Threadblock, where: str, gpu: Gpu, msccl: bool) -> Iterator[str]:
+    """One threadblock's steps."""
+    if msccl and len(tb.steps) > MAX_STEPS_PER_TB:
+        yield f"{where} has {len(tb.steps)} steps, more than {MAX_STEPS_PER_TB}; use fewer chunks (--chunks)"
+    pending_nops = False   # nops carrying dependencies, which the runtimes attach to the next real step
+    for s, st in enumerate(tb.steps):
+        wst = f"{where} step {s} ({st.type})"
+        if st.type in SENDS and tb.send < 0:
+            yield f"{wst} sends but the threadblock has no send peer"
+        if st.type in RECEIVES and tb.recv < 0:
+            yield f"{wst} receives but the threadblock has no recv peer"
+        if msccl and st.depid > MAX_DEPENDED_TB:   # nops' dependencies are stored too (int8)
+            yield (f"{wst} depends on tb {st.depid}; depended-on tb ids must be <= {MAX_DEPENDED_TB}; "
+                   "use fewer trees (--max-trees)")
+        if st.type == "nop":
+            pending_nops = pending_nops or st.depid >= 0
+            continue
+        if pending_nops and st.depid < 0:
+            yield (f"{wst} follows nop steps with dependencies but has none itself; the runtimes require the "
+                   "last dependency of such a chain on the step")
+        pending_nops = False
+        if not msccl:
+            continue
+        if not 1 <= st.cnt <= MAX_STEP_CHUNKS:
+            yield f"{wst} has cnt={st.cnt}, must be 1..{MAX_STEP_CHUNKS}; use fewer chunks (--chunks)"
+        for used, buf, off in ((st.type in READS_SRC, st.srcbuf, st.srcoff),
+                               (st.type in WRITES_DST, st.dstbuf, st.dstoff)):
+            if used and off > MAX_OFFSET:
+                yield (f"{wst}: {_BUFFER_NAMES.get(buf, buf)} offset {off} exceeds the runtimes' int16 offset "
+                       f"limit ({MAX_OFFSET}); use fewer chunks (--chunks)")
+
+
+def check_runtime_limits(program: Program) -> None:
+    """Raise SynthError on the first reason an MSCCL runtime would refuse ``program`` as XML."""
+    for problem in runtime_limit_errors(program, msccl=True):
+        raise SynthError(f"runtime limit: {problem}")
