@@ -428,9 +428,9 @@ def test_cli_json_program_uses_its_topology_and_size(topo_files, tmp_path):
     path = save_program(program, tmp_path / "ring.json")
     out = CliRunner().invoke(cli, ["simulate", str(path), "--json"])
     assert out.exit_code == 0, out.output
-    assert close(json.loads(out.output)["time_us"], 3 * t_us(SIZE / 4))
+    assert close(json.loads(out.stdout)["time_us"], 3 * t_us(SIZE / 4))
     out = CliRunner().invoke(cli, ["simulate", str(path), "-s", "1GiB", "--json"])
-    assert close(json.loads(out.output)["time_us"], 3 * t_us(2**30 / 4))
+    assert close(json.loads(out.stdout)["time_us"], 3 * t_us(2**30 / 4))
 
 
 def test_ring_allgather_on_generated_torus():
