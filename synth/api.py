@@ -194,7 +194,7 @@ def simulate(program: Program | str | os.PathLike, topology: Topology | str, siz
     program : Program or path
         A program or a program file.
     topology : Topology or str
-        The fabric it runs on.
+        The fabric it runs on; it must have the content the program records (``fabric.sha256``), if any.
     size : str or int, optional
         The buffer SIZE; by default the size the program was made for.
 
@@ -203,6 +203,11 @@ def simulate(program: Program | str | os.PathLike, topology: Topology | str, siz
     SimResult
         ``time_us``, ``algbw_GBps``, ``busbw_GBps`` and link utilisation.
 
+    Raises
+    ------
+    SynthError
+        ``topology`` has other content than the fabric the program was made for.
+
     Examples
     --------
     >>> import synth
@@ -210,9 +215,12 @@ def simulate(program: Program | str | os.PathLike, topology: Topology | str, siz
     >>> synth.simulate(r.program, "dgx1", "64MiB").time_us == r.time_us             # doctest: +SKIP
     True
     """
+    from synth.program.fabric import check_fabric
     from synth.simulation import simulate as run
 
-    return run(_program(program), _topology(topology), None if size is None else _size(size))
+    program, topology = _program(program), _topology(topology)
+    check_fabric(program, topology, "the topology given")
+    return run(program, topology, None if size is None else _size(size))
 
 
 def execute(program: Program | str | os.PathLike, size: str | int = "1MiB", *, backend: str = "gloo",

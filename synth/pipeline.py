@@ -232,12 +232,14 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
     wall-clock safety stop whose cuts are listed as ``not_tried``. Raises :class:`SynthError` when the method fails,
     times out without a schedule, or produces a program that does not verify.
     """
+    from synth.program.fabric import fabric_of
     from synth.simulation import simulate
 
     if isinstance(topology, str):
         from synth.topology.io import load_topology
 
         topology = load_topology(topology)
+    fabric = fabric_of(topology)   # the fabric as given, not the capped copy below (other content, same times)
     # methods plan on the rates transfers can reach; no transfer takes longer or shorter on it
     topology = topology.circuit_capacities()
     options = options or SynthOptions()
@@ -345,7 +347,7 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
         bound_us=bound,
         gap=gap,
         synthesis_s=elapsed,
-        program=program,
+        program=program.with_(fabric=fabric),
         schedule=schedule,
         collective=schedule.collective,
         topology=topology.name,

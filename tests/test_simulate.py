@@ -338,9 +338,12 @@ def test_fixtures_through_load_program():
 def cli_with_loaders(monkeypatch):
     """The CLI with the loaders pointed at in-test objects (real loaders are tested elsewhere)."""
     import synth.cli.cmd_simulate as cmd
+    import synth.program.fabric as fabric
     from synth.cli import cli
 
-    programs = {"ring.json": ring_allgather(4).with_(topology="ring4"), "foreign.xml": ring_allgather(4)}
+    # a synthesized program records its fabric (docs/programs.md); the foreign XML names none
+    programs = {"ring.json": ring_allgather(4).with_(topology="ring4", fabric=fabric.fabric_of(ring_topo(4))),
+                "foreign.xml": ring_allgather(4)}
 
     def load_program(path):
         key = Path(path).name
@@ -354,7 +357,7 @@ def cli_with_loaders(monkeypatch):
         return ring_topo(4)
 
     monkeypatch.setattr(cmd, "load_program_arg", load_program)
-    monkeypatch.setattr(cmd, "load_topology_arg", load_topology)
+    monkeypatch.setattr(fabric, "load_topology", load_topology)
     return cli
 
 
@@ -425,9 +428,9 @@ def test_cli_json_program_uses_its_topology_and_size(topo_files, tmp_path):
     path = save_program(program, tmp_path / "ring.json")
     out = CliRunner().invoke(cli, ["simulate", str(path), "--json"])
     assert out.exit_code == 0, out.output
-    assert close(json.loads(out.output)["time_us"], 3 * t_us(SIZE / 4))
+    assert close(json.loads(out.stdout)["time_us"], 3 * t_us(SIZE / 4))
     out = CliRunner().invoke(cli, ["simulate", str(path), "-s", "1GiB", "--json"])
-    assert close(json.loads(out.output)["time_us"], 3 * t_us(2**30 / 4))
+    assert close(json.loads(out.stdout)["time_us"], 3 * t_us(2**30 / 4))
 
 
 def test_ring_allgather_on_generated_torus():

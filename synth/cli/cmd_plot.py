@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from synth.cli.common import emit_json, guarded, json_option, load_program_arg, load_topology_arg
+from synth.cli.common import emit_json, fabric_arg, guarded, json_option, load_program_arg, load_topology_arg
 from synth.errors import SynthError
 
 KINDS = ("gantt", "links", "topology", "gaps")
@@ -51,10 +51,7 @@ def command(source: str | None, kind: str | None, output: str, topology_name: st
         if table:
             raise SynthError(f"{source} is a sweep table; only --kind gaps draws tables")
         program = load_program_arg(source)
-        name = topology_name or program.topology
-        if not name:
-            raise SynthError(f"{source}: the program names no topology (foreign MSCCL XML?); pass -t TOPOLOGY")
-        topology = load_topology_arg(name)
+        topology = fabric_arg(program, topology_name, source)
         if kind == "topology":
             path = plots.plot_topology(topology, output)
         else:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import click
 
-from synth.cli.common import emit_json, guarded, json_option, load_program_arg, load_topology_arg
-from synth.errors import SynthError
+from synth.cli.common import emit_json, fabric_arg, guarded, json_option, load_program_arg
 
 TOP_LINKS = 8
 
@@ -27,10 +26,7 @@ def command(prog: str, topology_name: str | None, size: str | None, gantt: str |
     from synth.units import parse_size
 
     program = load_program_arg(prog)
-    name = topology_name or program.topology
-    if not name:
-        raise SynthError(f"{prog}: the program names no topology (foreign MSCCL XML?); pass -t TOPOLOGY")
-    topology = load_topology_arg(name)
+    topology = fabric_arg(program, topology_name, prog)
     size_bytes = parse_size(size) if size is not None else None
     result = simulate(program, topology, size_bytes, record_events=gantt is not None)
     output = None

@@ -196,7 +196,7 @@ def generate_cmd(kind: str, n: int | None, dims: str | None, dim: int | None, bw
       synth topology generate boxes --boxes 2 --per-box 8 --bw 300 --alpha 0.7 --nic-bw 25 -o a100x2.yaml
     """
     from synth.topology import generators as gen
-    from synth.topology.io import dump_topology, hop_diameter, save_topology
+    from synth.topology.io import check_not_shadowing, dump_topology, hop_diameter, save_topology
 
     if kind in ("ring", "line", "fully-connected", "star"):
         count = _need(n, "-n/--ranks", kind)
@@ -228,6 +228,7 @@ def generate_cmd(kind: str, n: int | None, dims: str | None, dim: int | None, bw
             ib_alpha=ib_alpha, name=name,
         )
 
+    check_not_shadowing(topo)   # on stdout too: the text is written to a file next
     if output:
         save_topology(topo, output)
     info = {**_summary(topo), "diameter": hop_diameter(topo), "output": output}

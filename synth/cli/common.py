@@ -7,11 +7,15 @@ import json
 import math
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from synth.errors import CheckFailed, SynthError
+
+if TYPE_CHECKING:
+    from synth.program.ir import Program
+    from synth.topology.model import Topology
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 
@@ -84,3 +88,13 @@ def load_program_arg(path: str):
     from synth.program.load import load_program
 
     return load_program(path)
+
+
+def fabric_arg(program: Program, topology_name: str | None, prog: str) -> Topology:
+    """The topology to time ``program`` on (:func:`synth.program.fabric.resolve_fabric`); warnings go to stderr."""
+    from synth.program.fabric import resolve_fabric
+
+    topology, warnings = resolve_fabric(program, topology_name, prog)
+    for warning in warnings:
+        click.echo(f"warning: {warning}", err=True)
+    return topology

@@ -13,6 +13,10 @@ others depend on. Offsets and ``cnt`` count chunks.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from synth.topology.model import Topology
 
 STEP_TYPES = ("s", "r", "rcs", "rrs", "rrc", "rrcs", "cpy", "re", "nop")
 SENDS = frozenset({"s", "rcs", "rrs", "rrcs"})
@@ -67,6 +71,18 @@ class Gpu:
 
 
 @dataclass(frozen=True)
+class Fabric:
+    """The fabric a program was made for (docs/programs.md, ``fabric``): its name, content hash
+    (:attr:`Topology.sha256`), where it came from (``builtin:NAME``, ``file:/abs/path``, ``generated``)
+    and, when known, the topology itself, which makes a program file self-contained."""
+
+    name: str
+    sha256: str
+    source: str
+    topology: Topology | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
 class Program:
     name: str
     collective: str
@@ -85,6 +101,8 @@ class Program:
     size_bytes: float | None = None
     chunk_bytes: float | None = None
     predicted_time_us: float | None = None
+    # not compared: the same steps are the same program wherever they came from
+    fabric: Fabric | None = field(default=None, compare=False)
     extra: dict = field(default_factory=dict, compare=False)
 
     def with_(self, **changes) -> Program:

@@ -13,7 +13,7 @@ from functools import lru_cache
 from importlib import resources
 
 from synth.errors import SynthError
-from synth.program.ir import Gpu, Program, Step, Threadblock
+from synth.program.ir import Fabric, Gpu, Program, Step, Threadblock
 
 FORMAT = "synth-program"
 VERSION = 1
@@ -64,6 +64,7 @@ def program_to_dict(program: Program) -> dict:
         "chunk_factor": program.chunk_factor, "size_bytes": _number(program.size_bytes),
         "chunk_bytes": _number(program.chunk_bytes), "predicted_time_us": _number(program.predicted_time_us),
         "extra": program.extra if isinstance(program.extra, dict) else {},
+        **({"fabric": _fabric_to_dict(program.fabric)} if program.fabric is not None else {}),
         "step_fields": list(STEP_FIELDS),
         "gpus": [{"id": g.id, "i_chunks": g.i_chunks, "o_chunks": g.o_chunks, "s_chunks": g.s_chunks,
                   "threadblocks": [{"id": tb.id, "send": tb.send, "recv": tb.recv, "chan": tb.chan,
@@ -71,6 +72,28 @@ def program_to_dict(program: Program) -> dict:
                  for g in program.gpus],
     }
     return doc
+
+
+def _fabric_to_dict(fabric: Fabric) -> dict:
+    from synth.topology.io import topology_to_dict
+
+    doc = {"name": fabric.name, "sha256": fabric.sha256, "source": fabric.source}
+    if fabric.topology is not None:
+        doc["topology"] = topology_to_dict(fabric.topology)
+    return doc
+
+
+def _fabric_from_dict(doc: dict, source: str) -> Fabric:
+    """The ``fabric`` entry; an embedded topology must hash to the recorded sha256 (else the file was edited)."""
+    from synth.topology.io import parse_topology
+
+    topology = None
+    if "topology" in doc:
+        topology = parse_topology(doc["topology"], f"{source}: fabric.topology")
+        if topology.sha256 != doc["sha256"]:
+            raise SynthError(f"{source}: the embedded fabric.topology has sha256 {topology.sha256[:12]}, not the "
+                             f"recorded fabric.sha256 {doc['sha256'][:12]}; the file was edited: synthesize it again")
+    return Fabric(name=doc["name"], sha256=doc["sha256"], source=doc["source"], topology=topology)
 
 
 def program_to_json(program: Program) -> str:
@@ -114,6 +137,7 @@ def program_from_dict(doc, source: str = "<json>") -> Program:
         max_bytes=doc.get("max_bytes", 0), topology=doc.get("topology"), chunk_factor=doc.get("chunk_factor"),
         size_bytes=doc.get("size_bytes"), chunk_bytes=doc.get("chunk_bytes"),
         predicted_time_us=doc.get("predicted_time_us"), extra=doc.get("extra", {}),
+        fabric=_fabric_from_dict(doc["fabric"], source) if "fabric" in doc else None,
     )
 
 

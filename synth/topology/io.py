@@ -35,6 +35,8 @@ __all__ = [
     "check_topology",
     "hop_diameter",
     "merge_links",
+    "provenance",
+    "check_not_shadowing",
 ]
 
 _YAML_SUFFIXES = {".yaml", ".yml"}
@@ -507,6 +509,33 @@ def load_topology(name_or_path: str | os.PathLike) -> Topology:
         return read_topology_file(builtin)
     names = ", ".join(builtin_names())
     raise SynthError(f"{name_or_path}: no such file and no built-in topology of that name (built-ins: {names})")
+
+
+def provenance(topology: Topology) -> str:
+    """Where ``topology`` came from, as recorded in a program: ``builtin:NAME`` for a built-in file,
+    ``file:/abs/path`` for another file, ``generated`` for one built in memory (generators, API)."""
+    if topology.source is None:
+        return "generated"
+    path = Path(topology.source)
+    if not path.is_file():
+        return "generated"
+    path = path.resolve()
+    builtin = builtin_path(path.stem)
+    if builtin is not None and builtin.resolve() == path:
+        return f"builtin:{path.stem}"
+    return f"file:{path}"
+
+
+def check_not_shadowing(topology: Topology) -> None:
+    """Refuse a topology named like a built-in with other content: a program made for it would name a fabric
+    that ``-t NAME`` resolves to something else. The same content under that name is fine."""
+    builtin = builtin_path(topology.name)
+    if builtin is None:
+        return
+    theirs = read_topology_file(builtin).sha256
+    if theirs != topology.sha256:
+        raise SynthError(f"topology {topology.name!r} shadows the built-in of that name with other content "
+                         f"(sha256 {topology.sha256[:12]} vs built-in {theirs[:12]}); pass --name to name it otherwise")
 
 
 def dump_topology(topology: Topology, fmt: str = "yaml") -> str:

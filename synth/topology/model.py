@@ -6,6 +6,8 @@ Links are directed and merged: parallel entries of a file add their bandwidth (d
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -59,6 +61,21 @@ class Topology:
                 return int(name)
             raise KeyError(name)
         return self.num_ranks + self.switches.index(str(name)) if name in self.switches else _raise(name)
+
+    @cached_property
+    def sha256(self) -> str:
+        """Content hash of the fabric (hex): what a program was made for (docs/topology.md, "Identity").
+
+        SHA-256 of the UTF-8 compact JSON ``{"format": "synth-fabric/1", "ranks": N, "switches": [names],
+        "links": [[src, dst, bw, alpha], ...]}`` with node ids as in this model, ``bw``/``alpha`` as floats and
+        links sorted by ``(src, dst)``. The name, description, ``machines`` and ``source`` are left out: they
+        do not change how long any transfer takes, and a renamed copy is the same fabric.
+        """
+        links = sorted((link.src, link.dst, float(link.bw), float(link.alpha)) for link in self.links)
+        doc = {"format": "synth-fabric/1", "ranks": self.num_ranks, "switches": list(self.switches),
+               "links": [list(link) for link in links]}
+        text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
     @cached_property
     def link_map(self) -> dict[tuple[int, int], Link]:

@@ -1,0 +1,67 @@
+"""Which fabric a program runs on (docs/programs.md, ``fabric``).
+
+A program records its fabric's content hash (:attr:`synth.topology.model.Topology.sha256`), where the
+fabric came from, and the fabric itself. :func:`resolve_fabric` picks the topology for ``simulate`` and
+``plot``: a ``-t`` argument must hash the same; without one, the embedded fabric; never another file
+found by the name alone. Programs from before the hash (and foreign XML with ``-t``) still work, unchecked.
+"""
+
+from __future__ import annotations
+
+from synth.errors import SynthError
+from synth.program.ir import Fabric, Program
+from synth.topology.builtin import builtin_path
+from synth.topology.io import load_topology, provenance, read_topology_file
+from synth.topology.model import Topology
+
+
+def fabric_of(topology: Topology) -> Fabric:
+    """The :class:`Fabric` record of ``topology``, which it embeds."""
+    return Fabric(name=topology.name, sha256=topology.sha256, source=provenance(topology), topology=topology)
+
+
+def check_fabric(program: Program, topology: Topology, given: str, where: str = "the program") -> None:
+    """Refuse to run ``program`` on a ``topology`` (named ``given`` in the message) of other content."""
+    fabric = program.fabric
+    if fabric is None or fabric.sha256 == topology.sha256:
+        return
+    fix = ("drop -t to use the fabric embedded in the program, or pass -t FILE with the fabric it was made for"
+           if fabric.topology is not None else "pass -t FILE with the fabric it was made for")
+    raise SynthError(f"{where} was made for fabric {fabric.name!r} sha256 {fabric.sha256[:12]} ({fabric.source}), "
+                     f"but {given} is {topology.name!r} sha256 {topology.sha256[:12]} ({provenance(topology)}); "
+                     f"{fix}")
+
+
+def _recorded(fabric: Fabric, where: str) -> Topology:
+    """The fabric a program without an embedded copy names by provenance (a built-in, or a file)."""
+    kind, _, ref = fabric.source.partition(":")
+    path = builtin_path(ref) if kind == "builtin" else ref if kind == "file" else None
+    if not path:
+        raise SynthError(f"{where} carries no copy of its fabric {fabric.name!r} ({fabric.source}); "
+                         "pass -t FILE with the fabric it was made for")
+    return read_topology_file(path)
+
+
+def resolve_fabric(program: Program, topology: str | Topology | None,
+                   where: str = "the program") -> tuple[Topology, list[str]]:
+    """The topology to time ``program`` on, from ``-t`` (``topology``) or the program, and warnings.
+
+    Raises :class:`SynthError` where the content differs from the fabric the program was made for.
+    """
+    if topology is not None:
+        given = f"-t {topology}" if isinstance(topology, str) else "the topology given"
+        topo = load_topology(topology) if isinstance(topology, str) else topology
+        check_fabric(program, topo, given, where)
+        return topo, []
+    fabric = program.fabric
+    if fabric is None:
+        if not program.topology:
+            raise SynthError(f"{where}: the program names no topology (foreign MSCCL XML?); pass -t TOPOLOGY")
+        topo = load_topology(program.topology)
+        return topo, [f"{where} records only the topology name {program.topology!r}, no content hash: the fabric "
+                      f"is unchecked, resolved by name to {provenance(topo)} (synthesize it again to record it)"]
+    if fabric.topology is not None:
+        return fabric.topology, []
+    topo = _recorded(fabric, where)
+    check_fabric(program, topo, f"its recorded source {fabric.source}", where)
+    return topo, []
