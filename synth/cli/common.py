@@ -7,7 +7,7 @@ import json
 import math
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -18,7 +18,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print one JS
 
 # Upper limits of integer options: far above any useful value, low enough that a typo such as
 # --chunks 100000000 fails at once instead of running out of memory or time.
-MAX_CHUNKS = 1024
+MAX_CHUNKS = 1_000_000  # trees explains why a count this large does not fit the runtime
 MAX_THREADS = 1024
 MAX_TREES = 4096
 MAX_JOBS = 1024
@@ -28,7 +28,27 @@ MAX_RANKS = 1_000_000  # the topology schema's limit
 MAX_SECONDS = 1e6
 
 
-class FiniteFloat(click.FloatRange):
+class OptionError(click.BadParameter):
+    """A bad option value, shown like every other error: one ``error:`` line (no usage banner)."""
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+class _OneLineErrors:
+    """Mixin for parameter types: their failures are :class:`OptionError`."""
+
+    def fail(self, message: str, param: click.Parameter | None = None, ctx: click.Context | None = None) -> NoReturn:
+        raise OptionError(message, ctx=ctx, param=param)
+
+
+class Count(_OneLineErrors, click.IntRange):
+    """An integer in a closed range."""
+
+    name = "integer"
+
+
+class FiniteFloat(_OneLineErrors, click.FloatRange):
     """A float in a range that is also finite: ``nan`` passes every range comparison and ``inf``
     makes deadlines that never come, so both are refused like any bad value."""
 
@@ -49,9 +69,9 @@ BANDWIDTH = FiniteFloat(0, min_open=True)
 LATENCY = FiniteFloat(0)
 
 
-def count(low: int, high: int) -> click.IntRange:
+def count(low: int, high: int) -> Count:
     """An integer option between ``low`` and ``high`` (inclusive)."""
-    return click.IntRange(low, high)
+    return Count(low, high)
 
 
 #: --root: a rank (checked against the topology once it is loaded).
