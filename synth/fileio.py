@@ -1,34 +1,169 @@
-"""Atomic file output: a reader never sees a half-written file, and a failure leaves none behind."""
+"""File input and output at the edges of synth.
+
+Input: every file synth reads from a user path goes through :func:`read_input_bytes` (or
+:func:`read_input_text`), which reads at most :data:`MAX_INPUT_BYTES` + 1 bytes, so ``/dev/zero``,
+``/dev/urandom`` or a huge file end with one clear error instead of exhausting memory or hanging.
+
+Output: atomic, so a reader never sees a half-written file and a failure leaves none behind, except
+that a target that exists and is not a regular file (``/dev/null``, a FIFO) is written in place:
+renaming over it would replace the device node.
+"""
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
 
+from synth.errors import SynthError
+
+#: Largest input file synth reads (topologies, programs, tables): far above any real one.
+MAX_INPUT_BYTES = 256 * 2**20
+
+_READ_BLOCK = 2**20
+
+
+def read_input_bytes(path: str | os.PathLike, what: str = "file", limit: int = MAX_INPUT_BYTES) -> bytes:
+    """The bytes of a user file, at most ``limit`` of them; devices and FIFOs are read the same way.
+
+    Raises :class:`SynthError` naming the file for a directory, an unreadable file or one larger
+    than ``limit``; ``what`` names the kind of file in the message ("topology file", ...).
+    """
+    source = os.fspath(path)
+    try:
+        with open(source, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if stat.S_ISDIR(info.st_mode):
+                raise _input_error(source, f"is a directory, not a {what}")
+            if stat.S_ISREG(info.st_mode) and info.st_size > limit:
+                raise _too_large(source, limit)  # no need to read a file we already know is too big
+            # Read in blocks: one read(limit + 1) would allocate the whole limit up front.
+            parts: list[bytes] = []
+            total = 0
+            while total <= limit:
+                block = handle.read(min(_READ_BLOCK, limit + 1 - total))
+                if not block:
+                    break
+                parts.append(block)
+                total += len(block)
+    except IsADirectoryError:
+        raise _input_error(source, f"is a directory, not a {what}") from None
+    except OSError as exc:
+        raise _input_error(source, f"cannot read {what}: {exc.strerror or exc}") from None
+    if total > limit:
+        raise _too_large(source, limit)
+    return b"".join(parts)
+
+
+def read_input_text(path: str | os.PathLike, what: str = "file", limit: int = MAX_INPUT_BYTES) -> str:
+    """:func:`read_input_bytes` decoded as UTF-8, with one clear error for other bytes."""
+    data = read_input_bytes(path, what, limit)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _input_error(os.fspath(path), f"not UTF-8 text (byte {exc.start}; expected a {what})") from None
+
+
+def _input_error(source: str, problem: str) -> SynthError:
+    return SynthError(f"{source}: {problem}")
+
+
+def _too_large(source: str, limit: int) -> SynthError:
+    return _input_error(source, f"larger than the {limit // 2**20} MiB limit")
+
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (see the module docstring for non-regular targets)."""
     target = Path(path)
+    if _is_special(target):
+        # /dev/null, a FIFO, a terminal: write through it; never rename over it.
+        with open(target, "wb") as handle:
+            handle.write(data)
+        return target
     directory = target.parent if str(target.parent) else Path(".")
     directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        # mkstemp creates 0600; give the file the mode a plain open() would (runtimes may run as another user).
-        os.chmod(tmp, 0o666 & ~_current_umask())
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    if not _write_unnamed(directory, target, data):
+        _write_named(directory, target, data)
     return target
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _is_special(target: Path) -> bool:
+    """Whether ``target`` exists and is not a regular file (a symlink counts as what it points to)."""
+    try:
+        mode = os.stat(target).st_mode
+    except OSError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
+def _finish(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd``, sync it and give it the mode a plain open() would."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.fsync(fd)
+    # Temp files are created 0600; runtimes may run as another user.
+    os.fchmod(fd, 0o666 & ~_current_umask())
+
+
+def _write_unnamed(directory: Path, target: Path, data: bytes) -> bool:
+    """Linux ``O_TMPFILE``: the file has no name until it is complete, so a kill leaves nothing behind.
+
+    Returns False (nothing written) where the platform or file system does not support it.
+    """
+    flag = getattr(os, "O_TMPFILE", None)
+    if flag is None or not os.path.isdir("/proc/self/fd"):
+        return False
+    try:
+        fd = os.open(directory, flag | os.O_WRONLY, 0o600)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOENT):
+            return False
+        raise
+    tmp = None
+    try:
+        _finish(fd, data)
+        tmp = _free_name(directory, target)
+        # linkat(AT_SYMLINK_FOLLOW) gives the open file a name; a dir fd makes os.link use linkat
+        # (plain link() would link the /proc symlink itself and fail with EXDEV).
+        proc = os.open("/proc/self/fd", os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.link(str(fd), tmp, src_dir_fd=proc, follow_symlinks=True)
+        finally:
+            os.close(proc)
+        os.replace(tmp, target)
+        tmp = None
+    finally:
+        os.close(fd)
+        if tmp is not None and os.path.lexists(tmp):
+            os.unlink(tmp)
+    return True
+
+
+def _free_name(directory: Path, target: Path) -> str:
+    """A temp name next to ``target`` that nothing uses (the link for :func:`os.replace`)."""
+    return os.path.join(directory, f".{target.name}.{os.urandom(6).hex()}.tmp")
+
+
+def _write_named(directory: Path, target: Path, data: bytes) -> None:
+    """The portable path: a named temp file, renamed over the target once complete."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    try:
+        try:
+            _finish(fd, data)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def _current_umask() -> int:

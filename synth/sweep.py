@@ -24,6 +24,7 @@ from pathlib import Path
 
 from synth.collectives import canonical_name
 from synth.errors import SynthError
+from synth.fileio import read_input_text
 from synth.synthesis.base import SynthOptions
 from synth.topology.model import Topology
 
@@ -113,8 +114,8 @@ class RowCache:
     def get(self, key: str) -> dict | None:
         path = self._path(key)
         try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError):
+            doc = json.loads(read_input_text(path, "cache entry"))
+        except (SynthError, ValueError):
             return None
         row = doc.get("row") if isinstance(doc, dict) else None
         if not isinstance(row, dict) or not set(REQUIRED) <= set(row):
@@ -353,10 +354,7 @@ def _typed(row: dict) -> dict:
 def read_table(path: str | Path) -> list[dict]:
     """Rows of a table written by :func:`write_table` (CSV or JSON), with numbers as floats and blanks as None."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise SynthError(f"{path}: cannot read results table: {exc.strerror or exc}") from None
+    text = read_input_text(p, "results table")
     if p.suffix.lower() == ".json":
         try:
             doc = json.loads(text)
@@ -385,7 +383,8 @@ def is_table(path: str | Path) -> bool:
     if p.suffix.lower() != ".json":
         return False
     try:
-        head = p.read_text()[:4096]
+        with open(p, "rb") as handle:  # the start is enough: bounded even for /dev/zero
+            head = handle.read(4096).decode("utf-8", errors="replace")
     except OSError:
         return False
     return f'"format": "{TABLE_FORMAT}"' in head or head.lstrip().startswith("[")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from synth.cli.common import console, emit_json, guarded, json_option, load_topology_arg
+from synth.cli.common import ROOT, console, emit_json, guarded, json_option, load_topology_arg
 from synth.collectives import COLLECTIVES
 from synth.units import DEFAULT_SIZE, format_size, parse_size
 
@@ -14,7 +14,7 @@ from synth.units import DEFAULT_SIZE, format_size, parse_size
 @click.option("-c", "--collective", required=True, type=click.Choice(COLLECTIVES, case_sensitive=False))
 @click.option("-s", "--size", default=str(DEFAULT_SIZE), show_default="1GiB",
               help="SIZE (nccl-tests buffer convention): bytes or K/M/G, KiB/MiB/GiB.")
-@click.option("--root", type=int, default=0, show_default=True, help="Root rank of rooted collectives.")
+@click.option("--root", type=ROOT, default=0, show_default=True, help="Root rank of rooted collectives.")
 @json_option
 @guarded
 def command(topology_name: str, collective: str, size: str, root: int, as_json: bool) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import click
 
-from synth.cli.common import emit_json, guarded, json_option, load_topology_arg
+from synth.cli.common import ROOT, SECONDS, emit_json, guarded, json_option, load_topology_arg
 from synth.errors import SynthError
 
 DEFAULT_TIME_LIMIT = 10.0
@@ -50,11 +50,11 @@ def compare_rows(topology, collective: str, size_bytes: float, methods: list[str
 @click.option("-c", "--collective", required=True, help="allgather, reducescatter, allreduce, alltoall, broadcast, "
               "reduce, gather or scatter.")
 @click.option("-s", "--size", default="1GiB", show_default=True, help="SIZE (nccl-tests buffer convention).")
-@click.option("--root", type=int, default=0, show_default=True, help="Root rank of rooted collectives.")
+@click.option("--root", type=ROOT, default=0, show_default=True, help="Root rank of rooted collectives.")
 @click.option("--methods", default=None, help="Comma-separated methods (default: every registered one that "
               "supports the collective).")
 @click.option("--solver", default="highs", show_default=True, help="Solver for exact methods.")
-@click.option("--time-limit", type=float, default=DEFAULT_TIME_LIMIT, show_default=True,
+@click.option("--time-limit", type=SECONDS, default=DEFAULT_TIME_LIMIT, show_default=True,
               help="Seconds each exact method may search.")
 @json_option
 @guarded
@@ -70,8 +70,6 @@ def command(topology_name: str, collective: str, size: str, root: int, methods: 
     size_bytes = parse_size(size)
     if size_bytes <= 0:
         raise SynthError(f"size must be positive, got {size}")
-    if time_limit <= 0:
-        raise SynthError(f"--time-limit must be positive, got {time_limit}")
     topology = load_topology_arg(topology_name)
     if topology.num_ranks < 2:
         raise SynthError(f"topology {topology.name!r} has {topology.num_ranks} rank; a collective needs at least 2")

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from synth.cli.common import emit_json, guarded, json_option, load_program_arg
+from synth.cli.common import MAX_ITERS, SECONDS, count, emit_json, guarded, json_option, load_program_arg
 from synth.errors import CheckFailed, SynthError
 
 DTYPE_CHOICES = ("float32", "float64", "int32", "int64", "bfloat16", "float16")
@@ -19,9 +19,10 @@ DTYPE_CHOICES = ("float32", "float64", "int32", "int64", "bfloat16", "float16")
 @click.option("-s", "--size", default="1MiB", show_default=True,
               help="SIZE (nccl-tests buffer convention); rounded down to a whole number of elements per chunk.")
 @click.option("--dtype", type=click.Choice(DTYPE_CHOICES), default="float32", show_default=True)
-@click.option("--iters", type=int, default=5, show_default=True, help="Timed iterations (median reported).")
-@click.option("--warmup", type=int, default=1, show_default=True, help="Untimed iterations first.")
-@click.option("--timeout", type=float, default=120.0, show_default=True,
+@click.option("--iters", type=count(1, MAX_ITERS), default=5, show_default=True,
+              help="Timed iterations (median reported).")
+@click.option("--warmup", type=count(0, MAX_ITERS), default=1, show_default=True, help="Untimed iterations first.")
+@click.option("--timeout", type=SECONDS, default=120.0, show_default=True,
               help="Seconds before every worker is killed and the run fails (exit 1).")
 @click.option("--no-verify", "no_verify", is_flag=True,
               help="Run without the symbolic verifier first (a deadlocking program then hits --timeout).")

@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import click
 
-from synth.cli.common import emit_json, guarded, json_option, load_topology_arg
+from synth.cli.common import (
+    MAX_CHUNKS,
+    MAX_THREADS,
+    ROOT,
+    SECONDS,
+    count,
+    emit_json,
+    guarded,
+    json_option,
+    load_topology_arg,
+)
 from synth.errors import SynthError
 
 
@@ -13,20 +23,21 @@ from synth.errors import SynthError
 @click.option("-t", "--topology", "topology_name", required=True, help="Topology name (built-in) or file.")
 @click.option("-c", "--collective", required=True, help="allgather, reducescatter, allreduce, alltoall, broadcast, "
               "reduce, gather or scatter.")
-@click.option("--max-steps", type=int, default=None,
+@click.option("--max-steps", type=count(1, MAX_CHUNKS), default=None,
               help="Largest step count S tried (default: max(8, least steps + 4) per phase).")
-@click.option("--max-chunks", type=int, default=8, show_default=True, help="Largest chunk count C tried.")
-@click.option("--time-limit", type=float, default=120.0, show_default=True,
+@click.option("--max-chunks", type=count(1, MAX_CHUNKS), default=8, show_default=True,
+              help="Largest chunk count C tried.")
+@click.option("--time-limit", type=SECONDS, default=120.0, show_default=True,
               help="Budget in seconds for the whole search.")
 @click.option("-s", "--size", default="1GiB", show_default=True,
               help="SIZE at which each point's α-β time is reported.")
-@click.option("--root", type=int, default=0, show_default=True, help="Root rank of rooted collectives.")
+@click.option("--root", type=ROOT, default=0, show_default=True, help="Root rank of rooted collectives.")
 @click.option("--assume-monotonic", is_flag=True,
               help="SCCL's monotonic-feasibility assumption: skip S at ratios below one it failed at.")
 @click.option("--exhaustive", is_flag=True,
               help="After SCCL's search, try every ratio R/C below the best found for each S (exact frontier "
                    "for C <= --max-chunks).")
-@click.option("--threads", type=int, default=None, help="CP-SAT workers (default 2).")
+@click.option("--threads", type=count(1, MAX_THREADS), default=None, help="CP-SAT workers (default 2).")
 @json_option
 @guarded
 def command(topology_name: str, collective: str, max_steps: int | None, max_chunks: int, time_limit: float, size: str,
@@ -36,14 +47,6 @@ def command(topology_name: str, collective: str, max_steps: int | None, max_chun
     from synth.units import format_size, parse_size
 
     name = canonical_name(collective)
-    if max_steps is not None and max_steps < 1:
-        raise SynthError(f"--max-steps must be at least 1, got {max_steps}")
-    if max_chunks < 1:
-        raise SynthError(f"--max-chunks must be at least 1, got {max_chunks}")
-    if time_limit <= 0:
-        raise SynthError(f"--time-limit must be positive, got {time_limit}")
-    if threads is not None and threads < 1:
-        raise SynthError(f"--threads must be at least 1, got {threads}")
     size_bytes = parse_size(size)
     topology = load_topology_arg(topology_name)
     if topology.num_ranks < 2:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from synth.cli.common import emit_json, guarded, json_option
+from synth.cli.common import MAX_JOBS, ROOT, SECONDS, count, emit_json, guarded, json_option
 from synth.errors import SynthError
 
 
@@ -24,14 +24,15 @@ from synth.errors import SynthError
                    "or `auto`.")
 @click.option("-o", "--out", "output", required=True, type=click.Path(dir_okay=False),
               help="Results table: .csv or .json (written atomically).")
-@click.option("--time-limit", type=float, default=None, help="Solver time limit per row, seconds.")
+@click.option("--time-limit", type=SECONDS, default=None, help="Solver time limit per row, seconds.")
 @click.option("--solver", default="highs", show_default=True, help="Solver for exact methods.")
-@click.option("--root", type=int, default=0, show_default=True, help="Root rank of rooted collectives.")
+@click.option("--root", type=ROOT, default=0, show_default=True, help="Root rank of rooted collectives.")
 @click.option("--cache-dir", default=".synth-cache", show_default=True, type=click.Path(file_okay=False),
               help="Row cache directory.")
 @click.option("--no-cache", is_flag=True, help="Compute every row (and do not store them).")
 @click.option("--retry-failed", is_flag=True, help="Recompute rows whose cached status is an error.")
-@click.option("-j", "--jobs", type=int, default=1, show_default=True, help="Rows computed in parallel (processes).")
+@click.option("-j", "--jobs", type=count(1, MAX_JOBS), default=1, show_default=True,
+              help="Rows computed in parallel (processes).")
 @json_option
 @guarded
 def command(topologies: str, collectives: str, sizes: str, methods: str, output: str, time_limit: float | None,
@@ -47,10 +48,6 @@ def command(topologies: str, collectives: str, sizes: str, methods: str, output:
 
     if Path(output).suffix.lower() not in (".csv", ".json"):
         raise SynthError(f"--out {output}: the results table must end in .csv or .json")
-    if jobs < 1:
-        raise SynthError(f"--jobs must be at least 1, got {jobs}")
-    if time_limit is not None and time_limit <= 0:
-        raise SynthError(f"--time-limit must be positive, got {time_limit}")
     topos = [load_topology(name) for name in parse_list(topologies)]
     colls = parse_list(collectives)
     size_list = [parse_size(s) for s in parse_list(sizes)]

@@ -9,7 +9,19 @@ from dataclasses import replace
 
 import click
 
-from synth.cli.common import emit_json, guarded, json_option, load_topology_arg
+from synth.cli.common import (
+    GAP,
+    MAX_CHUNKS,
+    MAX_THREADS,
+    MAX_TREES,
+    ROOT,
+    SECONDS,
+    count,
+    emit_json,
+    guarded,
+    json_option,
+    load_topology_arg,
+)
 from synth.errors import SynthError
 
 
@@ -26,11 +38,12 @@ def _default_output(topology: str, collective: str, method: str) -> str:
 @click.option("-m", "--method", default="auto", show_default=True,
               help="Synthesis method (see `synth synthesize --list-methods`).")
 @click.option("--solver", default="highs", show_default=True, help="Solver for exact methods.")
-@click.option("--time-limit", type=float, default=None,
+@click.option("--time-limit", type=SECONDS, default=None,
               help="Wall-clock safety stop in seconds: a method it cuts short fails (auto lists the methods it "
                    "did not try); programs depend only on deterministic work budgets.")
-@click.option("--chunks", type=int, default=None, help="Chunks per rank piece (default: the method chooses).")
-@click.option("--max-trees", type=int, default=None,
+@click.option("--chunks", type=count(1, MAX_CHUNKS), default=None,
+              help="Chunks per rank piece (default: the method chooses).")
+@click.option("--max-trees", type=count(1, MAX_TREES), default=None,
               help="trees: at most K spanning trees per root (default: the optimum's count up to 256, and "
                    "16/8/4 are tried too); fewer trees mean fewer messages per link, at a rate within ~1/K "
                    "of the optimum.")
@@ -39,9 +52,9 @@ def _default_output(topology: str, collective: str, method: str) -> str:
                    "such a chunk count and auto may keep such a program when it is the fastest (MSCCL runtimes then "
                    "run their own algorithm at that SIZE; the simulator and `synth execute` do not mind). Default: "
                    "programs the runtime runs at SIZE, where there are any.")
-@click.option("--root", type=int, default=0, show_default=True, help="Root rank of rooted collectives.")
-@click.option("--gap", type=float, default=None, help="Relative MIP gap at which exact methods stop.")
-@click.option("--threads", type=int, default=None, help="Solver threads.")
+@click.option("--root", type=ROOT, default=0, show_default=True, help="Root rank of rooted collectives.")
+@click.option("--gap", type=GAP, default=None, help="Relative MIP gap at which exact methods stop.")
+@click.option("--threads", type=count(1, MAX_THREADS), default=None, help="Solver threads.")
 @click.option("--inplace", is_flag=True, help="Emit an in-place program (MSCCL aliasing).")
 @click.option("--coll-spelling", type=click.Choice(["reduce_scatter", "reducescatter"]), default="reducescatter",
               show_default=True,
@@ -73,16 +86,6 @@ def command(topology_name: str | None, collective: str | None, size: str, method
         return
     if not topology_name or not collective:
         raise SynthError("synthesize needs -t/--topology and -c/--collective")
-    if chunks is not None and chunks < 1:
-        raise SynthError(f"--chunks must be at least 1, got {chunks}")
-    if max_trees is not None and max_trees < 1:
-        raise SynthError(f"--max-trees must be at least 1, got {max_trees}")
-    if time_limit is not None and time_limit <= 0:
-        raise SynthError(f"--time-limit must be positive, got {time_limit}")
-    if gap is not None and not 0 <= gap < 1:
-        raise SynthError(f"--gap must be in [0, 1), got {gap}")
-    if threads is not None and threads < 1:
-        raise SynthError(f"--threads must be at least 1, got {threads}")
     name = canonical_name(collective)
     size_bytes = parse_size(size)
     topology = load_topology_arg(topology_name)

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from synth.cli.common import emit_json, guarded, json_option
+from synth.cli.common import ROOT, emit_json, guarded, json_option
 
 SHOWN_ERRORS = 20
 
@@ -15,7 +15,7 @@ SHOWN_ERRORS = 20
 @click.argument("prog", type=click.Path(dir_okay=False))
 @click.option("-c", "--collective", default=None,
               help="Collective to check against (default: the one the program declares).")
-@click.option("--root", type=int, default=None, help="Root rank for rooted collectives (default: the program's).")
+@click.option("--root", type=ROOT, default=None, help="Root rank for rooted collectives (default: the program's).")
 @json_option
 @guarded
 def command(prog: str, collective: str | None, root: int | None, as_json: bool) -> None:

@@ -7,7 +7,7 @@ import json
 import math
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -18,6 +18,70 @@ if TYPE_CHECKING:
     from synth.topology.model import Topology
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+
+
+# Upper limits of integer options: far above any useful value, low enough that a typo such as
+# --chunks 100000000 fails at once instead of running out of memory or time.
+MAX_CHUNKS = 1_000_000  # trees explains why a count this large does not fit the runtime
+MAX_THREADS = 1024
+MAX_TREES = 4096
+MAX_JOBS = 1024
+MAX_ITERS = 1_000_000
+MAX_RANKS = 1_000_000  # the topology schema's limit
+#: Longest time limit or timeout, seconds (about 11.6 days); solvers take it in int milliseconds.
+MAX_SECONDS = 1e6
+
+
+class OptionError(click.BadParameter):
+    """A bad option value, shown like every other error: one ``error:`` line (no usage banner)."""
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+class _OneLineErrors:
+    """Mixin for parameter types: their failures are :class:`OptionError`."""
+
+    def fail(self, message: str, param: click.Parameter | None = None, ctx: click.Context | None = None) -> NoReturn:
+        raise OptionError(message, ctx=ctx, param=param)
+
+
+class Count(_OneLineErrors, click.IntRange):
+    """An integer in a closed range."""
+
+    name = "integer"
+
+
+class FiniteFloat(_OneLineErrors, click.FloatRange):
+    """A float in a range that is also finite: ``nan`` passes every range comparison and ``inf``
+    makes deadlines that never come, so both are refused like any bad value."""
+
+    name = "finite float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+
+#: Seconds for --time-limit and --timeout: positive, finite, at most MAX_SECONDS.
+SECONDS = FiniteFloat(0, MAX_SECONDS, min_open=True)
+#: GB/s: positive and finite.
+BANDWIDTH = FiniteFloat(0, min_open=True)
+#: µs: non-negative and finite.
+LATENCY = FiniteFloat(0)
+
+
+def count(low: int, high: int) -> Count:
+    """An integer option between ``low`` and ``high`` (inclusive)."""
+    return Count(low, high)
+
+
+#: --root: a rank (checked against the topology once it is loaded).
+ROOT = count(0, MAX_RANKS - 1)
+#: --gap: a relative MIP gap in [0, 1).
+GAP = FiniteFloat(0, 1, max_open=True)
 
 
 def _debug_enabled() -> bool:

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from synth.errors import SynthError
-from synth.fileio import atomic_write_text
+from synth.fileio import atomic_write_text, read_input_text
 from synth.program.ir import Program
 
 
@@ -21,10 +21,7 @@ def load_program_format(path: str | os.PathLike) -> tuple[Program, str]:
     from synth.program.msccl_xml import program_from_xml
 
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SynthError(f"{p}: cannot read program file ({exc.__class__.__name__}: {exc})") from None
+    text = read_input_text(p, "program file")
     ext = p.suffix.lower()
     head = text.lstrip()[:1]
     if ext == ".xml" or (ext != ".json" and head == "<"):

@@ -16,9 +16,10 @@ and no ``<?xml?>`` prolog, so the writer emits exactly that.
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
-from xml.sax.saxutils import quoteattr
+from xml.sax.saxutils import escape
 
 from synth.collectives import COLL_ALIASES, COLLECTIVES, ROOTED
 from synth.errors import SynthError
@@ -62,6 +63,24 @@ def _coll_attr(collective: str, coll_spelling: str) -> str:
     return coll_spelling if collective == "reducescatter" else collective
 
 
+# Characters XML 1.0 cannot hold at all, escaped or not: a file with one would not load again.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+# Always double quotes (quoteattr switches to single ones around a '"'; the executor's parser
+# reads only double), and whitespace as references so that it reads back unnormalised.
+_ATTR_ENTITIES = {'"': "&quot;", "\n": "&#10;", "\r": "&#13;", "\t": "&#9;"}
+
+
+def _xml_attr(value: str, attribute: str) -> str:
+    """``value`` as a double-quoted attribute, or a SynthError if the file could not be read back."""
+    bad = _NOT_XML.search(value)
+    if bad is not None:
+        raise SynthError(f"<algo> {attribute}: the character {bad.group()!r} cannot be written to MSCCL XML "
+                         f"(in {value[:60]!r})")
+    return f'"{escape(value, _ATTR_ENTITIES)}"'
+
+
 def program_to_xml(program: Program, coll_spelling: str = "reduce_scatter") -> str:
     """MSCCL XML text of ``program`` (one element per line, double-quoted attributes)."""
     coll = _coll_attr(program.collective, coll_spelling)
@@ -74,7 +93,7 @@ def program_to_xml(program: Program, coll_spelling: str = "reduce_scatter") -> s
     if program.collective in ROOTED:
         attrs.append(("root", program.root))
     attrs.extend((k, v) for k, v in xml_extra.items() if k not in _ALGO_KNOWN)
-    lines = ["<algo " + " ".join(f"{k}={quoteattr(str(v))}" for k, v in attrs) + ">"]
+    lines = ["<algo " + " ".join(f"{k}={_xml_attr(str(v), k)}" for k, v in attrs) + ">"]
     for gpu in program.gpus:
         lines.append(f'  <gpu id="{gpu.id}" i_chunks="{gpu.i_chunks}" o_chunks="{gpu.o_chunks}" '
                      f's_chunks="{gpu.s_chunks}">')

@@ -20,11 +20,19 @@ DEFAULT_ALPHA = 0.5
 
 Node = int | str
 
+#: Most ranks, and most switches, in a generated topology (the file schema's ranks maximum).
+MAX_NODES = 1_000_000
+#: Most link entries a generator may add: fully-connected 4473 is about this; a bigger request
+#: would take minutes and gigabytes before failing anywhere else.
+MAX_LINK_ENTRIES = 10_000_000
+
 
 class _Builder:
     """Collects (src, dst, bw, alpha, directed) entries by node name, then merges them canonically."""
 
     def __init__(self, num_ranks: int, switches: Sequence[str] = ()) -> None:
+        if num_ranks > MAX_NODES or len(switches) > MAX_NODES:
+            raise SynthError(f"{num_ranks} ranks and {len(switches)} switches: the limit is {MAX_NODES} of each")
         self.num_ranks = num_ranks
         self.switches = tuple(switches)
         self._ids = {name: num_ranks + k for k, name in enumerate(self.switches)}
@@ -32,6 +40,8 @@ class _Builder:
 
     def add_switch(self, name: str) -> str:
         if name not in self._ids:
+            if len(self.switches) >= MAX_NODES:
+                raise SynthError(f"more than {MAX_NODES} switches")
             self._ids[name] = self.num_ranks + len(self.switches)
             self.switches = (*self.switches, name)
         return name
@@ -40,6 +50,8 @@ class _Builder:
         return node if isinstance(node, int) else self._ids[node]
 
     def link(self, a: Node, b: Node, bw: float, alpha: float, directed: bool = False) -> None:
+        if len(self._entries) >= MAX_LINK_ENTRIES:
+            raise SynthError(f"more than {MAX_LINK_ENTRIES:,} links; generate a smaller topology")
         self._entries.append((self._id(a), self._id(b), float(bw), float(alpha), directed))
 
     def build(self, name: str, description: str = "", machines: Sequence[Sequence[int]] = ()) -> Topology:
@@ -64,9 +76,11 @@ def _check(bw: float, alpha: float, what: str = "") -> None:
         raise SynthError(f"{what}alpha must be a finite number >= 0 (µs), got {alpha}")
 
 
-def _check_count(value: int, what: str, minimum: int = 1) -> int:
+def _check_count(value: int, what: str, minimum: int = 1, maximum: int = MAX_NODES) -> int:
     if isinstance(value, bool) or int(value) != value or value < minimum:
         raise SynthError(f"{what} must be an integer >= {minimum}, got {value}")
+    if value > maximum:
+        raise SynthError(f"{what} must be at most {maximum}, got {value}")
     return int(value)
 
 

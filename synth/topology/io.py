@@ -307,11 +307,36 @@ def _resolve(node: Any, num_ranks: int, switch_ids: dict[str, int], where: str, 
     raise _fail(source, where, f"unknown node {_short(node)} (switches: {hint})")
 
 
+#: Longest topology or switch name; names reach program files and the runtimes' logs.
+MAX_NAME_CHARS = 256
+#: Longest description.
+MAX_DESCRIPTION_CHARS = 4096
+
+
+def _check_text(value: str, where: str, source: str, limit: int, allowed: str = "") -> None:
+    """A string that reaches output files: printable (no control characters) and at most ``limit`` long."""
+    if len(value) > limit:
+        raise _fail(source, where, f"longer than {limit} characters ({len(value)})")
+    bad = next((ch for ch in value if not ch.isprintable() and ch not in allowed), None)
+    if bad is not None:
+        raise _fail(source, where, f"contains the control or unprintable character {bad!r} in {_short(value)}")
+
+
+def _check_texts(doc: dict, source: str) -> None:
+    """Names and the description (the schema already made them strings)."""
+    _check_text(doc["name"], "name", source, MAX_NAME_CHARS)
+    if "description" in doc:  # line breaks and tabs are fine in free text
+        _check_text(doc["description"], "description", source, MAX_DESCRIPTION_CHARS, allowed="\n\t")
+    for k, name in enumerate(doc.get("switches", ())):
+        _check_text(name, f"switches[{k}]", source, MAX_NAME_CHARS)
+
+
 def parse_topology(doc: Any, source: str = "<topology>") -> Topology:
     """Validate a decoded YAML/JSON document and build a canonical :class:`Topology`."""
     if not isinstance(doc, dict):
         raise _fail(source, "", f"the top level must be a mapping with name, ranks and links, got {_type_name(doc)}")
     _schema_check(doc, source)
+    _check_texts(doc, source)
 
     num_ranks = int(doc["ranks"])
     switches = tuple(doc.get("switches", ()))
@@ -464,14 +489,68 @@ def decode_text(text: str, source: str, fmt: str | None = None) -> Any:
             raise _fail(source, "", return_msg) from None
     import yaml
 
+    loader = _yaml_loader()(text)
     try:
-        return yaml.load(text, Loader=_yaml_loader())  # noqa: S506 - a SafeLoader subclass
+        # Compose, bound the expanded size, then construct: what yaml.load does, plus the bound.
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if "*" in text:  # without one there is no alias, and the walk would cost ~1 s per million nodes
+            _check_expanded_size(node, source)
+        return loader.construct_document(node)
     except yaml.YAMLError as exc:
         raise _fail(source, "", _yaml_error(exc)) from None
     except RecursionError:
         raise _fail(source, "", "malformed YAML: nested too deeply") from None
     except (ValueError, TypeError, OverflowError) as exc:  # e.g. an impossible date 2021-02-30
         raise _fail(source, "", f"malformed YAML: {exc}") from None
+    finally:
+        loader.dispose()
+
+
+#: Most nodes a YAML document may expand to through aliases, unless it writes out more itself.
+MAX_YAML_NODES = 1_000_000
+
+
+def _check_expanded_size(root: Any, source: str) -> None:
+    """Refuse a YAML node graph whose aliases expand it past ``MAX_YAML_NODES`` ("billion laughs").
+
+    An alias is the same node object in several places, so the expanded size is 1 + the sizes of
+    the children, memoised by node identity: linear in the nodes written. Iterative, so depth is
+    no problem. A document written out in full (no aliases) always passes, whatever its size.
+    """
+    size: dict[int, int] = {}
+    distinct = 0
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if key in size and not done:
+            continue
+        children = _yaml_children(node)
+        if not done:
+            distinct += 1
+            size[key] = 0  # placeholder: a recursive alias (a node inside itself) counts once
+            stack.append((node, True))
+            stack.extend((child, False) for child in children if id(child) not in size)
+            continue
+        size[key] = 1 + sum(size[id(child)] for child in children)
+    limit = max(MAX_YAML_NODES, distinct)
+    if size[id(root)] > limit:
+        raise _fail(
+            source, "", f"YAML aliases expand the document to {size[id(root)]:,} nodes, more than the limit of "
+            f"{limit:,} (an alias bomb?)"
+        )
+
+
+def _yaml_children(node: Any) -> list[Any]:
+    import yaml
+
+    if isinstance(node, yaml.MappingNode):  # (key, value) pairs
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return node.value
+    return []
 
 
 def _format_of(path: Path) -> str | None:
@@ -484,16 +563,11 @@ def _format_of(path: Path) -> str | None:
 
 
 def read_topology_file(path: str | os.PathLike) -> Topology:
+    from synth.fileio import read_input_text
+
     path = Path(path)
     source = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except IsADirectoryError:
-        raise _fail(source, "", "is a directory, not a topology file") from None
-    except UnicodeDecodeError:
-        raise _fail(source, "", "not UTF-8 text (expected a YAML or JSON topology file)") from None
-    except OSError as exc:
-        raise _fail(source, "", f"cannot read: {exc.strerror or exc}") from None
+    text = read_input_text(path, "topology file")
     if not text.strip():
         raise _fail(source, "", "empty file (expected a YAML or JSON topology)")
     return parse_topology(decode_text(text, source, _format_of(path)), source)
@@ -541,6 +615,7 @@ def check_not_shadowing(topology: Topology) -> None:
 def dump_topology(topology: Topology, fmt: str = "yaml") -> str:
     """The text of a topology file (``yaml`` or ``json``)."""
     doc = topology_to_dict(topology)
+    _check_texts(doc, topology.source or "topology")  # never write what load_topology would reject
     if fmt == "json":
         return json.dumps(doc, indent=2) + "\n"
     import yaml

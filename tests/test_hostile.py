@@ -1,0 +1,362 @@
+"""Hostile or odd input (issue 32): every case ends in exit code 2 with one clear line, never a hang,
+a traceback, a MemoryError or an internal error, and synth never writes a file it would reject.
+
+Each case runs the real CLI in a subprocess under a 30 s timeout and a 2 GB address-space limit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import stat
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from synth.cli import cli
+from synth.errors import SynthError
+
+REPO = Path(__file__).resolve().parents[1]
+TIMEOUT_S = 30
+MEMORY_BYTES = 2 * 2**30
+# A valid two-rank topology; cases replace one field with something hostile.
+BASE = {"name": "pair", "ranks": 2, "links": [{"src": 0, "dst": 1, "bw": 10}]}
+
+
+def _limit_memory() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
+
+
+def run_synth(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env.pop("SYNTH_DEBUG", None)
+    return subprocess.run([sys.executable, "-m", "synth", *args], capture_output=True, text=True,
+                          timeout=TIMEOUT_S, preexec_fn=_limit_memory, env=env, cwd=cwd)
+
+
+def assert_rejected(result: subprocess.CompletedProcess, *words: str) -> None:
+    """Exit 2 and one line naming the problem (click's usage banner around it aside)."""
+    err = result.stderr
+    assert result.returncode == 2, (result.returncode, err[-2000:])
+    for bad in ("Traceback", "MemoryError", "internal error"):
+        assert bad not in err, err[-2000:]
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith(("Usage:", "Try '"))]
+    assert len(lines) == 1, err[-2000:]
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+def bomb(depth: int = 9) -> str:
+    """A YAML flow sequence whose aliases expand to about 10**depth nodes ("billion laughs")."""
+    parts = ['&a0 [' + ", ".join(['"lol"'] * 10) + "]"]
+    parts += [f"&a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, depth)]
+    return "[" + ", ".join(parts) + "]"
+
+
+def yaml_with(field: str, value: str) -> str:
+    """``BASE`` as YAML with ``field`` set to the raw YAML ``value``."""
+    fields = {"name": "pair", "ranks": "2", "links": "[{src: 0, dst: 1, bw: 10}]", field: value}
+    return "".join(f"{key}: {text}\n" for key, text in fields.items())
+
+
+def write(tmp_path: Path, name: str, content: str | bytes) -> str:
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    return str(path)
+
+
+def topology_json(**changes: object) -> str:
+    return json.dumps({**BASE, **changes})
+
+
+# ---- YAML alias bombs --------------------------------------------------------------------------
+
+BOMB_FIELDS = ["name", "description", "ranks", "switches", "machines", "defaults", "links", "extra"]
+
+
+@pytest.mark.parametrize("field", BOMB_FIELDS)
+def test_alias_bomb_validate(tmp_path, field):
+    path = write(tmp_path, "bomb.yaml", yaml_with(field, bomb()))
+    assert_rejected(run_synth("topology", "validate", path), "alias")
+
+
+def test_alias_bomb_inside_a_link(tmp_path):
+    path = write(tmp_path, "bomb.yaml", yaml_with("links", f"[{{src: 0, dst: 1, bw: 1, alpha: {bomb()}}}]"))
+    assert_rejected(run_synth("topology", "validate", path), "alias")
+
+
+def test_alias_bomb_of_mappings(tmp_path):
+    parts = ["&m0 {src: 0, dst: 1, bw: 1}"] + [f"&m{i} [" + ", ".join([f"*m{i - 1}"] * 10) + "]" for i in range(1, 9)]
+    path = write(tmp_path, "bomb.yaml", yaml_with("links", "[" + ", ".join(parts) + "]"))
+    assert_rejected(run_synth("topology", "validate", path), "alias")
+
+
+@pytest.mark.parametrize("command", [["bounds", "-c", "allgather"],
+                                     ["synthesize", "-c", "allgather", "-m", "ring", "-s", "1MiB"],
+                                     ["topology", "show"]])
+def test_alias_bomb_other_commands(tmp_path, command):
+    path = write(tmp_path, "bomb.yaml", yaml_with("description", bomb()))
+    args = [*command, path] if command[0] == "topology" else [command[0], "-t", path, *command[1:]]
+    assert_rejected(run_synth(*args, cwd=tmp_path), "alias")
+    assert not list(tmp_path.glob("*.xml"))
+
+
+def test_recursive_alias_is_a_clear_error(tmp_path):
+    path = write(tmp_path, "rec.yaml", yaml_with("name", "&r [*r]"))
+    assert_rejected(run_synth("topology", "validate", path), "name")
+
+
+def test_aliases_in_a_real_topology_still_load(tmp_path):
+    text = ("name: trio\nranks: 3\nlinks:\n  - {src: 0, dst: 1, bw: &bw 10, alpha: &a 0.5}\n"
+            "  - {src: 1, dst: 2, bw: *bw, alpha: *a}\n")
+    result = run_synth("topology", "validate", write(tmp_path, "ok.yaml", text))
+    assert result.returncode == 0, result.stderr
+
+
+# ---- unbounded and odd files -------------------------------------------------------------------
+
+@pytest.mark.parametrize("args", [
+    ["topology", "validate", "/dev/zero"],
+    ["bounds", "-t", "/dev/zero", "-c", "allgather"],
+    ["synthesize", "-t", "/dev/zero", "-c", "allgather", "-m", "ring", "-s", "1MiB"],
+    ["verify", "/dev/zero"],
+    ["simulate", "/dev/zero"],
+])
+def test_dev_zero(tmp_path, args):
+    if not os.path.exists("/dev/zero"):
+        pytest.skip("no /dev/zero")
+    assert_rejected(run_synth(*args, cwd=tmp_path), "/dev/zero", "MiB limit")
+
+
+def test_dev_urandom(tmp_path):
+    if not os.path.exists("/dev/urandom"):
+        pytest.skip("no /dev/urandom")
+    assert_rejected(run_synth("topology", "validate", "/dev/urandom"), "/dev/urandom", "MiB limit")
+
+
+@pytest.mark.parametrize("suffix,args", [(".yaml", ["topology", "validate"]), (".json", ["topology", "validate"]),
+                                         (".xml", ["verify"]), (".json", ["simulate"])])
+def test_huge_file(tmp_path, suffix, args):
+    path = tmp_path / f"huge{suffix}"
+    with open(path, "wb") as handle:  # sparse: no disk used
+        handle.truncate(300 * 2**20)
+    assert_rejected(run_synth(*args, str(path)), "MiB limit")
+
+
+def test_fifo_is_size_capped(tmp_path):
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)
+    writer = subprocess.Popen(["sh", "-c", f"head -c 300000000 /dev/zero > {fifo}"])
+    try:
+        assert_rejected(run_synth("topology", "validate", str(fifo)), "MiB limit")
+    finally:
+        writer.kill()
+        writer.wait()
+
+
+@pytest.mark.parametrize("args", [["topology", "validate"], ["verify"]])
+def test_directory(tmp_path, args):
+    (tmp_path / "d.yaml").mkdir()
+    assert_rejected(run_synth(*args, str(tmp_path / "d.yaml")), "directory")
+
+
+@pytest.mark.parametrize("name,content", [
+    ("bad.yaml", b"name: \xff\xfe\nranks: 2\nlinks: []\n"),
+    ("bad.json", b'{"name": "\xc3\x28", "ranks": 2, "links": []}'),
+    ("latin1.yaml", "name: caf\u00e9\nranks: 2\nlinks: [{src: 0, dst: 1, bw: 1}]\n".encode("latin-1")),
+])
+def test_non_utf8_topology(tmp_path, name, content):
+    assert_rejected(run_synth("topology", "validate", write(tmp_path, name, content)), "UTF-8")
+
+
+def test_non_utf8_program(tmp_path):
+    assert_rejected(run_synth("verify", write(tmp_path, "p.xml", b'<algo name="\xff"/>')), "UTF-8")
+
+
+@pytest.mark.parametrize("name,content", [
+    ("deep.yaml", "name: " + "[" * 100_000 + "]" * 100_000 + "\nranks: 2\nlinks: []\n"),
+    ("deep-block.yaml", "name:\n" + "".join("  " * i + "- \n" for i in range(1, 3000)) + "ranks: 2\n"),
+    ("deep.json", '{"name": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+    ("deep-map.yaml", "name: " + "{a: " * 5000 + "1" + "}" * 5000 + "\n"),
+])
+def test_deeply_nested(tmp_path, name, content):
+    assert_rejected(run_synth("topology", "validate", write(tmp_path, name, content)))
+
+
+# ---- wrong types and values --------------------------------------------------------------------
+
+@pytest.mark.parametrize("text,words", [
+    (topology_json(ranks="x"), ["ranks"]),
+    (topology_json(ranks=10**12), ["ranks"]),
+    (topology_json(ranks=True), ["ranks"]),
+    (topology_json(links=5), ["links"]),
+    (topology_json(name=5), ["name"]),
+    (topology_json(links=[{"src": 0, "dst": 1, "bw": "fast"}]), ["bw"]),
+    (topology_json(links=[{"src": 0, "dst": 1, "bw": 1e400}]), ["bw"]),
+    (topology_json(switches=[["a"]]), ["switches"]),
+    ("[1, 2, 3]", ["mapping"]),
+    ("42", ["mapping"]),
+    ("   \n", ["empty"]),
+    ("name: pair\nname: other\nranks: 2\nlinks: []\n", ["duplicate"]),
+])
+def test_wrong_types(tmp_path, text, words):
+    suffix = ".json" if text.lstrip().startswith(("{", "[")) else ".yaml"
+    assert_rejected(run_synth("topology", "validate", write(tmp_path, "t" + suffix, text)), *words)
+
+
+# ---- names that reach output files -------------------------------------------------------------
+
+@pytest.mark.parametrize("changes,field", [
+    ({"name": "a\u0000b"}, "name"),
+    ({"name": "a\x01b"}, "name"),
+    ({"name": "red\x1b[31m"}, "name"),
+    ({"name": "line\nbreak"}, "name"),
+    ({"name": "del\x7f"}, "name"),
+    ({"name": "x" * 300}, "name"),
+    ({"name": "lone\ud800"}, "name"),
+    ({"description": "bell\x07"}, "description"),
+    ({"switches": ["sw\x02"], "links": [{"src": 0, "dst": "sw\x02", "bw": 1}, {"src": 1, "dst": "sw\x02", "bw": 1}]},
+     "switches[0]"),
+])
+def test_unprintable_names(tmp_path, changes, field):
+    path = write(tmp_path, "t.json", json.dumps({**BASE, **changes}))
+    result = run_synth("synthesize", "-t", path, "-c", "allgather", "-m", "ring", "-s", "1MiB", "-o", "p.xml",
+                       cwd=tmp_path)
+    assert_rejected(result, field)
+    assert not (tmp_path / "p.xml").exists()
+
+
+def test_generate_refuses_a_name_it_could_not_load(tmp_path):
+    result = run_synth("topology", "generate", "ring", "-n", "4", "--name", "a\x01b", "-o", str(tmp_path / "r.yaml"))
+    assert_rejected(result, "name")
+    assert not (tmp_path / "r.yaml").exists()
+
+
+def test_xml_writer_refuses_what_xml_cannot_hold():
+    from synth.program.msccl_xml import _xml_attr
+
+    with pytest.raises(SynthError, match="cannot be written"):
+        _xml_attr("a\x01b", "name")
+    assert _xml_attr('say "hi"\n', "name") == '"say &quot;hi&quot;&#10;"'
+
+
+_PRINTABLE = st.text(st.characters(codec="utf-8"), min_size=1, max_size=40).filter(str.isprintable)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=_PRINTABLE)
+def test_valid_names_round_trip_through_programs(tmp_path_factory, name):
+    from synth.program.load import load_program
+    from synth.topology.io import load_topology, save_topology
+
+    base = tmp_path_factory.mktemp("names")
+    topology = load_topology("dgx1")
+    path = base / "t.json"
+    save_topology(replace(topology, name=name), path)
+    assert load_topology(path).name == name
+    for out in ("p.xml", "p.json"):
+        result = CliRunner().invoke(cli, ["synthesize", "-t", str(path), "-c", "allgather", "-m", "ring", "-s", "1MiB",
+                                          "-o", str(base / out)])
+        assert result.exit_code == 0, result.output
+        assert name in load_program(base / out).name
+
+
+# ---- numeric CLI options -----------------------------------------------------------------------
+
+SYN = ["synthesize", "-t", "dgx1", "-c", "allgather", "-s", "1MiB"]
+
+
+@pytest.mark.parametrize("args,option", [
+    ([*SYN, "--time-limit", "nan"], "--time-limit"),
+    ([*SYN, "--time-limit", "inf"], "--time-limit"),
+    ([*SYN, "--time-limit", "-1"], "--time-limit"),
+    ([*SYN, "--time-limit", "0"], "--time-limit"),
+    ([*SYN, "--time-limit", "1e300"], "--time-limit"),
+    ([*SYN, "--chunks", str(10**8)], "--chunks"),
+    ([*SYN, "--chunks", "0"], "--chunks"),
+    ([*SYN, "--threads", "100000"], "--threads"),
+    ([*SYN, "--threads", "-3"], "--threads"),
+    ([*SYN, "--gap", "nan"], "--gap"),
+    ([*SYN, "--gap", "2"], "--gap"),
+    ([*SYN, "--max-trees", str(10**9)], "--max-trees"),
+    ([*SYN, "--root", "-1"], "--root"),
+    ([*SYN, "--root", str(10**12)], "--root"),
+    (["bounds", "-t", "dgx1", "-c", "allgather", "--root", "-5"], "--root"),
+    (["execute", "p.xml", "--timeout", "nan"], "--timeout"),
+    (["execute", "p.xml", "--timeout", "inf"], "--timeout"),
+    (["execute", "p.xml", "--timeout", "-1"], "--timeout"),
+    (["execute", "p.xml", "--iters", str(10**9)], "--iters"),
+    (["execute", "p.xml", "--warmup", "-1"], "--warmup"),
+    (["pareto", "-t", "dgx1", "-c", "allgather", "--time-limit", "nan"], "--time-limit"),
+    (["pareto", "-t", "dgx1", "-c", "allgather", "--threads", str(10**6)], "--threads"),
+    (["pareto", "-t", "dgx1", "-c", "allgather", "--max-chunks", str(10**9)], "--max-chunks"),
+    (["compare", "-t", "dgx1", "-c", "allgather", "--time-limit", "nan"], "--time-limit"),
+    (["sweep", "-t", "dgx1", "-c", "allgather", "-s", "1M", "-o", "t.csv", "--jobs", str(10**6)], "--jobs"),
+    (["sweep", "-t", "dgx1", "-c", "allgather", "-s", "1M", "-o", "t.csv", "--time-limit", "inf"], "--time-limit"),
+])
+def test_numeric_options(tmp_path, args, option):
+    assert_rejected(run_synth(*args, cwd=tmp_path), option)
+
+
+@pytest.mark.parametrize("args,words", [
+    (["ring", "-n", str(10**9)], ["ring size"]),
+    (["ring", "-n", "4", "--bw", "nan"], ["bw"]),
+    (["ring", "-n", "4", "--alpha", "inf"], ["alpha"]),
+    (["leaf-spine", "--leaves", "100000", "--per-leaf", "100000"], ["limit"]),
+    (["boxes", "--boxes", str(10**6), "--per-box", str(10**6)], ["limit"]),
+    (["hypercube", "--dim", "1000"], ["dimension"]),
+    (["torus", "--dims", "100000x100000"], ["limit"]),
+])
+def test_generate_huge_or_non_finite(tmp_path, args, words):
+    assert_rejected(run_synth("topology", "generate", *args, cwd=tmp_path), *words)
+
+
+# ---- output to non-regular files ---------------------------------------------------------------
+
+def test_output_to_dev_null_keeps_the_device(tmp_path):
+    if not os.access("/dev/null", os.W_OK):
+        pytest.skip("/dev/null is not writable")
+    link = tmp_path / "p.xml"  # synthesize wants a .xml name: point one at /dev/null
+    link.symlink_to("/dev/null")
+    result = run_synth("synthesize", "-t", "dgx1", "-c", "allgather", "-m", "ring", "-s", "1MiB", "-o", str(link))
+    assert result.returncode == 0, result.stderr
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    assert link.is_symlink()
+    assert [p.name for p in tmp_path.iterdir()] == ["p.xml"]
+
+
+def test_atomic_write_to_dev_null_directly():
+    if not os.access("/dev/null", os.W_OK):
+        pytest.skip("/dev/null is not writable")
+    from synth.fileio import atomic_write_text
+
+    atomic_write_text("/dev/null", "x")
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+@pytest.mark.parametrize("unnamed", [True, False])
+def test_failed_write_leaves_no_temp_file(tmp_path, monkeypatch, unnamed):
+    import synth.fileio as fileio
+
+    if not unnamed:  # the portable mkstemp path
+        monkeypatch.setattr(fileio, "_write_unnamed", lambda *a: False)
+
+    def broken_replace(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(fileio.os, "replace", broken_replace)
+    (tmp_path / "out.txt").write_text("old")
+    with pytest.raises(OSError):
+        fileio.atomic_write_text(tmp_path / "out.txt", "new")
+    assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]
+    assert (tmp_path / "out.txt").read_text() == "old"
