@@ -99,6 +99,18 @@ class Collective:
             return n * c
         return c
 
+    @property
+    def min_transfers(self) -> int:
+        """The fewest chunk transfers any schedule of this chunking needs: every chunk a rank must end with and
+        does not start with arrives by at least one transfer; an allreduce chunk needs 2(N-1) (one-way gossip,
+        Harary & Schwenk 1974, as in :func:`synth.lower_bounds.allreduce_bandwidth_us`)."""
+        n, c = self.num_ranks, self.chunk_factor
+        if self.name in ("allgather", "reducescatter", "alltoall"):
+            return n * (n - 1) * c
+        if self.name == "allreduce":
+            return 2 * (n - 1) * c
+        return (n - 1) * c
+
     def chunk_bytes(self, size_bytes: float) -> float:
         return size_bytes / self.size_chunks
 

@@ -45,6 +45,7 @@ from synth.flows import (
     integer_bandwidths,
     rank_orbits,
 )
+from synth.limits import check_rank_count
 from synth.topology.model import Topology
 from synth.topology.structure import boxes_of
 from synth.units import algbw_GBps
@@ -659,6 +660,7 @@ def compute_bounds(topology: Topology, collective: Collective | str, size_bytes:
                          f"{topology.num_ranks}")
     if size_bytes <= 0:
         raise SynthError(f"size must be positive, got {size_bytes}")
+    check_rank_count(topology.num_ranks, topology.name, "bounds")
     topology = topology.circuit_capacities()
     n = topology.num_ranks
     name = collective.name

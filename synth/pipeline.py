@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from synth.collectives import RUNTIME_ELEMENT_BYTES, Collective, canonical_name, runtime_divides
 from synth.errors import SynthError, TimeLimitReached
+from synth.limits import check_rank_count, check_transfer_count
 from synth.program.ir import Program
 from synth.schedule import Schedule
 from synth.solvers import SOLVERS
@@ -155,6 +156,7 @@ def _run_method(spec, topology: Topology, collective: Collective, size_bytes: fl
         raise SynthError(f"internal: method {spec.name} failed: {type(exc).__name__}: {exc}") from exc
     if not isinstance(schedule, Schedule):
         raise SynthError(f"internal: method {spec.name} returned {type(schedule).__name__}, not a Schedule")
+    check_transfer_count(len(schedule.transfers), f"method {spec.name}'s schedule has")
     return schedule if schedule.method else replace(schedule, method=spec.name)
 
 
@@ -251,6 +253,8 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
     collective = Collective(name, topology.num_ranks, options.chunks or 1, root=root, inplace=inplace)
     if topology.num_ranks < 2:
         raise SynthError(f"topology {topology.name!r} has {topology.num_ranks} rank; a collective needs at least 2")
+    check_rank_count(topology.num_ranks, topology.name, "schedules")
+    check_transfer_count(collective.min_transfers, f"{name} on {topology.num_ranks} ranks needs at least")
 
     key = method.strip().lower()
     budget = None

@@ -12,6 +12,7 @@ import resource
 import stat
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -360,3 +361,26 @@ def test_failed_write_leaves_no_temp_file(tmp_path, monkeypatch, unnamed):
         fileio.atomic_write_text(tmp_path / "out.txt", "new")
     assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]
     assert (tmp_path / "out.txt").read_text() == "old"
+
+
+# ---- synth's own size limits (synth/limits.py): refused at once, naming the limit ------------------------------
+@pytest.mark.parametrize(("ranks", "command"), [
+    (5000, ["synthesize", "-c", "allgather"]),     # 24,995,000 chunk transfers > 2**24
+    (9000, ["bounds", "-c", "allgather"]),         # more ranks than bounds and synthesis take
+    (9000, ["synthesize", "-c", "broadcast"]),
+])
+def test_too_big_requests_stop_at_a_stated_limit(tmp_path, ranks, command):
+    from synth.topology import generators as gen
+    from synth.topology.io import dump_topology
+
+    path = tmp_path / "big.yaml"
+    path.write_text(dump_topology(gen.ring(ranks)))
+    out = ["-o", str(tmp_path / "p.xml")] if command[0] == "synthesize" else []
+    began = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "synth", *command, "-t", str(path), *out],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "limit" in result.stderr or "at most" in result.stderr
+    assert "docs/cli.md" in result.stderr and "Traceback" not in result.stderr
+    assert time.monotonic() - began < 30
+    assert not (tmp_path / "p.xml").exists()

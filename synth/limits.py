@@ -1,0 +1,29 @@
+"""synth's own size limits (the MSCCL runtimes' limits are in :mod:`synth.runtime_limits`), docs/cli.md.
+
+Beyond them a request is refused at once with one clear error rather than running out of memory or time.
+"""
+
+from __future__ import annotations
+
+from synth.errors import SynthError
+
+# Chunk transfers per schedule: an allgather on 4096 ranks with one chunk each. Every transfer is a Python
+# record through lowering, verification and simulation (~3 GB at this count).
+MAX_TRANSFERS = 1 << 24
+# Ranks for bounds and synthesis: the rank-orbit search and the rank-pair routes hold N x N arrays
+# (8192 ranks: 0.5 GB each).
+MAX_RANKS = 8192
+
+
+def check_transfer_count(count: int, what: str) -> None:
+    """Refuse more than :data:`MAX_TRANSFERS` chunk transfers; ``what`` starts the message."""
+    if count > MAX_TRANSFERS:
+        raise SynthError(f"{what} {count:,} chunk transfers, more than synth's limit of {MAX_TRANSFERS:,} "
+                         "per schedule (docs/cli.md)")
+
+
+def check_rank_count(num_ranks: int, name: str, task: str) -> None:
+    """Refuse bounds or synthesis on more than :data:`MAX_RANKS` ranks."""
+    if num_ranks > MAX_RANKS:
+        raise SynthError(f"topology {name!r} has {num_ranks:,} ranks; synth computes {task} for at most "
+                         f"{MAX_RANKS:,} (docs/cli.md)")
