@@ -254,7 +254,8 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
     if topology.num_ranks < 2:
         raise SynthError(f"topology {topology.name!r} has {topology.num_ranks} rank; a collective needs at least 2")
     check_rank_count(topology.num_ranks, topology.name, "schedules")
-    check_transfer_count(collective.min_transfers, f"{name} on {topology.num_ranks} ranks needs at least")
+    check_transfer_count(collective.min_transfers, f"{name} on {topology.num_ranks} ranks"
+                         + (f" with --chunks {options.chunks}" if options.chunks else "") + " needs at least")
 
     key = method.strip().lower()
     budget = None
