@@ -40,7 +40,8 @@ def _default_output(topology: str, collective: str, method: str) -> str:
 @click.option("--solver", default="highs", show_default=True, help="Solver for exact methods.")
 @click.option("--time-limit", type=SECONDS, default=None,
               help="Wall-clock safety stop in seconds: a method it cuts short fails (auto lists the methods it "
-                   "did not try); programs depend only on deterministic work budgets.")
+                   "did not try); programs depend only on deterministic work budgets. Default: none (no "
+                   "wall-clock stop).")
 @click.option("--chunks", type=count(1, MAX_CHUNKS), default=None,
               help="Chunks per rank piece (default: the method chooses).")
 @click.option("--max-trees", type=count(1, MAX_TREES), default=None,
