@@ -6,10 +6,12 @@ Buffer placement (collective semantics in :mod:`synth.collectives`):
 - copy collectives: a chunk lives at its output slot on ranks whose postcondition wants it, at its
   input slot on its origin (which also copies it to its own output slot with ``cpy`` when the two
   differ), and in a scratch slot (``s``) on ranks that only relay it;
-- reductions: the partial sum of chunk ``j`` accumulates in input slot ``j`` (``rrc`` with the
-  local operand = input ``j``); the final value reaches the output slot by ``cpy`` (out of place)
-  or is already there (in place); a copy of the final value received from a peer lands directly in
-  the output slot (or a scratch slot on a pure relay).
+- reductions in place: the partial sum of chunk ``j`` accumulates in input slot ``j`` (``rrc`` with the
+  local operand = input ``j``), which is the output; a copy of the final value received from a peer
+  lands directly in the output slot (or a scratch slot on a pure relay);
+- reductions out of place never write the input (NCCL's sendbuff is const, docs/programs.md): the
+  partial sum accumulates in the output slot where ``j`` ends up, else in scratch
+  (:func:`_accumulator_placement`), and reaches the output slot by ``cpy`` only from scratch.
 
 Threadblocks: one per (channel, peer, direction) (MSCCL's rule, docs/programs.md), plus local threadblocks for
 ``cpy``. Where a rank would have more than 32 send (or receive) peers on one channel, more than MSCCL
