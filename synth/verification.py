@@ -156,10 +156,12 @@ class _Errors(list):
 
 
 class _Verifier:
-    def __init__(self, program: Program, coll: Collective, max_errors: int, races: bool = True) -> None:
+    def __init__(self, program: Program, coll: Collective, max_errors: int, races: bool = True,
+                 keep_input: bool = True) -> None:
         self.p = program
         self.c = coll
         self.races = races
+        self.keep_input = keep_input
         self.err = _Errors(max_errors)
 
     # ---- layout -------------------------------------------------------------------------------
@@ -195,6 +197,21 @@ class _Verifier:
             arr, _, base, limit = self.layout[r]["i"]
             held = min(c.input_chunks, limit)
             arr[base:base + held] = [(s, 1 << r) for s in range(held)]
+
+    # ---- input buffer -------------------------------------------------------------------------
+    def _input_writes(self) -> None:
+        """An out-of-place program must leave ``i`` intact: NCCL declares ``sendbuff`` const and callers
+        reuse it (issue 32; docs/programs.md, "Input buffer"). One error names the first offending step."""
+        if self.c.inplace or not self.keep_input:
+            return
+        bad = [(gpu.id, tb.id, s, st) for gpu in self.p.gpus for tb in gpu.threadblocks
+               for s, st in enumerate(tb.steps) if st.dstbuf == "i" and st.type in _WRITES_DST]
+        if not bad:
+            return
+        r, tb, s, st = bad[0]
+        more = f" ({len(bad) - 1} more steps write it too)" if len(bad) > 1 else ""
+        self.err.add(f"rank {r} tb {tb} step {s} ({st.type}): writes input buffer i[{st.dstoff}:{st.dstoff + st.cnt}] "
+                     f"of an out-of-place program, whose input must stay intact (NCCL's sendbuff is const){more}")
 
     # ---- structure ----------------------------------------------------------------------------
     def _structure(self) -> bool:
@@ -568,6 +585,7 @@ class _Verifier:
     def run(self) -> list[str]:
         with gc_paused():   # one symbolic value per chunk slot and step record, none in a cycle
             self._layout()
+            self._input_writes()
             if self._structure():
                 self._run()
                 self._blocked()
@@ -581,14 +599,15 @@ class _Verifier:
 
 
 def verify(program: Program, collective: Collective | str | None = None, max_errors: int = MAX_ERRORS,
-           races: bool = True, msccl_limits: bool = False) -> VerifyResult:
+           races: bool = True, msccl_limits: bool = False, keep_input: bool = True) -> VerifyResult:
     """Check that ``program`` implements ``collective`` (default: the one it declares) and cannot deadlock.
 
     Also checks the structure the MSCCL runtimes' loaders require (dense threadblock ids, channels, ...;
     :func:`synth.program.msccl_xml.runtime_limit_errors`) and, with ``msccl_limits`` (an XML program), their
     capacity limits too. A program that breaks them is reported without being executed, since the runtimes
-    would not load it and its sizes may be unusable. Raises SynthError only when the collective itself is
-    unknown or inconsistent with the program.
+    would not load it and its sizes may be unusable. An out-of-place program that writes its input buffer is
+    an error unless ``keep_input`` is false (docs/programs.md, "Input buffer"). Raises SynthError only when
+    the collective itself is unknown or inconsistent with the program.
     """
     from synth.program.msccl_xml import runtime_limit_errors
 
@@ -596,5 +615,5 @@ def verify(program: Program, collective: Collective | str | None = None, max_err
     errors = [f"runtime limit: {e}" for e in islice(runtime_limit_errors(program, msccl=msccl_limits), max_errors)]
     if errors:
         return VerifyResult(ok=False, collective=coll.name, ranks=program.num_ranks, errors=errors)
-    errors = _Verifier(program, coll, max_errors, races).run()
+    errors = _Verifier(program, coll, max_errors, races, keep_input).run()
     return VerifyResult(ok=not errors, collective=coll.name, ranks=program.num_ranks, errors=errors)

@@ -394,3 +394,15 @@ def test_lp_alltoall_in_rounds_of_circuits_executes_on_16_ranks():
     results = execute_many([result.program], size_bytes=4 << 20, iters=1, warmup=0, dtype="int32", timeout=600)
     _assert_all_ok(results)
     assert results[0].ranks == 16
+
+
+def test_out_of_place_reductions_keep_their_input_after_a_run():
+    # issue 32: the executor compares every rank's input bytes after the run (docs/programs.md, "Input buffer")
+    from test_keep_input import _lowered, _mutated
+
+    good = [_lowered("ring-8", name, "ring", 2) for name in ("reducescatter", "allreduce", "reduce")]
+    bad, _ = _mutated(good[1])
+    results = execute_many([*good, bad], size_bytes=4 * 8 * 2 * 64, iters=1, warmup=0, verify_first=False)
+    _assert_all_ok(results[:3])
+    assert not results[3].ok
+    assert any("input chunk" in e and "changed by an out-of-place program" in e for e in results[3].errors)

@@ -124,17 +124,19 @@ def chain_reduce(inplace: bool) -> Schedule:
     return Schedule(coll, "line", (Transfer(0, 1, 0, 2, 1, reduce=True), Transfer(1, 2, 0, 1, 0, reduce=True)))
 
 
-def test_reduction_accumulates_in_input_and_copies_to_output():
+def test_out_of_place_reduction_never_writes_its_input():
+    # issue 32: the relay (rank 1) accumulates in scratch, the root straight into its output slot
     prog = lower(chain_reduce(inplace=False))
     assert verify(prog).ok
     rrc = tb(prog, 1, recv=2).steps[0]
-    assert (rrc.type, rrc.srcbuf, rrc.srcoff, rrc.dstbuf, rrc.dstoff, rrc.hasdep) == ("rrc", "i", 0, "i", 0, True)
+    assert (rrc.type, rrc.srcbuf, rrc.srcoff, rrc.dstbuf, rrc.dstoff, rrc.hasdep) == ("rrc", "i", 0, "s", 0, True)
     send = tb(prog, 1, send=0).steps[0]
-    assert (send.srcbuf, send.depid, send.deps) == ("i", tb(prog, 1, recv=2).id, 0)
-    final = tb(prog, 0).steps
-    assert [(s.type, s.srcbuf, s.dstbuf) for s in final] == [("cpy", "i", "o")]
-    assert final[0].depid == tb(prog, 0, recv=1).id      # the copy waits for the last reduction
-    assert not any(t.send == t.recv == -1 for t in prog.gpus[1].threadblocks)   # rank 1 keeps nothing
+    assert (send.srcbuf, send.srcoff, send.depid, send.deps) == ("s", 0, tb(prog, 1, recv=2).id, 0)
+    assert prog.gpus[1].s_chunks == 1 and prog.gpus[0].s_chunks == 0
+    root = tb(prog, 0, recv=1).steps[0]
+    assert (root.type, root.srcbuf, root.dstbuf, root.dstoff) == ("rrc", "i", "o", 0)
+    assert all(s.type != "cpy" for g in prog.gpus for t in g.threadblocks for s in t.steps)   # nothing to copy out
+    assert not any(s.dstbuf == "i" for g in prog.gpus for t in g.threadblocks for s in t.steps)
 
 
 def test_inplace_reduction_has_no_final_copy():
@@ -145,12 +147,14 @@ def test_inplace_reduction_has_no_final_copy():
 
 
 def test_reduce_receives_from_two_peers_are_serialized():
-    # star reduce: 1 -> 0 and 2 -> 0 at the same time; the two rrc must not race on i[0]
+    # star reduce: 1 -> 0 and 2 -> 0 at the same time; the two rrc must not race on the accumulator o[0]
     coll = Collective("reduce", 3, 1, root=0)
     prog = lower(Schedule(coll, "star", (Transfer(0, 1, 0, 1, 0, reduce=True), Transfer(0, 1, 0, 2, 0, reduce=True))))
     assert verify(prog).ok
     a, b = tb(prog, 0, recv=1).steps[0], tb(prog, 0, recv=2).steps[0]
     assert (a.depid, b.depid) == (-1, tb(prog, 0, recv=1).id) and a.hasdep
+    # the first reduces the input into the output slot, the second reduces into that slot
+    assert ((a.srcbuf, a.dstbuf), (b.srcbuf, b.dstbuf)) == (("i", "o"), ("o", "o"))
 
 
 def test_extra_dependencies_become_nops():

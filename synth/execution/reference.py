@@ -113,3 +113,23 @@ def check_rank(coll: Collective, rank: int, output_slot, elems: int, dtype: torc
                 errors.append(f"rank {rank}: further output chunks not checked")
                 break
     return errors
+
+
+def check_input(rank: int, actual: torch.Tensor, original: torch.Tensor, elems: int, max_errors: int = 8) -> list[str]:
+    """Out-of-place programs must leave the input buffer as the caller filled it (NCCL's ``sendbuff``
+    is const; docs/programs.md, "Input buffer"): compare it bit for bit, chunk by chunk."""
+    bits = _BITS.get(actual.dtype)
+    same = actual.view(bits) == original.view(bits) if bits is not None else actual == original
+    if bool(same.all()):
+        return []
+    errors = []
+    bad_chunks = (~same).view(-1, elems).any(dim=1).nonzero().flatten().tolist()
+    for k in bad_chunks[:max_errors]:
+        part = ~same[k * elems:(k + 1) * elems]
+        j = int(part.nonzero()[0, 0])
+        errors.append(f"rank {rank} input chunk {k}: {int(part.sum())}/{elems} elements changed by an out-of-place "
+                      f"program, first at element {j}: got {actual[k * elems + j].item()!r}, "
+                      f"was {original[k * elems + j].item()!r}")
+    if len(bad_chunks) > max_errors:
+        errors.append(f"rank {rank}: {len(bad_chunks) - max_errors} more input chunks changed")
+    return errors

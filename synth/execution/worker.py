@@ -133,7 +133,11 @@ class _Runner:
         def slot(k: int):
             return self.view((out[0], out[1] + k, 1)).cpu()
 
-        return reference.check_rank(self.coll, self.rank, slot, self.elems, self.dtype, self.seed)
+        errors = reference.check_rank(self.coll, self.rank, slot, self.elems, self.dtype, self.seed)
+        if not self.coll.inplace:
+            # NCCL's sendbuff is const and frameworks reuse it (issue 32, docs/programs.md "Input buffer")
+            errors += reference.check_input(self.rank, self.input_view.cpu(), self.inputs.cpu(), self.elems)
+        return errors
 
 
 def _sync(device) -> None:

@@ -6,10 +6,12 @@ Buffer placement (collective semantics in :mod:`synth.collectives`):
 - copy collectives: a chunk lives at its output slot on ranks whose postcondition wants it, at its
   input slot on its origin (which also copies it to its own output slot with ``cpy`` when the two
   differ), and in a scratch slot (``s``) on ranks that only relay it;
-- reductions: the partial sum of chunk ``j`` accumulates in input slot ``j`` (``rrc`` with the
-  local operand = input ``j``); the final value reaches the output slot by ``cpy`` (out of place)
-  or is already there (in place); a copy of the final value received from a peer lands directly in
-  the output slot (or a scratch slot on a pure relay).
+- reductions in place: the partial sum of chunk ``j`` accumulates in input slot ``j`` (``rrc`` with the
+  local operand = input ``j``), which is the output; a copy of the final value received from a peer
+  lands directly in the output slot (or a scratch slot on a pure relay);
+- reductions out of place never write the input (NCCL's sendbuff is const, docs/programs.md): the
+  partial sum accumulates in the output slot where ``j`` ends up, else in scratch
+  (:func:`_accumulator_placement`), and reaches the output slot by ``cpy`` only from scratch.
 
 Threadblocks: one per (channel, peer, direction) (MSCCL's rule, docs/programs.md), plus local threadblocks for
 ``cpy``. Where a rank would have more than 32 send (or receive) peers on one channel, more than MSCCL
@@ -368,8 +370,85 @@ def _reduction_placement(coll: Collective, layout: Layout, tr: _Transfers, arriv
     return (s_code, s_off), (r_code, r_off), used
 
 
-def _local_copies(coll: Collective, layout: Layout, tr: _Transfers):
-    """Local ``cpy`` ops: (rank, chunk, src loc, dst loc, time), ordered by chunk then rank."""
+def _first_by_end(tr: _Transfers, idx: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For transfers ``idx`` with keys ``key``: mask of the first per key in (end, index) order (the order
+    :func:`dependencies` gives their writes), and that order."""
+    order = np.lexsort((idx, tr.end[idx], key))
+    first = np.zeros(len(idx), dtype=bool)
+    first[order] = _group_starts(key[order])
+    return first, order
+
+
+def _accumulator_placement(coll: Collective, layout: Layout, tr: _Transfers, arrival: np.ndarray):
+    """Out-of-place reductions: like :func:`_reduction_placement`, but the input buffer is never written
+    (NCCL's ``sendbuff`` is const; docs/programs.md, "Input buffer"). The partial sum of chunk ``j`` on a
+    rank that reduces into it lives in an *accumulator*: the output slot where ``j`` ends up on that rank,
+    or a scratch slot where it ends up nowhere (or where a copy of ``j`` lands there while the partial sum
+    is still in use). The first reducing receive takes input ``j`` as its local operand and writes the
+    accumulator (``rrc i -> o/s``), later ones reduce into the accumulator; a send of the partial sum reads
+    input ``j`` until the first reducing receive has arrived, the accumulator after.
+
+    Returns (send loc, receive loc, rrc local operand, scratch per rank, accumulator code and offset per
+    ``rank * chunks + chunk``, -1 where the rank accumulates nothing)."""
+    n, nch = coll.num_ranks, chunk_count(coll)
+    copy = ~tr.reduce
+    red = np.flatnonzero(tr.reduce)
+    pair = tr.dst * nch + tr.chunk                                   # receiving (rank, chunk)
+    spair = tr.src * nch + tr.chunk                                  # sending (rank, chunk)
+    tol = _tol(tr.end)
+    # the partial sum is in use until the last reducing receive or reducing send of the pair
+    busy = np.full(n * nch, -np.inf)
+    np.maximum.at(busy, pair[red], tr.end[red] + tol[red])
+    np.maximum.at(busy, spair[red], tr.start[red] + _tol(tr.start[red]))
+    early_copy = np.zeros(n * nch, dtype=bool)
+    cp = np.flatnonzero(copy)
+    early_copy[pair[cp][tr.end[cp] <= busy[pair[cp]]]] = True
+    has_acc = np.zeros(n * nch, dtype=bool)
+    has_acc[pair[red]] = True
+    ranks, chunks = np.divmod(np.arange(n * nch), nch)
+    dest = destination_slot(coll, ranks, chunks)
+    ob, oo = layout.output(ranks, np.maximum(dest, 0))
+    in_out = has_acc & (dest >= 0) & ~early_copy
+    acc_code = np.where(in_out, ob, np.where(has_acc, S_BUF, -1))
+    acc_off = np.where(in_out, oo, -1)
+    # receives: reducing ones write the accumulator, copies the output slot (scratch on a relay)
+    dest_r = destination_slot(coll, tr.dst, tr.chunk)
+    rob, roo = layout.output(tr.dst, np.maximum(dest_r, 0))
+    r_code = np.where(tr.reduce, acc_code[pair], np.where(dest_r >= 0, rob, S_BUF))
+    r_off = np.where(tr.reduce, acc_off[pair], np.where(dest_r >= 0, roo, -1))
+    # scratch, in arrival order: copies keyed by chunk, accumulators by chunk + nch (never the same slot)
+    need = arrival[r_code[arrival] == S_BUF]
+    slots, used = _first_come_slots(tr.dst[need], tr.chunk[need] + np.where(tr.reduce[need], nch, 0),
+                                    2 * nch, n)
+    r_off[need] = slots
+    scratch_acc = red[acc_code[pair[red]] == S_BUF]
+    acc_off[pair[scratch_acc]] = r_off[scratch_acc]
+    # local operand of each rrc: input j for the pair's first reducing receive, the accumulator after
+    first, _ = _first_by_end(tr, red, pair[red])
+    i_code, i_off = layout.input(tr.dst, tr.chunk)
+    l_code, l_off = r_code.copy(), r_off.copy()
+    l_code[red[first]], l_off[red[first]] = i_code[red[first]], i_off[red[first]]
+    # sends of the partial sum: the accumulator once the first reducing receive has arrived, else input j
+    first_end = np.full(n * nch, np.inf)
+    np.minimum.at(first_end, pair[red], tr.end[red])
+    s_code, s_off = layout.input(tr.src, tr.chunk)
+    ready = first_end[spair] <= tr.start + _tol(tr.start)
+    s_code = np.where(ready, acc_code[spair], s_code)
+    s_off = np.where(ready, acc_off[spair], s_off)
+    # non-reducing sends read the latest copy received by then (else the partial sum, as above)
+    copies = arrival[copy[arrival]]
+    queries = np.flatnonzero(copy)
+    hit = _latest_copy(tr.dst[copies] * nch + tr.chunk[copies], tr.end[copies], np.arange(len(copies)),
+                       tr.src[queries] * nch + tr.chunk[queries], tr.start[queries] + _tol(tr.start[queries]))
+    got = queries[hit >= 0]
+    src_of = copies[hit[hit >= 0]]
+    s_code[got], s_off[got] = r_code[src_of], r_off[src_of]
+    return (s_code, s_off), (r_code, r_off), (l_code, l_off), used, (acc_code, acc_off)
+
+
+def _local_copies(coll: Collective, layout: Layout, tr: _Transfers, acc=None):
+    """Local ``cpy`` ops: (rank, chunk, src loc, dst loc, time), ordered by chunk then rank. ``acc``: the
+    accumulators of an out-of-place reduction (:func:`_accumulator_placement`), the copies' sources."""
     if coll.is_reduction:
         chunks, ranks, slots = destination_pairs(coll)
         nch = chunk_count(coll)
@@ -381,6 +460,9 @@ def _local_copies(coll: Collective, layout: Layout, tr: _Transfers):
         keep = ~got_copy[ranks * nch + chunks]
         chunks, ranks, slots = chunks[keep], ranks[keep], slots[keep]
         src, dst = layout.input(ranks, chunks), layout.output(ranks, slots)
+        if acc is not None:
+            code, off = acc[0][ranks * nch + chunks], acc[1][ranks * nch + chunks]
+            src = (np.where(code >= 0, code, src[0]), np.where(code >= 0, off, src[1]))
         time = last_reduce[ranks * nch + chunks]
     else:
         chunks = np.flatnonzero(valid_chunks(coll, np.arange(chunk_count(coll))))
@@ -398,12 +480,17 @@ def _local_copies(coll: Collective, layout: Layout, tr: _Transfers):
 def build_ops(coll: Collective, layout: Layout, tr: _Transfers) -> tuple[_Ops, np.ndarray]:
     """All ops (send 2i, receive 2i+1, then local copies) and the scratch slots used per rank."""
     arrival = _arrival_order(tr)
-    place = _reduction_placement if coll.is_reduction else _copy_placement
-    (s_code, s_off), (r_code, r_off), scratch = place(coll, layout, tr, arrival)
-    l_rank, l_chunk, l_sb, l_so, l_db, l_do, l_time = _local_copies(coll, layout, tr)
-    # a receive's "src" is the sender's location (its own accumulator for rrc), as msccl-tools writes it
-    rs_code = np.where(tr.reduce, r_code, s_code)
-    rs_off = np.where(tr.reduce, r_off, s_off)
+    if coll.is_reduction and not coll.inplace:
+        (s_code, s_off), (r_code, r_off), (a_code, a_off), scratch, acc = \
+            _accumulator_placement(coll, layout, tr, arrival)
+    else:
+        place = _reduction_placement if coll.is_reduction else _copy_placement
+        (s_code, s_off), (r_code, r_off), scratch = place(coll, layout, tr, arrival)
+        a_code, a_off, acc = r_code, r_off, None     # in place, rrc reduces into its own operand
+    l_rank, l_chunk, l_sb, l_so, l_db, l_do, l_time = _local_copies(coll, layout, tr, acc)
+    # a receive's "src" is the sender's location, as msccl-tools writes it; an rrc's is its local operand
+    rs_code = np.where(tr.reduce, a_code, s_code)
+    rs_off = np.where(tr.reduce, a_off, s_off)
     nl = len(l_rank)
     ops = _Ops(
         rank=np.concatenate([_interleave(tr.src, tr.dst), l_rank]),
@@ -435,8 +522,19 @@ def _accesses(ops: _Ops, tr: _Transfers):
     buf = np.where(use_dst, ops.dst_buf[op], ops.src_buf[op])
     off = np.where(use_dst, ops.dst_off[op], ops.src_off[op])
     writes = use_dst
-    reads = ~use_dst | (ops.type[op] == T_RRC)
+    own = (ops.src_buf[op] == ops.dst_buf[op]) & (ops.src_off[op] == ops.dst_off[op])
+    reads = ~use_dst | ((ops.type[op] == T_RRC) & own)
     chunk = np.concatenate([np.repeat(tr.chunk, 2), np.repeat(ops.local_chunk, 2)])
+    # an out-of-place rrc may take its local operand from another slot (input j): a read of that slot
+    rrc = np.flatnonzero(ops.type[:2 * t] == T_RRC)
+    apart = rrc[(ops.src_buf[rrc] != ops.dst_buf[rrc]) | (ops.src_off[rrc] != ops.dst_off[rrc])]
+    if len(apart):
+        op = np.concatenate([op, apart])
+        buf = np.concatenate([buf, ops.src_buf[apart]])
+        off = np.concatenate([off, ops.src_off[apart]])
+        writes = np.concatenate([writes, np.zeros(len(apart), dtype=bool)])
+        reads = np.concatenate([reads, np.ones(len(apart), dtype=bool)])
+        chunk = np.concatenate([chunk, tr.chunk[apart // 2]])
     return op, ops.rank[op], buf, off, ops.time[op], reads, writes, chunk
 
 
