@@ -237,7 +237,10 @@ def _golden_cases() -> list[dict]:
     differ only by those extra dependencies (depid/deps, nops, hasdep; the max_steps_per_tb=3 case
     also spreads over more channels because of the nops). The five max_steps_per_tb=3 cases were
     regenerated again when split connections moved from round-robin channels to consecutive blocks
-    with one dependency per block boundary (the round-robin let a later channel's send overtake)."""
+    with one dependency per block boundary (the round-robin let a later channel's send overtake). The five
+    out-of-place reduction cases (dgx1 trees and nccl allreduce, torus trees reducescatter and reduce, torus dbt
+    allreduce) were regenerated when out-of-place partial sums moved from the input buffer to the output or
+    scratch (issue 32: the caller's send buffer stays intact); each regenerated program verifies."""
     with gzip.open(GOLDEN, "rt") as f:
         return json.load(f)
 
