@@ -299,7 +299,8 @@ def _arrival_order(tr: _Transfers) -> np.ndarray:
 
 def _copy_placement(coll: Collective, layout: Layout, tr: _Transfers, arrival: np.ndarray):
     """(send loc, receive loc, scratch per rank) for copy collectives: origin's input slot,
-    destination's output slot, else a scratch slot numbered in arrival order."""
+    destination's output slot, else a scratch slot numbered in arrival order. Out of place, a copy
+    that comes back to its origin lands in scratch (the input buffer is never written)."""
     ic = coll.input_chunks
 
     def home(rank: np.ndarray, chunk: np.ndarray):
@@ -314,6 +315,12 @@ def _copy_placement(coll: Collective, layout: Layout, tr: _Transfers, arrival: n
 
     s_code, s_off = home(tr.src, tr.chunk)
     r_code, r_off = home(tr.dst, tr.chunk)
+    if not coll.inplace:
+        # a relay route through the chunk's origin (rdh where the butterfly does not embed) hands the
+        # origin its own chunk back: it lands in scratch, the input stays intact (and still serves sends)
+        back = tr.dst == tr.chunk // ic
+        r_code = np.where(back, S_BUF, r_code)
+        r_off = np.where(back, -1, r_off)
     # scratch requests: receives in arrival order, then (inconsistent schedules only) sends
     need_r = arrival[r_code[arrival] == S_BUF]
     need_s = np.flatnonzero(s_code == S_BUF)
