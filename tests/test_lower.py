@@ -240,7 +240,10 @@ def _golden_cases() -> list[dict]:
     with one dependency per block boundary (the round-robin let a later channel's send overtake). The five
     out-of-place reduction cases (dgx1 trees and nccl allreduce, torus trees reducescatter and reduce, torus dbt
     allreduce) were regenerated when out-of-place partial sums moved from the input buffer to the output or
-    scratch (issue 32: the caller's send buffer stays intact); each regenerated program verifies."""
+    scratch (issue 32: the caller's send buffer stays intact); each regenerated program verifies. The torus
+    trees reducescatter case was regenerated once more when scratch accumulators took slots in chunk order
+    and groups that mixed input-read and accumulator-read chunks got seeded accumulators (a cpy of the input
+    first), so grouped transfers merge into one step as in place; it verifies too."""
     with gzip.open(GOLDEN, "rt") as f:
         return json.load(f)
 

@@ -11,7 +11,10 @@ Buffer placement (collective semantics in :mod:`synth.collectives`):
   lands directly in the output slot (or a scratch slot on a pure relay);
 - reductions out of place never write the input (NCCL's sendbuff is const, docs/programs.md): the
   partial sum accumulates in the output slot where ``j`` ends up, else in scratch
-  (:func:`_accumulator_placement`), and reaches the output slot by ``cpy`` only from scratch.
+  (:func:`_accumulator_placement`), and reaches the output slot by ``cpy`` only from scratch; where a
+  scheduled group would mix input-reading and accumulator-reading chunks, those accumulators start as
+  a ``cpy`` of input ``j`` (:func:`_seeded`), so the group stays one step;
+- copy collectives out of place: a chunk a relay route hands back to its origin lands in scratch.
 
 Threadblocks: one per (channel, peer, direction) (MSCCL's rule, docs/programs.md), plus local threadblocks for
 ``cpy``. Where a rank would have more than 32 send (or receive) peers on one channel, more than MSCCL
@@ -393,10 +396,12 @@ def _accumulator_placement(coll: Collective, layout: Layout, tr: _Transfers, arr
     or a scratch slot where it ends up nowhere (or where a copy of ``j`` lands there while the partial sum
     is still in use). The first reducing receive takes input ``j`` as its local operand and writes the
     accumulator (``rrc i -> o/s``), later ones reduce into the accumulator; a send of the partial sum reads
-    input ``j`` until the first reducing receive has arrived, the accumulator after.
+    input ``j`` until the first reducing receive has arrived, the accumulator after. Seeded pairs
+    (:func:`_seeded`) have an accumulator holding a copy of input ``j`` from the start: their sends and
+    every ``rrc`` read it. A rank's scratch accumulators come first, in chunk order, then its copies.
 
     Returns (send loc, receive loc, rrc local operand, scratch per rank, accumulator code and offset per
-    ``rank * chunks + chunk``, -1 where the rank accumulates nothing)."""
+    ``rank * chunks + chunk``, -1 where the rank accumulates nothing, and the seeded mask)."""
     n, nch = coll.num_ranks, chunk_count(coll)
     copy = ~tr.reduce
     red = np.flatnonzero(tr.reduce)
@@ -412,6 +417,12 @@ def _accumulator_placement(coll: Collective, layout: Layout, tr: _Transfers, arr
     early_copy[pair[cp][tr.end[cp] <= busy[pair[cp]]]] = True
     has_acc = np.zeros(n * nch, dtype=bool)
     has_acc[pair[red]] = True
+    first, _ = _first_by_end(tr, red, pair[red])
+    first_end = np.full(n * nch, np.inf)
+    np.minimum.at(first_end, pair[red], tr.end[red])
+    ready = first_end[spair] <= tr.start + _tol(tr.start)
+    seeded = _seeded(tr, red, first, ready, pair, spair, n * nch)
+    has_acc |= seeded
     ranks, chunks = np.divmod(np.arange(n * nch), nch)
     dest = destination_slot(coll, ranks, chunks)
     ob, oo = layout.output(ranks, np.maximum(dest, 0))
@@ -423,23 +434,26 @@ def _accumulator_placement(coll: Collective, layout: Layout, tr: _Transfers, arr
     rob, roo = layout.output(tr.dst, np.maximum(dest_r, 0))
     r_code = np.where(tr.reduce, acc_code[pair], np.where(dest_r >= 0, rob, S_BUF))
     r_off = np.where(tr.reduce, acc_off[pair], np.where(dest_r >= 0, roo, -1))
-    # scratch, in arrival order: copies keyed by chunk, accumulators by chunk + nch (never the same slot)
-    need = arrival[r_code[arrival] == S_BUF]
-    slots, used = _first_come_slots(tr.dst[need], tr.chunk[need] + np.where(tr.reduce[need], nch, 0),
-                                    2 * nch, n)
-    r_off[need] = slots
-    scratch_acc = red[acc_code[pair[red]] == S_BUF]
-    acc_off[pair[scratch_acc]] = r_off[scratch_acc]
-    # local operand of each rrc: input j for the pair's first reducing receive, the accumulator after
-    first, _ = _first_by_end(tr, red, pair[red])
+    # scratch: a rank's accumulators first, in chunk order (consecutive chunks stay contiguous, as in
+    # i[j] in place, so grouped transfers still merge into one step), then copies in arrival order
+    in_s = np.flatnonzero(acc_code == S_BUF)                         # sorted: by rank, then chunk
+    acc_used = np.bincount(in_s // nch, minlength=n)
+    acc_off[in_s] = np.arange(len(in_s)) - (np.cumsum(acc_used) - acc_used)[in_s // nch]
+    r_off[red] = acc_off[pair[red]]
+    need = arrival[copy[arrival] & (r_code[arrival] == S_BUF)]
+    slots, used = _first_come_slots(tr.dst[need], tr.chunk[need], nch, n)
+    r_off[need] = slots + acc_used[tr.dst[need]]
+    used = used + acc_used
+    # local operand of each rrc: input j for the pair's first reducing receive (unless seeded), the
+    # accumulator after
     i_code, i_off = layout.input(tr.dst, tr.chunk)
     l_code, l_off = r_code.copy(), r_off.copy()
-    l_code[red[first]], l_off[red[first]] = i_code[red[first]], i_off[red[first]]
-    # sends of the partial sum: the accumulator once the first reducing receive has arrived, else input j
-    first_end = np.full(n * nch, np.inf)
-    np.minimum.at(first_end, pair[red], tr.end[red])
+    lead = red[first & ~seeded[pair[red]]]
+    l_code[lead], l_off[lead] = i_code[lead], i_off[lead]
+    # sends of the partial sum: the accumulator once the first reducing receive has arrived (from the
+    # start where seeded), else input j
     s_code, s_off = layout.input(tr.src, tr.chunk)
-    ready = first_end[spair] <= tr.start + _tol(tr.start)
+    ready = ready | seeded[spair]
     s_code = np.where(ready, acc_code[spair], s_code)
     s_off = np.where(ready, acc_off[spair], s_off)
     # non-reducing sends read the latest copy received by then (else the partial sum, as above)
@@ -450,7 +464,43 @@ def _accumulator_placement(coll: Collective, layout: Layout, tr: _Transfers, arr
     got = queries[hit >= 0]
     src_of = copies[hit[hit >= 0]]
     s_code[got], s_off[got] = r_code[src_of], r_off[src_of]
-    return (s_code, s_off), (r_code, r_off), (l_code, l_off), used, (acc_code, acc_off)
+    return (s_code, s_off), (r_code, r_off), (l_code, l_off), used, (acc_code, acc_off, seeded)
+
+
+def _seeded(tr: _Transfers, red: np.ndarray, first: np.ndarray, ready: np.ndarray, pair: np.ndarray,
+            spair: np.ndarray, npairs: int) -> np.ndarray:
+    """(rank, chunk) pairs whose accumulator starts as a local copy of input ``j`` (``cpy i -> acc``
+    before any step; local steps cost nothing in the model). A group of reducing transfers on one
+    connection, which the schedule times as one step (one α), may mix sends of input ``j`` (no partial
+    sum there yet) with sends of an accumulator, or first ``rrc`` (operand input ``j``) with later ones
+    (operand the accumulator): two buffers, so several steps where in place (everything in ``i[j]``)
+    there was one. Seeding the input-reading members' pairs makes the group uniform; repeated until
+    no group mixes (a seeded pair's other transfers change kind too)."""
+    seeded = np.zeros(npairs, dtype=bool)
+    grouped = red[tr.group[red] >= 0]
+    if len(grouped) == 0:
+        return seeded
+    is_first = np.zeros(len(tr), dtype=bool)
+    is_first[red[first]] = True
+    order = np.lexsort((tr.group[grouped], tr.channel[grouped], tr.dst[grouped], tr.src[grouped]))
+    grouped = grouped[order]
+    starts = (_group_starts(tr.src[grouped]) | _group_starts(tr.dst[grouped])
+              | _group_starts(tr.channel[grouped]) | _group_starts(tr.group[grouped]))
+    gid = np.cumsum(starts) - 1
+    ng = int(gid[-1]) + 1
+    while True:
+        send_acc = ready[grouped] | seeded[spair[grouped]]
+        recv_acc = ~is_first[grouped] | seeded[pair[grouped]]
+        add = np.zeros(npairs, dtype=bool)
+        for acc, key in ((send_acc, spair), (recv_acc, pair)):
+            some = np.bincount(gid, weights=acc, minlength=ng) > 0
+            all_ = np.bincount(gid, weights=~acc, minlength=ng) == 0
+            mixed = some & ~all_
+            add[key[grouped[mixed[gid] & ~acc]]] = True
+        add &= ~seeded
+        if not add.any():
+            return seeded
+        seeded |= add
 
 
 def _local_copies(coll: Collective, layout: Layout, tr: _Transfers, acc=None):
@@ -467,10 +517,18 @@ def _local_copies(coll: Collective, layout: Layout, tr: _Transfers, acc=None):
         keep = ~got_copy[ranks * nch + chunks]
         chunks, ranks, slots = chunks[keep], ranks[keep], slots[keep]
         src, dst = layout.input(ranks, chunks), layout.output(ranks, slots)
+        time = last_reduce[ranks * nch + chunks]
         if acc is not None:
             code, off = acc[0][ranks * nch + chunks], acc[1][ranks * nch + chunks]
             src = (np.where(code >= 0, code, src[0]), np.where(code >= 0, off, src[1]))
-        time = last_reduce[ranks * nch + chunks]
+            # seeded accumulators (:func:`_seeded`): cpy input j -> accumulator before any step
+            seed_rank, seed_chunk = np.divmod(np.flatnonzero(acc[2]), nch)
+            s_src = layout.input(seed_rank, seed_chunk)
+            s_dst = (acc[0][acc[2]], acc[1][acc[2]])
+            chunks, ranks = np.concatenate([seed_chunk, chunks]), np.concatenate([seed_rank, ranks])
+            src = (np.concatenate([s_src[0], src[0]]), np.concatenate([s_src[1], src[1]]))
+            dst = (np.concatenate([s_dst[0], dst[0]]), np.concatenate([s_dst[1], dst[1]]))
+            time = np.concatenate([np.full(len(seed_rank), -1.0), time])
     else:
         chunks = np.flatnonzero(valid_chunks(coll, np.arange(chunk_count(coll))))
         ranks, in_slot = np.divmod(chunks, coll.input_chunks)
@@ -644,11 +702,16 @@ class _Merged:
     locals_by_rank: dict[int, list[int]]
 
 
-def _merge_sends(ops: _Ops, tr: _Transfers, rep: np.ndarray, cnt: np.ndarray):
-    """Chain grouped sends that are consecutive on a connection and contiguous at both ends."""
+def _merge_sends(ops: _Ops, tr: _Transfers, rep: np.ndarray, cnt: np.ndarray, by_kind: bool = False):
+    """Chain grouped sends that are consecutive on a connection and contiguous at both ends.
+    ``by_kind`` (out-of-place reductions): within a group, order by (send's source buffer, receive's
+    local operand buffer) before offset. A group can mix sends of input ``j`` with sends of a partial
+    sum, and first ``rrc`` (operand ``i``) with later ones (operand the accumulator); each kind then
+    forms one contiguous run (as a group did with everything in ``i[j]``) rather than interleaving."""
     t = len(tr)
     send = 2 * np.arange(t)
-    order = np.lexsort((send, ops.src_off[send], tr.group, tr.start, tr.channel, tr.dst, tr.src))
+    kind = ops.src_buf[send] * len(BUFFERS) + ops.src_buf[send + 1] if by_kind else np.zeros(t, dtype=np.int64)
+    order = np.lexsort((send, ops.src_off[send], kind, tr.group, tr.start, tr.channel, tr.dst, tr.src))
     s, r = send[order], send[order] + 1
     conn = (tr.src[order], tr.dst[order], tr.channel[order])
     new_conn = _group_starts(conn[0]) | _group_starts(conn[1]) | _group_starts(conn[2])
@@ -697,12 +760,14 @@ def _merge_locals(ops: _Ops, t: int, raw_deps: dict[int, frozenset[int]], rep: n
     return by_rank
 
 
-def merge(ops: _Ops, tr: _Transfers, waiter: np.ndarray, waited: np.ndarray) -> tuple[_Merged, np.ndarray, np.ndarray]:
-    """Merge ops and carry the dependency edges over to the survivors (deduplicated, no self-edges)."""
+def merge(ops: _Ops, tr: _Transfers, waiter: np.ndarray, waited: np.ndarray,
+          by_kind: bool = False) -> tuple[_Merged, np.ndarray, np.ndarray]:
+    """Merge ops and carry the dependency edges over to the survivors (deduplicated, no self-edges);
+    ``by_kind``: see :func:`_merge_sends`."""
     t = len(tr)
     rep = np.arange(len(ops))
     cnt = np.ones(len(ops), dtype=np.int64)
-    sends, src, dst, chan, conn_id, k = _merge_sends(ops, tr, rep, cnt)
+    sends, src, dst, chan, conn_id, k = _merge_sends(ops, tr, rep, cnt, by_kind)
     is_local = waiter >= 2 * t
     raw: dict[int, set[int]] = {}
     for a, b in zip(waiter[is_local].tolist(), waited[is_local].tolist(), strict=True):
@@ -1020,7 +1085,7 @@ def _lower(schedule: Schedule, name: str | None, max_steps_per_tb: int) -> Progr
     layout = Layout.of(coll)
     ops, scratch = build_ops(coll, layout, tr)
     waiter, waited = dependencies(coll, layout, ops, tr)
-    merged, waiter, waited = merge(ops, tr, waiter, waited)
+    merged, waiter, waited = merge(ops, tr, waiter, waited, by_kind=coll.is_reduction and not coll.inplace)
     up_w, up_d = uplink_dependencies(ops, tr, merged)
     # at one chunk per piece a smaller --chunks cannot help: the method's pattern itself does not fit
     advice = ("use a smaller --chunks" if coll.chunk_factor > 1 else
