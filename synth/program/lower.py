@@ -369,15 +369,23 @@ def _reduction_placement(coll: Collective, layout: Layout, tr: _Transfers, arriv
     slots, used = _first_come_slots(tr.dst[need], tr.chunk[need], chunk_count(coll), coll.num_ranks)
     r_off[need] = slots
     # non-reducing sends read the latest copy received by then (else the partial sum in i[j])
-    nchunks = chunk_count(coll)
+    _send_latest_copies(tr, arrival, chunk_count(coll), (r_code, r_off), (s_code, s_off))
+    return (s_code, s_off), (r_code, r_off), used
+
+
+def _send_latest_copies(tr: _Transfers, arrival: np.ndarray, nchunks: int, received, sent) -> None:
+    """Reductions: point each non-reducing send at the latest non-reducing receive of its (rank, chunk)
+    that has arrived by the send's start (:func:`_latest_copy`); ``sent`` (code, offset) is updated in
+    place from ``received`` (code, offset), and sends with no such copy keep their location."""
+    copy = ~tr.reduce
     copies = arrival[copy[arrival]]
     queries = np.flatnonzero(copy)
     hit = _latest_copy(tr.dst[copies] * nchunks + tr.chunk[copies], tr.end[copies], np.arange(len(copies)),
                        tr.src[queries] * nchunks + tr.chunk[queries], tr.start[queries] + _tol(tr.start[queries]))
     got = queries[hit >= 0]
     src_of = copies[hit[hit >= 0]]
-    s_code[got], s_off[got] = r_code[src_of], r_off[src_of]
-    return (s_code, s_off), (r_code, r_off), used
+    for out, into in zip(sent, received, strict=True):
+        out[got] = into[src_of]
 
 
 def _first_by_end(tr: _Transfers, idx: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -457,13 +465,7 @@ def _accumulator_placement(coll: Collective, layout: Layout, tr: _Transfers, arr
     s_code = np.where(ready, acc_code[spair], s_code)
     s_off = np.where(ready, acc_off[spair], s_off)
     # non-reducing sends read the latest copy received by then (else the partial sum, as above)
-    copies = arrival[copy[arrival]]
-    queries = np.flatnonzero(copy)
-    hit = _latest_copy(tr.dst[copies] * nch + tr.chunk[copies], tr.end[copies], np.arange(len(copies)),
-                       tr.src[queries] * nch + tr.chunk[queries], tr.start[queries] + _tol(tr.start[queries]))
-    got = queries[hit >= 0]
-    src_of = copies[hit[hit >= 0]]
-    s_code[got], s_off[got] = r_code[src_of], r_off[src_of]
+    _send_latest_copies(tr, arrival, nch, (r_code, r_off), (s_code, s_off))
     return (s_code, s_off), (r_code, r_off), (l_code, l_off), used, (acc_code, acc_off, seeded)
 
 
