@@ -12,7 +12,7 @@ from synth.errors import SynthError
 MAX_TRANSFERS = 1 << 24
 # Ranks for bounds and synthesis: the rank-orbit search and the rank-pair routes hold N x N arrays
 # (8192 ranks: 0.5 GB each).
-MAX_RANKS = 8192
+MAX_SOLVED_RANKS = 8192
 
 
 def check_transfer_count(count: int, what: str) -> None:
@@ -23,7 +23,7 @@ def check_transfer_count(count: int, what: str) -> None:
 
 
 def check_rank_count(num_ranks: int, name: str, task: str) -> None:
-    """Refuse bounds or synthesis on more than :data:`MAX_RANKS` ranks."""
-    if num_ranks > MAX_RANKS:
+    """Refuse bounds or synthesis on more than :data:`MAX_SOLVED_RANKS` ranks."""
+    if num_ranks > MAX_SOLVED_RANKS:
         raise SynthError(f"topology {name!r} has {num_ranks:,} ranks; synth computes {task} for at most "
-                         f"{MAX_RANKS:,} (docs/cli.md)")
+                         f"{MAX_SOLVED_RANKS:,} (docs/cli.md)")
