@@ -53,6 +53,7 @@ from synth.units import algbw_GBps
 # Above this many LP columns (sources x links) alltoall falls back to a weaker closed-form bound.
 ALLTOALL_LP_MAX_VARS = 40_000
 SWEEP_VECTORS = 3          # ... where its fallback sweeps the cuts along this many Laplacian eigenvectors
+PARTITION_RANKS = 128      # the allreduce traffic bound tries the strongest partition up to this many ranks
 SWEEP_MAX_NODES = 3000     # ... up to this many nodes (a dense eigensolve: about 2 s at 2176 nodes)
 
 
@@ -532,11 +533,16 @@ def group_traffic(topology: Topology) -> tuple[int, float]:
     Any partition gives a valid bound. Tried: for each distinct bandwidth b, the connected
     components of the links of bandwidth ≥ b (the dies of an MI250 card joined at 200 GB/s, a DGX
     box behind its NVSwitch); components without a rank belong to no group. Singletons are
-    bound 4 of :func:`allreduce_bandwidth_us`.
+    bound 4 of :func:`allreduce_bandwidth_us`. On a switchless fabric of at most ``PARTITION_RANKS``
+    ranks, also the partition of least ``c(δ(P)) / (|P| - 1)`` read off the spanning-tree packing LP
+    (:func:`synth.treepack.strongest_partition`). With symmetric links ``B = 2·c(δ(P))``, so that
+    partition's bound is ``SIZE / strength``: exactly the time of the packing's reduce + broadcast, which
+    therefore is the best bandwidth term any allreduce has there (Tutte / Nash-Williams, 1961; checked
+    against every partition of small graphs in tests/test_treepack.py).
     """
     src, dst, bw, _ = topology.arrays
     best = (0, 0.0, 0.0)   # (g, B, 2(g-1)/B)
-    for label, has_rank in _bandwidth_components(topology):
+    for label, has_rank in (*_bandwidth_components(topology), *_strongest_partition(topology)):
         groups = int(has_rank.sum())
         crossing = label[src] != label[dst]
         leaving = float(bw[crossing & has_rank[label[src]]].sum())
@@ -545,6 +551,19 @@ def group_traffic(topology: Topology) -> tuple[int, float]:
         if capacity > 0 and 2 * (groups - 1) / capacity > best[2]:
             best = (groups, capacity, 2 * (groups - 1) / capacity)
     return best[0], best[1]
+
+
+def _strongest_partition(topology: Topology):
+    """The partition of :func:`synth.treepack.strongest_partition` as (label per rank, all True), on a
+    switchless fabric of at most ``PARTITION_RANKS`` ranks (its packing LP grows with the edges)."""
+    from synth.treepack import pack_spanning_trees, strongest_partition
+
+    if topology.switches or topology.num_ranks > PARTITION_RANKS:
+        return
+    packing = pack_spanning_trees(topology)
+    if packing is not None:
+        labels = strongest_partition(packing)
+        yield labels, np.ones(int(labels.max()) + 1, dtype=bool)
 
 
 def _bandwidth_components(topology: Topology):

@@ -179,7 +179,7 @@ def relative_gap(objective: float | None, bound: float | None) -> float | None:
 
 
 @contextlib.contextmanager
-def _silence_fds():
+def silence_fds():
     """Backends print banners at the C level (HiGHS does so even with output off); keep stdout clean."""
     saved = []
     try:
@@ -216,7 +216,7 @@ def solve(model: Model, solver: str = "highs", time_limit: float | None = None, 
         raise SynthError(f"solver {solver} solves LPs only; this model has integer variables "
                          "(use highs, cbc, scip or cp-sat)")
     started = time.perf_counter()
-    context = contextlib.nullcontext() if verbose else _silence_fds()
+    context = contextlib.nullcontext() if verbose else silence_fds()
     if lp_algorithm is not None and (solver != "highs" or lp_algorithm not in ("ipm", "simplex")):
         raise SynthError(f"lp_algorithm {lp_algorithm!r} is a HiGHS option ('ipm' or 'simplex')")
     nodes = None if work_limit is None or not model.is_mip else max(1, round(work_limit * NODES_PER_WORK_S))

@@ -11,8 +11,8 @@ reducescatter, alltoall, gather, scatter and allreduce; SIZE for broadcast and r
 
 **The rule** (``RULES``; a row is tried when its predicate holds and the method supports the
 collective; rows are in execution order, cheapest first, except that a bandwidth-bound case runs the
-tree methods, ``multiring``, ``trees`` and ``lp``, first: they are the expected winners there, and a wall-clock
-``--time-limit`` that runs out must cut the baselines, not them). Figures are simulated gaps
+tree methods, ``multiring``, ``spantree``, ``trees`` and ``lp``, first: they are the expected winners there,
+and a wall-clock ``--time-limit`` that runs out must cut the baselines, not them). Figures are simulated gaps
 ``(time - bound) / time`` from the full sweep of ``notebooks/optimality_gaps.ipynb`` (dgx1,
 dgx-a100-2node, mi250, ndv2-2node × allgather, allreduce × 1 KB, 1 MB, 64 MB, 1 GB × every method,
 10 s limit), plus the runs named below:
@@ -66,6 +66,11 @@ lp        bandwidth-bound, N <= 32, and no switches or      20 s     best on mi2
                                                                      A100 boxes, 64 ranks, on the runtime's
                                                                      routes: 0.994 vs direct's 0.884; 16
                                                                      boxes, 128 ranks: 0.988 vs 0.934, 34 s)
+spantr.   bandwidth-bound allreduce, no switches,     -        reduce + broadcast over packed spanning
+          N <= 128                                                   trees reaches the strength (partition)
+                                                                     bound's rate: mesh-8x8 1 GiB 0.876
+                                                                     (multiring 0.67), rr4-32-s2 0.923 of
+                                                                     the tightened bound (trees 0.55)
 pareto    N <= 8, no switches, latency-bound                10 s     best at 1 MB on dgx1 (43.4 % vs ring
                                                                      45.7 %); can stay undecided on NICs
 milp      N <= 16 and (alltoall, or latency-bound           30 s     optimal in 0.1 s on dgx1/mi250 1 KB
@@ -119,8 +124,9 @@ from synth.topology.structure import boxes_of
 
 MIN_START_S = 0.5            # a candidate is not started with less than this left of --time-limit
 CLOCK_FACTOR = 2.0           # a candidate with a work limit W stops (not_tried) after CLOCK_FACTOR * W s
-TREE_METHODS = ("multiring", "trees", "lp")   # first where the case is bandwidth-bound (expected quality)
+TREE_METHODS = ("multiring", "spantree", "trees", "lp")   # first where the case is bandwidth-bound (expected quality)
 BASELINE_MAX_RANKS = 64      # baselines (and ring first) up to this scale
+SPANTREE_MAX_RANKS = 128     # spanning-tree allreduce (switchless): its packing LP takes ~10 s at 128 ranks
 GREEDY_MAX_RANKS = 256       # greedy at every size and collective up to this scale
 EXACT_TREES_SLOW = 128       # trees' exact packing is skipped above this ...
 LARGE_TREES = 256            # ... up to where its fast scale path starts (trees.LARGE_RANKS)
@@ -180,6 +186,7 @@ def _milp_limit(inst: Instance) -> float:
 RULES: tuple[Rule, ...] = (
     Rule("ring", lambda i: True),
     Rule("multiring", lambda i: i.bandwidth_bound and i.ranks <= GREEDY_MAX_RANKS),
+    Rule("spantree", lambda i: i.bandwidth_bound and not i.switches and i.ranks <= SPANTREE_MAX_RANKS),
     Rule("direct", lambda i: _small(i) and (i.collective == "alltoall" or i.latency_bound) or _switched_alltoall(i)),
     Rule("rdh", lambda i: _small(i) and i.latency_bound),
     Rule("dbt", lambda i: _small(i) and i.latency_bound),

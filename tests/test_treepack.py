@@ -1,0 +1,179 @@
+"""Spanning-tree packings, the strongest partition, the allreduce partition bound, and method ``spantree``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from synth.collectives import Collective
+from synth.errors import SynthError
+from synth.lower_bounds import compute_bounds
+from synth.pipeline import synthesize
+from synth.synthesis.base import SynthOptions
+from synth.synthesis.spantree import apportion
+from synth.synthesis.spantree import synthesize as spantree
+from synth.topology.generators import mesh, random_regular, torus
+from synth.topology.io import load_topology
+from synth.topology.model import Link, Topology
+from synth.treepack import pack_spanning_trees, partition_strength, rank_graph, strongest_partition
+from synth.verification import verify
+
+GIB = 2**30
+
+
+def _partitions(items: list[int]):
+    """Every set partition of ``items`` (Bell(8) = 4140 for eight ranks)."""
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for smaller in _partitions(rest):
+        for k in range(len(smaller)):
+            yield smaller[:k] + [[first, *smaller[k]]] + smaller[k + 1:]
+        yield [[first], *smaller]
+
+
+def _brute_strength(graph) -> float:
+    best = float("inf")
+    for parts in _partitions(list(range(graph.num_ranks))):
+        labels = np.zeros(graph.num_ranks, dtype=int)
+        for k, part in enumerate(parts):
+            labels[part] = k
+        best = min(best, partition_strength(graph, labels))
+    return best
+
+
+def _weighted(n: int, edges: list[tuple[int, int, float]], name: str = "g") -> Topology:
+    links = []
+    for u, v, bw in edges:
+        links += [Link(u, v, bw, 0.5), Link(v, u, bw, 0.5)]
+    return Topology(name, n, tuple(links))
+
+
+def _is_spanning_tree(n: int, graph, tree: tuple[int, ...]) -> bool:
+    import networkx as nx
+
+    g = nx.Graph()
+    g.add_nodes_from(range(n))
+    g.add_edges_from(graph.edges[e] for e in tree)
+    return len(tree) == n - 1 and nx.is_connected(g)
+
+
+def _check_packing(topology: Topology):
+    packing = pack_spanning_trees(topology)
+    graph = packing.graph
+    load = np.zeros(len(graph.edges))
+    for tree, weight in zip(packing.trees, packing.weights, strict=True):
+        assert _is_spanning_tree(topology.num_ranks, graph, tree)
+        assert weight > 0
+        load[list(tree)] += weight
+    assert np.all(load <= graph.capacity * (1 + 1e-7))   # the packing fits every edge
+    return packing
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_strength_is_the_brute_force_minimum_over_all_partitions(seed):
+    """The LP's rate, the partition read off its prices and the least c(δP)/(|P|-1) over every partition agree
+    (Tutte / Nash-Williams), so the partition bound of lower_bounds is the packing's time."""
+    degree = 3 if seed % 2 else 4
+    topology = random_regular(8, degree, seed, bws=(25.0, 50.0, 100.0))
+    packing = _check_packing(topology)
+    brute = _brute_strength(packing.graph)
+    assert packing.optimal
+    assert packing.strength == pytest.approx(brute, rel=1e-7)
+    assert partition_strength(packing.graph, strongest_partition(packing)) == pytest.approx(brute, rel=1e-7)
+    # the packing kept for scheduling gives up at most SHALLOW_SLACK of the rate for shallower trees
+    assert packing.rate == pytest.approx(brute, rel=2e-3)
+
+
+def test_strength_of_a_mesh_and_a_torus():
+    # an R x C mesh of capacity b: all its edges over N - 1 (singletons are the strongest partition)
+    assert pack_spanning_trees(mesh([4, 4], bw=50.0)).strength == pytest.approx(24 * 50.0 / 15)
+    assert pack_spanning_trees(torus([4, 4], bw=50.0)).strength == pytest.approx(32 * 50.0 / 15)
+
+
+def test_a_bridge_binds():
+    # two triangles joined by one thin edge: the strongest partition is the two triangles
+    edges = [(0, 1, 100.0), (1, 2, 100.0), (0, 2, 100.0), (3, 4, 100.0), (4, 5, 100.0), (3, 5, 100.0), (2, 3, 10.0)]
+    packing = _check_packing(_weighted(6, edges))
+    labels = strongest_partition(packing)
+    assert len(set(labels.tolist())) == 2 and packing.strength == pytest.approx(10.0)
+
+
+def test_the_partition_bound_tightens_allreduce_and_is_never_above_the_packing():
+    topology = random_regular(32, 4, 2, bws=(25.0, 50.0, 100.0))
+    bounds = compute_bounds(topology, "allreduce", GIB)
+    parts = bounds.details["components_us"]
+    packing = pack_spanning_trees(topology)
+    # the packing's reduce + broadcast time: the bound cannot exceed what a schedule achieves in the fluid limit
+    assert bounds.bandwidth_bound_us == pytest.approx(GIB / (packing.strength * 1e3), rel=1e-9)
+    assert parts["group_traffic_us"] > parts["traffic_us"] * 1.05      # tighter than the singletons
+
+
+def test_fabrics_with_switches_or_one_way_links_have_no_rank_graph():
+    assert rank_graph(load_topology("dgx-a100-2node")) is None
+    one_way = Topology("oneway", 3, (Link(0, 1, 10.0), Link(1, 2, 10.0), Link(2, 0, 10.0)))
+    assert rank_graph(one_way) is None
+
+
+def test_apportion_gives_every_chunk_and_follows_the_weights():
+    packing = pack_spanning_trees(mesh([4, 4], bw=50.0))
+    counts = apportion(packing, 256)
+    assert sum(counts) == 256 and min(counts) >= 0
+    share = np.array(packing.weights) / packing.rate * 256
+    assert np.all(np.abs(np.array(counts) - share) <= 1.0 + 1e-9)
+
+
+def _run(topology: Topology, method: str, size: float = GIB):
+    """The pipeline's result, re-verified here with the MSCCL limits on (the pipeline verifies before it times)."""
+    result = synthesize(topology, "allreduce", size, method=method)
+    assert verify(result.program, msccl_limits=True).ok
+    return result
+
+
+@pytest.mark.parametrize("make,least", [
+    (lambda: mesh([4, 4], bw=50.0), 0.85),
+    (lambda: random_regular(16, 4, 1, bws=(25.0, 50.0, 100.0)), 0.85),
+    (lambda: random_regular(16, 3, 2, bws=(25.0, 50.0, 100.0)), 0.85),
+])
+def test_spantree_allreduce_verifies_and_beats_reduce_scatter_plus_allgather(make, least):
+    topology = make()
+    result = _run(topology, "spantree")
+    assert result.bound_us / result.time_us >= least
+    assert result.time_us < _run(topology, "multiring").time_us
+
+
+def test_spantree_refuses_switches_and_other_collectives():
+    with pytest.raises(SynthError, match="without switches"):
+        spantree(load_topology("dgx-a100-2node"), Collective("allreduce", 16), GIB, SynthOptions())
+    with pytest.raises(SynthError, match="supports allreduce"):
+        spantree(mesh([2, 2]), Collective("allgather", 4), GIB, SynthOptions())
+
+
+def test_spantree_honours_chunks():
+    topology = mesh([3, 3], bw=50.0)
+    schedule = spantree(topology, Collective("allreduce", 9), GIB, SynthOptions(chunks=64))
+    assert schedule.collective.chunk_factor == 64
+    # every chunk is reduced over N-1 edges and broadcast back over them
+    assert len(schedule.transfers) == 64 * 2 * 8
+
+
+@settings(max_examples=8, deadline=None)
+@given(n=st.integers(3, 9), extra=st.integers(0, 6), seed=st.integers(0, 10_000))
+def test_spantree_programs_verify_on_random_graphs(n, extra, seed):
+    """A random spanning tree plus random extra edges, random bandwidths: the program verifies."""
+    rng = np.random.default_rng(seed)
+    edges = {(int(rng.integers(0, v)), v) for v in range(1, n)}
+    for _ in range(extra):
+        u, v = sorted(rng.choice(n, size=2, replace=False).tolist())
+        edges.add((u, v))
+    topology = _weighted(n, [(u, v, float(rng.choice([10.0, 25.0, 50.0]))) for u, v in sorted(edges)])
+    result = _run(topology, "spantree", 64 * 2**20)
+    assert result.time_us >= result.bound_us * (1 - 1e-9)
+
+
+def test_partitions_helper_counts_bell_numbers():
+    assert sum(1 for _ in _partitions(list(range(5)))) == 52
+    assert len({tuple(map(tuple, p)) for p in _partitions(list(range(4)))}) == 15
