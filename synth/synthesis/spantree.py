@@ -43,8 +43,9 @@ from synth.topology.model import Topology
 from synth.treepack import TreePacking, pack_spanning_trees
 
 SUPPORTED = frozenset({"allreduce"})
-CHUNK_COUNTS = (256, 512, 1024, 2048)   # chunk counts timed (each made runtime-runnable), fewest first
-MAX_JOBS = 600_000                       # chunk transfers one timing may list (CPU: ~4 µs each)
+CHUNK_COUNTS = (1024, 4096)   # chunk counts timed (each made runtime-runnable), each at the least message size
+MAX_MESSAGE = 64              # chunks one message may carry (one MSCCL step: cnt < 72)
+MAX_TRANSFERS = 600_000       # chunk transfers of a larger count than the first (lowering and verifying them)
 
 
 def apportion(packing: TreePacking, chunks: int) -> list[int]:
@@ -98,7 +99,43 @@ def orient(packing: TreePacking, tree: tuple[int, ...]) -> tuple[int, list[int],
     return root, order, parent
 
 
-def allreduce_jobs(packing: TreePacking, counts: list[int]) -> Jobs:
+def message_sizes(count: int, size: int) -> list[int]:
+    """Chunks per message of a tree's ``count`` chunks: ``size`` each, but the first and the last message half
+    that, so that the first data reaches the links far from the leaves, and the last leaves the links near
+    them, in half a message's time (pipeline fill and drain; mesh-8x8 at the same step count: 0.88 -> 0.92
+    of the bound, where further halvings cost more steps than they save)."""
+    if size == 1 or count <= size:
+        return [size] * (count // size) + ([count % size] if count % size else [])
+    half = size // 2
+    middle = count - 2 * half
+    full, rest = divmod(middle, size)
+    return [half] + [size] * full + ([rest] if rest else []) + [half]
+
+
+def busiest_xml(packing: TreePacking, counts: list[int], size: int) -> tuple[float, int]:
+    """(XML nodes of the busiest rank as :func:`busiest_rank_xml` counts them, steps of the busiest connection)
+    of the messages of :func:`message_sizes`: a tree edge carries each of its tree's messages once each way."""
+    n = packing.graph.num_ranks
+    per_edge = np.zeros(len(packing.graph.edges))
+    for tree, count in zip(packing.trees, counts, strict=True):
+        per_edge[list(tree)] += len(message_sizes(count, size)) if count else 0
+    ends = np.array(packing.graph.edges, dtype=np.int64)
+    steps = {}
+    for e, (u, v) in enumerate(ends.tolist()):
+        steps[(u, v)] = steps[(v, u)] = int(per_edge[e])
+    return busiest_rank_xml(steps, n), int(per_edge.max(initial=0))
+
+
+def message_size_for(packing: TreePacking, counts: list[int]) -> int | None:
+    """The least message size (chunks, up to MAX_MESSAGE) whose steps fit MSCCL's limits, or None."""
+    for size in range(1, MAX_MESSAGE + 1):
+        nodes, steps = busiest_xml(packing, counts, size)
+        if nodes <= MAX_XML_NODES and steps <= MAX_CHANNELS * MAX_STEPS_PER_TB:
+            return size
+    return None
+
+
+def allreduce_jobs(packing: TreePacking, counts: list[int], size: int = 1) -> Jobs:
     """One job per chunk per tree edge and direction: up toward the root (reducing, after the chunk's sums
     from the sender's children) and back down (after the parent has the full sum). Chunks of a tree are
     contiguous; a job's key is (the chunk's place in its tree's stream, as a fraction, then the longest
@@ -115,9 +152,11 @@ def allreduce_jobs(packing: TreePacking, counts: list[int]) -> Jobs:
             children[parent[v]].append(v)
             depth[v] = depth[parent[v]] + 1
         height = max(depth.values())
-        for k in range(count):
-            chunk = (base + k,)
-            stage = k / count
+        first = base
+        for sizes in message_sizes(count, size):
+            chunk = tuple(range(first, first + sizes))
+            stage = (first - base) / count
+            first += sizes
             up: dict[int, int] = {}
             for v in reversed(order[1:]):
                 ahead = depth[v] - 1 + height
@@ -138,23 +177,23 @@ def fits_runtime(jobs: Jobs, heads: list[int], n: int) -> bool:
             and busiest_rank_xml(steps, n) <= MAX_XML_NODES)
 
 
-def timed_allreduce(topology: Topology, packing: TreePacking, collective: Collective,
-                    size_bytes: float) -> tuple[float, list[Transfer]] | None:
-    """The list-scheduled transfers of the allreduce at ``collective.chunk_factor`` chunks (makespan, transfers),
-    or None where its messages do not fit MSCCL's limits."""
-    counts = apportion(packing, collective.chunk_factor)
-    jobs = allreduce_jobs(packing, counts)
-    order, start, end = list_schedule(jobs, topology, collective.chunk_bytes(size_bytes), coalesce=True)
-    if not fits_runtime(jobs, jobs.head, topology.num_ranks):
+def timed_allreduce(topology: Topology, packing: TreePacking, collective: Collective, size_bytes: float,
+                    counts: list[int], size: int) -> tuple[float, list[Transfer]] | None:
+    """The list-scheduled, justified transfers of the allreduce of ``counts`` chunks per tree in messages of
+    :func:`message_sizes` (makespan, transfers), or None where the messages do not fit MSCCL's limits."""
+    jobs = allreduce_jobs(packing, counts, size)
+    chunk_bytes = collective.chunk_bytes(size_bytes)
+    order, start, end = list_schedule(jobs, topology, chunk_bytes)
+    if not fits_runtime(jobs, jobs.head, topology.num_ranks):   # pragma: no cover - sized by message_size_for
         return None
     groups = message_groups(jobs, jobs.head)
     starts, ends = start.tolist(), end.tolist()
-    transfers = [Transfer(starts[i], ends[i], jobs.msg[i][0], jobs.src[i], jobs.dst[i], jobs.reduce[i], (), 0,
-                          groups[i]) for i in order]
+    transfers = [Transfer(starts[i], ends[i], chunk, jobs.src[i], jobs.dst[i], jobs.reduce[i], (), 0, groups[i])
+                 for i in order for chunk in jobs.msg[i]]
     makespan = float(end.max())
     # the list schedule leaves links idle where a tree's next chunk is still climbing: repack (mesh-8x8 at
     # 512 chunks: 0.80 -> 0.87 of the bound)
-    justified = justify(transfers, topology, collective.chunk_bytes(size_bytes), makespan)
+    justified = justify(transfers, topology, chunk_bytes, makespan)
     return justified if justified is not None else (makespan, transfers)
 
 
@@ -176,13 +215,15 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
     wanted = [options.chunks] if options.chunks is not None else CHUNK_COUNTS
     best: tuple[float, list[Transfer], Collective] | None = None
     for chunks in dict.fromkeys(fit(c)[0] for c in wanted):
-        if chunks * 2 * (n - 1) > MAX_JOBS:
+        if chunks * 2 * (n - 1) > MAX_TRANSFERS and best is not None:
             break
+        counts = apportion(packing, chunks)
+        size = message_size_for(packing, counts)
+        if size is None:
+            continue
         check_deadline(deadline, "spantree", "timing the tree allreduce")
         coll = Collective("allreduce", n, chunks, inplace=collective.inplace)
-        timed = timed_allreduce(topology, packing, coll, size_bytes)
-        if timed is None and best is not None:
-            break   # more chunks only take more steps
+        timed = timed_allreduce(topology, packing, coll, size_bytes, counts, size)
         if timed is not None and (best is None or timed[0] < best[0] * (1 - 1e-9)):
             best = (*timed, coll)
     if best is None:
