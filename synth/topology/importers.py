@@ -696,7 +696,8 @@ def describe(box: BoxFabric, rates: Resolved, nodes: int, ib_switches: int, with
     if with_pcie:
         parts.append(f"PCIe tree {rates.pcie_bw:g} GB/s per hop, alpha {rates.pcie_alpha:g} us")
     nic_note = "from the source" if rates.nic_from_source else "default"
-    parts.append(f"{len(box.nics)} NICs ({', '.join(name for name, _ in box.nics[:8])}"
+    plural = "s" if len(box.nics) != 1 else ""
+    parts.append(f"{len(box.nics)} NIC{plural} ({', '.join(name for name, _ in box.nics[:8])}"
                  f"{', ...' if len(box.nics) > 8 else ''}) at {rates.nic_bw:g} GB/s ({nic_note})"
                  if box.nics else "no NICs in the source")
     if nodes > 1:
