@@ -1,4 +1,4 @@
-"""``synth topology list|show|validate|generate`` (docs/cli.md)."""
+"""``synth topology list|show|validate|generate|import`` (docs/cli.md)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def _summary(topology) -> dict[str, Any]:
 
 @click.group(name="topology")
 def command() -> None:
-    """List, inspect, validate and generate topologies."""
+    """List, inspect, validate, generate and import topologies."""
 
 
 @command.command(name="list")
@@ -241,5 +241,69 @@ def generate_cmd(kind: str, n: int | None, dims: str | None, dim: int | None, bw
     elif output:
         click.echo(f"wrote {output}: {topo.name}, {topo.num_ranks} ranks, {len(topo.switches)} switches, "
                    f"{len(topo.links)} directed links, diameter {info['diameter']}")
+    else:
+        click.echo(dump_topology(topo), nl=False)
+
+
+def _default_name(path: str, nodes: int) -> str:
+    """The file's stem made a valid name (letters, digits, ``.``, ``_``, ``-``), ``-<K>node`` for K nodes."""
+    from pathlib import Path
+
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(path).stem).strip("-.") or "imported"
+    return f"{stem}-{nodes}node" if nodes > 1 else stem
+
+
+@command.command(name="import")
+@click.argument("file")
+@click.option("--format", "fmt", type=click.Choice(["nvidia-smi", "rocm-smi", "nccl-xml"]),
+              help="Format of FILE (default: detected from its content).")
+@click.option("--nodes", type=int, default=1, show_default=True,
+              help="Boxes like FILE's, joined through their NICs by IB switches.")
+@click.option("--ib-switches", type=int, default=1, show_default=True,
+              help="IB switches for --nodes > 1 (NIC j uses ib<j % k>).")
+@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
+              help="Override a rate (repeatable): link_bw, link_alpha (NVLink/xGMI, per link), pcie_bw, pcie_alpha, "
+                   "nic_bw, ib_alpha; GB/s per direction and µs.")
+@click.option("--name", help="Topology name (default: FILE's stem).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="File to write (.yaml/.yml or .json); "
+              "default: print YAML on stdout.")
+@json_option
+@guarded
+def import_cmd(file: str, fmt: str | None, nodes: int, ib_switches: int, settings: tuple[str, ...], name: str | None,
+               output: str | None, as_json: bool) -> None:
+    """Build a topology from a machine's own description: `nvidia-smi topo -m`, `rocm-smi --showtopo`
+    (with `--shownodesbw` for xGMI link counts) or NCCL's topology dump (NCCL_TOPO_DUMP_FILE).
+
+    \b
+    Examples:
+      nvidia-smi topo -m > topo.txt; synth topology import topo.txt -o box.yaml
+      synth topology import topo.txt --nodes 4 --set nic_bw=50 -o cluster.yaml
+      synth topology import nccl_topo.xml --format nccl-xml -o box.yaml
+    """
+    from synth.fileio import read_input_text
+    from synth.topology.importers import import_topology, parse_settings
+    from synth.topology.io import check_not_shadowing, dump_topology, hop_diameter, save_topology
+
+    params = parse_settings(settings)
+    text = read_input_text(file, "topology description")
+    try:
+        box, topo = import_topology(text, fmt, params, nodes=nodes, ib_switches=ib_switches,
+                                    name=name or _default_name(file, nodes), source=file)
+    except SynthError as exc:
+        raise SynthError(f"{file}: {exc}") from None
+    check_not_shadowing(topo)
+    if output:
+        save_topology(topo, output)
+    info = {**_summary(topo), "diameter": hop_diameter(topo), "output": output, "format": box.fmt,
+            "gpus": box.gpus, "nics": len(box.nics), "nodes": nodes, "description": topo.description}
+    if as_json:
+        if not output:
+            from synth.topology.io import topology_to_dict
+
+            info["topology"] = topology_to_dict(topo)
+        emit_json(info)
+    elif output:
+        click.echo(f"wrote {output}: {topo.name}, {topo.num_ranks} ranks, {len(topo.switches)} switches, "
+                   f"{len(topo.links)} directed links, diameter {info['diameter']} ({box.fmt}, {len(box.nics)} NICs)")
     else:
         click.echo(dump_topology(topo), nl=False)
