@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from synth.cli.common import console, emit_json, guarded, json_option
+from synth.cli.common import count as count_option
 from synth.errors import SynthError
 
 KINDS = ("ring", "line", "fully-connected", "mesh", "torus", "hypercube", "star", "leaf-spine", "fat-tree", "boxes")
@@ -245,6 +246,9 @@ def generate_cmd(kind: str, n: int | None, dims: str | None, dim: int | None, bw
         click.echo(dump_topology(topo), nl=False)
 
 
+IMPORT_MAX_NODES = 4096   # boxes one import builds (8 GPUs each: about the schema's rank range of the methods)
+
+
 def _default_name(path: str, nodes: int) -> str:
     """The file's stem made a valid name (letters, digits, ``.``, ``_``, ``-``), ``-<K>node`` for K nodes."""
     from pathlib import Path
@@ -257,9 +261,9 @@ def _default_name(path: str, nodes: int) -> str:
 @click.argument("file")
 @click.option("--format", "fmt", type=click.Choice(["nvidia-smi", "rocm-smi", "nccl-xml"]),
               help="Format of FILE (default: detected from its content).")
-@click.option("--nodes", type=int, default=1, show_default=True,
+@click.option("--nodes", type=count_option(1, IMPORT_MAX_NODES), default=1, show_default=True,
               help="Boxes like FILE's, joined through their NICs by IB switches.")
-@click.option("--ib-switches", type=int, default=1, show_default=True,
+@click.option("--ib-switches", type=count_option(1, IMPORT_MAX_NODES), default=1, show_default=True,
               help="IB switches for --nodes > 1 (NIC j uses ib<j % k>).")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
               help="Override a rate (repeatable): link_bw, link_alpha (NVLink/xGMI, per link), pcie_bw, pcie_alpha, "
