@@ -30,6 +30,20 @@ def test_quickstart_dgx1_allgather_1gib_tries_ring_first_and_no_solver():
     assert _names(load_topology("dgx1"), "allgather", GiB) == ["ring", "multiring", "greedy", "trees", "lp"]
 
 
+def test_bandwidth_bound_switchless_allreduce_tries_spantree_and_leaves_trees_above_32_ranks():
+    # dgx1 (8 ranks): trees still runs (0.996 there against spantree's 0.977); an 8x8 mesh: spantree and
+    # multiring only, trees' reduce-scatter + allgather cannot pass 0.75 of the traffic bound there
+    assert [c.method for c in _plan(load_topology("dgx1"), "allreduce", GiB)][:4] == [
+        "multiring", "spantree", "trees", "lp"]
+    mesh = [c.method for c in _plan(gen.mesh([8, 8]), "allreduce", GiB)]
+    assert mesh[:2] == ["multiring", "spantree"] and "trees" not in mesh
+    # behind switches spantree does not apply, and trees stays
+    boxes = [c.method for c in _plan(load_topology("dgx-a100-4node"), "allreduce", GiB)]
+    assert "spantree" not in boxes and "trees" in boxes
+    # allgather on the mesh keeps trees
+    assert "trees" in [c.method for c in _plan(gen.mesh([8, 8]), "allgather", GiB)]
+
+
 def test_latency_bound_switchless_8_ranks_tries_baselines_pareto_and_milp():
     names = _names(load_topology("dgx1"), "allgather", KB)
     assert names == ["ring", "direct", "rdh", "nccl", "greedy", "trees", "pareto", "milp"]

@@ -45,7 +45,9 @@ greedy    N <= 256; above: alltoall/gather/scatter or       -        cheap (<0.5
                                                                      alltoall 1 GiB: 0.68 of the bound, 70 s;
                                                                      32 boxes: over 10 minutes)
 trees     N <= 32 at any size; bandwidth-bound at          -        best at 64 MB/1 GB on multi-box fabrics
-          N <= 128 or N > 256 (its fast scale path)                  (dgx-a100-2node 1 GB 10.1 % vs ring
+          N <= 128 or N > 256 (its fast scale path),
+          not bandwidth-bound switchless allreduce
+          at 33-128 ranks (spantree's)                               (dgx-a100-2node 1 GB 10.1 % vs ring
                                                                      54.5 %; dgx-a100-4node 1 GiB 1.05x
                                                                      bound vs greedy 3.5x) and at 1 KB/1 MB
                                                                      on ndv2-2node. The exact packing
@@ -170,6 +172,15 @@ def _switched_alltoall(inst: Instance) -> bool:
             and BASELINE_MAX_RANKS < inst.ranks <= SWITCHED_ALLTOALL_RANKS)
 
 
+def _spantree_allreduce(inst: Instance) -> bool:
+    """A bandwidth-bound switchless allreduce past 32 ranks: ``spantree`` and ``multiring`` serve it and ``trees``
+    does not run. Its reduce-scatter + allgather cannot pass the traffic bound's RS + AG share where spantree
+    reaches the strength (mesh-8x8 0.67 against 0.914, mesh-4x4x4 0.68 against 0.90) and took 94-317 s of CPU
+    at 64 ranks; where it wins, on tori, multiring is within 0.5 % of it (torus-4x4x4 0.9882 against 0.9835)."""
+    return (inst.collective == "allreduce" and inst.bandwidth_bound and not inst.switches
+            and 32 < inst.ranks <= SPANTREE_MAX_RANKS)
+
+
 def _milp(inst: Instance) -> bool:
     if inst.ranks > 16:
         return False
@@ -193,7 +204,8 @@ RULES: tuple[Rule, ...] = (
     Rule("nccl", lambda i: _small(i) and i.latency_bound),
     Rule("hierarchical", lambda i: _small(i) and i.boxes >= 2),
     Rule("greedy", lambda i: _greedy(i) and not _switched_alltoall(i)),
-    Rule("trees", lambda i: i.ranks <= 32 or (i.bandwidth_bound and not EXACT_TREES_SLOW < i.ranks <= LARGE_TREES)),
+    Rule("trees", lambda i: (i.ranks <= 32 or (i.bandwidth_bound and not EXACT_TREES_SLOW < i.ranks <= LARGE_TREES))
+         and not _spantree_allreduce(i)),
     Rule("lp", lambda i: i.bandwidth_bound and (
         i.ranks <= 32 and (not i.switches or i.collective == "alltoall")
         or i.ranks <= 64 and i.collective == "alltoall")
