@@ -31,17 +31,20 @@ def load_program_format(path: str | os.PathLike) -> tuple[Program, str]:
     raise SynthError(f"{p}: not a program file (expected MSCCL XML or a synth JSON program)")
 
 
-def save_program(program: Program, path: str | os.PathLike, coll_spelling: str = "reduce_scatter",
-                 check_limits: bool = True) -> Path:
-    """Write ``program`` atomically; ``.xml`` is MSCCL XML (runtime limits checked first), else JSON."""
+def save_program(program: Program, path: str | os.PathLike, coll_spelling: str | None = "reduce_scatter",
+                 check_limits: bool = True, runtime: str | None = None) -> Path:
+    """Write ``program`` atomically; ``.xml`` is MSCCL XML (runtime limits checked first), else JSON.
+
+    ``runtime`` (``msccl-executor`` or ``msccl``, :mod:`synth.runtime_limits`) writes that runtime's
+    attribute set and ``coll`` spelling (``coll_spelling`` None) and checks its limits."""
     from synth.program.json_io import program_to_json
     from synth.program.msccl_xml import check_runtime_limits, program_to_xml
 
     p = Path(path)
     if p.suffix.lower() == ".xml":
         if check_limits:
-            check_runtime_limits(program)
-        text = program_to_xml(program, coll_spelling=coll_spelling)
+            check_runtime_limits(program, runtime=runtime)
+        text = program_to_xml(program, coll_spelling=coll_spelling, runtime=runtime)
     elif p.suffix.lower() == ".json":
         text = program_to_json(program)
     else:
