@@ -267,6 +267,8 @@ def parse_scratch_budget(text: str | None, size_bytes: float) -> float:
     multiple = _MULTIPLE.match(text)
     if multiple:
         return float(multiple.group(1)) * size_bytes
+    if text.strip() == "0":   # no scratch at all (parse_size wants a positive SIZE)
+        return 0.0
     return float(parse_size(text))
 
 
