@@ -280,6 +280,8 @@ def export_notes(runtime: str | RuntimeProfile, program: Program, size_bytes: fl
         notes.append(f"this {program.collective} is for root {program.root}, but MSCCL runtimes select a program by "
                      "collective, rank count, in-place flag and size only, never by root: a call with another root "
                      "runs it too and gets wrong data; load it only where every call uses this root")
+    if not profile.max_bytes_inclusive and program.collective == "alltoall" and program.inplace:
+        notes.append(f"{profile.repo} refuses in-place alltoall calls (all_to_all.cc), so it never runs this program")
     if profile.max_bytes_unbounded is not None and program.collective in ("gather", "scatter"):
         notes.append(f"{profile.repo} loads {program.collective} but no NCCL call selects it by size; run it by "
                      "handle with mscclLoadAlgo / mscclRunAlgo")

@@ -220,7 +220,7 @@ def test_threadblock_and_step_limits_are_per_runtime(tmp_path):
     problems = list(runtime_limit_errors(wide, runtime="msccl"))
     assert any("rank 0 has 217 threadblocks, more than 216" in p for p in problems), problems
     with pytest.raises(SynthError, match="more than 216"):
-        save_program(wide, tmp_path / "w.xml", runtime="msccl")
+        save_program(wide.with_(max_bytes=MiB), tmp_path / "w.xml", runtime="msccl")
     long = _program(1, 100)
     assert any("more than 64" in p for p in runtime_limit_errors(long, runtime="msccl-executor"))
     assert not list(runtime_limit_errors(long, runtime="msccl"))
@@ -303,3 +303,16 @@ def test_readme_names_the_right_default_and_loads_msccl_files_written_for_it():
     msccl_section = text[text.index("**microsoft/msccl**"):]
     msccl_section = msccl_section[:msccl_section.index("```", msccl_section.index("```") + 3)]
     assert "--runtime msccl" in msccl_section and "MSCCL_XML_FILES" in msccl_section
+
+
+def test_api_save_for_msccl_gives_an_unbounded_program_its_size(tmp_path):
+    import synth
+
+    program = synth.synthesize("ring-8", "allgather", "1MiB", "ring").program
+    assert program.max_bytes == 0
+    out = synth.save_program(program, tmp_path / "ag.xml", runtime="msccl")
+    attrs = algo_attributes(out.read_text())
+    assert attrs["maxBytes"] == str(MiB + 1) and attrs["coll"] == "allgather" and "outofplace" not in attrs
+    assert select("msccl", attrs, Call("allgather", MiB, inplace=False, ngpus=8)).selected
+    with pytest.raises(SynthError, match="records no SIZE"):
+        save_program(program.with_(size_bytes=None), tmp_path / "x.xml", runtime="msccl")
