@@ -345,7 +345,8 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
     if best is None:
         detail = "; ".join(f"{row['method']}: {row.get('error') or row.get('not_tried')}" for row in tried)
         raise SynthError(f"auto: every method failed for {name} on {topology.name} ({detail})")
-    passed_over = unrunnable
+    # only a faster program the runtime would not run is worth naming (a slower one was no choice)
+    passed_over = unrunnable if unrunnable is not None and unrunnable.sim.time_us < best.sim.time_us else None
     if (unrunnable is not None and rank(unrunnable.sim, unrunnable.program)[1] <= rank(best.sim, best.program)[1]
             and unrunnable.sim.time_us * (1 + RUNNABLE_LOSS) < best.sim.time_us):
         best, passed_over = unrunnable, best     # a runnable program this much slower is no answer
