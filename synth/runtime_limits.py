@@ -91,6 +91,7 @@ EXECUTOR = RuntimeProfile(
     name="msccl-executor",
     repo="Azure/msccl-executor-nccl",
     # msccl_parser.cc mscclGetAlgoFromXmlFile / mscclGetAlgoMetaFromXmlFile: the strcmp chain on "coll"
+    # (reducescatter at lines 347 and 749)
     coll_spellings=(("allreduce", "allreduce"), ("allgather", "allgather"), ("reducescatter", "reducescatter"),
                     ("alltoall", "alltoall"), ("broadcast", "broadcast"), ("reduce", "reduce"),
                     ("gather", "gather"), ("scatter", "scatter")),
@@ -99,36 +100,37 @@ EXECUTOR = RuntimeProfile(
               "outofplace"),
     attributes=("name", "proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace", "outofplace",
                 "minBytes", "maxBytes"),
-    max_bytes_unbounded=0,          # msccl_lifecycle.cc mscclInternalSchedulerSelectAlgo: maxBytes == 0 || ...
+    max_bytes_unbounded=0,          # msccl_lifecycle.cc mscclInternalSchedulerSelectAlgo line 335: maxBytes == 0 ||
     max_bytes_inclusive=True,       # ... nBytes <= maxBytes
     max_bytes_absent=None,
-    max_steps_per_tb=MAX_STEPS_PER_TB,      # makefiles/common.mk MSCCL_MAX_NUM_STEPS ?= 64
-    max_threadblocks=MAX_THREADBLOCKS,      # msccl_struct.h: 32 per channel x MAXCHANNELS
-    max_files=1024,                 # msccl_struct.h MSCCL_MAX_NUM_ALGOS (msccl_lifecycle.cc mscclInit's handles)
+    max_steps_per_tb=MAX_STEPS_PER_TB,      # makefiles/common.mk:19 MSCCL_MAX_NUM_STEPS ?= 64; msccl_parser.cc:485
+    max_threadblocks=MAX_THREADBLOCKS,      # msccl_struct.h:18 32 per channel x MAXCHANNELS; msccl_parser.cc:421
+    max_files=1024,                 # msccl_struct.h:21 MSCCL_MAX_NUM_ALGOS (msccl_lifecycle.cc mscclInit's handles)
     load_env="MSCCL_ALGO_DIR",      # msccl_lifecycle.cc mscclInternalSchedulerInit: every file of the directory
     loop_chunks_match=False,
-    scratch_from_max_bytes=False,   # msccl_setup.cc: nBytes x nScratchChunks / nChunksPerLoop per call
+    scratch_from_max_bytes=False,   # msccl_setup.cc:68 nBytes x nScratchChunks / nChunksPerLoop per call
 )
 
 MSCCL = RuntimeProfile(
     name="msccl",
     repo="microsoft/msccl",
-    # src/graph/topo.cc mscclGetAlgoFromXMLAndSetAlgo: the strcmp chain on "coll" (no gather, scatter)
+    # src/graph/topo.cc mscclGetAlgoFromXMLAndSetAlgo (line 759): the strcmp chain on "coll" (no gather,
+    # scatter; reduce_scatter at line 837)
     coll_spellings=(("allreduce", "allreduce"), ("allgather", "allgather"), ("reducescatter", "reduce_scatter"),
                     ("alltoall", "alltoall"), ("broadcast", "broadcast"), ("reduce", "reduce")),
     # topo.cc mscclGetAlgoFromXMLAndSetAlgo: xmlGetAttrStr/Int fail on these; minBytes, maxBytes, nthreads
     # have defaults; outofplace is never read
     required=("name", "ngpus", "nchunksperloop", "nchannels", "proto", "coll", "inplace"),
     attributes=("name", "proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace", "minBytes", "maxBytes"),
-    max_bytes_unbounded=None,       # src/graph/tuning.cc ncclTopoGetMSCCLAlgo: nBytes < maxBytes, no exception
+    max_bytes_unbounded=None,       # src/graph/tuning.cc:369 ncclTopoGetMSCCLAlgo: nBytes < maxBytes, no exception
     max_bytes_inclusive=False,
-    max_bytes_absent=1 << 27,       # topo.cc: a missing maxBytes is 128 MB
-    max_steps_per_tb=256,           # src/include/msccl.h MSCCL_MAX_NUM_STEPS
-    max_threadblocks=216,           # msccl.h MSCCL_MAX_NUM_THREAD_BLOCKS (108*2, A100's SMs twice)
-    max_files=4,                    # msccl.h MSCCL_MAX_NUM_ALGOS; topo.cc mscclGetAllAlgoFromXMLFilesAndSetInfo
+    max_bytes_absent=1 << 27,       # topo.cc:805 a missing maxBytes is 128 MB
+    max_steps_per_tb=256,           # src/include/msccl.h:6 MSCCL_MAX_NUM_STEPS; topo.cc:972
+    max_threadblocks=216,           # msccl.h:8 MSCCL_MAX_NUM_THREAD_BLOCKS (108*2, A100's SMs twice); topo.cc:903
+    max_files=4,                    # msccl.h:9 MSCCL_MAX_NUM_ALGOS; topo.cc:1202 mscclGetAllAlgoFromXMLFilesAndSetInfo
     load_env="MSCCL_XML_FILES",
-    loop_chunks_match=True,         # topo.cc: nInputChunks*inputNChunksMultiplier != nchunksPerLoop is refused
-    scratch_from_max_bytes=True,    # src/init.cc: maxBytes * nScratchChunks / nchunksPerLoop at init
+    loop_chunks_match=True,         # topo.cc:886 nInputChunks*inputNChunksMultiplier != nchunksPerLoop is refused
+    scratch_from_max_bytes=True,    # src/init.cc:814 maxBytes * nScratchChunks / nchunksPerLoop at init
 )
 
 RUNTIMES = {profile.name: profile for profile in (EXECUTOR, MSCCL)}

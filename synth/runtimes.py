@@ -1,19 +1,23 @@
 """Targeting an MSCCL runtime: the ``minBytes``/``maxBytes`` to write, each runtime's selection rule, scratch.
 
 A runtime runs an XML program for a call only when its own selection rule picks it. That rule differs
-between the two runtimes (profiles in :mod:`synth.runtime_limits`), so one file does not serve both:
+between the two runtimes (profiles in :mod:`synth.runtime_limits`), so one file does not serve both
+(line numbers at the commits read: Azure/msccl-executor-nccl c6f6b36, microsoft/msccl b23e9cd):
 
 - **msccl-executor** (Azure/msccl-executor-nccl ``src/misc/msccl/msccl_lifecycle.cc``
-  ``mscclInternalSchedulerSelectAlgo``): ``count > 0``, ``(count · sizeMultiplier) mod nChunksPerLoop = 0``,
+  ``mscclInternalSchedulerSelectAlgo``, lines 304-348, the test at 333-339): ``count > 0``,
+  ``(count · sizeMultiplier) mod nChunksPerLoop = 0``,
   ``minBytes ≤ nBytes`` and (``maxBytes = 0`` or ``nBytes ≤ maxBytes``), ``nRanks`` equal, ``func`` equal,
   and ``inPlace`` (in-place call) or ``outOfPlace`` (out-of-place call) set; ``nBytes = count · typeSize ·
   sizeMultiplier`` with ``sizeMultiplier = ngpus`` for allgather, reducescatter and alltoall, else 1
-  (``msccl_parser.cc`` ``mscclGetAlgoMetaFromXmlFile``). The first file in path order that matches runs.
-- **msccl** (microsoft/msccl ``src/graph/tuning.cc`` ``ncclTopoGetMSCCLAlgo``, alltoall in
-  ``src/collectives/all_to_all.cc`` ``ncclAllToAll``): ``collectiveType`` equal, ``inPlace`` equal to the
+  (``msccl_parser.cc`` ``mscclGetAlgoMetaFromXmlFile``, lines 721-790). The first file in path order that
+  matches runs (the sorted set of ``mscclInternalSchedulerInit``, lines 153-168).
+- **msccl** (microsoft/msccl ``src/graph/tuning.cc`` ``ncclTopoGetMSCCLAlgo``, lines 344-377, the test at
+  366-369, with ``mscclInPlaceTotalCountHelper`` at 312-342; alltoall in ``src/collectives/all_to_all.cc``
+  ``ncclAllToAll``, from line 45, the test at 89-91): ``collectiveType`` equal, ``inPlace`` equal to the
   call's (alltoall: out of place only), ``ngpus`` equal, ``totalCount mod nchunksPerLoop = 0`` and
   ``minBytes ≤ nBytes < maxBytes``; ``nBytes = count · typeSize`` (× nRanks for allgather, reduce_scatter,
-  alltoall: ``src/misc/argcheck.cc`` ``ArgsCheck``), and ``totalCount`` is an ``int`` of the call's count
+  alltoall: ``src/misc/argcheck.cc`` ``ArgsCheck``, lines 47-52), and ``totalCount`` is an ``int`` of the call's count
   (× nRanks for allgather and reduce_scatter), counted in bytes for allgather and broadcast, which ArgsCheck
   converts to ``ncclInt8`` (alltoall: ``allcount = sendcount × nRanks`` elements, a ``size_t``).
   The first of the (at most 4) ``MSCCL_XML_FILES`` that matches runs, and only when ``NCCL_ALGO`` lets
@@ -110,8 +114,8 @@ def select(runtime: str | RuntimeProfile, attrs: Mapping[str, str], call: Call) 
 
 
 def _select_executor(profile: RuntimeProfile, attrs: Mapping[str, str], call: Call, loop: int) -> Selection:
-    """msccl_lifecycle.cc ``mscclInternalSchedulerSelectAlgo`` (the ``msgSizeIsValid`` condition and the
-    ``isInPlace ? m.inPlace : m.outOfPlace`` test)."""
+    """msccl_lifecycle.cc ``mscclInternalSchedulerSelectAlgo``: ``msgSizeIsValid`` (lines 333-335) and the
+    ``isInPlace ? m.inPlace : m.outOfPlace`` test (line 339); ``isInPlace`` from lines 315-327."""
     if call.collective in ("gather", "scatter"):
         return Selection(False, f"no NCCL call of {profile.repo} selects {call.collective} by size (collectives.cc "
                                 "has none); load it and run it by handle with mscclRunAlgo")
@@ -136,8 +140,9 @@ def _select_executor(profile: RuntimeProfile, attrs: Mapping[str, str], call: Ca
 
 
 def _select_msccl(profile: RuntimeProfile, attrs: Mapping[str, str], call: Call, loop: int) -> Selection:
-    """tuning.cc ``ncclTopoGetMSCCLAlgo`` (``mscclInPlaceTotalCountHelper`` for ``inPlace``/``totalCount``),
-    and all_to_all.cc ``ncclAllToAll`` for alltoall."""
+    """tuning.cc ``ncclTopoGetMSCCLAlgo`` lines 366-369 (``mscclInPlaceTotalCountHelper``, 312-342, for
+    ``inPlace``/``totalCount``), and all_to_all.cc ``ncclAllToAll`` lines 89-91 for alltoall (in place refused
+    at line 50)."""
     multiplier = call.ngpus if call.collective in _PER_RANK_COUNT else 1
     n_bytes = call.count * call.element_bytes * multiplier
     if call.collective == "alltoall":   # all_to_all.cc: allcount = sendcount * nRanks (size_t, elements)
