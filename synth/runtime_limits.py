@@ -48,6 +48,7 @@ class RuntimeProfile:
 
     name: str                       # the CLI's --runtime value
     repo: str                       # where the cited source lives
+    parser: str                     # the function that reads <algo> (file:line at the commit read)
     coll_spellings: tuple[tuple[str, str], ...]
     required: tuple[str, ...]
     attributes: tuple[str, ...]
@@ -90,6 +91,7 @@ ELEMENT_REQUIRED = (("gpu", ("id", "i_chunks", "o_chunks", "s_chunks")), ("tb", 
 EXECUTOR = RuntimeProfile(
     name="msccl-executor",
     repo="Azure/msccl-executor-nccl",
+    parser="msccl_parser.cc:721 mscclGetAlgoMetaFromXmlFile",
     # msccl_parser.cc mscclGetAlgoFromXmlFile / mscclGetAlgoMetaFromXmlFile: the strcmp chain on "coll"
     # (reducescatter at lines 347 and 749)
     coll_spellings=(("allreduce", "allreduce"), ("allgather", "allgather"), ("reducescatter", "reducescatter"),
@@ -114,6 +116,7 @@ EXECUTOR = RuntimeProfile(
 MSCCL = RuntimeProfile(
     name="msccl",
     repo="microsoft/msccl",
+    parser="topo.cc:759 mscclGetAlgoFromXMLAndSetAlgo",
     # src/graph/topo.cc mscclGetAlgoFromXMLAndSetAlgo (line 759): the strcmp chain on "coll" (no gather,
     # scatter; reduce_scatter at line 837)
     coll_spellings=(("allreduce", "allreduce"), ("allgather", "allgather"), ("reducescatter", "reduce_scatter"),

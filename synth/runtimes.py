@@ -190,23 +190,23 @@ def loader_errors(runtime: str | RuntimeProfile, xml_text: str, size_bytes: int 
     if len(attrs) > profile.max_attributes:
         past = list(attrs)[profile.max_attributes:]
         yield f"<algo> has {len(attrs)} attributes; {where}'s parser ignores those past {profile.max_attributes} " \
-              f"({', '.join(past)}) (xml.h MAX_ATTR_COUNT)"
+              f"({', '.join(past)}) (MAX_ATTR_COUNT of its XML reader)"
         attrs = dict(list(attrs.items())[:profile.max_attributes])
     for key in profile.required:
         if key not in attrs:
-            yield f"<algo> lacks {key}, which {where}'s parser requires"
+            yield f"<algo> lacks {key}, which {where}'s parser requires ({profile.parser})"
     spelling = attrs.get("coll")
     if spelling is not None and profile.collective_of(spelling) is None:
-        yield (f"coll={spelling!r} is not one {where} loads ({', '.join(v for _, v in profile.coll_spellings)}); "
-               f"write it with --runtime {profile.name}")
+        yield (f"coll={spelling!r} is not one {where} loads ({', '.join(v for _, v in profile.coll_spellings)}; "
+               f"{profile.parser}); write it with --runtime {profile.name}")
     if profile.max_bytes_unbounded is None and _int(attrs, "maxBytes") == 0:
-        yield (f"maxBytes=0: {where} selects a program only where nBytes < maxBytes (tuning.cc "
+        yield (f"maxBytes=0: {where} selects a program only where nBytes < maxBytes (tuning.cc:369 "
                "ncclTopoGetMSCCLAlgo), so it never runs this one; 0 means no limit only in msccl-executor-nccl")
     for tag, keys in ELEMENT_REQUIRED:
         for k, elem in enumerate(root.iter(tag)):
             missing = [key for key in keys if key not in elem.attrib]
             if missing:
-                yield f"<{tag}> #{k} lacks {', '.join(missing)}, which {where}'s parser requires"
+                yield f"<{tag}> #{k} lacks {', '.join(missing)}, which {where}'s parser requires ({profile.parser})"
                 break
     if size_bytes is not None and spelling is not None and profile.collective_of(spelling) is not None:
         call = Call(profile.collective_of(spelling), int(size_bytes), bool(_int(attrs, "inplace")),

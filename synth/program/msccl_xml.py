@@ -318,7 +318,7 @@ def _algo_errors(program: Program, msccl: bool, profile: RuntimeProfile | None) 
         yield f"coll={program.collective!r} is a collective neither MSCCL runtime loads"
     elif profile is not None and profile.coll(program.collective) is None:
         yield (f"coll={program.collective!r}: {profile.repo} does not load it (it loads "
-               f"{', '.join(v for _, v in profile.coll_spellings)})")
+               f"{', '.join(v for _, v in profile.coll_spellings)}; {profile.parser})")
     if program.min_bytes < 0 or program.max_bytes < 0:
         yield f"minBytes={program.min_bytes} / maxBytes={program.max_bytes} must not be negative"
     elif 0 < program.max_bytes < program.min_bytes or (profile is not None and profile.max_bytes_unbounded is None
@@ -339,7 +339,7 @@ def _loop_chunk_errors(program: Program, gpu: Gpu, profile: RuntimeProfile) -> I
         if count > 0 and count * multiplier != loop:
             shown = f"{count} x {multiplier}" if multiplier > 1 else str(count)
             yield (f"rank {gpu.id}: {buf}_chunks={shown} is not nchunksperloop={loop}, which {profile.repo} "
-                   "requires (topo.cc)")
+                   "requires (topo.cc:886)")
 
 
 def _capacity_errors(program: Program, gpu: Gpu, limits: RuntimeProfile) -> Iterator[str]:
@@ -347,7 +347,8 @@ def _capacity_errors(program: Program, gpu: Gpu, limits: RuntimeProfile) -> Iter
     r, tbs = gpu.id, gpu.threadblocks
     if len(tbs) > limits.max_threadblocks:
         yield (f"rank {r} has {len(tbs)} threadblocks, more than {limits.max_threadblocks}"
-               f"{'' if limits is EXECUTOR else ' (' + limits.repo + ')'}; use fewer trees or channels (--max-trees)")
+               f"{'' if limits is EXECUTOR else ' (' + limits.repo + ', topo.cc:903)'}; use fewer trees or channels "
+               "(--max-trees)")
     for role in ("send", "recv"):
         per_chan: dict[int, int] = {}
         for tb in tbs:
