@@ -256,7 +256,8 @@ def execute(program: Program | str | os.PathLike, size: str | int = "1MiB", *, b
     return run(_program(program), backend=backend, size_bytes=_size(size), **kwargs)
 
 
-def save_program(program: Program, path: str | os.PathLike, *, coll_spelling: str = "reducescatter") -> Path:
+def save_program(program: Program, path: str | os.PathLike, *, coll_spelling: str | None = None,
+                 runtime: str = "msccl-executor") -> Path:
     """Write ``program`` atomically as MSCCL XML (``.xml``, runtime limits checked) or JSON (``.json``).
 
     Parameters
@@ -265,8 +266,12 @@ def save_program(program: Program, path: str | os.PathLike, *, coll_spelling: st
         The program, e.g. ``synthesize(...).program``.
     path : str or path
         The file to write; its suffix picks the format.
-    coll_spelling : str
-        MSCCL ``coll`` spelling of reduce-scatter (``reducescatter`` or ``reduce_scatter``).
+    coll_spelling : str or None
+        MSCCL ``coll`` spelling of reduce-scatter (``reducescatter`` or ``reduce_scatter``); None: the runtime's.
+    runtime : str
+        ``msccl-executor`` (Azure/msccl-executor-nccl) or ``msccl`` (microsoft/msccl): the XML's attribute set,
+        ``coll`` spelling and limits (docs/programs.md, "Runtimes"). Its ``minBytes``/``maxBytes`` are the
+        program's; :func:`synth.runtimes.byte_range` gives the ones a runtime selects at a SIZE.
 
     Returns
     -------
@@ -280,7 +285,7 @@ def save_program(program: Program, path: str | os.PathLike, *, coll_spelling: st
     """
     from synth.program.load import save_program as save
 
-    return save(program, path, coll_spelling=coll_spelling)
+    return save(program, path, coll_spelling=coll_spelling, runtime=runtime)
 
 
 def load_program(path: str | os.PathLike) -> Program:

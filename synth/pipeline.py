@@ -19,6 +19,8 @@ from synth.collectives import RUNTIME_ELEMENT_BYTES, Collective, canonical_name,
 from synth.errors import SynthError, TimeLimitReached
 from synth.limits import check_rank_count, check_transfer_count
 from synth.program.ir import Program
+from synth.runtime_limits import runtime_profile
+from synth.runtimes import scratch_bytes
 from synth.schedule import Schedule
 from synth.solvers import SOLVERS
 from synth.synthesis.base import SynthOptions
@@ -193,7 +195,7 @@ def _program(topology: Topology, collective: Collective, method: str, schedule: 
         pass
     else:
         try:
-            check_runtime_limits(program)
+            check_runtime_limits(program, runtime=options.runtime)
         except SynthError as exc:
             raise _DoesNotLower(f"method {method}: program exceeds an MSCCL limit: {exc}") from None
     return program
@@ -254,6 +256,11 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
     if topology.num_ranks < 2:
         raise SynthError(f"topology {topology.name!r} has {topology.num_ranks} rank; a collective needs at least 2")
     check_rank_count(topology.num_ranks, topology.name, "schedules")
+    try:
+        runtime_profile(options.runtime)
+    except ValueError as exc:
+        raise SynthError(str(exc)) from None
+    budget_b = float(size_bytes) if options.max_scratch is None else float(options.max_scratch)
     check_transfer_count(collective.min_transfers, f"{name} on {topology.num_ranks} ranks"
                          + (f" with --chunks {options.chunks}" if options.chunks else "") + " needs at least")
 
@@ -273,20 +280,22 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
     t0 = time.perf_counter()
     best: _Timed | None = None
     unrunnable: _Timed | None = None   # auto: the fastest program an MSCCL runtime would not run at SIZE
+    roomy: _Timed | None = None        # auto: the fastest runnable program over the scratch budget
     tried: list[dict] = []
     stop_at = _bound_us(topology, collective, size_bytes) if is_auto else None
     clock_out = None    # auto: why --time-limit cut the plan short
 
-    def rank(sim, program: Program) -> tuple[bool, float]:
-        # auto: programs an MSCCL runtime runs at SIZE first (see SynthOptions.runtime_chunks), then the fastest
+    def rank(sim, program: Program) -> tuple[bool, bool, float]:
+        # auto: programs an MSCCL runtime runs at SIZE first (see SynthOptions.runtime_chunks), then those
+        # within the scratch budget (SynthOptions.max_scratch), then the fastest
         runs = not options.runtime_chunks or runtime_divides(program.nchunksperloop or 1, size_bytes)
-        return not runs, sim.time_us
+        return not runs, scratch_bytes(program, size_bytes) > budget_b, sim.time_us
 
     for cand in plan:
         m, opts, row = key, options, {}
         if cand is not None:  # auto: the candidate's own limit and chunks, within the total budget
             m, row = cand.method, ({"chunks": cand.chunks} if cand.chunks is not None else {})
-            if (best is not None and stop_at is not None and not rank(best.sim, best.program)[0]
+            if (best is not None and stop_at is not None and not any(rank(best.sim, best.program)[:2])
                     and auto.close_enough(best.sim.time_us, stop_at)):
                 tried.append({"method": m, **row, "skipped": f"{best.method} is within {auto.CLOSE_ENOUGH:.0%} "
                               "of the lower bound"})
@@ -326,16 +335,20 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
             continue
         tried.append({"method": m, **row, "time_us": sim.time_us, "synthesis_s": seconds})
         ranked = rank(sim, program)
-        if ranked[0] and (unrunnable is None or sim.time_us < unrunnable.sim.time_us):
+        if ranked[0] and (unrunnable is None or ranked[1:] < rank(unrunnable.sim, unrunnable.program)[1:]):
             unrunnable = _Timed(sim, schedule, program, status, solver, m)
+        if not ranked[0] and ranked[1] and (roomy is None or sim.time_us < roomy.sim.time_us):
+            roomy = _Timed(sim, schedule, program, status, solver, m)
         if best is None or ranked < rank(best.sim, best.program):
             best = _Timed(sim, schedule, program, status, solver, m)
     elapsed = time.perf_counter() - t0
     if best is None:
         detail = "; ".join(f"{row['method']}: {row.get('error') or row.get('not_tried')}" for row in tried)
         raise SynthError(f"auto: every method failed for {name} on {topology.name} ({detail})")
-    passed_over = unrunnable
-    if unrunnable is not None and unrunnable.sim.time_us * (1 + RUNNABLE_LOSS) < best.sim.time_us:
+    # only a faster program the runtime would not run is worth naming (a slower one was no choice)
+    passed_over = unrunnable if unrunnable is not None and unrunnable.sim.time_us < best.sim.time_us else None
+    if (unrunnable is not None and rank(unrunnable.sim, unrunnable.program)[1] <= rank(best.sim, best.program)[1]
+            and unrunnable.sim.time_us * (1 + RUNNABLE_LOSS) < best.sim.time_us):
         best, passed_over = unrunnable, best     # a runnable program this much slower is no answer
     sim, schedule, program, status, solver, m = best.sim, best.schedule, best.program, best.status, best.solver, \
         best.method
@@ -360,8 +373,29 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
         predicted_time_us=schedule.predicted_time_us,
         tried=tried,
         notes=(_size_notes(program, size_bytes) + _passed_over_note(passed_over, best)
-               + _fitted_chunks_note(schedule)),
+               + _fitted_chunks_note(schedule)
+               + _scratch_notes(best, roomy if is_auto else None, size_bytes, budget_b, is_auto)),
     )
+
+
+SCRATCH_NOTE_SHARE = 0.01   # a faster program over the scratch budget is named when it saves more than this
+
+
+def _scratch_notes(kept: _Timed, roomy: _Timed | None, size_bytes: float, budget: float, is_auto: bool) -> list[str]:
+    """The scratch budget (``--max-scratch``, :func:`synth.runtimes.scratch_bytes`): a kept program over it
+    (auto: only when no runnable one fits), or, under auto, a faster program passed over for it."""
+    need = scratch_bytes(kept.program, size_bytes)
+    ratio = f"{need / size_bytes:.2f}x the buffer"
+    if need > budget:
+        why = "no program the runtime runs at SIZE fits the scratch budget" if is_auto else "warning"
+        return [f"{why}: {kept.method} needs {need:.0f} B of scratch per rank ({ratio}), over --max-scratch "
+                f"({budget:.0f} B); the runtime allocates it per call"]
+    if roomy is None or roomy.sim.time_us >= kept.sim.time_us * (1 - SCRATCH_NOTE_SHARE):
+        return []
+    other = scratch_bytes(roomy.program, size_bytes)
+    return [f"{roomy.method} took {roomy.sim.time_us:.1f} us ({(kept.sim.time_us / roomy.sim.time_us - 1) * 100:.0f} % "
+            f"faster) but needs {other:.0f} B of scratch per rank ({other / size_bytes:.2f}x the buffer), over "
+            f"--max-scratch ({budget:.0f} B); a larger --max-scratch keeps it"]
 
 
 def _fitted_chunks_note(schedule: Schedule) -> list[str]:

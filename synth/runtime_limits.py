@@ -1,10 +1,16 @@
 """The MSCCL runtime limits: the one home of the structural checks a program must pass to load.
 
-From msccl-executor-nccl (``msccl_struct.h``, ``msccl_parser.cc``) as summarised in ``docs/programs.md``
-(runtime limits). Methods plan within them (``synth.synthesis``), the lowering splits connections and
-spreads peers to meet them (``synth.program.lower``), and the exporter checks them before writing XML
-(``synth.program.msccl_xml``). Plain constants with no imports, so every stage may use them.
+Two runtimes load synth's XML (docs/programs.md, "Runtimes"): Azure/msccl-executor-nccl (the maintained
+executor; RCCL shares it) and microsoft/msccl (the original NCCL fork). Their limits differ, so each has a
+frozen :class:`RuntimeProfile`; the module constants below are the executor's, which the methods plan within
+(``synth.synthesis``), the lowering meets (``synth.program.lower``) and the exporter checks by default
+(``synth.program.msccl_xml``). Every value cites the runtime source it is read from (commit c6f6b36 of the
+executor, b23e9cd of microsoft/msccl). Only the standard library is imported, so every stage may use them.
 """
+
+from __future__ import annotations
+
+from dataclasses import dataclass
 
 MAX_CHANNELS = 32          # MAXCHANNELS
 MAX_STEPS_PER_TB = 64      # MSCCL_MAX_NUM_STEPS: steps per threadblock
@@ -25,3 +31,120 @@ RUNTIME_COLLECTIVES = frozenset({"allreduce", "allgather", "reducescatter", "all
 # huge value is a clear error instead of a MemoryError in the verifier or simulator.
 MAX_PARSE_BUFFER_CHUNKS = 1 << 20      # i_chunks / o_chunks / s_chunks / cnt of one gpu or step
 MAX_PARSE_TOTAL_CHUNKS = 1 << 24       # all gpus' buffers together
+
+
+@dataclass(frozen=True)
+class RuntimeProfile:
+    """What one MSCCL runtime reads from an ``<algo>`` file, how it picks one for a call, and its limits.
+
+    ``coll_spellings`` maps synth's collective names to the ``coll`` value the runtime's parser compares
+    with ``strcmp`` (a collective absent from it does not load). ``required`` lists the ``<algo>`` attributes
+    the parser reads without a default (a file lacking one is refused); ``attributes`` is the set synth writes,
+    in order (``root`` is added for rooted collectives: neither runtime reads it). ``max_bytes_unbounded`` is
+    the ``maxBytes`` value that means "no upper limit" (None: there is none), ``max_bytes_inclusive`` whether
+    a call of ``nBytes == maxBytes`` is selected (executor ``<=``, microsoft/msccl ``<``), and
+    ``max_bytes_absent`` the value a missing ``maxBytes`` takes (None: the attribute is required).
+    """
+
+    name: str                       # the CLI's --runtime value
+    repo: str                       # where the cited source lives
+    parser: str                     # the function that reads <algo> (file:line at the commit read)
+    coll_spellings: tuple[tuple[str, str], ...]
+    required: tuple[str, ...]
+    attributes: tuple[str, ...]
+    max_bytes_unbounded: int | None
+    max_bytes_inclusive: bool
+    max_bytes_absent: int | None
+    max_steps_per_tb: int
+    max_threadblocks: int
+    max_files: int                  # programs one process loads (the rest are ignored)
+    load_env: str                   # how files are handed to the runtime
+    # microsoft/msccl: i_chunks x (N for allgather) and o_chunks x (N for reduce_scatter) must equal
+    # nchunksperloop where they are > 0
+    loop_chunks_match: bool
+    # microsoft/msccl allocates maxBytes x s_chunks / nchunksperloop bytes of scratch when the communicator
+    # is created; the executor sizes scratch from each call's nBytes
+    scratch_from_max_bytes: bool
+    max_channels: int = MAX_CHANNELS
+    max_tb_per_channel: int = MAX_TB_PER_CHANNEL
+    max_step_chunks: int = MAX_STEP_CHUNKS
+    max_offset: int = MAX_OFFSET
+    max_depended_tb: int = MAX_DEPENDED_TB
+    max_xml_nodes: int = MAX_XML_NODES
+    max_attributes: int = 16        # MAX_ATTR_COUNT: the parser ignores attributes past the 16th
+
+    def coll(self, collective: str) -> str | None:
+        """The ``coll`` spelling of synth's ``collective`` in this runtime, or None where it does not load."""
+        return dict(self.coll_spellings).get(collective)
+
+    def collective_of(self, spelling: str) -> str | None:
+        """synth's collective for a ``coll`` value this runtime's parser accepts (exact, case-sensitive)."""
+        return {v: k for k, v in self.coll_spellings}.get(spelling)
+
+
+# Attributes both parsers read without a default below <algo> (topo.cc mscclGetAlgoFromXMLAndSetAlgo,
+# msccl_parser.cc mscclGetAlgoFromXmlFile): only the loading rank's <gpu> subtree is read.
+ELEMENT_REQUIRED = (("gpu", ("id", "i_chunks", "o_chunks", "s_chunks")), ("tb", ("id", "recv", "send", "chan")),
+                    ("step", ("s", "srcoff", "srcbuf", "dstoff", "dstbuf", "cnt", "type", "depid", "deps",
+                              "hasdep")))
+
+EXECUTOR = RuntimeProfile(
+    name="msccl-executor",
+    repo="Azure/msccl-executor-nccl",
+    parser="msccl_parser.cc:721 mscclGetAlgoMetaFromXmlFile",
+    # msccl_parser.cc mscclGetAlgoFromXmlFile / mscclGetAlgoMetaFromXmlFile: the strcmp chain on "coll"
+    # (reducescatter at lines 347 and 749)
+    coll_spellings=(("allreduce", "allreduce"), ("allgather", "allgather"), ("reducescatter", "reducescatter"),
+                    ("alltoall", "alltoall"), ("broadcast", "broadcast"), ("reduce", "reduce"),
+                    ("gather", "gather"), ("scatter", "scatter")),
+    # mscclGetAlgoMetaFromXmlFile reads these with mscclXmlGetAttrInt/Int64/Str, which fail when absent
+    required=("nchunksperloop", "nchannels", "ngpus", "proto", "coll", "minBytes", "maxBytes", "inplace",
+              "outofplace"),
+    attributes=("name", "proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace", "outofplace",
+                "minBytes", "maxBytes"),
+    max_bytes_unbounded=0,          # msccl_lifecycle.cc mscclInternalSchedulerSelectAlgo line 335: maxBytes == 0 ||
+    max_bytes_inclusive=True,       # ... nBytes <= maxBytes
+    max_bytes_absent=None,
+    max_steps_per_tb=MAX_STEPS_PER_TB,      # makefiles/common.mk:19 MSCCL_MAX_NUM_STEPS ?= 64; msccl_parser.cc:485
+    max_threadblocks=MAX_THREADBLOCKS,      # msccl_struct.h:18 32 per channel x MAXCHANNELS; msccl_parser.cc:421
+    max_files=1024,                 # msccl_struct.h:21 MSCCL_MAX_NUM_ALGOS (msccl_lifecycle.cc mscclInit's handles)
+    load_env="MSCCL_ALGO_DIR",      # msccl_lifecycle.cc mscclInternalSchedulerInit: every file of the directory
+    loop_chunks_match=False,
+    scratch_from_max_bytes=False,   # msccl_setup.cc:68 nBytes x nScratchChunks / nChunksPerLoop per call
+)
+
+MSCCL = RuntimeProfile(
+    name="msccl",
+    repo="microsoft/msccl",
+    parser="topo.cc:759 mscclGetAlgoFromXMLAndSetAlgo",
+    # src/graph/topo.cc mscclGetAlgoFromXMLAndSetAlgo (line 759): the strcmp chain on "coll" (no gather,
+    # scatter; reduce_scatter at line 837)
+    coll_spellings=(("allreduce", "allreduce"), ("allgather", "allgather"), ("reducescatter", "reduce_scatter"),
+                    ("alltoall", "alltoall"), ("broadcast", "broadcast"), ("reduce", "reduce")),
+    # topo.cc mscclGetAlgoFromXMLAndSetAlgo: xmlGetAttrStr/Int fail on these; minBytes, maxBytes, nthreads
+    # have defaults; outofplace is never read
+    required=("name", "ngpus", "nchunksperloop", "nchannels", "proto", "coll", "inplace"),
+    attributes=("name", "proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace", "minBytes", "maxBytes"),
+    max_bytes_unbounded=None,       # src/graph/tuning.cc:369 ncclTopoGetMSCCLAlgo: nBytes < maxBytes, no exception
+    max_bytes_inclusive=False,
+    max_bytes_absent=1 << 27,       # topo.cc:805 a missing maxBytes is 128 MB
+    max_steps_per_tb=256,           # src/include/msccl.h:6 MSCCL_MAX_NUM_STEPS; topo.cc:972
+    max_threadblocks=216,           # msccl.h:8 MSCCL_MAX_NUM_THREAD_BLOCKS (108*2, A100's SMs twice); topo.cc:903
+    max_files=4,                    # msccl.h:9 MSCCL_MAX_NUM_ALGOS; topo.cc:1202 mscclGetAllAlgoFromXMLFilesAndSetInfo
+    load_env="MSCCL_XML_FILES",
+    loop_chunks_match=True,         # topo.cc:886 nInputChunks*inputNChunksMultiplier != nchunksPerLoop is refused
+    scratch_from_max_bytes=True,    # src/init.cc:814 maxBytes * nScratchChunks / nchunksPerLoop at init
+)
+
+RUNTIMES = {profile.name: profile for profile in (EXECUTOR, MSCCL)}
+DEFAULT_RUNTIME = EXECUTOR.name
+
+
+def runtime_profile(name: str | RuntimeProfile | None) -> RuntimeProfile:
+    """The profile called ``name`` (None: the default, msccl-executor-nccl); ValueError names the choices."""
+    if isinstance(name, RuntimeProfile):
+        return name
+    key = (name or DEFAULT_RUNTIME).strip().lower()
+    if key not in RUNTIMES:
+        raise ValueError(f"unknown runtime {name!r}; choose one of {', '.join(RUNTIMES)}")
+    return RUNTIMES[key]

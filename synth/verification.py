@@ -599,20 +599,23 @@ class _Verifier:
 
 
 def verify(program: Program, collective: Collective | str | None = None, max_errors: int = MAX_ERRORS,
-           races: bool = True, msccl_limits: bool = False, keep_input: bool = True) -> VerifyResult:
+           races: bool = True, msccl_limits: bool = False, keep_input: bool = True,
+           runtime: str | None = None) -> VerifyResult:
     """Check that ``program`` implements ``collective`` (default: the one it declares) and cannot deadlock.
 
     Also checks the structure the MSCCL runtimes' loaders require (dense threadblock ids, channels, ...;
     :func:`synth.program.msccl_xml.runtime_limit_errors`) and, with ``msccl_limits`` (an XML program), their
     capacity limits too. A program that breaks them is reported without being executed, since the runtimes
     would not load it and its sizes may be unusable. An out-of-place program that writes its input buffer is
-    an error unless ``keep_input`` is false (docs/programs.md, "Input buffer"). Raises SynthError only when
-    the collective itself is unknown or inconsistent with the program.
+    an error unless ``keep_input`` is false (docs/programs.md, "Input buffer"). ``runtime`` (``msccl-executor``
+    or ``msccl``) holds it to that runtime's limits and collectives (implies ``msccl_limits``). Raises
+    SynthError only when the collective itself is unknown or inconsistent with the program.
     """
     from synth.program.msccl_xml import runtime_limit_errors
 
     coll = resolve_collective(program, collective)
-    errors = [f"runtime limit: {e}" for e in islice(runtime_limit_errors(program, msccl=msccl_limits), max_errors)]
+    limits = runtime_limit_errors(program, msccl=msccl_limits or runtime is not None, runtime=runtime)
+    errors = [f"runtime limit: {e}" for e in islice(limits, max_errors)]
     if errors:
         return VerifyResult(ok=False, collective=coll.name, ranks=program.num_ranks, errors=errors)
     errors = _Verifier(program, coll, max_errors, races, keep_input).run()

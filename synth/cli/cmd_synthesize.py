@@ -57,15 +57,23 @@ def _default_output(topology: str, collective: str, method: str) -> str:
 @click.option("--gap", type=GAP, default=None, help="Relative MIP gap at which exact methods stop.")
 @click.option("--threads", type=count(1, MAX_THREADS), default=None, help="Solver threads.")
 @click.option("--inplace", is_flag=True, help="Emit an in-place program (MSCCL aliasing).")
-@click.option("--coll-spelling", type=click.Choice(["reduce_scatter", "reducescatter"]), default="reducescatter",
-              show_default=True,
-              help="MSCCL `coll` spelling for reduce-scatter: reducescatter for msccl-executor-nccl (the maintained "
-                   "runtime), reduce_scatter for the original microsoft/msccl runtime.")
+@click.option("--runtime", type=click.Choice(["msccl-executor", "msccl"]), default=None,
+              help="The MSCCL runtime the XML is for: msccl-executor (Azure/msccl-executor-nccl, the maintained one; "
+                   "default) or msccl (microsoft/msccl). Sets the attributes, the `coll` spelling, minBytes/maxBytes "
+                   "so that it selects the program at SIZE, and its limits (docs/programs.md).")
+@click.option("--coll-spelling", type=click.Choice(["reduce_scatter", "reducescatter"]), default=None,
+              help="Override the runtime's `coll` spelling for reduce-scatter (reducescatter: msccl-executor, "
+                   "reduce_scatter: msccl); prefer --runtime.")
 @click.option("--min-bytes", default=None,
-              help="MSCCL XML minBytes: the runtimes use the program only for buffers of at least this SIZE "
-                   "(default 0, no limit); it must not exclude -s.")
+              help="The smallest buffer SIZE the runtime should use the program for (default 0); it must not "
+                   "exclude -s.")
 @click.option("--max-bytes", default=None,
-              help="MSCCL XML maxBytes: ... and of at most this SIZE (default 0, no limit).")
+              help="The largest buffer SIZE the runtime should use the program for, inclusive (default: no limit "
+                   "for msccl-executor, -s for msccl, which has no unbounded value); written in the runtime's own "
+                   "maxBytes semantics (msccl: this + 1).")
+@click.option("--max-scratch", default=None,
+              help="Scratch budget per rank: a SIZE (512MiB), a multiple of the buffer (2x) or `none` (default: "
+                   "the buffer's size, 1x). auto prefers programs within it; a program over it gets a note.")
 @click.option("-o", "--output", default=None, type=click.Path(dir_okay=False),
               help="Program file: .xml (MSCCL XML) or .json (default: ./TOPOLOGY-COLLECTIVE-METHOD.xml).")
 @click.option("--list-methods", is_flag=True, help="List the registered methods and exit.")
@@ -73,12 +81,15 @@ def _default_output(topology: str, collective: str, method: str) -> str:
 @guarded
 def command(topology_name: str | None, collective: str | None, size: str, method: str, solver: str,
             time_limit: float | None, chunks: int | None, max_trees: int | None, any_chunks: bool, root: int,
-            gap: float | None, threads: int | None, inplace: bool, coll_spelling: str, min_bytes: str | None,
-            max_bytes: str | None, output: str | None, list_methods: bool, as_json: bool) -> None:
+            gap: float | None, threads: int | None, inplace: bool, runtime: str | None, coll_spelling: str | None,
+            min_bytes: str | None, max_bytes: str | None, max_scratch: str | None, output: str | None,
+            list_methods: bool, as_json: bool) -> None:
     """Synthesize a schedule, verify it, and write the program (MSCCL XML or JSON)."""
     from synth.collectives import canonical_name
     from synth.pipeline import synthesize
     from synth.program.load import save_program
+    from synth.runtime_limits import DEFAULT_RUNTIME, runtime_profile
+    from synth.runtimes import byte_range, export_notes, parse_scratch_budget
     from synth.synthesis.base import SynthOptions
     from synth.units import format_size, parse_size
 
@@ -92,23 +103,34 @@ def command(topology_name: str | None, collective: str | None, size: str, method
     topology = load_topology_arg(topology_name)
     if not 0 <= root < topology.num_ranks:
         raise SynthError(f"--root {root} is not a rank of {topology.name} (0..{topology.num_ranks - 1})")
-    size_range = (parse_size(min_bytes) if min_bytes is not None else 0,
-                  parse_size(max_bytes) if max_bytes is not None else 0)
-    if not (size_range[0] <= size_bytes and (size_range[1] == 0 or size_bytes <= size_range[1])):
-        raise SynthError(f"--min-bytes/--max-bytes {size_range[0]}..{size_range[1] or 'no limit'} exclude SIZE "
-                         f"{size_bytes} B, the size the program is synthesized for")
+    profile = runtime_profile(runtime or DEFAULT_RUNTIME)
+    spelling = profile.coll("reducescatter")
+    if coll_spelling is not None and coll_spelling != spelling and runtime is not None:
+        raise SynthError(f"--coll-spelling {coll_spelling} is not {profile.repo}'s ({spelling}); drop it, or use "
+                         f"--runtime {'msccl' if coll_spelling == 'reduce_scatter' else 'msccl-executor'}")
+    if profile.coll(name) is None:
+        raise SynthError(f"{profile.repo} (--runtime {profile.name}) does not load {name} programs")
+    size_range = byte_range(profile, size_bytes, parse_size(min_bytes) if min_bytes is not None else None,
+                            parse_size(max_bytes) if max_bytes is not None else None)
     if output is not None and not output.lower().endswith((".xml", ".json")):
         raise SynthError(f"{output}: program files end in .xml (MSCCL XML) or .json (JSON program)")
     options = SynthOptions(solver=solver, time_limit=time_limit, gap=gap, threads=threads, chunks=chunks,
-                           max_trees=max_trees, runtime_chunks=not any_chunks)
+                           max_trees=max_trees, runtime_chunks=not any_chunks, runtime=profile.name,
+                           max_scratch=parse_scratch_budget(max_scratch, size_bytes))
     with _progress(enabled=not as_json) as progress:
         result = synthesize(topology, name, size_bytes, method, options, root, inplace=inplace, progress=progress)
     path = output or _default_output(topology.name, name, result.method)
     program = replace(result.program, min_bytes=size_range[0], max_bytes=size_range[1])
-    written = str(save_program(program, path, coll_spelling=coll_spelling))
+    written = str(save_program(program, path, coll_spelling=coll_spelling, runtime=profile.name))
+    if path.lower().endswith(".xml"):   # what the file cannot tell the runtime
+        extra = export_notes(profile, program, size_bytes)
+        if coll_spelling is not None and coll_spelling != spelling and name == "reducescatter":
+            extra.append(f"coll={coll_spelling} is not {profile.repo}'s spelling ({spelling}), so it will not load "
+                         f"this file; --runtime {'msccl' if coll_spelling == 'reduce_scatter' else 'msccl-executor'} "
+                         "writes a file the other runtime loads")
+        result = replace(result, notes=[*result.notes, *extra])
     if as_json:  # notes travel inside the JSON object
-
-        emit_json(result.to_dict(output=written))
+        emit_json({**result.to_dict(output=written), "runtime": profile.name})
         return
     from synth.cli.common import console
 

@@ -16,17 +16,36 @@ SHOWN_ERRORS = 20
 @click.option("-c", "--collective", default=None,
               help="Collective to check against (default: the one the program declares).")
 @click.option("--root", type=ROOT, default=None, help="Root rank for rooted collectives (default: the program's).")
+@click.option("--runtime", type=click.Choice(["msccl-executor", "msccl"]), default=None,
+              help="Check everything this MSCCL runtime's loader checks (its attributes, `coll` spelling and "
+                   "limits; docs/programs.md) instead of the checks common to both.")
+@click.option("-s", "--size", default=None,
+              help="With --runtime: also check that the runtime selects the program for a SIZE buffer.")
 @json_option
 @guarded
-def command(prog: str, collective: str | None, root: int | None, as_json: bool) -> None:
+def command(prog: str, collective: str | None, root: int | None, runtime: str | None, size: str | None,
+            as_json: bool) -> None:
     """Check that PROG (MSCCL XML or JSON program) computes its collective and cannot deadlock."""
+    from dataclasses import replace
+
+    from synth.errors import SynthError
+    from synth.fileio import read_input_text
     from synth.program.load import load_program_format
+    from synth.runtimes import loader_errors
+    from synth.units import parse_size
     from synth.verification import verify
 
+    if size is not None and runtime is None:
+        raise SynthError("verify -s/--size needs --runtime (the runtime whose selection rule is checked)")
     program, fmt = load_program_format(prog)
     if root is not None:
         program = program.with_(root=root)
-    result = verify(program, collective, msccl_limits=fmt == "xml")  # XML must load in the runtimes
+    result = verify(program, collective, msccl_limits=fmt == "xml", runtime=runtime)  # XML must load in the runtimes
+    if runtime is not None and fmt == "xml":   # what synth's reader fills in or normalises, as the loader sees it
+        size_b = parse_size(size) if size is not None else None
+        raw = [f"runtime {runtime}: {e}" for e in loader_errors(runtime, read_input_text(prog, "program file"), size_b)]
+        if raw:
+            result = replace(result, ok=False, errors=[*raw, *result.errors])
     if as_json:
         emit_json(result.to_dict())
     else:

@@ -31,17 +31,21 @@ def load_program_format(path: str | os.PathLike) -> tuple[Program, str]:
     raise SynthError(f"{p}: not a program file (expected MSCCL XML or a synth JSON program)")
 
 
-def save_program(program: Program, path: str | os.PathLike, coll_spelling: str = "reduce_scatter",
-                 check_limits: bool = True) -> Path:
-    """Write ``program`` atomically; ``.xml`` is MSCCL XML (runtime limits checked first), else JSON."""
+def save_program(program: Program, path: str | os.PathLike, coll_spelling: str | None = "reduce_scatter",
+                 check_limits: bool = True, runtime: str | None = None) -> Path:
+    """Write ``program`` atomically; ``.xml`` is MSCCL XML (runtime limits checked first), else JSON.
+
+    ``runtime`` (``msccl-executor`` or ``msccl``, :mod:`synth.runtime_limits`) writes that runtime's
+    attribute set and ``coll`` spelling (``coll_spelling`` None) and checks its limits."""
     from synth.program.json_io import program_to_json
     from synth.program.msccl_xml import check_runtime_limits, program_to_xml
 
     p = Path(path)
     if p.suffix.lower() == ".xml":
+        program = _selectable(program, runtime)
         if check_limits:
-            check_runtime_limits(program)
-        text = program_to_xml(program, coll_spelling=coll_spelling)
+            check_runtime_limits(program, runtime=runtime)
+        text = program_to_xml(program, coll_spelling=coll_spelling, runtime=runtime)
     elif p.suffix.lower() == ".json":
         text = program_to_json(program)
     else:
@@ -50,3 +54,22 @@ def save_program(program: Program, path: str | os.PathLike, coll_spelling: str =
         return atomic_write_text(p, text)
     except OSError as exc:
         raise SynthError(f"{p}: cannot write program file ({exc})") from None
+
+
+def _selectable(program: Program, runtime: str | None) -> Program:
+    """For a runtime with no unbounded ``maxBytes`` (microsoft/msccl), a program's ``max_bytes`` of 0 ("no
+    limit" elsewhere) would make it never selected: give it the range that selects its SIZE
+    (:func:`synth.runtimes.byte_range`), or refuse when it records no SIZE."""
+    from synth.runtime_limits import runtime_profile
+    from synth.runtimes import byte_range
+
+    if runtime is None or program.max_bytes != 0:
+        return program
+    profile = runtime_profile(runtime)
+    if profile.max_bytes_unbounded is not None:
+        return program
+    if not program.size_bytes:
+        raise SynthError(f"maxBytes=0 selects nothing in {profile.repo} and the program records no SIZE; set "
+                         "min_bytes/max_bytes (synth.runtimes.byte_range) before writing it")
+    low, high = byte_range(profile, int(program.size_bytes), program.min_bytes or None, None)
+    return program.with_(min_bytes=low, max_bytes=high)

@@ -36,20 +36,15 @@ from synth.program.ir import (
     Threadblock,
 )
 from synth.runtime_limits import (
-    MAX_CHANNELS,
-    MAX_DEPENDED_TB,
-    MAX_OFFSET,
+    EXECUTOR,
     MAX_PARSE_BUFFER_CHUNKS,
     MAX_PARSE_TOTAL_CHUNKS,
     MAX_RANKS,
-    MAX_STEP_CHUNKS,
-    MAX_STEPS_PER_TB,
-    MAX_TB_PER_CHANNEL,
-    MAX_THREADBLOCKS,
-    MAX_XML_NODES,
     NTHREADS_MULTIPLE,
     PROTOCOLS,
     RUNTIME_COLLECTIVES,
+    RuntimeProfile,
+    runtime_profile,
 )
 
 COLL_SPELLINGS = ("reduce_scatter", "reducescatter")
@@ -81,15 +76,27 @@ def _xml_attr(value: str, attribute: str) -> str:
     return f'"{escape(value, _ATTR_ENTITIES)}"'
 
 
-def program_to_xml(program: Program, coll_spelling: str = "reduce_scatter") -> str:
-    """MSCCL XML text of ``program`` (one element per line, double-quoted attributes)."""
-    coll = _coll_attr(program.collective, coll_spelling)
+def program_to_xml(program: Program, coll_spelling: str | None = "reduce_scatter",
+                   runtime: str | RuntimeProfile | None = None) -> str:
+    """MSCCL XML text of ``program`` (one element per line, double-quoted attributes).
+
+    With ``runtime`` (a :class:`synth.runtime_limits.RuntimeProfile` or its name), the ``<algo>`` attributes
+    are that runtime's set (``RuntimeProfile.attributes``) and ``coll`` its spelling, unless ``coll_spelling``
+    overrides it; without, the executor's set with ``coll_spelling`` (the writer's historical default)."""
+    profile = runtime_profile(runtime) if runtime is not None else None
+    if profile is not None:
+        if profile.coll(program.collective) is None:
+            raise SynthError(f"{profile.repo} does not load {program.collective} programs (its coll values: "
+                             f"{', '.join(v for _, v in profile.coll_spellings)})")
+        coll_spelling = coll_spelling or dict(profile.coll_spellings)["reducescatter"]
+    coll = _coll_attr(program.collective, coll_spelling or "reduce_scatter")
     xml_extra = dict(program.extra.get("xml_attrs", {})) if isinstance(program.extra, dict) else {}
     outofplace = xml_extra.pop("outofplace", "0" if program.inplace else "1")
-    attrs = [("name", program.name), ("proto", program.proto), ("nchannels", program.nchannels),
-             ("nchunksperloop", program.nchunksperloop), ("ngpus", program.num_ranks), ("coll", coll),
-             ("inplace", int(program.inplace)), ("outofplace", outofplace),
-             ("minBytes", program.min_bytes), ("maxBytes", program.max_bytes)]
+    values = {"name": program.name, "proto": program.proto, "nchannels": program.nchannels,
+              "nchunksperloop": program.nchunksperloop, "ngpus": program.num_ranks, "coll": coll,
+              "inplace": int(program.inplace), "outofplace": outofplace,
+              "minBytes": program.min_bytes, "maxBytes": program.max_bytes}
+    attrs = [(key, values[key]) for key in (profile or EXECUTOR).attributes]
     if program.collective in ROOTED:
         attrs.append(("root", program.root))
     attrs.extend((k, v) for k, v in xml_extra.items() if k not in _ALGO_KNOWN)
@@ -245,7 +252,8 @@ def program_from_xml(text: str, source: str = "<xml>") -> Program:
 _BUFFER_NAMES = {"i": "input", "o": "output", "s": "scratch"}
 
 
-def runtime_limit_errors(program: Program, msccl: bool = True) -> Iterator[str]:
+def runtime_limit_errors(program: Program, msccl: bool = True,
+                         runtime: str | RuntimeProfile | None = None) -> Iterator[str]:
     """Every reason an MSCCL runtime's XML loader would refuse ``program``, lazily, one line each.
 
     The structural checks (dense threadblock ids, 1 <= nchannels, chan < nchannels, peers, a peer for
@@ -254,9 +262,17 @@ def runtime_limit_errors(program: Program, msccl: bool = True) -> Iterator[str]:
     ``msccl`` also the capacity limits of the runtimes' fixed-size structures (docs/programs.md table):
     channels, threadblocks, peers per channel, steps, cnt, depended-on ids, int16 offsets, and XML
     nodes. JSON programs are held only to the structural ones.
+
+    ``runtime`` (a profile or its name, :mod:`synth.runtime_limits`) holds the program to that runtime's
+    limits and collectives only: microsoft/msccl's 216 threadblocks and 256 steps, its collectives (no
+    gather, scatter), its ``i_chunks``/``o_chunks`` against ``nchunksperloop`` check and its ``nthreads``;
+    the executor's 1024 threadblocks and 64 steps. Without, the executor's capacities and the checks of
+    both runtimes' attributes (historical default, what synth's methods plan within).
     """
+    profile = runtime_profile(runtime) if runtime is not None else None
+    limits = profile or EXECUTOR
     n = program.num_ranks
-    yield from _algo_errors(program, msccl)
+    yield from _algo_errors(program, msccl, profile)
     for gpu in program.gpus:
         r = gpu.id
         tbs = gpu.threadblocks
@@ -268,7 +284,9 @@ def runtime_limit_errors(program: Program, msccl: bool = True) -> Iterator[str]:
             shown = ids if len(ids) <= 8 else ids[:8] + ["..."]
             yield f"rank {r} threadblock ids {shown} are not dense from 0 (the runtimes need 0..{len(tbs) - 1})"
         if msccl:
-            yield from _capacity_errors(program, gpu)
+            yield from _capacity_errors(program, gpu, limits)
+            if profile is not None and profile.loop_chunks_match:
+                yield from _loop_chunk_errors(program, gpu, profile)
         for tb in tbs:
             where = f"rank {r} tb {tb.id}"
             for peer, role in ((tb.send, "send"), (tb.recv, "recv")):
@@ -276,18 +294,20 @@ def runtime_limit_errors(program: Program, msccl: bool = True) -> Iterator[str]:
                     yield f"{where} has {role} peer equal to itself"
                 elif peer < -1 or peer >= n:
                     yield f"{where} has {role} peer {peer}, not a rank (0..{n - 1})"
-            if not 0 <= tb.chan < max(program.nchannels, 1) or (msccl and tb.chan >= MAX_CHANNELS):
+            if not 0 <= tb.chan < max(program.nchannels, 1) or (msccl and tb.chan >= limits.max_channels):
                 yield (f"{where} uses channel {tb.chan}, outside 0..{program.nchannels - 1}"
-                       f" (at most {MAX_CHANNELS} channels; --max-trees)")
-            yield from _step_errors(tb, where, gpu, msccl)
+                       f" (at most {limits.max_channels} channels; --max-trees)")
+            yield from _step_errors(tb, where, msccl, limits)
 
 
-def _algo_errors(program: Program, msccl: bool) -> Iterator[str]:
+def _algo_errors(program: Program, msccl: bool, profile: RuntimeProfile | None) -> Iterator[str]:
     """The ``<algo>`` attributes' checks."""
+    limits = profile or EXECUTOR
     if program.nchannels < 1:
         yield f"nchannels={program.nchannels}: a program needs at least one channel"
-    elif msccl and program.nchannels > MAX_CHANNELS:
-        yield f"nchannels={program.nchannels} exceeds {MAX_CHANNELS} channels; use fewer channels (--max-trees)"
+    elif msccl and program.nchannels > limits.max_channels:
+        yield (f"nchannels={program.nchannels} exceeds {limits.max_channels} channels; use fewer channels "
+               "(--max-trees)")
     if program.nchunksperloop < 1:
         yield f"nchunksperloop={program.nchunksperloop} must be at least 1 (the runtimes divide the buffer by it)"
     if msccl and program.num_ranks > MAX_RANKS:
@@ -296,41 +316,58 @@ def _algo_errors(program: Program, msccl: bool) -> Iterator[str]:
         yield f"proto={program.proto!r} is not one of {', '.join(PROTOCOLS)}"
     if program.collective not in RUNTIME_COLLECTIVES:
         yield f"coll={program.collective!r} is a collective neither MSCCL runtime loads"
+    elif profile is not None and profile.coll(program.collective) is None:
+        yield (f"coll={program.collective!r}: {profile.repo} does not load it (it loads "
+               f"{', '.join(v for _, v in profile.coll_spellings)}; {profile.parser})")
     if program.min_bytes < 0 or program.max_bytes < 0:
         yield f"minBytes={program.min_bytes} / maxBytes={program.max_bytes} must not be negative"
-    elif 0 < program.max_bytes < program.min_bytes:
+    elif 0 < program.max_bytes < program.min_bytes or (profile is not None and profile.max_bytes_unbounded is None
+                                                       and program.max_bytes < program.min_bytes):
         yield f"minBytes={program.min_bytes} is greater than maxBytes={program.max_bytes}"
     xml_extra = program.extra.get("xml_attrs", {}) if isinstance(program.extra, dict) else {}
     nthreads = str(xml_extra.get("nthreads", "0")).strip()
-    if msccl and not (nthreads.isdigit() and int(nthreads) % NTHREADS_MULTIPLE == 0):
+    if msccl and profile is not EXECUTOR and not (nthreads.isdigit() and int(nthreads) % NTHREADS_MULTIPLE == 0):
         yield f"nthreads={nthreads!r} must be a multiple of {NTHREADS_MULTIPLE} (microsoft/msccl)"
 
 
-def _capacity_errors(program: Program, gpu: Gpu) -> Iterator[str]:
-    """One rank's counts against the runtimes' fixed-size tables."""
+def _loop_chunk_errors(program: Program, gpu: Gpu, profile: RuntimeProfile) -> Iterator[str]:
+    """microsoft/msccl ``topo.cc`` ``mscclGetAlgoFromXMLAndSetAlgo``: ``i_chunks`` (× ngpus for allgather) and
+    ``o_chunks`` (× ngpus for reduce-scatter) must equal ``nchunksperloop`` where they are > 0."""
+    n, loop = program.num_ranks, program.nchunksperloop
+    for buf, count, multiplier in (("i", gpu.i_chunks, n if program.collective == "allgather" else 1),
+                                   ("o", gpu.o_chunks, n if program.collective == "reducescatter" else 1)):
+        if count > 0 and count * multiplier != loop:
+            shown = f"{count} x {multiplier}" if multiplier > 1 else str(count)
+            yield (f"rank {gpu.id}: {buf}_chunks={shown} is not nchunksperloop={loop}, which {profile.repo} "
+                   "requires (topo.cc:886)")
+
+
+def _capacity_errors(program: Program, gpu: Gpu, limits: RuntimeProfile) -> Iterator[str]:
+    """One rank's counts against the runtime's fixed-size tables."""
     r, tbs = gpu.id, gpu.threadblocks
-    if len(tbs) > MAX_THREADBLOCKS:
-        yield f"rank {r} has {len(tbs)} threadblocks, more than {MAX_THREADBLOCKS}; use fewer trees or channels " \
-              "(--max-trees)"
+    if len(tbs) > limits.max_threadblocks:
+        yield (f"rank {r} has {len(tbs)} threadblocks, more than {limits.max_threadblocks}"
+               f"{'' if limits is EXECUTOR else ' (' + limits.repo + ', topo.cc:903)'}; use fewer trees or channels "
+               "(--max-trees)")
     for role in ("send", "recv"):
         per_chan: dict[int, int] = {}
         for tb in tbs:
             if getattr(tb, role) >= 0:
                 per_chan[tb.chan] = per_chan.get(tb.chan, 0) + 1
         for chan, count in per_chan.items():
-            if count > MAX_TB_PER_CHANNEL:
+            if count > limits.max_tb_per_channel:
                 yield (f"rank {r} channel {chan} has {count} threadblocks with a {role} peer, more than "
-                       f"{MAX_TB_PER_CHANNEL}; spread over channels or use fewer trees (--max-trees)")
+                       f"{limits.max_tb_per_channel}; spread over channels or use fewer trees (--max-trees)")
     nodes = 1 + program.num_ranks + len(tbs) + sum(len(tb.steps) for tb in tbs)
-    if nodes > MAX_XML_NODES:
-        yield f"rank {r} needs {nodes} XML nodes, more than {MAX_XML_NODES}; use fewer chunks (--chunks) or " \
-              "trees (--max-trees)"
+    if nodes > limits.max_xml_nodes:
+        yield (f"rank {r} needs {nodes} XML nodes, more than {limits.max_xml_nodes}; use fewer chunks (--chunks) "
+               "or trees (--max-trees)")
 
 
-def _step_errors(tb: Threadblock, where: str, gpu: Gpu, msccl: bool) -> Iterator[str]:
+def _step_errors(tb: Threadblock, where: str, msccl: bool, limits: RuntimeProfile) -> Iterator[str]:
     """One threadblock's steps."""
-    if msccl and len(tb.steps) > MAX_STEPS_PER_TB:
-        yield f"{where} has {len(tb.steps)} steps, more than {MAX_STEPS_PER_TB}; use fewer chunks (--chunks)"
+    if msccl and len(tb.steps) > limits.max_steps_per_tb:
+        yield f"{where} has {len(tb.steps)} steps, more than {limits.max_steps_per_tb}; use fewer chunks (--chunks)"
     pending_nops = False   # nops carrying dependencies, which the runtimes attach to the next real step
     for s, st in enumerate(tb.steps):
         wst = f"{where} step {s} ({st.type})"
@@ -338,8 +375,8 @@ def _step_errors(tb: Threadblock, where: str, gpu: Gpu, msccl: bool) -> Iterator
             yield f"{wst} sends but the threadblock has no send peer"
         if st.type in RECEIVES and tb.recv < 0:
             yield f"{wst} receives but the threadblock has no recv peer"
-        if msccl and st.depid > MAX_DEPENDED_TB:   # nops' dependencies are stored too (int8)
-            yield (f"{wst} depends on tb {st.depid}; depended-on tb ids must be <= {MAX_DEPENDED_TB}; "
+        if msccl and st.depid > limits.max_depended_tb:   # nops' dependencies are stored too (int8)
+            yield (f"{wst} depends on tb {st.depid}; depended-on tb ids must be <= {limits.max_depended_tb}; "
                    "use fewer trees (--max-trees)")
         if st.type == "nop":
             pending_nops = pending_nops or st.depid >= 0
@@ -350,16 +387,17 @@ def _step_errors(tb: Threadblock, where: str, gpu: Gpu, msccl: bool) -> Iterator
         pending_nops = False
         if not msccl:
             continue
-        if not 1 <= st.cnt <= MAX_STEP_CHUNKS:
-            yield f"{wst} has cnt={st.cnt}, must be 1..{MAX_STEP_CHUNKS}; use fewer chunks (--chunks)"
+        if not 1 <= st.cnt <= limits.max_step_chunks:
+            yield f"{wst} has cnt={st.cnt}, must be 1..{limits.max_step_chunks}; use fewer chunks (--chunks)"
         for used, buf, off in ((st.type in READS_SRC, st.srcbuf, st.srcoff),
                                (st.type in WRITES_DST, st.dstbuf, st.dstoff)):
-            if used and off > MAX_OFFSET:
+            if used and off > limits.max_offset:
                 yield (f"{wst}: {_BUFFER_NAMES.get(buf, buf)} offset {off} exceeds the runtimes' int16 offset "
-                       f"limit ({MAX_OFFSET}); use fewer chunks (--chunks)")
+                       f"limit ({limits.max_offset}); use fewer chunks (--chunks)")
 
 
-def check_runtime_limits(program: Program) -> None:
-    """Raise SynthError on the first reason an MSCCL runtime would refuse ``program`` as XML."""
-    for problem in runtime_limit_errors(program, msccl=True):
+def check_runtime_limits(program: Program, runtime: str | RuntimeProfile | None = None) -> None:
+    """Raise SynthError on the first reason an MSCCL runtime (``runtime``'s, or the default checks) would
+    refuse ``program`` as XML."""
+    for problem in runtime_limit_errors(program, msccl=True, runtime=runtime):
         raise SynthError(f"runtime limit: {problem}")

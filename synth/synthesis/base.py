@@ -30,6 +30,11 @@ class SynthOptions:
     max_trees: int | None = None
     # chunk counts an MSCCL runtime runs at SIZE (nchunksperloop divides the buffer), where there are any
     runtime_chunks: bool = True
+    # the MSCCL runtime the program is for (synth.runtime_limits.RUNTIMES): its limits hold every candidate
+    runtime: str = "msccl-executor"
+    # scratch budget per rank in bytes (synth.runtimes.scratch_bytes); None: the SIZE buffer; inf: none.
+    # auto prefers programs within it; a method's program over it gets a note
+    max_scratch: float | None = None
     extra: dict = field(default_factory=dict, compare=False)
 
 
