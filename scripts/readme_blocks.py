@@ -142,7 +142,7 @@ def normalise(command: str, output: list[str]) -> list[str]:
     argv = shlex.split(command.removeprefix("$ "))
     executes = len(argv) > 1 and argv[1] == "execute"
     out = []
-    for line in _blank_columns(output):
+    for line in _blank_columns([line.rstrip() for line in output]):  # rich pads titles with spaces
         line = _KEY_VALUE.sub(lambda m: m["key"] + m["gap"] + ELLIPSIS, line)
         line = _JSON_VALUE.sub(lambda m: m["key"] + ELLIPSIS, line)
         line = _IN_SECONDS.sub(f"in {ELLIPSIS} s", line)

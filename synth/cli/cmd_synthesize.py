@@ -23,6 +23,7 @@ from synth.cli.common import (
     load_topology_arg,
 )
 from synth.errors import SynthError
+from synth.solvers import SOLVERS
 
 
 def _default_output(topology: str, collective: str, method: str) -> str:
@@ -31,13 +32,17 @@ def _default_output(topology: str, collective: str, method: str) -> str:
 
 
 @click.command("synthesize")
-@click.option("-t", "--topology", "topology_name", default=None, help="Topology name (built-in) or file.")
+@click.option("-t", "--topology", "topology_name", default=None,
+              help="Topology name (built-in, `synth topology list`) or file. Required unless --list-methods.")
 @click.option("-c", "--collective", default=None, help="allgather, reducescatter, allreduce, alltoall, broadcast, "
               "reduce, gather or scatter.")
-@click.option("-s", "--size", default="1GiB", show_default=True, help="SIZE (nccl-tests buffer convention).")
+@click.option("-s", "--size", default="1GiB", show_default=True,
+              help="SIZE (nccl-tests buffer convention): bytes, K/M/G (powers of 1000) or KiB/MiB/GiB (powers of "
+                   "1024); nccl-tests' 1G is 1GiB here.")
 @click.option("-m", "--method", default="auto", show_default=True,
               help="Synthesis method (see `synth synthesize --list-methods`).")
-@click.option("--solver", default="highs", show_default=True, help="Solver for exact methods.")
+@click.option("--solver", type=click.Choice(SOLVERS, case_sensitive=False), default="highs", show_default=True,
+              help="Solver for exact methods.")
 @click.option("--time-limit", type=SECONDS, default=None,
               help="Wall-clock safety stop in seconds: a method it cuts short fails (auto lists the methods it "
                    "did not try); programs depend only on deterministic work budgets. Default: none (no "
@@ -54,8 +59,10 @@ def _default_output(topology: str, collective: str, method: str) -> str:
                    "run their own algorithm at that SIZE; the simulator and `synth execute` do not mind). Default: "
                    "programs the runtime runs at SIZE, where there are any.")
 @click.option("--root", type=ROOT, default=0, show_default=True, help="Root rank of rooted collectives.")
-@click.option("--gap", type=GAP, default=None, help="Relative MIP gap at which exact methods stop.")
-@click.option("--threads", type=count(1, MAX_THREADS), default=None, help="Solver threads.")
+@click.option("--gap", type=GAP, default=None, show_default="the solver's own",
+              help="Relative MIP gap at which exact methods stop.")
+@click.option("--threads", type=count(1, MAX_THREADS), default=None, show_default="the solver's own",
+              help="Solver threads.")
 @click.option("--inplace", is_flag=True, help="Emit an in-place program (MSCCL aliasing).")
 @click.option("--coll-spelling", type=click.Choice(["reduce_scatter", "reducescatter"]), default="reducescatter",
               show_default=True,
