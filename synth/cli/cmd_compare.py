@@ -56,8 +56,8 @@ def compare_rows(topology, collective: str, size_bytes: float, methods: list[str
 @click.option("--root", type=ROOT, default=0, show_default=True, help="Root rank of rooted collectives.")
 @click.option("--methods", default=None, show_default="every registered method that supports the collective",
               help="Comma-separated methods (`synth synthesize --list-methods`).")
-@click.option("--solver", type=click.Choice(SOLVERS, case_sensitive=False), default="highs", show_default=True,
-              help="Solver for exact methods.")
+@click.option("--solver", default="highs", show_default=True,
+              help=f"Solver for exact methods: {', '.join(SOLVERS)}.")
 @click.option("--time-limit", type=SECONDS, default=DEFAULT_TIME_LIMIT, show_default=True,
               help="Wall-clock seconds each method may search; a method it stops is an `error` row (a busy "
                    "machine may need more).")

@@ -35,14 +35,15 @@ def _default_output(topology: str, collective: str, method: str) -> str:
 @click.option("-t", "--topology", "topology_name", default=None,
               help="Topology name (built-in, `synth topology list`) or file. Required unless --list-methods.")
 @click.option("-c", "--collective", default=None, help="allgather, reducescatter, allreduce, alltoall, broadcast, "
-              "reduce, gather or scatter.")
+              "reduce, gather or scatter. Required unless --list-methods.")
 @click.option("-s", "--size", default="1GiB", show_default=True,
               help="SIZE (nccl-tests buffer convention): bytes, K/M/G (powers of 1000) or KiB/MiB/GiB (powers of "
                    "1024); nccl-tests' 1G is 1GiB here.")
 @click.option("-m", "--method", default="auto", show_default=True,
-              help="Synthesis method (see `synth synthesize --list-methods`).")
-@click.option("--solver", type=click.Choice(SOLVERS, case_sensitive=False), default="highs", show_default=True,
-              help="Solver for exact methods.")
+              help="Synthesis method: `auto` or one of `synth synthesize --list-methods`. auto's budgets are "
+                   "deterministic solver work per candidate, not seconds; only --time-limit stops it by the clock.")
+@click.option("--solver", default="highs", show_default=True,
+              help=f"Solver for exact methods: {', '.join(SOLVERS)}.")
 @click.option("--time-limit", type=SECONDS, default=None,
               help="Wall-clock safety stop in seconds: a method it cuts short fails (auto lists the methods it "
                    "did not try); programs depend only on deterministic work budgets. Default: none (no "
