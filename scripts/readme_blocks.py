@@ -19,8 +19,8 @@ The marker takes words after ``console``:
 
 - ``slow``: the block takes too long for ``tests/test_readme.py`` (which runs only the other blocks, and
   only if no fast block needs a file a slow one writes); this script still regenerates it.
-- ``head=N``: each command's output is cut to its first N lines, a line ``...`` (indented like the line
-  above it) and its last line, for long JSON objects.
+- ``head=N`` (and ``tail=M``, default 1): each command's output is cut to its first N lines, a line
+  ``...`` (indented like the line above it) and its last M lines, for long JSON objects.
 
 **Normalisation.** Numbers that depend on the wall clock are written as ``…``, both in the README and in
 what the test compares, so the blocks are deterministic:
@@ -72,6 +72,7 @@ class Block:
     end: int
     slow: bool
     head: int | None
+    tail: int
     commands: tuple[Command, ...]
 
 
@@ -92,7 +93,8 @@ def parse_blocks(text: str) -> list[Block]:
         if end + 1 >= len(lines) or lines[end + 1] != CLOSE:
             raise ValueError(f"README line {end + 1}: the console block must end with {CLOSE}")
         head = next((int(f.split("=", 1)[1]) for f in flags if f.startswith("head=")), None)
-        blocks.append(Block(i + 2, end, "slow" in flags, head, tuple(_commands(lines[i + 2:end], i + 3))))
+        tail = next((int(f.split("=", 1)[1]) for f in flags if f.startswith("tail=")), 1)
+        blocks.append(Block(i + 2, end, "slow" in flags, head, tail, tuple(_commands(lines[i + 2:end], i + 3))))
         i = end + 2
     return blocks
 
@@ -152,12 +154,12 @@ def normalise(command: str, output: list[str]) -> list[str]:
     return out
 
 
-def shorten(output: list[str], head: int | None) -> list[str]:
-    """The first ``head`` lines, ``...`` and the last line (unchanged when that saves nothing)."""
-    if head is None or len(output) <= head + 2:
+def shorten(output: list[str], head: int | None, tail: int = 1) -> list[str]:
+    """The first ``head`` lines, ``...`` and the last ``tail`` lines (unchanged when that saves nothing)."""
+    if head is None or len(output) <= head + tail + 1:
         return output
     indent = re.match(r"\s*", output[head - 1]).group(0)
-    return [*output[:head], indent + "...", output[-1]]
+    return [*output[:head], indent + "...", *output[len(output) - tail:]]
 
 
 # ---- running -------------------------------------------------------------------------------------------------
@@ -184,7 +186,7 @@ def regenerate(block: Block, cwd: Path) -> list[str]:
     """The block's new body: every command run, normalised and shortened."""
     body: list[str] = []
     for cmd in block.commands:
-        body += [cmd.line, *shorten(normalise(cmd.line, run(cmd.line, cwd)), block.head)]
+        body += [cmd.line, *shorten(normalise(cmd.line, run(cmd.line, cwd)), block.head, block.tail)]
     return body
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ README = REPO / "README.md"
 def _blocks_module():
     spec = importlib.util.spec_from_file_location("readme_blocks", REPO / "scripts" / "readme_blocks.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
