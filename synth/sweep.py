@@ -135,6 +135,40 @@ def parse_list(text: str | Sequence[str]) -> list[str]:
     return [item.strip() for item in items if item and item.strip()]
 
 
+#: Most sizes one ``-b/-e/-f`` range may expand to (``-b 1 -e 1T -f 2`` is 41): a typo such as ``-f 1.0001``
+#: fails at once instead of planning millions of rows.
+MAX_RANGE_SIZES = 64
+
+
+def size_range(min_bytes: int, max_bytes: int, factor: float, *, max_sizes: int = MAX_RANGE_SIZES) -> list[int]:
+    """The sizes of nccl-tests' ``-b MIN -e MAX -f FACTOR``: ``MIN, MIN·f, MIN·f², …`` while ``≤ MAX``.
+
+    Each size is ``round(MIN · f^k)`` bytes (exact for integer factors), so ``size_range(2**10, 2**30, 2)`` is
+    ``2^10 … 2^30`` (21 sizes), nccl-tests' ``-b 1K -e 1G -f 2``. MAX itself is included only when the
+    progression reaches it, as in nccl-tests.
+    """
+    if min_bytes < 1 or max_bytes < 1:
+        raise SynthError(f"size range {min_bytes}..{max_bytes}: sizes must be at least 1 byte")
+    if min_bytes > max_bytes:
+        raise SynthError(f"size range: --minbytes {min_bytes} is larger than --maxbytes {max_bytes}")
+    if not math.isfinite(factor) or factor <= 1:
+        raise SynthError(f"--stepfactor {factor:g} must be greater than 1")
+    # The count first, from logarithms with a little slack, so a huge range fails before any list is built.
+    estimate = math.floor(math.log(max_bytes / min_bytes) / math.log(factor) + 1e-9) + 1
+    if estimate > max_sizes:
+        raise SynthError(f"size range {min_bytes}..{max_bytes} by {factor:g} has {estimate} sizes, more than "
+                         f"{max_sizes}: use a larger --stepfactor or a narrower range")
+    sizes: list[int] = []
+    k = 0
+    while True:
+        size = min_bytes * int(factor) ** k if float(factor).is_integer() else round(min_bytes * factor**k)
+        if size > max_bytes:
+            return sizes
+        if not sizes or size > sizes[-1]:  # a factor just above 1 may round to the same byte count
+            sizes.append(size)
+        k += 1
+
+
 def expand_methods(methods: Sequence[str], collective: str) -> list[str]:
     """``all`` -> every registered method supporting ``collective``; names are checked against the registry."""
     from synth.synthesis.registry import METHODS, methods_for

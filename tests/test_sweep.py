@@ -234,3 +234,53 @@ def test_cli_bad_input_exit_2_and_no_file(tmp_path, monkeypatch, args, message):
     assert res.exit_code == 2, res.output
     assert message in res.output and "Traceback" not in res.output
     assert not (tmp_path / "r.csv").exists() and not (tmp_path / "r.txt").exists()
+
+
+# ---- nccl-tests' size range: -b/--minbytes -e/--maxbytes -f/--stepfactor ------------------------------------
+def test_size_range_is_nccl_tests_geometric_progression():
+    assert sw.size_range(2**10, 2**30, 2) == [2**k for k in range(10, 31)]  # nccl-tests' -b 1K -e 1G -f 2
+    assert sw.size_range(1000, 10**6, 10) == [1000, 10**4, 10**5, 10**6]
+    assert sw.size_range(1000, 9999, 10) == [1000]            # MAX only when the progression reaches it
+    assert sw.size_range(100, 400, 1.5) == [100, 150, 225, 338]
+    assert sw.size_range(7, 7, 2) == [7]
+
+
+@pytest.mark.parametrize("args, message", [
+    ((2**20, 2**10, 2), "larger than --maxbytes"),
+    ((1, 2**30, 1.0), "greater than 1"),
+    ((1, 2**30, 0.5), "greater than 1"),
+    ((1, 10**12, 1.01), "more than 64"),
+])
+def test_size_range_rejects_bad_ranges(args, message):
+    with pytest.raises(SynthError, match=message):
+        sw.size_range(*args)
+
+
+def test_cli_range_rows_and_busbw_column(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = invoke("sweep", "-t", "ring-8", "-c", "allgather", "-b", "1KiB", "-e", "16KiB", "-f", "4", "-m", "ring",
+                 "-o", "r.csv", "--no-cache")
+    assert res.exit_code == 0, res.output
+    header = res.output.splitlines()[0].split()
+    assert header[header.index("algbw_GBps") + 1] == "busbw_GBps"
+    assert [r["size_bytes"] for r in sw.read_table(tmp_path / "r.csv")] == [1024, 4096, 16384]
+    first = res.output.splitlines()[1].split()
+    row = sw.read_table(tmp_path / "r.csv")[0]
+    assert first[2] == "1KiB" and float(first[header.index("busbw_GBps")]) == round(row["busbw_GBps"], 2)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-s", "1K", "-b", "1K", "-e", "1M"], "not both"),
+    (["-b", "1K"], "needs both"),
+    (["-f", "2"], "needs both"),
+    (["-b", "1M", "-e", "1K"], "larger than --maxbytes"),
+    (["-b", "1K", "-e", "1G", "-f", "1"], "--stepfactor"),
+    (["-b", "1", "-e", "1T", "-f", "1.1"], "more than 64"),
+    (["-b", "1Q", "-e", "1M"], "invalid size"),
+])
+def test_cli_bad_range_exit_2(tmp_path, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    res = invoke("sweep", "-t", "ring-8", "-o", "r.csv", *args)
+    assert res.exit_code == 2, res.output
+    assert message in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "r.csv").exists()

@@ -1,10 +1,10 @@
-"""Regenerate the reference topologies in this directory (DESIGN.md "Reference topologies").
+"""Regenerate the reference topologies in this directory (docs/topology.md, "Names and built-ins").
 
     python topologies/make_reference.py          # rewrite every reference file
     python topologies/make_reference.py --check  # exit 1 if a file differs from what this script builds
 
-Every number comes from DESIGN.md's table or from the link matrices below; each file's
-``description`` says which. Where DESIGN.md gives no value, the description says "assumed".
+Every number comes from the built-ins table of docs/topology.md or from the link matrices below; each file's
+``description`` says which. Where that table gives no value, the description says "assumed".
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ DGX1_NVLINKS = [
     [0, 0, 2, 0, 1, 1, 0, 2],
     [0, 0, 0, 1, 1, 2, 2, 0],
 ]
-NVLINK_V100_GBPS = 25.0  # per NVLink per direction (DESIGN.md)
+NVLINK_V100_GBPS = 25.0  # per NVLink per direction (docs/topology.md)
 
 # xGMI link count between the 16 GCDs of an AMD MI250 box (4 = the two GCDs of one package; 7 links
 # per GCD). From ../shared/fixtures/topologies/mi250_xgmi.json.
@@ -53,8 +53,8 @@ MI250_XGMI = [
     [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 1, 0, 4],
     [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 1, 4, 0],
 ]
-XGMI_GBPS = 50.0  # per xGMI link per direction (DESIGN.md)
-MI250_ALPHA = 0.5  # not in DESIGN.md: the generators' default (assumed)
+XGMI_GBPS = 50.0  # per xGMI link per direction (docs/topology.md)
+MI250_ALPHA = 0.5  # not in docs/topology.md: the generators' default (assumed)
 
 
 def _scaled(matrix: list[list[int]], per_link: float) -> list[list[float]]:
@@ -67,7 +67,7 @@ def _a100_nodes(boxes: int) -> Topology:
         gpu_nic_bw=25, gpu_nic_alpha=0.0, nic_bw=25, ib_switches=2, ib_alpha=2.0,
         name=f"dgx-a100-{boxes}node",
         description=(
-            f"{boxes} x DGX A100 (DESIGN.md): per box 8 A100 <-> NVSwitch b<k>.nvswitch at 300 GB/s each way, "
+            f"{boxes} x DGX A100 (docs/topology.md): per box 8 A100 <-> NVSwitch b<k>.nvswitch at 300 GB/s each way, "
             "alpha 0.7 us; per GPU i a NIC node b<k>.nic<i>, GPU<->NIC 25 GB/s (alpha 0: the IB alpha is "
             "charged on the NIC<->IB hops), NIC<->IB switch ib<i % 2> 25 GB/s, alpha 2 us on IB."
         ),
@@ -82,7 +82,7 @@ def reference_topologies() -> dict[str, Topology]:
             DGX1_NVLINKS, NVLINK_V100_GBPS, 0.7, name="dgx1", machines=box8,
             description=(
                 "NVIDIA DGX-1 (8 V100, hybrid cube-mesh). Link i<->j = NVLink count from the msccl-tools "
-                "DGX-1 matrix (rows sum to 6) x 25 GB/s per NVLink per direction; alpha 0.7 us (DESIGN.md)."
+                "DGX-1 matrix (rows sum to 6) x 25 GB/s per NVLink per direction; alpha 0.7 us (docs/topology.md)."
             ),
         ),
         gen.boxes_behind_nics(
@@ -90,17 +90,18 @@ def reference_topologies() -> dict[str, Topology]:
             gpu_nic_bw=12.5, gpu_nic_alpha=0.0, nic_bw=12.5, ib_switches=1, ib_alpha=2.6, name="ndv2-2node",
             description=(
                 "2 x Azure NDv2 (each a dgx1: NVLink count x 25 GB/s, alpha 0.7 us) + one 12.5 GB/s NIC per "
-                "box b<k>.nic0 to IB switch ib0, alpha 2.6 us on the NIC<->IB links (DESIGN.md). GPU<->NIC "
+                "box b<k>.nic0 to IB switch ib0, alpha 2.6 us on the NIC<->IB links (docs/topology.md). GPU<->NIC "
                 "links 12.5 GB/s (assumed: the NIC is the bottleneck), alpha 0."
             ),
         ),
         gen.star(
             16, 125, 0.35, switch="nvswitch", name="dgx2", machines=[list(range(16))],
-            description="NVIDIA DGX-2: 16 V100 <-> NVSwitch at 125 GB/s each way, alpha 0.35 us (DESIGN.md).",
+            description="NVIDIA DGX-2: 16 V100 <-> NVSwitch at 125 GB/s each way, alpha 0.35 us (docs/topology.md).",
         ),
         gen.star(
             8, 300, 0.7, switch="nvswitch", name="dgx-a100", machines=box8,
-            description="NVIDIA DGX A100: 8 A100 <-> one NVSwitch at 300 GB/s each way, alpha 0.7 us (DESIGN.md).",
+            description="NVIDIA DGX A100: 8 A100 <-> one NVSwitch at 300 GB/s each way, alpha 0.7 us "
+                        "(docs/topology.md).",
         ),
         _a100_nodes(2),
         _a100_nodes(4),
@@ -109,7 +110,7 @@ def reference_topologies() -> dict[str, Topology]:
             gpu_nic_alpha=0.0, nic_bw=50, ib_switches=2, ib_alpha=1.0, name="dgx-h100-2node",
             description=(
                 "2 x DGX H100: per box 8 H100 <-> NVSwitch at 450 GB/s each way; 8 x 50 GB/s NICs per box, "
-                "alpha 1 us on IB (DESIGN.md). Assumed as for dgx-a100-2node: NVSwitch alpha 0.7 us, GPU i <-> "
+                "alpha 1 us on IB (docs/topology.md). Assumed as for dgx-a100-2node: NVSwitch alpha 0.7 us, GPU i <-> "
                 "NIC b<k>.nic<i> 50 GB/s alpha 0, NIC <-> IB switch ib<i % 2>."
             ),
         ),
@@ -117,7 +118,7 @@ def reference_topologies() -> dict[str, Topology]:
             MI250_XGMI, XGMI_GBPS, MI250_ALPHA, name="mi250", machines=[list(range(16))],
             description=(
                 "AMD MI250 box: 16 GCDs; link i<->j = xGMI link count (../shared/fixtures/topologies/"
-                "mi250_xgmi.json) x 50 GB/s per direction (DESIGN.md); alpha 0.5 us (assumed)."
+                "mi250_xgmi.json) x 50 GB/s per direction (docs/topology.md); alpha 0.5 us (assumed)."
             ),
         ),
         gen.boxes_behind_nics(
@@ -125,7 +126,7 @@ def reference_topologies() -> dict[str, Topology]:
             nic_bw=16, ib_switches=1, ib_alpha=2.0, name="mi250-2node",
             description=(
                 "2 x mi250 (xGMI link count x 50 GB/s, alpha 0.5 us assumed); every GCD <-> one IB switch ib0 "
-                "at 16 GB/s (DESIGN.md); IB alpha 2 us (assumed, as dgx-a100-2node)."
+                "at 16 GB/s (docs/topology.md); IB alpha 2 us (assumed, as dgx-a100-2node)."
             ),
         ),
         gen.torus([4, 4], name="torus-4x4"),
@@ -137,8 +138,8 @@ def reference_topologies() -> dict[str, Topology]:
         gen.leaf_spine(4, 4, 2, name="leaf-spine-4x4"),
     ]
     # The generator families say where their numbers come from.
-    out = [t if "DESIGN.md" in t.description else replace(t, description=t.description + " (generator defaults, "
-           "DESIGN.md)") for t in out]
+    out = [t if "docs/topology.md" in t.description else replace(t, description=t.description + " (generator defaults, "
+           "docs/topology.md)") for t in out]
     return {t.name: t for t in out}
 
 

@@ -14,6 +14,7 @@ import click
 
 from synth.cli.common import ROOT, SECONDS, emit_json, guarded, json_option, load_topology_arg
 from synth.errors import SynthError
+from synth.solvers import SOLVERS
 
 DEFAULT_TIME_LIMIT = 10.0
 
@@ -49,13 +50,17 @@ def compare_rows(topology, collective: str, size_bytes: float, methods: list[str
 @click.option("-t", "--topology", "topology_name", required=True, help="Topology name (built-in) or file.")
 @click.option("-c", "--collective", required=True, help="allgather, reducescatter, allreduce, alltoall, broadcast, "
               "reduce, gather or scatter.")
-@click.option("-s", "--size", default="1GiB", show_default=True, help="SIZE (nccl-tests buffer convention).")
+@click.option("-s", "--size", default="1GiB", show_default=True,
+              help="SIZE (nccl-tests buffer convention): bytes, K/M/G (powers of 1000) or KiB/MiB/GiB (powers of "
+                   "1024); nccl-tests' 1G is 1GiB here.")
 @click.option("--root", type=ROOT, default=0, show_default=True, help="Root rank of rooted collectives.")
-@click.option("--methods", default=None, help="Comma-separated methods (default: every registered one that "
-              "supports the collective).")
-@click.option("--solver", default="highs", show_default=True, help="Solver for exact methods.")
+@click.option("--methods", default=None, show_default="every registered method that supports the collective",
+              help="Comma-separated methods (`synth synthesize --list-methods`).")
+@click.option("--solver", default="highs", show_default=True,
+              help=f"Solver for exact methods: {', '.join(SOLVERS)}.")
 @click.option("--time-limit", type=SECONDS, default=DEFAULT_TIME_LIMIT, show_default=True,
-              help="Seconds each exact method may search.")
+              help="Wall-clock seconds each method may search; a method it stops is an `error` row (a busy "
+                   "machine may need more).")
 @json_option
 @guarded
 def command(topology_name: str, collective: str, size: str, root: int, methods: str | None, solver: str,

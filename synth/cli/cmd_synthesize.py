@@ -23,6 +23,7 @@ from synth.cli.common import (
     load_topology_arg,
 )
 from synth.errors import SynthError
+from synth.solvers import SOLVERS
 
 
 def _default_output(topology: str, collective: str, method: str) -> str:
@@ -31,13 +32,18 @@ def _default_output(topology: str, collective: str, method: str) -> str:
 
 
 @click.command("synthesize")
-@click.option("-t", "--topology", "topology_name", default=None, help="Topology name (built-in) or file.")
+@click.option("-t", "--topology", "topology_name", default=None,
+              help="Topology name (built-in, `synth topology list`) or file. Required unless --list-methods.")
 @click.option("-c", "--collective", default=None, help="allgather, reducescatter, allreduce, alltoall, broadcast, "
-              "reduce, gather or scatter.")
-@click.option("-s", "--size", default="1GiB", show_default=True, help="SIZE (nccl-tests buffer convention).")
+              "reduce, gather or scatter. Required unless --list-methods.")
+@click.option("-s", "--size", default="1GiB", show_default=True,
+              help="SIZE (nccl-tests buffer convention): bytes, K/M/G (powers of 1000) or KiB/MiB/GiB (powers of "
+                   "1024); nccl-tests' 1G is 1GiB here.")
 @click.option("-m", "--method", default="auto", show_default=True,
-              help="Synthesis method (see `synth synthesize --list-methods`).")
-@click.option("--solver", default="highs", show_default=True, help="Solver for exact methods.")
+              help="Synthesis method: `auto` or one of `synth synthesize --list-methods`. auto's budgets are "
+                   "deterministic solver work per candidate, not seconds; only --time-limit stops it by the clock.")
+@click.option("--solver", default="highs", show_default=True,
+              help=f"Solver for exact methods: {', '.join(SOLVERS)}.")
 @click.option("--time-limit", type=SECONDS, default=None,
               help="Wall-clock safety stop in seconds: a method it cuts short fails (auto lists the methods it "
                    "did not try); programs depend only on deterministic work budgets. Default: none (no "
@@ -54,8 +60,10 @@ def _default_output(topology: str, collective: str, method: str) -> str:
                    "run their own algorithm at that SIZE; the simulator and `synth execute` do not mind). Default: "
                    "programs the runtime runs at SIZE, where there are any.")
 @click.option("--root", type=ROOT, default=0, show_default=True, help="Root rank of rooted collectives.")
-@click.option("--gap", type=GAP, default=None, help="Relative MIP gap at which exact methods stop.")
-@click.option("--threads", type=count(1, MAX_THREADS), default=None, help="Solver threads.")
+@click.option("--gap", type=GAP, default=None, show_default="the solver's own",
+              help="Relative MIP gap at which exact methods stop.")
+@click.option("--threads", type=count(1, MAX_THREADS), default=None, show_default="the solver's own",
+              help="Solver threads.")
 @click.option("--inplace", is_flag=True, help="Emit an in-place program (MSCCL aliasing).")
 @click.option("--runtime", type=click.Choice(["msccl-executor", "msccl"]), default=None,
               help="The MSCCL runtime the XML is for: msccl-executor (Azure/msccl-executor-nccl, the maintained one; "
