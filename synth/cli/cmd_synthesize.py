@@ -22,6 +22,7 @@ from synth.cli.common import (
     json_option,
     load_topology_arg,
 )
+from synth.cli.fabric_edits import apply_fabric_edits, baseline_line, baseline_report, edits_line, fabric_edit_options
 from synth.errors import SynthError
 
 
@@ -69,12 +70,14 @@ def _default_output(topology: str, collective: str, method: str) -> str:
 @click.option("-o", "--output", default=None, type=click.Path(dir_okay=False),
               help="Program file: .xml (MSCCL XML) or .json (default: ./TOPOLOGY-COLLECTIVE-METHOD.xml).")
 @click.option("--list-methods", is_flag=True, help="List the registered methods and exit.")
+@fabric_edit_options
 @json_option
 @guarded
 def command(topology_name: str | None, collective: str | None, size: str, method: str, solver: str,
             time_limit: float | None, chunks: int | None, max_trees: int | None, any_chunks: bool, root: int,
             gap: float | None, threads: int | None, inplace: bool, coll_spelling: str, min_bytes: str | None,
-            max_bytes: str | None, output: str | None, list_methods: bool, as_json: bool) -> None:
+            max_bytes: str | None, output: str | None, list_methods: bool, exclude_link: tuple, degrade: tuple,
+            exclude_rank: tuple, baseline: str | None, as_json: bool) -> None:
     """Synthesize a schedule, verify it, and write the program (MSCCL XML or JSON)."""
     from synth.collectives import canonical_name
     from synth.pipeline import synthesize
@@ -89,7 +92,7 @@ def command(topology_name: str | None, collective: str | None, size: str, method
         raise SynthError("synthesize needs -t/--topology and -c/--collective")
     name = canonical_name(collective)
     size_bytes = parse_size(size)
-    topology = load_topology_arg(topology_name)
+    topology, degraded = apply_fabric_edits(load_topology_arg(topology_name), exclude_link, degrade, exclude_rank)
     if not 0 <= root < topology.num_ranks:
         raise SynthError(f"--root {root} is not a rank of {topology.name} (0..{topology.num_ranks - 1})")
     size_range = (parse_size(min_bytes) if min_bytes is not None else 0,
@@ -106,9 +109,12 @@ def command(topology_name: str | None, collective: str | None, size: str, method
     path = output or _default_output(topology.name, name, result.method)
     program = replace(result.program, min_bytes=size_range[0], max_bytes=size_range[1])
     written = str(save_program(program, path, coll_spelling=coll_spelling))
+    edits = {} if degraded is None else {"degraded": degraded.as_dict()}
+    if baseline is not None:
+        edits["baseline"] = baseline_report(baseline, topology, name, size_bytes, result.bound_us)
     if as_json:  # notes travel inside the JSON object
 
-        emit_json(result.to_dict(output=written))
+        emit_json({**result.to_dict(output=written), **edits})
         return
     from synth.cli.common import console
 
@@ -131,6 +137,10 @@ def command(topology_name: str | None, collective: str | None, size: str, method
         con.print(f"  (auto did not try {row['method']}: {row['reason']})")
     for note in result.notes:
         con.print(f"note: {note}")
+    if degraded is not None:
+        con.print(edits_line(degraded), soft_wrap=True, markup=False)
+    if baseline is not None:
+        con.print(baseline_line(edits["baseline"]), soft_wrap=True, markup=False)
     con.print(f"verified, wrote {written}", soft_wrap=True)   # a path must stay whole to be copied
 
 
