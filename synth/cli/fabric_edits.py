@@ -130,5 +130,5 @@ def edits_line(degraded: Degraded) -> str:
     line = f"fabric       {degraded.topology.name} (sha256 {degraded.topology.sha256[:12]}): " + \
         "; ".join(degraded.changes)
     if degraded.excluded_ranks:
-        line += "; ranks below are the new ones"
+        line += "; the program's ranks are the new ones"
     return line

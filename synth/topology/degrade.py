@@ -133,7 +133,7 @@ def _node(topology: Topology, name: str) -> int | None:
     if name in topology.switches:
         return topology.node_id(name)
     text = name.strip()
-    if text.isdigit() and int(text) < topology.num_ranks:
+    if text.isascii() and text.isdigit() and int(text) < topology.num_ranks:
         return int(text)
     return None
 
