@@ -62,6 +62,8 @@ def test_specs_parse():
     (("--exclude-link", "0:1", "--degrade", "1:0=0.5"), "also excluded"),
     (("--exclude-link", "0:1", "--exclude-link", "0:2", "--exclude-link", "0:3", "--exclude-link", "0:4"),
      "disconnected"),
+    (("--exclude-rank", "1", "--exclude-rank", "1"), "named twice"),
+    (("--baseline", "no-such-program.json"), "no such program file"),
 ])
 def test_bad_edits_exit_2_with_one_line(args, words):
     for command in (("bounds", "-t", "dgx1", "-c", "allgather"),

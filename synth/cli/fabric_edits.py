@@ -48,6 +48,15 @@ def _degrade(text: str) -> tuple[str, str, float]:
     return parse_degrade_spec(text)
 
 
+def _existing_file(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--baseline: fail before any synthesis runs where the file is missing."""
+    from pathlib import Path
+
+    if value is not None and not Path(value).is_file():
+        raise OptionError(f"{value}: no such program file", ctx=ctx, param=param)
+    return value
+
+
 def fabric_edit_options(func: Callable | None = None, *, baseline: bool = True) -> Callable:
     """Add ``--exclude-link``, ``--degrade``, ``--exclude-rank`` (all repeatable) and, with ``baseline``,
     ``--baseline`` to a command; it receives ``exclude_link``, ``degrade``, ``exclude_rank`` (and ``baseline``).
@@ -63,7 +72,7 @@ def fabric_edit_options(func: Callable | None = None, *, baseline: bool = True) 
         click.option("--exclude-rank", "exclude_rank", multiple=True, type=count(0, MAX_RANKS - 1), metavar="R",
                      help="Run over the other ranks, renumbered densely in order (the output maps old -> new). "
                           "Repeatable."),
-        click.option("--baseline", "baseline", default=None, type=click.Path(dir_okay=False), metavar="PROGRAM",
+        click.option("--baseline", "baseline", default=None, metavar="PROGRAM", callback=_existing_file,
                      help="A program made for the healthy fabric: report its simulated time on the edited fabric "
                           "and its ratio to the new bound, or that it uses a removed link."),
     ]
