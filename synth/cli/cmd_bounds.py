@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from synth.cli.common import ROOT, console, emit_json, guarded, json_option, load_topology_arg
+from synth.cli.fabric_edits import apply_fabric_edits, baseline_line, baseline_report, edits_line, fabric_edit_options
 from synth.collectives import COLLECTIVES
 from synth.units import DEFAULT_SIZE, format_size, parse_size
 
@@ -15,19 +16,24 @@ from synth.units import DEFAULT_SIZE, format_size, parse_size
 @click.option("-s", "--size", default=str(DEFAULT_SIZE), show_default="1GiB",
               help="SIZE (nccl-tests buffer convention): bytes or K/M/G, KiB/MiB/GiB.")
 @click.option("--root", type=ROOT, default=0, show_default=True, help="Root rank of rooted collectives.")
+@fabric_edit_options
 @json_option
 @guarded
-def command(topology_name: str, collective: str, size: str, root: int, as_json: bool) -> None:
+def command(topology_name: str, collective: str, size: str, root: int, exclude_link: tuple, degrade: tuple,
+            exclude_rank: tuple, baseline: str | None, as_json: bool) -> None:
     """Lower bounds on the completion time: bandwidth (cut / flow), latency, and their max."""
     from synth.collectives import Collective
     from synth.lower_bounds import compute_bounds
 
     size_bytes = parse_size(size)
-    topology = load_topology_arg(topology_name)
+    topology, degraded = apply_fabric_edits(load_topology_arg(topology_name), exclude_link, degrade, exclude_rank)
     coll = Collective(collective, topology.num_ranks, root=root)
     bounds = compute_bounds(topology, coll, size_bytes)
+    edits = {} if degraded is None else {"degraded": degraded.as_dict()}
+    if baseline is not None:
+        edits["baseline"] = baseline_report(baseline, topology, coll.name, size_bytes, float(bounds.time_bound_us))
     if as_json:
-        emit_json(bounds.as_dict())
+        emit_json({**bounds.as_dict(), **edits})
         return
     from rich.table import Table
 
@@ -51,4 +57,9 @@ def command(topology_name: str, collective: str, size: str, root: int, as_json: 
     table.add_row("latency", f"{bounds.latency_bound_us:.3f}", str(d.get("latency_method", "")))
     table.add_row("time = max", f"{bounds.time_bound_us:.3f}", f"{bounds.binding}-bound")
     table.add_row("algbw", f"{bounds.algbw_bound_GBps:.3f} GB/s", "SIZE / time bound")
-    console().print(table)
+    con = console()
+    con.print(table)
+    if degraded is not None:
+        con.print(edits_line(degraded), soft_wrap=True, markup=False)
+    if baseline is not None:
+        con.print(baseline_line(edits["baseline"]), soft_wrap=True, markup=False)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import click
 
 from synth.cli.common import ROOT, SECONDS, emit_json, guarded, json_option, load_topology_arg
+from synth.cli.fabric_edits import apply_fabric_edits, baseline_line, baseline_report, edits_line, fabric_edit_options
 from synth.errors import SynthError
 from synth.solvers import SOLVERS
 
@@ -61,10 +62,12 @@ def compare_rows(topology, collective: str, size_bytes: float, methods: list[str
 @click.option("--time-limit", type=SECONDS, default=DEFAULT_TIME_LIMIT, show_default=True,
               help="Wall-clock seconds each method may search; a method it stops is an `error` row (a busy "
                    "machine may need more).")
+@fabric_edit_options
 @json_option
 @guarded
 def command(topology_name: str, collective: str, size: str, root: int, methods: str | None, solver: str,
-            time_limit: float, as_json: bool) -> None:
+            time_limit: float, exclude_link: tuple, degrade: tuple, exclude_rank: tuple, baseline: str | None,
+            as_json: bool) -> None:
     """Baselines vs synthesized methods vs the lower bound, in one table."""
     from synth.collectives import Collective, canonical_name
     from synth.synthesis.base import SynthOptions
@@ -75,7 +78,7 @@ def command(topology_name: str, collective: str, size: str, root: int, methods: 
     size_bytes = parse_size(size)
     if size_bytes <= 0:
         raise SynthError(f"size must be positive, got {size}")
-    topology = load_topology_arg(topology_name)
+    topology, degraded = apply_fabric_edits(load_topology_arg(topology_name), exclude_link, degrade, exclude_rank)
     if topology.num_ranks < 2:
         raise SynthError(f"topology {topology.name!r} has {topology.num_ranks} rank; a collective needs at least 2")
     if not 0 <= root < topology.num_ranks:
@@ -106,6 +109,9 @@ def command(topology_name: str, collective: str, size: str, root: int, methods: 
     ok = [r for r in rows if r["error"] is None]
     best = min(ok, key=lambda r: r["time_us"])["method"] if ok else None
     best_time = min((r["time_us"] for r in ok), default=0.0)
+    edits = {} if degraded is None else {"degraded": degraded.as_dict()}
+    if baseline is not None:
+        edits["baseline"] = baseline_report(baseline, topology, name, size_bytes, bound_us)
 
     if as_json:
         emit_json({
@@ -116,6 +122,7 @@ def command(topology_name: str, collective: str, size: str, root: int, methods: 
                 "latency_bound_us": bound.latency_bound_us, "algbw_bound_GBps": bound.algbw_bound_GBps},
             "best": best,
             "rows": rows,
+            **edits,
         })
         return
 
@@ -146,3 +153,7 @@ def command(topology_name: str, collective: str, size: str, root: int, methods: 
     for r in rows:
         if r["error"] is not None:
             con.print(f"[red]{r['method']}[/red]: {r['error']}", markup=True)
+    if degraded is not None:
+        con.print(edits_line(degraded), soft_wrap=True, markup=False)
+    if baseline is not None:
+        con.print(baseline_line(edits["baseline"]), soft_wrap=True, markup=False)

@@ -22,6 +22,7 @@ from synth.cli.common import (
     json_option,
     load_topology_arg,
 )
+from synth.cli.fabric_edits import apply_fabric_edits, baseline_line, baseline_report, edits_line, fabric_edit_options
 from synth.errors import SynthError
 from synth.solvers import SOLVERS
 
@@ -85,13 +86,15 @@ def _default_output(topology: str, collective: str, method: str) -> str:
 @click.option("-o", "--output", default=None, type=click.Path(dir_okay=False),
               help="Program file: .xml (MSCCL XML) or .json (default: ./TOPOLOGY-COLLECTIVE-METHOD.xml).")
 @click.option("--list-methods", is_flag=True, help="List the registered methods and exit.")
+@fabric_edit_options
 @json_option
 @guarded
 def command(topology_name: str | None, collective: str | None, size: str, method: str, solver: str,
             time_limit: float | None, chunks: int | None, max_trees: int | None, any_chunks: bool, root: int,
             gap: float | None, threads: int | None, inplace: bool, runtime: str | None, coll_spelling: str | None,
             min_bytes: str | None, max_bytes: str | None, max_scratch: str | None, output: str | None,
-            list_methods: bool, as_json: bool) -> None:
+            list_methods: bool, exclude_link: tuple, degrade: tuple, exclude_rank: tuple, baseline: str | None,
+            as_json: bool) -> None:
     """Synthesize a schedule, verify it, and write the program (MSCCL XML or JSON)."""
     from synth.collectives import canonical_name
     from synth.pipeline import synthesize
@@ -108,7 +111,7 @@ def command(topology_name: str | None, collective: str | None, size: str, method
         raise SynthError("synthesize needs -t/--topology and -c/--collective")
     name = canonical_name(collective)
     size_bytes = parse_size(size)
-    topology = load_topology_arg(topology_name)
+    topology, degraded = apply_fabric_edits(load_topology_arg(topology_name), exclude_link, degrade, exclude_rank)
     if not 0 <= root < topology.num_ranks:
         raise SynthError(f"--root {root} is not a rank of {topology.name} (0..{topology.num_ranks - 1})")
     profile = runtime_profile(runtime or DEFAULT_RUNTIME)
@@ -137,8 +140,11 @@ def command(topology_name: str | None, collective: str | None, size: str, method
                          f"this file; --runtime {'msccl' if coll_spelling == 'reduce_scatter' else 'msccl-executor'} "
                          "writes a file the other runtime loads")
         result = replace(result, notes=[*result.notes, *extra])
+    edits = {} if degraded is None else {"degraded": degraded.as_dict()}
+    if baseline is not None:
+        edits["baseline"] = baseline_report(baseline, topology, name, size_bytes, result.bound_us)
     if as_json:  # notes travel inside the JSON object
-        emit_json({**result.to_dict(output=written), "runtime": profile.name})
+        emit_json({**result.to_dict(output=written), "runtime": profile.name, **edits})
         return
     from synth.cli.common import console
 
@@ -161,6 +167,10 @@ def command(topology_name: str | None, collective: str | None, size: str, method
         con.print(f"  (auto did not try {row['method']}: {row['reason']})")
     for note in result.notes:
         con.print(f"note: {note}")
+    if degraded is not None:
+        con.print(edits_line(degraded), soft_wrap=True, markup=False)
+    if baseline is not None:
+        con.print(baseline_line(edits["baseline"]), soft_wrap=True, markup=False)
     con.print(f"verified, wrote {written}", soft_wrap=True)   # a path must stay whole to be copied
 
 

@@ -1,4 +1,4 @@
-"""``synth topology list|show|validate|generate|import`` (docs/cli.md)."""
+"""``synth topology list|show|validate|generate|import|degrade`` (docs/cli.md)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import click
 
 from synth.cli.common import console, emit_json, guarded, json_option
 from synth.cli.common import count as count_option
+from synth.cli.fabric_edits import fabric_edit_options
 from synth.errors import SynthError
 
 KINDS = ("ring", "line", "fully-connected", "mesh", "torus", "hypercube", "star", "leaf-spine", "fat-tree", "boxes")
@@ -309,5 +310,51 @@ def import_cmd(file: str, fmt: str | None, nodes: int, ib_switches: int, setting
     elif output:
         click.echo(f"wrote {output}: {topo.name}, {topo.num_ranks} ranks, {len(topo.switches)} switches, "
                    f"{len(topo.links)} directed links, diameter {info['diameter']} ({box.fmt}, {len(box.nics)} NICs)")
+    else:
+        click.echo(dump_topology(topo), nl=False)
+
+
+@command.command(name="degrade")
+@click.argument("topology")
+@fabric_edit_options(baseline=False)
+@click.option("--name", help="Name of the new topology (default: TOPOLOGY's name + '-degraded').")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="File to write (.yaml/.yml or .json); "
+              "default: print YAML on stdout.")
+@json_option
+@guarded
+def degrade_cmd(topology: str, exclude_link: tuple, degrade: tuple, exclude_rank: tuple, name: str | None,
+                output: str | None, as_json: bool) -> None:
+    """Write TOPOLOGY with links removed (--exclude-link), slowed (--degrade) or ranks taken out
+    (--exclude-rank): the fabric a healthy program is then timed on with `synth simulate -t`.
+
+    \b
+    Examples:
+      synth topology degrade dgx1 --exclude-link 0:1 -o dgx1-no01.yaml
+      synth topology degrade dgx-a100-2node --exclude-link b0.nic3:ib1 --degrade 5:b0.nvswitch=0.5 -o a.yaml
+    """
+    from dataclasses import replace
+
+    from synth.cli.common import load_topology_arg
+    from synth.cli.fabric_edits import apply_fabric_edits
+    from synth.topology.io import check_not_shadowing, dump_topology, save_topology
+
+    if not (exclude_link or degrade or exclude_rank):
+        raise SynthError("topology degrade needs at least one --exclude-link, --degrade or --exclude-rank")
+    topo, degraded = apply_fabric_edits(load_topology_arg(topology), exclude_link, degrade, exclude_rank)
+    if name:
+        topo = replace(topo, name=name)
+    check_not_shadowing(topo)
+    if output:
+        save_topology(topo, output)
+    if as_json:
+        info = {**_summary(topo), "output": output, **degraded.as_dict()}
+        if not output:
+            from synth.topology.io import topology_to_dict
+
+            info["topology"] = topology_to_dict(topo)
+        emit_json(info)
+    elif output:
+        click.echo(f"wrote {output}: {topo.name}, {topo.num_ranks} ranks, {len(topo.links)} directed links; "
+                   + "; ".join(degraded.changes))
     else:
         click.echo(dump_topology(topo), nl=False)

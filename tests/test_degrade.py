@@ -1,0 +1,227 @@
+"""Failed and degraded links (docs/cli.md, "Failed and degraded links"): synth/topology/degrade.py, the
+--exclude-link/--degrade/--exclude-rank/--baseline options, `synth topology degrade`, and `simulate -t` on a
+degraded copy of a program's fabric."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from synth.cli import cli
+from synth.errors import SynthError
+from synth.program.fabric import program_sends
+from synth.program.load import load_program
+from synth.topology.degrade import (
+    FabricEdits,
+    degradation_of,
+    degrade_topology,
+    parse_degrade_spec,
+    parse_link_spec,
+)
+from synth.topology.io import load_topology
+from synth.verification import verify
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(cli, list(args))
+
+
+def one_error_line(res) -> str:
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert res.exit_code == 2, res.output
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.output
+    return lines[0]
+
+
+# ---- parsing -----------------------------------------------------------------------------------------
+
+
+def test_specs_parse():
+    assert parse_link_spec("3:7") == ("3", "7")
+    assert parse_link_spec("3:b0.nic3") == ("3", "b0.nic3")
+    assert parse_degrade_spec("0:1=0.5") == ("0", "1", 0.5)
+    assert parse_degrade_spec("0:b0.nvswitch=1") == ("0", "b0.nvswitch", 1.0)
+    for bad in ("01", ":1", "0:"):
+        with pytest.raises(SynthError, match="SRC:DST"):
+            parse_link_spec(bad)
+    for bad, why in (("0:1", "SRC:DST=FACTOR"), ("0:1=x", "not a number"), ("0:1=0", r"\(0, 1\]"),
+                     ("0:1=1.5", r"\(0, 1\]"), ("0:1=nan", r"\(0, 1\]"), ("0:1=-0.5", r"\(0, 1\]")):
+        with pytest.raises(SynthError, match=why):
+            parse_degrade_spec(bad)
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--degrade", "0:1=2"), "FACTOR must be in (0, 1]"),
+    (("--exclude-link", "01"), "expected SRC:DST"),
+    (("--exclude-link", "0:9"), "unknown node '9'"),
+    (("--exclude-link", "0:5"), "no link between 0 and 5"),
+    (("--exclude-link", "0:nvswitch"), "unknown node 'nvswitch'"),
+    (("--exclude-rank", "8"), "not a rank of dgx1"),
+    (("--exclude-link", "0:1", "--degrade", "1:0=0.5"), "also excluded"),
+    (("--exclude-link", "0:1", "--exclude-link", "0:2", "--exclude-link", "0:3", "--exclude-link", "0:4"),
+     "disconnected"),
+    (("--exclude-rank", "1", "--exclude-rank", "1"), "named twice"),
+    (("--baseline", "no-such-program.json"), "no such program file"),
+])
+def test_bad_edits_exit_2_with_one_line(args, words):
+    for command in (("bounds", "-t", "dgx1", "-c", "allgather"),
+                    ("synthesize", "-t", "dgx1", "-c", "allgather", "-m", "ring")):
+        line = one_error_line(invoke(*command, *args))
+        assert words in line, line
+
+
+# ---- the edits ---------------------------------------------------------------------------------------
+
+
+def test_exclude_and_degrade_links_of_dgx1():
+    dgx1 = load_topology("dgx1")
+    out = degrade_topology(dgx1, FabricEdits(exclude_links=(("0", "1"),), degrade=(("2", "3", 0.5), ("3", "2", 0.5))))
+    topo = out.topology
+    assert topo.name == "dgx1-degraded" and topo.num_ranks == 8
+    assert topo.link(0, 1) is None and topo.link(1, 0) is None
+    assert len(topo.links) == len(dgx1.links) - 2
+    # named twice: the factors multiply, both directions
+    assert topo.link(2, 3).bw == pytest.approx(dgx1.link(2, 3).bw * 0.25)
+    assert topo.link(3, 2).bw == pytest.approx(dgx1.link(3, 2).bw * 0.25)
+    assert topo.link(2, 3).alpha == dgx1.link(2, 3).alpha
+    assert "link 0:1 removed" in topo.description and "bandwidth x0.25" in topo.description
+    assert dgx1.sha256[:12] in topo.description
+    change = degradation_of(dgx1, topo)
+    assert set(change.removed) == {(0, 1), (1, 0)} and {(a, b) for a, b, _ in change.slowed} == {(2, 3), (3, 2)}
+    assert degradation_of(topo, dgx1) is None       # links added back: not a degraded copy
+    assert dgx1 == load_topology("dgx1")            # pure: the input is untouched
+
+
+def test_switch_names_and_dropped_switches():
+    a100 = load_topology("dgx-a100-2node")
+    out = degrade_topology(a100, FabricEdits(exclude_links=(("b0.nic3", "ib1"), ("3", "b0.nic3"))))
+    assert "b0.nic3" not in out.topology.switches and out.dropped_switches == ("b0.nic3",)
+    assert len(out.topology.links) == len(a100.links) - 4
+    assert out.as_dict()["excluded_links"] == ["b0.nic3:ib1", "3:b0.nic3"]
+
+
+def test_exclude_rank_renumbers_densely():
+    a100 = load_topology("dgx-a100-2node")
+    out = degrade_topology(a100, FabricEdits(exclude_ranks=(3, 12)))
+    topo = out.topology
+    assert topo.num_ranks == 14
+    assert out.rank_map[:5] == (0, 1, 2, None, 3) and out.rank_map[12] is None and out.rank_map[15] == 13
+    assert topo.machines == (tuple(range(7)), tuple(range(7, 14)))
+    assert out.as_dict()["rank_map"]["15"] == 13
+    # old rank 4 is new rank 3, still on its NIC
+    assert topo.link(3, topo.node_id("b0.nic4")) is not None
+    with pytest.raises(SynthError, match="at least 2"):
+        degrade_topology(load_topology("ring-8"), FabricEdits(exclude_ranks=tuple(range(7))))
+
+
+# ---- synthesis on the edited fabric --------------------------------------------------------------------
+
+
+def synthesize_json(tmp_path, *args: str) -> tuple[dict, object]:
+    out = tmp_path / "prog.json"
+    res = invoke("synthesize", *args, "-o", str(out), "--json")
+    assert res.exit_code == 0, res.output
+    program = load_program(out)
+    assert verify(program).ok
+    return json.loads(res.output), program
+
+
+def test_dgx1_minus_one_nvlink_allgather_meets_the_healthy_target(tmp_path):
+    # measured (docs/cli.md): 9405.0 us against the new bound 9395.2, 0.999 of it; the healthy target is 0.98
+    payload, program = synthesize_json(tmp_path, "-t", "dgx1", "-c", "allgather", "--exclude-link", "0:1")
+    assert payload["degraded"]["excluded_links"] == ["0:1"]
+    assert payload["topology"] == "dgx1-degraded" and program.fabric.topology.link(0, 1) is None
+    assert (0, 1) not in program_sends(program) and (1, 0) not in program_sends(program)
+    assert payload["bound_us"] / payload["time_us"] >= 0.98
+    assert payload["synthesis_s"] < 30
+
+
+def test_dgx_a100_2node_minus_one_nic_gives_a_verified_program(tmp_path):
+    # multiring here to stay fast; auto (trees, 18 s) reaches 0.961 of the bound, see docs/cli.md
+    payload, program = synthesize_json(tmp_path, "-t", "dgx-a100-2node", "-c", "allgather", "-m", "multiring",
+                                       "--exclude-link", "b0.nic3:ib1")
+    assert program.num_ranks == 16
+    ib1 = program.fabric.topology.node_id("ib1")
+    nic3 = program.fabric.topology.node_id("b0.nic3")
+    assert program.fabric.topology.link(nic3, ib1) is None
+    assert payload["bound_us"] / payload["time_us"] >= 0.55   # measured 0.571
+
+
+def test_exclude_rank_synthesizes_for_the_remaining_ranks(tmp_path):
+    payload, program = synthesize_json(tmp_path, "-t", "dgx1", "-c", "allgather", "-m", "multiring",
+                                       "--exclude-rank", "3")
+    assert program.num_ranks == 7 and payload["ranks"] == 7
+    assert payload["degraded"]["rank_map"] == {"0": 0, "1": 1, "2": 2, "4": 3, "5": 4, "6": 5, "7": 6}
+    assert payload["degraded"]["excluded_ranks"] == [3]
+
+
+# ---- a healthy program on the degraded fabric --------------------------------------------------------
+
+
+RING_FABRIC = "mesh-5x5"   # its ring program uses 48 of the 80 directed links
+
+
+@pytest.fixture(scope="module")
+def healthy_ring(tmp_path_factory):
+    path = tmp_path_factory.mktemp("healthy") / "ring.json"
+    res = invoke("synthesize", "-t", RING_FABRIC, "-c", "allgather", "-m", "ring", "-s", "16MiB", "-o", str(path))
+    assert res.exit_code == 0, res.output
+    program = load_program(path)
+    fabric = load_topology(RING_FABRIC)
+    used = sorted((a, b) for a, b in program_sends(program) if fabric.link(a, b) is not None)
+    unused = sorted((a, b) for a, b in ((link.src, link.dst) for link in fabric.links)
+                    if (a, b) not in program_sends(program) and (b, a) not in program_sends(program))
+    return path, used[0], unused[0]
+
+
+def test_simulate_refuses_a_program_over_a_removed_link(tmp_path, healthy_ring):
+    path, (a, b), _ = healthy_ring
+    degraded = tmp_path / "degraded.yaml"
+    res = invoke("topology", "degrade", RING_FABRIC, "--exclude-link", f"{a}:{b}", "-o", str(degraded))
+    assert res.exit_code == 0, res.output
+    line = one_error_line(invoke("simulate", str(path), "-t", str(degraded)))
+    assert f"uses link {a}->{b}" in line and "removed" in line and f"rank {a} sends to rank {b}" in line
+
+
+def test_simulate_times_a_program_that_keeps_its_links(tmp_path, healthy_ring):
+    path, (a, b), (c, d) = healthy_ring
+    slow, other = tmp_path / "slow.yaml", tmp_path / "other.yaml"
+    assert invoke("topology", "degrade", RING_FABRIC, "--degrade", f"{a}:{b}=0.5", "-o", str(slow)).exit_code == 0
+    assert invoke("topology", "degrade", RING_FABRIC, "--exclude-link", f"{c}:{d}", "-o", str(other)).exit_code == 0
+    healthy = json.loads(invoke("simulate", str(path), "--json").output)["time_us"]
+    res = invoke("simulate", str(path), "-t", str(slow), "--json")
+    assert res.exit_code == 0, res.output
+    assert "degraded copy" in res.output        # the warning (CliRunner mixes stderr in)
+    payload = json.loads(res.output[res.output.index("{"):])
+    assert payload["time_us"] > healthy * 1.2   # a ring is as slow as its slowest link
+    res = invoke("simulate", str(path), "-t", str(other), "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output[res.output.index("{"):])["time_us"] == pytest.approx(healthy)
+
+
+def test_baseline_report(healthy_ring):
+    path, (a, b), _ = healthy_ring
+    res = invoke("bounds", "-t", RING_FABRIC, "-c", "allgather", "--degrade", f"{a}:{b}=0.5", "--baseline", str(path),
+                 "--json")
+    assert res.exit_code == 0, res.output
+    payload = json.loads(res.output)
+    report = payload["baseline"]
+    assert report["usable"] and report["ratio_to_bound"] > 1 and report["slowdown"] > 1.2
+    assert report["time_us"] == pytest.approx(report["ratio_to_bound"] * payload["time_bound_us"])
+    res = invoke("bounds", "-t", RING_FABRIC, "-c", "allgather", "--exclude-link", f"{a}:{b}", "--baseline", str(path))
+    assert res.exit_code == 0, res.output
+    assert "baseline     not usable" in res.output and f"uses link {a}->{b}" in res.output
+    res = invoke("bounds", "-t", RING_FABRIC, "-c", "allgather", "--exclude-rank", "0", "--baseline", str(path),
+                 "--json")
+    assert json.loads(res.output)["baseline"]["usable"] is False
+
+
+def test_compare_on_the_degraded_fabric():
+    res = invoke("compare", "-t", "dgx1", "-c", "allgather", "--methods", "ring,multiring", "--exclude-link", "0:1",
+                 "--json")
+    assert res.exit_code == 0, res.output
+    payload = json.loads(res.output)
+    assert payload["topology"] == "dgx1-degraded" and payload["degraded"]["excluded_links"] == ["0:1"]
+    assert all(row["error"] is None and row["ratio_to_bound"] >= 1 - 1e-9 for row in payload["rows"])
