@@ -198,7 +198,6 @@ def generate_cmd(kind: str, n: int | None, dims: str | None, dim: int | None, bw
       synth topology generate boxes --boxes 2 --per-box 8 --bw 300 --alpha 0.7 --nic-bw 25 -o a100x2.yaml
     """
     from synth.topology import generators as gen
-    from synth.topology.io import check_not_shadowing, dump_topology, hop_diameter, save_topology
 
     if kind in ("ring", "line", "fully-connected", "star"):
         count = _need(n, "-n/--ranks", kind)
@@ -230,10 +229,18 @@ def generate_cmd(kind: str, n: int | None, dims: str | None, dim: int | None, bw
             ib_alpha=ib_alpha, name=name,
         )
 
+    _write_topology(topo, output, as_json)
+
+
+def _write_topology(topo, output: str | None, as_json: bool, extra: dict | None = None, tail: str = "") -> None:
+    """Write ``topo`` to ``output`` (or print its YAML) and report it, as text or ``--json`` (``extra`` keys
+    added); a topology that would shadow a built-in name with other content is refused first."""
+    from synth.topology.io import check_not_shadowing, dump_topology, hop_diameter, save_topology
+
     check_not_shadowing(topo)   # on stdout too: the text is written to a file next
     if output:
         save_topology(topo, output)
-    info = {**_summary(topo), "diameter": hop_diameter(topo), "output": output}
+    info = {**_summary(topo), "diameter": hop_diameter(topo), "output": output, **(extra or {})}
     if as_json:
         if not output:
             from synth.topology.io import topology_to_dict
@@ -242,7 +249,7 @@ def generate_cmd(kind: str, n: int | None, dims: str | None, dim: int | None, bw
         emit_json(info)
     elif output:
         click.echo(f"wrote {output}: {topo.name}, {topo.num_ranks} ranks, {len(topo.switches)} switches, "
-                   f"{len(topo.links)} directed links, diameter {info['diameter']}")
+                   f"{len(topo.links)} directed links, diameter {info['diameter']}{tail}")
     else:
         click.echo(dump_topology(topo), nl=False)
 
@@ -287,7 +294,6 @@ def import_cmd(file: str, fmt: str | None, nodes: int, ib_switches: int, setting
     """
     from synth.fileio import read_input_text
     from synth.topology.importers import import_topology, parse_settings
-    from synth.topology.io import check_not_shadowing, dump_topology, hop_diameter, save_topology
 
     params = parse_settings(settings)
     text = read_input_text(file, "topology description")
@@ -296,22 +302,9 @@ def import_cmd(file: str, fmt: str | None, nodes: int, ib_switches: int, setting
                                     name=name or _default_name(file, nodes), source=file)
     except SynthError as exc:
         raise SynthError(f"{file}: {exc}") from None
-    check_not_shadowing(topo)
-    if output:
-        save_topology(topo, output)
-    info = {**_summary(topo), "diameter": hop_diameter(topo), "output": output, "format": box.fmt,
-            "gpus": box.gpus, "nics": len(box.nics), "nodes": nodes, "description": topo.description}
-    if as_json:
-        if not output:
-            from synth.topology.io import topology_to_dict
-
-            info["topology"] = topology_to_dict(topo)
-        emit_json(info)
-    elif output:
-        click.echo(f"wrote {output}: {topo.name}, {topo.num_ranks} ranks, {len(topo.switches)} switches, "
-                   f"{len(topo.links)} directed links, diameter {info['diameter']} ({box.fmt}, {len(box.nics)} NICs)")
-    else:
-        click.echo(dump_topology(topo), nl=False)
+    _write_topology(topo, output, as_json, {"format": box.fmt, "gpus": box.gpus, "nics": len(box.nics),
+                                            "nodes": nodes, "description": topo.description},
+                    f" ({box.fmt}, {len(box.nics)} NICs)")
 
 
 @command.command(name="degrade")
