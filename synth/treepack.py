@@ -81,20 +81,20 @@ def rank_graph(topology: Topology) -> RankGraph | None:
     edges = tuple(sorted(pair for pair, bw in both.items() if min(bw) > 0))
     capacity = np.array([min(both[pair]) for pair in edges])
     graph = RankGraph(n, edges, capacity)
-    if len(_components(graph, np.ones(len(edges), dtype=bool))[1]) != 1:
+    if _components(graph, np.ones(len(edges), dtype=bool))[1] != 1:
         return None
     return graph
 
 
-def _components(graph: RankGraph, keep: np.ndarray) -> tuple[np.ndarray, list[int]]:
-    """(label per rank, distinct labels) of the graph's edges where ``keep``."""
+def _components(graph: RankGraph, keep: np.ndarray) -> tuple[np.ndarray, int]:
+    """(label per rank, number of components) of the graph's edges where ``keep``."""
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
     ends = np.array(graph.edges, dtype=np.int64).reshape(-1, 2)[keep]
     matrix = coo_matrix((np.ones(len(ends)), (ends[:, 0], ends[:, 1])), shape=(graph.num_ranks,) * 2)
     count, labels = connected_components(matrix, directed=False)
-    return labels, list(range(count))
+    return labels, count
 
 
 def _min_tree(graph: RankGraph, prices: np.ndarray, ties: np.ndarray) -> tuple[int, ...]:
@@ -154,28 +154,47 @@ class _ShortestPathTrees:
         return trees
 
 
-def tree_height(graph: RankGraph, tree: tuple[int, ...]) -> int:
-    """The height of ``tree`` rooted at its centre: ``⌈diameter / 2⌉`` (two breadth-first sweeps)."""
-    adjacency: dict[int, list[int]] = {}
+def centred(graph: RankGraph, tree: tuple[int, ...]) -> tuple[int, list[int], dict[int, int]]:
+    """(root, ranks in breadth-first order from the root, parent of each non-root rank) of ``tree`` rooted at its
+    centre: the middle of a longest path, found by two breadth-first sweeps (ties: the smaller rank). Its height
+    is ``⌈diameter / 2⌉``, the least of any root."""
+    adjacency: list[list[int]] = [[] for _ in range(graph.num_ranks)]
     for e in tree:
         u, v = graph.edges[e]
-        adjacency.setdefault(u, []).append(v)
-        adjacency.setdefault(v, []).append(u)
+        adjacency[u].append(v)
+        adjacency[v].append(u)
 
-    def sweep(start: int) -> tuple[int, int]:
-        dist = {start: 0}
-        queue = [start]
-        for u in queue:
+    def bfs(root: int) -> tuple[list[int], dict[int, int]]:
+        order, parent = [root], {}
+        for u in order:
             for v in adjacency[u]:
-                if v not in dist:
-                    dist[v] = dist[u] + 1
-                    queue.append(v)
-        last = queue[-1]
-        return last, dist[last]
+                if v != root and v not in parent:
+                    parent[v] = u
+                    order.append(v)
+        return order, parent
 
-    far, _ = sweep(graph.edges[tree[0]][0])
-    _, diameter = sweep(far)
-    return (diameter + 1) // 2
+    far, _ = bfs(0)
+    order, parent = bfs(far[-1])
+    path = [order[-1]]
+    while path[-1] in parent:
+        path.append(parent[path[-1]])
+    root = min(path[(len(path) - 1) // 2: len(path) // 2 + 1])
+    order, parent = bfs(root)
+    return root, order, parent
+
+
+def depths(order: list[int], parent: dict[int, int]) -> dict[int, int]:
+    """Hops from the root (``order[0]``) of every rank of a breadth-first ``order``."""
+    depth = {order[0]: 0}
+    for v in order[1:]:
+        depth[v] = depth[parent[v]] + 1
+    return depth
+
+
+def tree_height(graph: RankGraph, tree: tuple[int, ...]) -> int:
+    """The height of ``tree`` rooted at its centre (:func:`centred`)."""
+    _, order, parent = centred(graph, tree)
+    return max(depths(order, parent).values())
 
 
 @functools.lru_cache(maxsize=16)
@@ -224,7 +243,6 @@ def pack_spanning_trees(topology: Topology, rounds: int = PRICING_ROUNDS) -> Tre
     # tie orders for the pricing: prices are degenerate, and each order finds another tree of the same price
     generator = np.random.default_rng(0)
     orders = [np.arange(m), np.arange(m)[::-1].copy()] + [generator.permutation(m) for _ in range(TIE_ORDERS - 2)]
-    optimal = False
     stage_rounds = 0
     for pricing in ("shortest", "spanning"):
         while stage_rounds < rounds:

@@ -48,7 +48,7 @@ from synth.synthesis.base import (
 from synth.synthesis.timing import Jobs, connection_steps, justify, list_schedule, message_groups
 from synth.synthesis.trees.messages import busiest_rank_xml, chunk_fit
 from synth.topology.model import Topology
-from synth.treepack import TreePacking, pack_spanning_trees
+from synth.treepack import TreePacking, centred, depths, pack_spanning_trees
 
 SUPPORTED = frozenset({"allreduce"})
 CHUNK_COUNTS = (1024, 4096)   # chunk counts timed (each made runtime-runnable), each at the least message size
@@ -74,38 +74,6 @@ def apportion(packing: TreePacking, chunks: int) -> list[int]:
         counts[t] += 1
         load[list(packing.trees[t])] += 1
     return counts.tolist()
-
-
-def orient(packing: TreePacking, tree: tuple[int, ...]) -> tuple[int, list[int], dict[int, int]]:
-    """(root, ranks in breadth-first order from the root, parent of each non-root rank) with the root at the
-    tree's centre (least eccentricity; ties: the smallest rank), which makes the reduce-then-broadcast path
-    of a chunk as short as the tree allows."""
-    n = packing.graph.num_ranks
-    adjacency: list[list[int]] = [[] for _ in range(n)]
-    for e in tree:
-        u, v = packing.graph.edges[e]
-        adjacency[u].append(v)
-        adjacency[v].append(u)
-
-    def bfs(root: int) -> tuple[list[int], dict[int, int]]:
-        order, parent = [root], {}
-        for u in order:
-            for v in adjacency[u]:
-                if v != root and v not in parent:
-                    parent[v] = u
-                    order.append(v)
-        return order, parent
-
-    # the centre: the middle of a longest path (two sweeps of breadth-first search)
-    far, _ = bfs(0)
-    order, parent = bfs(far[-1])
-    path = [order[-1]]
-    while path[-1] in parent:
-        path.append(parent[path[-1]])
-    middle = path[(len(path) - 1) // 2: len(path) // 2 + 1]
-    root = min(middle)
-    order, parent = bfs(root)
-    return root, order, parent
 
 
 def message_sizes(count: int, size: int) -> list[int]:
@@ -154,12 +122,11 @@ def allreduce_jobs(packing: TreePacking, counts: list[int], size: int = 1) -> Jo
     for tree, count in zip(packing.trees, counts, strict=True):
         if count == 0:
             continue
-        root, order, parent = orient(packing, tree)
+        root, order, parent = centred(packing.graph, tree)
         children: dict[int, list[int]] = defaultdict(list)
-        depth = {root: 0}
         for v in order[1:]:
             children[parent[v]].append(v)
-            depth[v] = depth[parent[v]] + 1
+        depth = depths(order, parent)
         height = max(depth.values())
         first = base
         for sizes in message_sizes(count, size):
@@ -256,4 +223,4 @@ METHOD = MethodSpec(
     description="allreduce: pipelined reduce + broadcast over a rate-optimal spanning-tree packing (switchless)",
 )
 
-__all__ = ["METHOD", "apportion", "allreduce_jobs", "orient", "synthesize", "timed_allreduce"]
+__all__ = ["METHOD", "apportion", "allreduce_jobs", "synthesize", "timed_allreduce"]
