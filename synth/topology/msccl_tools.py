@@ -131,9 +131,9 @@ def box_of(doc: Any, source: str = "msccl-tools topology") -> Any:
 def topology_from_msccl(doc: Any, source: str = "msccl-tools topology", name: str | None = None) -> Any:
     """A validated synth :class:`~synth.topology.model.Topology` of a decoded msccl-tools topology, at the
     import defaults (docs/topology.md): ``-t FILE`` and an SCCL algorithm's embedded topology use this."""
-    from synth.topology.importers import build_topology
-
     from dataclasses import replace
+
+    from synth.topology.importers import build_topology
 
     box = box_of(doc, source)
     return replace(build_topology(box, name=name or _legal_name(doc["name"]), source=source), source=source)
