@@ -27,7 +27,9 @@ ALGORITHMS = sorted(p for p in PEERS.glob("dgx1_*.msccl.json"))
 #: fixture -> (synth collective, root, chunks per rank piece)
 EXPECTED = {"dgx1_allgather_steps2": ("allgather", 0, 1), "dgx1_allgather_steps3_chunks2": ("allgather", 0, 2),
             "dgx1_broadcast_root0": ("broadcast", 0, 1), "dgx1_gather_root0": ("gather", 0, 1),
-            "dgx1_scatter_root0": ("scatter", 0, 1), "dgx1_reduce_root0": ("reduce", 0, 1)}
+            "dgx1_scatter_root0": ("scatter", 0, 1), "dgx1_reduce_root0": ("reduce", 0, 1),
+            "dgx1_allreduce": ("allreduce", 0, 1), "dgx1_reducescatter": ("reducescatter", 0, 1),
+            "dgx1_alltoall": ("alltoall", 0, 1)}
 
 
 def _cli(*args: str):
@@ -153,8 +155,8 @@ def test_peer_programs_execute():
     results = execute_many(programs, size_bytes=8 * 4 * 16, iters=1, warmup=0, dtype="int64")
     for r in results:
         assert r.ok, (r.program, r.errors)
-    assert sorted(r.collective for r in results) == ["allgather", "broadcast", "broadcast", "gather", "reduce",
-                                                      "scatter"]
+    assert sorted(r.collective for r in results) == ["allgather", "allreduce", "alltoall", "broadcast", "broadcast",
+                                                      "gather", "reduce", "reducescatter", "scatter"]
 
 
 def test_custom_broadcast_executes_from_the_cli():
