@@ -98,7 +98,7 @@ def _collective(doc: Any, source: str) -> tuple[str, int, int, bool]:
     return synth_name, root, n, combining
 
 
-@dataclass
+@dataclass(eq=False)   # compared and hashed by identity: dependencies are sets of ops
 class _Op:
     """One step of the program before threadblock step numbers exist."""
 
@@ -158,8 +158,8 @@ class _Lowering:
         for buf, off in reads:
             for k in range(op.cnt):
                 self.readers[(op.rank, buf, off + k)].append(op)
-        seen: set[int] = set()
-        op.deps = [d for d in deps if d.tb != op.tb and not (id(d) in seen or seen.add(id(d)))]
+        # ops of the same threadblock are ordered by it already
+        op.deps = [d for d in dict.fromkeys(deps) if d.tb != op.tb]
         self.ops.append(op)
         return op
 
@@ -190,13 +190,14 @@ def _sends(doc: Any, n: int, source: str) -> list[list[tuple[int, int, int]]]:
 
 
 def _runs(items: list[tuple]) -> list[list[tuple]]:
-    """Group (srcbuf, srcoff, dstbuf, dstoff, type, operand) tuples, sorted, into runs contiguous at both ends."""
+    """Group one link's (srcbuf, srcoff, dstbuf, dstoff, type, operand) transfers, sorted, into runs of plain
+    receives (``r``) contiguous at both ends: each run is one message."""
     runs: list[list[tuple]] = []
     for item in sorted(items, key=lambda t: (t[0], t[1], t[2], t[3])):
         if runs:
             last = runs[-1][-1]
-            if (item[0], item[2], item[4]) == (last[0], last[2], last[4]) and item[1] == last[1] + 1 \
-                    and item[3] == last[3] + 1 and item[4] == "r":
+            if (item[0], item[2]) == (last[0], last[2]) and item[1] == last[1] + 1 and item[3] == last[3] + 1 \
+                    and item[4] == last[4] == "r":
                 runs[-1].append(item)
                 continue
         runs.append([item])
@@ -205,14 +206,15 @@ def _runs(items: list[tuple]) -> list[list[tuple]]:
 
 def _lower(low: _Lowering, steps: list[list[tuple[int, int, int]]], source: str) -> None:
     for k, sends in enumerate(steps):
-        start = {r: dict(held) for r, held in low.at.items()}   # what each rank held when the step began
+        # low.at stays what each rank held when the step began (sends read that); arrivals wait in `landed`
+        landed: dict[tuple[int, int], tuple[str, int]] = {}
         by_link: dict[tuple[int, int], list[tuple]] = defaultdict(list)
         arrivals: dict[tuple[int, int], int] = defaultdict(int)
         for addr, src, dst in sends:
-            if addr not in start[src]:
+            if addr not in low.at[src]:
                 raise _fail(source, f"step {k + 1} sends address {addr} from rank {src}, which does not hold it then")
-            sbuf, soff = start[src][addr]
-            held = low.at[dst].get(addr)
+            sbuf, soff = low.at[src][addr]
+            held = landed.get((dst, addr), low.at[dst].get(addr))
             if held is None:
                 (dbuf, doff), kind, operand = low.home(dst, addr), "r", None
             elif low.combining:
@@ -220,21 +222,23 @@ def _lower(low: _Lowering, steps: list[list[tuple[int, int, int]]], source: str)
             else:   # a copy the rank already has: keep the message apart from the data
                 arrivals[(dst, addr)] += 1
                 (dbuf, doff), kind, operand = low.scratch_slot(dst, ("dup", addr, k, arrivals[(dst, addr)])), "r", None
-            low.at[dst][addr] = (dbuf, doff)
+            landed[(dst, addr)] = (dbuf, doff)
             by_link[(src, dst)].append((sbuf, soff, dbuf, doff, kind, operand))
         pairs = []
         for (src, dst), items in sorted(by_link.items()):
             for run in (_runs(items) if not low.combining else [[item] for item in items]):
                 sbuf, soff, dbuf, doff, kind, operand = run[0]
-                send = low.add(_Op(src, ("send", dst), "s", sbuf, soff, dbuf, doff, len(run)), [(sbuf, soff)], [])
-                pairs.append((send, dst, src, run))
-        for _send, dst, src, run in pairs:  # receives after every send of the step: sends read the old values
+                low.add(_Op(src, ("send", dst), "s", sbuf, soff, dbuf, doff, len(run)), [(sbuf, soff)], [])
+                pairs.append((dst, src, run))
+        for dst, src, run in pairs:  # receives after every send of the step: sends read the old values
             sbuf, soff, dbuf, doff, kind, operand = run[0]
             if kind == "rrc":
                 obuf, ooff = operand
                 low.add(_Op(dst, ("recv", src), "rrc", obuf, ooff, dbuf, doff, 1), [(obuf, ooff)], [(dbuf, doff)])
             else:
                 low.add(_Op(dst, ("recv", src), "r", sbuf, soff, dbuf, doff, len(run)), [], [(dbuf, doff)])
+        for (rank, addr), slot in landed.items():
+            low.at[rank][addr] = slot
 
 
 def _finish_outputs(low: _Lowering, n: int) -> None:
