@@ -137,6 +137,17 @@ def test_convert_writes_files_that_verify(source, extra, tmp_path):
         assert result.exit_code == 0, result.output
 
 
+def test_convert_for_microsoft_msccl_needs_a_size_range(tmp_path):
+    out = tmp_path / "ag.xml"
+    _one_error_line(_cli("convert", ALLGATHER, "--runtime", "msccl", "-o", out), "--max-bytes")
+    assert not out.exists()
+    result = _cli("convert", ALLGATHER, "--runtime", "msccl", "--max-bytes", "64MiB", "-o", out)
+    assert result.exit_code == 0, result.output
+    assert 'maxBytes="67108865"' in out.read_text() and "outofplace" not in out.read_text()
+    result = _cli("verify", out, "--runtime", "msccl", "-s", "64MiB")   # that runtime loads and selects it
+    assert result.exit_code == 0, result.output
+
+
 def test_convert_refuses_a_wrong_program(tmp_path):
     out = tmp_path / "r.xml"
     result = _cli("convert", PEERS / "dgx1_reduce_root0.msccl.xml", "-c", "reduce", "-o", out)
