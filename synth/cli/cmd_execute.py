@@ -1,4 +1,5 @@
-"""``synth execute PROG [--backend gloo|nccl] [-s SIZE] [--dtype D] [--iters K] [--json]``: run for real."""
+"""``synth execute PROG [--backend gloo|nccl] [-s SIZE] [--dtype D] [--iters K] [-c C] [--root R] [--json]``:
+run for real."""
 
 from __future__ import annotations
 
@@ -6,7 +7,18 @@ import sys
 
 import click
 
-from synth.cli.common import MAX_ITERS, SECONDS, count, emit_json, guarded, json_option, load_program_arg
+from synth.cli.common import (
+    MAX_ITERS,
+    SECONDS,
+    collective_option,
+    count,
+    emit_json,
+    guarded,
+    json_option,
+    load_program_arg,
+    name_collective,
+    root_option,
+)
 from synth.errors import CheckFailed, SynthError
 
 DTYPE_CHOICES = ("float32", "float64", "int32", "int64", "bfloat16", "float16")
@@ -26,10 +38,12 @@ DTYPE_CHOICES = ("float32", "float64", "int32", "int64", "bfloat16", "float16")
               help="Seconds before every worker is killed and the run fails (exit 1).")
 @click.option("--no-verify", "no_verify", is_flag=True,
               help="Run without the symbolic verifier first (a deadlocking program then hits --timeout).")
+@collective_option
+@root_option
 @json_option
 @guarded
 def command(prog: str, backend: str, size: str, dtype: str, iters: int, warmup: int, timeout: float,
-            no_verify: bool, as_json: bool) -> None:
+            no_verify: bool, collective: str | None, root: int | None, as_json: bool) -> None:
     """Run PROG (a synth program or foreign MSCCL XML) on one process per rank with torch.distributed,
     check every output chunk of every rank against an independent reference, and report the median
     time per iteration (slowest rank) and algbw = SIZE / time. Exit 1 on wrong output or timeout.
@@ -43,7 +57,7 @@ def command(prog: str, backend: str, size: str, dtype: str, iters: int, warmup: 
         raise SynthError("synth execute needs torch: pip install torch==2.13.0 (CPU) or "
                          "pip install 'synth[exec]' (any torch >= 2.2)")
 
-    program = load_program_arg(prog)
+    program = name_collective(load_program_arg(prog), collective, root, prog)
     result = execute(program, backend=backend, size_bytes=parse_size(size), dtype=dtype, iters=iters,
                      warmup=warmup, timeout=timeout, verify_first=not no_verify)
     if not result.leader:

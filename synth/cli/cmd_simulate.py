@@ -1,10 +1,20 @@
-"""``synth simulate PROG [-t T] [-s SIZE] [--gantt FILE.png] [--json]``: time a program (docs/cost-model.md)."""
+"""``synth simulate PROG [-t T] [-s SIZE] [-c C] [--root R] [--gantt FILE.png] [--json]``:
+time a program (docs/cost-model.md)."""
 
 from __future__ import annotations
 
 import click
 
-from synth.cli.common import emit_json, fabric_arg, guarded, json_option, load_program_arg
+from synth.cli.common import (
+    collective_option,
+    emit_json,
+    fabric_arg,
+    guarded,
+    json_option,
+    load_program_arg,
+    name_collective,
+    root_option,
+)
 
 TOP_LINKS = 8
 
@@ -17,15 +27,18 @@ TOP_LINKS = 8
               help="SIZE (nccl-tests buffer convention; default: the program's size, else 1GiB).")
 @click.option("--gantt", "gantt", type=click.Path(dir_okay=False), default=None,
               help="Also draw a link-occupancy timeline to this image file.")
+@collective_option
+@root_option
 @json_option
 @guarded
-def command(prog: str, topology_name: str | None, size: str | None, gantt: str | None, as_json: bool) -> None:
+def command(prog: str, topology_name: str | None, size: str | None, gantt: str | None, collective: str | None,
+            root: int | None, as_json: bool) -> None:
     """Event simulation of a program (ours or foreign MSCCL XML): link contention, routing through
     switches, α-β costs. Prints time, algbw, busbw, transfers and link utilization."""
     from synth.simulation import simulate
     from synth.units import parse_size
 
-    program = load_program_arg(prog)
+    program = name_collective(load_program_arg(prog), collective, root, prog)
     topology = fabric_arg(program, topology_name, prog)
     size_bytes = parse_size(size) if size is not None else None
     result = simulate(program, topology, size_bytes, record_events=gantt is not None)

@@ -267,7 +267,7 @@ def _default_name(path: str, nodes: int) -> str:
 
 @command.command(name="import")
 @click.argument("file")
-@click.option("--format", "fmt", type=click.Choice(["nvidia-smi", "rocm-smi", "nccl-xml"]),
+@click.option("--format", "fmt", type=click.Choice(["nvidia-smi", "rocm-smi", "nccl-xml", "msccl-tools"]),
               help="Format of FILE (default: detected from its content).")
 @click.option("--nodes", type=count_option(1, IMPORT_MAX_NODES), default=1, show_default=True,
               help="Boxes like FILE's, joined through their NICs by IB switches.")
@@ -284,7 +284,8 @@ def _default_name(path: str, nodes: int) -> str:
 def import_cmd(file: str, fmt: str | None, nodes: int, ib_switches: int, settings: tuple[str, ...], name: str | None,
                output: str | None, as_json: bool) -> None:
     """Build a topology from a machine's own description: `nvidia-smi topo -m`, `rocm-smi --showtopo`
-    (with `--shownodesbw` for xGMI link counts) or NCCL's topology dump (NCCL_TOPO_DUMP_FILE).
+    (with `--shownodesbw` for xGMI link counts), NCCL's topology dump (NCCL_TOPO_DUMP_FILE) or an
+    msccl-tools topology JSON (one link unit = one NVLink).
 
     \b
     Examples:

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from synth.cli.common import ROOT, emit_json, guarded, json_option
+from synth.cli.common import ROOT, emit_json, guarded, json_option, name_collective
 
 SHOWN_ERRORS = 20
 
@@ -38,9 +38,8 @@ def command(prog: str, collective: str | None, root: int | None, runtime: str | 
     if size is not None and runtime is None:
         raise SynthError("verify -s/--size needs --runtime (the runtime whose selection rule is checked)")
     program, fmt = load_program_format(prog)
-    if root is not None:
-        program = program.with_(root=root)
-    result = verify(program, collective, msccl_limits=fmt == "xml", runtime=runtime)  # XML must load in the runtimes
+    program = name_collective(program, collective, root, prog)
+    result = verify(program, None, msccl_limits=fmt == "xml", runtime=runtime)  # XML must load in the runtimes
     if runtime is not None and fmt == "xml":   # what synth's reader fills in or normalises, as the loader sees it
         size_b = parse_size(size) if size is not None else None
         raw = [f"runtime {runtime}: {e}" for e in loader_errors(runtime, read_input_text(prog, "program file"), size_b)]

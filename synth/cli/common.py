@@ -154,6 +154,32 @@ def load_program_arg(path: str):
     return load_program(path)
 
 
+#: -c/--collective and --root of the commands that read a program: they name what a ``coll="custom"`` program
+#: computes (docs/programs.md, "Custom programs").
+collective_option = click.option(
+    "-c", "--collective", default=None,
+    help="Collective the program implements (default: the one it declares; required for coll=\"custom\").")
+root_option = click.option("--root", type=ROOT, default=None,
+                           help="Root rank for rooted collectives (default: the program's).")
+
+
+def name_collective(program: Program, collective: str | None, root: int | None, prog: str) -> Program:
+    """``program`` as the collective ``collective`` with root ``root`` (each None: the program's own); a
+    program whose ``coll`` synth does not know (``custom``) without ``collective`` is one clear SynthError."""
+    from synth.collectives import COLLECTIVES, canonical_name
+
+    if collective is not None:
+        program = program.with_(collective=canonical_name(collective))
+    elif program.collective not in COLLECTIVES:
+        raise SynthError(f"{prog}: coll={program.collective!r} does not say which collective the program computes; "
+                         "name it with -c/--collective (and --root for broadcast, reduce, gather, scatter)")
+    if root is not None:
+        if root >= program.num_ranks:
+            raise SynthError(f"--root {root} is not a rank of {prog} (0..{program.num_ranks - 1})")
+        program = program.with_(root=root)
+    return program
+
+
 def fabric_arg(program: Program, topology_name: str | None, prog: str) -> Topology:
     """The topology to time ``program`` on (:func:`synth.program.fabric.resolve_fabric`); warnings go to stderr."""
     from synth.program.fabric import resolve_fabric

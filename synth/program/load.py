@@ -16,7 +16,8 @@ def load_program(path: str | os.PathLike) -> Program:
 
 
 def load_program_format(path: str | os.PathLike) -> tuple[Program, str]:
-    """``load_program`` and the format it read: ``"xml"`` or ``"json"`` (verify holds XML to the runtimes)."""
+    """``load_program`` and the format it read: ``"xml"``, ``"json"`` or ``"sccl"`` (an msccl-tools algorithm);
+    verify holds XML to the runtimes."""
     from synth.program.json_io import program_from_json
     from synth.program.msccl_xml import program_from_xml
 
@@ -27,8 +28,23 @@ def load_program_format(path: str | os.PathLike) -> tuple[Program, str]:
     if ext == ".xml" or (ext != ".json" and head == "<"):
         return program_from_xml(text, str(p)), "xml"
     if ext == ".json" or head == "{":
+        from synth.program.sccl import is_sccl_algorithm, program_from_sccl
+
+        doc = _json_or_none(text)
+        if is_sccl_algorithm(doc):   # msccl-tools' .msccl.json (docs/programs.md, "SCCL algorithms")
+            return program_from_sccl(doc, str(p)), "sccl"
         return program_from_json(text, str(p)), "json"
     raise SynthError(f"{p}: not a program file (expected MSCCL XML or a synth JSON program)")
+
+
+def _json_or_none(text: str):
+    """The decoded JSON, or None when it is not JSON (the JSON reader then names the problem)."""
+    import json
+
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
 
 
 def save_program(program: Program, path: str | os.PathLike, coll_spelling: str | None = "reduce_scatter",

@@ -21,7 +21,7 @@ from synth.errors import SynthError
 from synth.topology.io import check_topology, merge_links
 from synth.topology.model import Topology
 
-FORMATS = ("nvidia-smi", "rocm-smi", "nccl-xml")
+FORMATS = ("nvidia-smi", "rocm-smi", "nccl-xml", "msccl-tools")
 
 # --- documented per-generation tables (one place) ------------------------------------------------------------
 
@@ -136,16 +136,21 @@ def parse_settings(items: Sequence[str]) -> ImportParams:
 
 
 def detect_format(text: str) -> str:
-    """``nccl-xml`` (a ``<system`` element), ``rocm-smi`` (its banner or "between two GPUs" tables) or
-    ``nvidia-smi`` (a matrix header starting with GPU0); SynthError otherwise."""
+    """``nccl-xml`` (a ``<system`` element), ``rocm-smi`` (its banner or "between two GPUs" tables),
+    ``nvidia-smi`` (a matrix header starting with GPU0) or ``msccl-tools`` (its topology JSON); SynthError
+    otherwise."""
+    from synth.topology.msccl_tools import looks_like_msccl_topology
+
+    if looks_like_msccl_topology(text):
+        return "msccl-tools"
     if re.search(r"<\s*system[\s>]", text):
         return "nccl-xml"
     if "ROCm System Management Interface" in text or re.search(r"between two GPUs", text):
         return "rocm-smi"
     if re.search(r"^\s*GPU0\b", text, re.MULTILINE) and re.search(r"^\s*GPU0\s+X\b", text, re.MULTILINE):
         return "nvidia-smi"
-    raise SynthError("cannot tell the format (expected nvidia-smi topo -m, rocm-smi --showtopo or an NCCL "
-                     "topology XML); pass --format")
+    raise SynthError("cannot tell the format (expected nvidia-smi topo -m, rocm-smi --showtopo, an NCCL "
+                     "topology XML or an msccl-tools topology JSON); pass --format")
 
 
 def parse(text: str, fmt: str | None = None) -> BoxFabric:
@@ -157,6 +162,10 @@ def parse(text: str, fmt: str | None = None) -> BoxFabric:
         return parse_rocm_smi(text)
     if fmt == "nccl-xml":
         return parse_nccl_xml(text)
+    if fmt == "msccl-tools":
+        from synth.topology.msccl_tools import parse_msccl_topology
+
+        return parse_msccl_topology(text)
     raise SynthError(f"unknown format {fmt!r} (known: {', '.join(FORMATS)})")
 
 
@@ -171,7 +180,7 @@ def _symmetric(matrix: Sequence[Sequence[object]], what: str) -> None:
                 raise SynthError(f"{what}: GPU{i}-GPU{j} is {matrix[i][j]!r} but GPU{j}-GPU{i} is {matrix[j][i]!r}")
 
 
-def _switch_or_mesh(counts: list[list[int]]) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+def switch_or_mesh(counts: list[list[int]]) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
     """Split NV# counts into direct links and NVSwitch links.
 
     Behind NVSwitches nvidia-smi shows every pair with all of a GPU's links (NV12 on DGX A100, NV18 on DGX
@@ -185,7 +194,7 @@ def _switch_or_mesh(counts: list[list[int]]) -> tuple[tuple[tuple[int, ...], ...
     return tuple(tuple(row) for row in counts), tuple(0 for _ in range(n))
 
 
-def _nvlink_generation(links: Sequence[Sequence[int]], switch_links: Sequence[int]) -> int:
+def nvlink_generation(links: Sequence[Sequence[int]], switch_links: Sequence[int]) -> int:
     """NVLink generation from a GPU's link count (most links of any GPU): > 12 NVLink4, > 6 NVLink3, else 2
     (NVLink1's 4-link P100 cannot be told from a V100 with 4 links: override ``link_bw`` for P100)."""
     most = max([sum(row) for row in links] + list(switch_links) + [0])
@@ -286,7 +295,7 @@ def parse_nvidia_smi(text: str) -> BoxFabric:
     _symmetric(gpu_part, "nvidia-smi")
     counts = [[int(c[2:]) if c.startswith("NV") else 0 for c in row] for row in gpu_part]
     pcie = tuple(tuple(c if c in _LEVEL_RANK else "" for c in row) for row in gpu_part)
-    links, switch_links = _switch_or_mesh(counts)
+    links, switch_links = switch_or_mesh(counts)
     legend = dict(re.findall(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$", text, re.MULTILINE))
     names = [legend.get(c, c) for c in nic_cols]
     nic_levels = [[matrix[i][n + j] for j in range(len(nic_cols))] for i in range(n)]
@@ -295,7 +304,7 @@ def parse_nvidia_smi(text: str) -> BoxFabric:
     order, gpu_nic = _assign_nics(nic_levels, names)
     return BoxFabric("nvidia-smi", "nvlink", links, switch_links, pcie,
                      tuple((names[j], None) for j in order), tuple(gpu_nic),
-                     generation=_nvlink_generation(links, switch_links))
+                     generation=nvlink_generation(links, switch_links))
 
 
 # --- rocm-smi --showtopo ------------------------------------------------------------------------------------

@@ -570,7 +570,12 @@ def read_topology_file(path: str | os.PathLike) -> Topology:
     text = read_input_text(path, "topology file")
     if not text.strip():
         raise _fail(source, "", "empty file (expected a YAML or JSON topology)")
-    return parse_topology(decode_text(text, source, _format_of(path)), source)
+    doc = decode_text(text, source, _format_of(path))
+    from synth.topology.msccl_tools import is_msccl_object, topology_from_msccl
+
+    if is_msccl_object(doc):   # an msccl-tools topology JSON, read at the import defaults (docs/topology.md)
+        return topology_from_msccl(doc, source)
+    return parse_topology(doc, source)
 
 
 def load_topology(name_or_path: str | os.PathLike) -> Topology:
