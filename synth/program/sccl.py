@@ -323,7 +323,8 @@ def program_from_sccl(doc: Any, source: str = "<sccl>") -> Program:
 
 def _fabric(topology: Any, n: int, source: str) -> tuple[Fabric | None, str | None]:
     """The program's fabric: the algorithm's embedded topology at the import defaults (None if it has none)."""
-    from synth.topology.msccl_tools import is_msccl_object, topology_from_msccl
+    from synth.topology.importers import topology_from_msccl
+    from synth.topology.msccl_tools import is_msccl_object
 
     if not is_msccl_object(topology, "topology"):
         return None, None

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 
 from synth.errors import SynthError
 from synth.topology import generators as gen
-from synth.topology.io import check_topology
+from synth.topology.checks import check_topology
 from synth.topology.model import Topology
 
 # xGMI link count between the 16 GCDs of an AMD MI250 box (4 = the two GCDs of one package; 7 links per

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from synth.errors import SynthError
-from synth.topology.io import check_topology, merge_links
+from synth.topology.checks import check_topology, merge_links
 from synth.topology.model import Topology
 
 DEFAULT_BW = 50.0

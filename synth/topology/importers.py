@@ -12,14 +12,17 @@ Bandwidths (GB/s per direction) and alphas (µs) the sources do not print come f
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from synth.errors import SynthError
-from synth.topology.io import check_topology, merge_links
+from synth.topology.checks import check_topology, merge_links
 from synth.topology.model import Topology
+from synth.topology.msccl_tools import link_counts, looks_like_msccl_topology
 
 FORMATS = ("nvidia-smi", "rocm-smi", "nccl-xml", "msccl-tools")
 
@@ -139,8 +142,6 @@ def detect_format(text: str) -> str:
     """``nccl-xml`` (a ``<system`` element), ``rocm-smi`` (its banner or "between two GPUs" tables),
     ``nvidia-smi`` (a matrix header starting with GPU0) or ``msccl-tools`` (its topology JSON); SynthError
     otherwise."""
-    from synth.topology.msccl_tools import looks_like_msccl_topology
-
     if looks_like_msccl_topology(text):
         return "msccl-tools"
     if re.search(r"<\s*system[\s>]", text):
@@ -163,8 +164,6 @@ def parse(text: str, fmt: str | None = None) -> BoxFabric:
     if fmt == "nccl-xml":
         return parse_nccl_xml(text)
     if fmt == "msccl-tools":
-        from synth.topology.msccl_tools import parse_msccl_topology
-
         return parse_msccl_topology(text)
     raise SynthError(f"unknown format {fmt!r} (known: {', '.join(FORMATS)})")
 
@@ -724,3 +723,41 @@ def import_topology(text: str, fmt: str | None = None, params: ImportParams = Im
         raise SynthError("no GPUs in the source")
     return box, build_topology(box, params, nodes=nodes, ib_switches=ib_switches, name=name, source=source)
 
+
+# --- msccl-tools topology JSON (parsed by synth.topology.msccl_tools) ---------------------------------------
+
+
+def parse_msccl_topology(text: str) -> BoxFabric:
+    """The :class:`~synth.topology.importers.BoxFabric` of msccl-tools topology JSON text."""
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise SynthError(f"msccl-tools topology: not valid JSON ({exc})") from None
+    return msccl_box(doc)
+
+
+def msccl_box(doc: Any, source: str = "msccl-tools topology") -> BoxFabric:
+    """The :class:`~synth.topology.importers.BoxFabric` of a decoded msccl-tools topology."""
+    name, counts, switch_units = link_counts(doc, source)
+    n = len(counts)
+    if any(switch_units):
+        links, switch_links = tuple(tuple(row) for row in counts), tuple(switch_units)
+    else:
+        links, switch_links = switch_or_mesh(counts)
+    return BoxFabric("msccl-tools", "nvlink", links, switch_links, tuple(("",) * n for _ in range(n)),
+                     generation=nvlink_generation(links, switch_links),
+                     notes=(f"msccl-tools topology {name!r}: one link unit = one NVLink",))
+
+
+def topology_from_msccl(doc: Any, source: str = "msccl-tools topology", name: str | None = None) -> Topology:
+    """A validated synth :class:`~synth.topology.model.Topology` of a decoded msccl-tools topology, at the
+    import defaults (docs/topology.md): ``-t FILE`` and an SCCL algorithm's embedded topology use this."""
+    box = msccl_box(doc, source)
+    return replace(build_topology(box, name=name or _legal_name(doc["name"]), source=source), source=source)
+
+
+def _legal_name(name: str) -> str:
+    """msccl-tools names such as ``HubAndSpoke(n=4)`` as a synth topology name (letters, digits, . _ -)."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "msccl-tools"

@@ -17,14 +17,15 @@ import json
 import math
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from synth.errors import SynthError
 from synth.topology.builtin import builtin_names, builtin_path
-from synth.topology.model import Link, Topology
+from synth.topology.checks import check_topology, hop_diameter, merge_links
+from synth.topology.model import Topology
 
 __all__ = [
     "load_topology",
@@ -172,116 +173,6 @@ def _schema_check(doc: Any, source: str) -> None:
     error = best_match(_validator().iter_errors(doc))
     if error is not None:
         raise _fail(source, _path_str(error.absolute_path), _schema_problem(error))
-
-
-# --------------------------------------------------------------------------------------------
-# link merging (shared with the generators)
-
-
-def merge_links(
-    entries: Iterable[tuple[int, int, float, float, bool]],
-    fail: Callable[[int, str], Exception],
-) -> tuple[Link, ...]:
-    """Merge link entries ``(src, dst, bw, alpha, directed)`` into canonical directed links.
-
-    An undirected entry is one link in each direction. Entries on the same (src, dst) add their
-    bandwidth and must agree on α (docs/topology.md); ``fail(entry_index, problem)`` builds the error.
-    """
-    acc: dict[tuple[int, int], list] = {}
-    for index, (src, dst, bw, alpha, directed) in enumerate(entries):
-        pairs = ((src, dst),) if directed else ((src, dst), (dst, src))
-        for pair in pairs:
-            cur = acc.get(pair)
-            if cur is None:
-                acc[pair] = [float(bw), float(alpha), index]
-            elif cur[1] != float(alpha):
-                raise fail(
-                    index,
-                    f"alpha {alpha:g} on {pair[0]} -> {pair[1]} disagrees with alpha {cur[1]:g} "
-                    f"of links[{cur[2]}] (parallel entries add bandwidth and must share alpha)",
-                )
-            else:
-                cur[0] += float(bw)
-    return tuple(Link(s, d, v[0], v[1]) for (s, d), v in sorted(acc.items()))
-
-
-# --------------------------------------------------------------------------------------------
-# graph checks
-
-
-def _adjacency(topology: Topology):
-    import numpy as np
-    from scipy.sparse import csr_matrix
-
-    src, dst, _, _ = topology.arrays
-    n = topology.num_nodes
-    return csr_matrix((np.ones(len(src), dtype=np.int8), (src, dst)), shape=(n, n))
-
-
-def _unreachable_pair(topology: Topology) -> tuple[int, int] | None:
-    """A (src, dst) rank pair with no directed path, or None when every rank reaches every rank.
-
-    Every rank reaches rank 0 and rank 0 reaches every rank iff all ranks are mutually reachable.
-    """
-    if topology.num_ranks <= 1:
-        return None
-    import numpy as np
-    from scipy.sparse.csgraph import breadth_first_order
-
-    graph = _adjacency(topology)
-    for matrix, forward in ((graph, True), (graph.T.tocsr(), False)):
-        order = breadth_first_order(matrix, 0, directed=True, return_predecessors=False)
-        seen = np.zeros(topology.num_nodes, dtype=bool)
-        seen[order] = True
-        missing = np.flatnonzero(~seen[: topology.num_ranks])
-        if len(missing):
-            other = int(missing[0])
-            return (0, other) if forward else (other, 0)
-    return None
-
-
-def hop_diameter(topology: Topology, block: int = 512) -> int:
-    """Max over ordered rank pairs of the hop count of a shortest directed path (switches allowed).
-
-    Unweighted BFS from every rank (scipy.sparse.csgraph, in blocks of sources to bound memory).
-    Returns -1 if some rank cannot reach another.
-    """
-    import numpy as np
-    from scipy.sparse.csgraph import shortest_path
-
-    n = topology.num_ranks
-    if n <= 1:
-        return 0
-    graph = _adjacency(topology)
-    best = 0.0
-    for start in range(0, n, block):
-        rows = np.arange(start, min(n, start + block))
-        dist = shortest_path(graph, directed=True, unweighted=True, indices=rows)[:, :n]
-        worst = float(dist.max())
-        if not math.isfinite(worst):
-            return -1
-        best = max(best, worst)
-    return int(best)
-
-
-def check_topology(topology: Topology, source: str | None = None) -> Topology:
-    """Graph-level checks: no isolated switch; every rank reaches every other rank."""
-    source = source or topology.source or topology.name
-    touched = set()
-    for link in topology.links:
-        touched.add(link.src)
-        touched.add(link.dst)
-    for k, name in enumerate(topology.switches):
-        if topology.num_ranks + k not in touched:
-            raise _fail(source, f"switches[{k}]", f"switch {name!r} is isolated (no links)")
-    pair = _unreachable_pair(topology)
-    if pair is not None:
-        raise _fail(
-            source,
-            "links",
-            f"rank {pair[0]} cannot reach rank {pair[1]} (every rank must reach every other rank)",
-        )
-    return topology
 
 
 # --------------------------------------------------------------------------------------------
@@ -571,7 +462,8 @@ def read_topology_file(path: str | os.PathLike) -> Topology:
     if not text.strip():
         raise _fail(source, "", "empty file (expected a YAML or JSON topology)")
     doc = decode_text(text, source, _format_of(path))
-    from synth.topology.msccl_tools import is_msccl_object, topology_from_msccl
+    from synth.topology.importers import topology_from_msccl
+    from synth.topology.msccl_tools import is_msccl_object
 
     if is_msccl_object(doc):   # an msccl-tools topology JSON, read at the import defaults (docs/topology.md)
         return topology_from_msccl(doc, source)
