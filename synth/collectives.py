@@ -15,6 +15,12 @@ Schedule-level chunk ids (see :mod:`synth.schedule`):
 In-place programs alias one buffer onto a window of the other (MSCCL semantics):
 allgather/gather: ``i`` is ``o[r*C : (r+1)*C]``; reducescatter/scatter: ``o`` is ``i[r*C : (r+1)*C]``;
 the others: ``o`` is ``i``.
+
+One definition: :class:`CollectiveKind` names the collectives and its :class:`Shape` (five flags) says what
+each does; every query below derives from it. Lowering, verification and the greedy methods ask the
+vectorised queries (numpy arrays over ranks and chunks: :meth:`Collective.destination_slot`,
+:meth:`~Collective.destinations`, :meth:`~Collective.postcondition_arrays`, :meth:`~Collective.initial_chunk`,
+...). :attr:`Collective.postcondition`, spelled out slot by slot, is the test oracle they are checked against.
 """
 
 from __future__ import annotations

@@ -473,11 +473,13 @@ class _Verifier:
         return (a[0], a[1] | b[1])
 
     def _operand(self, g: int, p: int, which: str) -> str:
+        """Step (g, p)'s ``src`` or ``dst`` operand as ``buf[a:b]``."""
         st = self.tbs[g][1].steps[p]
         buf, off = (st.srcbuf, st.srcoff) if which == "src" else (st.dstbuf, st.dstoff)
         return f"{buf}[{off}:{off + st.cnt}]"
 
     def _step_name(self, g: int, s: int) -> str:
+        """How errors name step ``s`` of global threadblock ``g``."""
         r, tb = self.tbs[g]
         return f"rank {r} tb {tb.id} step {s} ({tb.steps[s].type})"
 
@@ -556,6 +558,7 @@ class _Verifier:
                 snaps[(g, p)] = v.copy()
 
     def _report_race(self, g1: int, p1: int, g2: int, p2: int, what: str, key: tuple[int, int]) -> None:
+        """One race error: step (g2, p2) touches physical slot ``key`` unordered with step (g1, p1)."""
         self.err.add(f"{self._step_name(g2, p2)}: race: {what} {self.phys_names[key[0]]}[{key[1]}] (physical "
                      f"buffer) concurrently with {self._step_name(g1, p1)}; no dependency orders them")
 
@@ -609,6 +612,7 @@ class _SlotAccess:
         self.reported: set[tuple[int, int]] = set()
 
     def _race(self, g1: int, p1: int, g2: int, p2: int, what: str, key: tuple[int, int]) -> None:
+        """Report a race, once per pair of threadblocks."""
         pair = (min(g1, g2), max(g1, g2))
         if pair not in self.reported:
             self.reported.add(pair)
