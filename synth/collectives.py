@@ -50,6 +50,7 @@ class CollectiveKind(enum.StrEnum):
 
     @property
     def shape(self) -> Shape:
+        """What this collective does (:class:`Shape`)."""
         return _SHAPES[self]
 
 
@@ -120,7 +121,8 @@ class Postcondition(NamedTuple):
 
 @dataclass(frozen=True)
 class Collective:
-    """A collective on ``num_ranks`` ranks with ``chunk_factor`` (C) chunks per rank piece."""
+    """A collective on ``num_ranks`` ranks with ``chunk_factor`` (C) chunks per rank piece. ``name`` may be
+    given as any spelling :func:`canonical_name` accepts; it is stored as the :class:`CollectiveKind`."""
 
     name: CollectiveKind
     num_ranks: int
@@ -142,6 +144,7 @@ class Collective:
     # ---- shapes -----------------------------------------------------------------------------
     @property
     def shape(self) -> Shape:
+        """What the collective does (:attr:`CollectiveKind.shape`)."""
         return self.name.shape
 
     @property
