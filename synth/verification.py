@@ -537,7 +537,18 @@ class _Verifier:
         vc = [np.zeros(ntb, dtype=np.int32) for _ in range(ntb)]
         need = {d for dl in self.deps for d in dl if d is not None}
         snaps: dict[tuple[int, int], np.ndarray] = {}
-        slots = _SlotAccess(self._report_race)
+        last_write: dict[tuple[int, int], tuple[int, int]] = {}
+        reads: dict[tuple[int, int], list] = {}
+        reported: set[tuple[int, int]] = set()
+
+        def race(g1: int, p1: int, g2: int, p2: int, what: str, key) -> None:
+            pair = (min(g1, g2), max(g1, g2))
+            if pair in reported:
+                return
+            reported.add(pair)
+            self.err.add(f"{self._step_name(g2, p2)}: race: {what} {self.phys_names[key[0]]}[{key[1]}] (physical "
+                         f"buffer) concurrently with {self._step_name(g1, p1)}; no dependency orders them")
+
         for g, p, sg, sp in self.trace:
             v = vc[g]
             dep = self.deps[g][p]
@@ -548,19 +559,29 @@ class _Verifier:
             v[g] = p + 1
             kind, _, snd, cnt, sarr, soff, darr, _, doff, _ = self.records[g][p]
             if kind != _NOP:
-                if kind in _READ_KINDS:
-                    slots.read(sarr, soff, cnt, g, p, v)
-                if kind == _RE:
-                    slots.read(darr, doff, cnt, g, p, v)
+                if kind in _READ_KINDS or kind == _RE:
+                    spans = [(sarr, soff)] if kind in _READ_KINDS else []
+                    if kind == _RE:
+                        spans.append((darr, doff))
+                    for arr, off in spans:
+                        for i in range(off, off + cnt):
+                            key = (id(arr), i)
+                            w = last_write.get(key)
+                            if w is not None and w[0] != g and v[w[0]] <= w[1]:
+                                race(w[0], w[1], g, p, "reads", key)
+                            reads.setdefault(key, []).append((g, p))
                 if kind in _WRITE_KINDS:
-                    slots.write(darr, doff, cnt, g, p, v)
+                    for i in range(doff, doff + cnt):
+                        key = (id(darr), i)
+                        w = last_write.get(key)
+                        if w is not None and w[0] != g and v[w[0]] <= w[1]:
+                            race(w[0], w[1], g, p, "writes", key)
+                        for rg, rp in reads.pop(key, ()):
+                            if rg != g and v[rg] <= rp:
+                                race(rg, rp, g, p, "writes", key)
+                        last_write[key] = (g, p)
             if snd or (g, p) in need:
                 snaps[(g, p)] = v.copy()
-
-    def _report_race(self, g1: int, p1: int, g2: int, p2: int, what: str, key: tuple[int, int]) -> None:
-        """One race error: step (g2, p2) touches physical slot ``key`` unordered with step (g1, p1)."""
-        self.err.add(f"{self._step_name(g2, p2)}: race: {what} {self.phys_names[key[0]]}[{key[1]}] (physical "
-                     f"buffer) concurrently with {self._step_name(g1, p1)}; no dependency orders them")
 
     def _postcondition(self) -> None:
         """Every output slot the collective names must hold exactly its postcondition value."""
@@ -599,45 +620,6 @@ def _wait_cycles(blocked: list[int], waits_on: dict[int, int]) -> list[list[int]
         for h in path:
             state[h] = -1
     return cycles
-
-
-class _SlotAccess:
-    """The race check's memory of physical slots: the last write and the reads since, per slot; an access
-    that no vector clock orders after a conflicting one from another threadblock is a race (once per pair)."""
-
-    def __init__(self, report) -> None:
-        self.report = report
-        self.last_write: dict[tuple[int, int], tuple[int, int]] = {}
-        self.reads: dict[tuple[int, int], list] = {}
-        self.reported: set[tuple[int, int]] = set()
-
-    def _race(self, g1: int, p1: int, g2: int, p2: int, what: str, key: tuple[int, int]) -> None:
-        """Report a race, once per pair of threadblocks."""
-        pair = (min(g1, g2), max(g1, g2))
-        if pair not in self.reported:
-            self.reported.add(pair)
-            self.report(g1, p1, g2, p2, what, key)
-
-    def read(self, arr: list, off: int, cnt: int, g: int, p: int, v: np.ndarray) -> None:
-        """Step (g, p) with clock ``v`` reads ``arr[off:off+cnt]``: it must follow the slots' last writes."""
-        for i in range(off, off + cnt):
-            key = (id(arr), i)
-            w = self.last_write.get(key)
-            if w is not None and w[0] != g and v[w[0]] <= w[1]:
-                self._race(w[0], w[1], g, p, "reads", key)
-            self.reads.setdefault(key, []).append((g, p))
-
-    def write(self, arr: list, off: int, cnt: int, g: int, p: int, v: np.ndarray) -> None:
-        """Step (g, p) with clock ``v`` writes ``arr[off:off+cnt]``: it must follow the last write and the reads."""
-        for i in range(off, off + cnt):
-            key = (id(arr), i)
-            w = self.last_write.get(key)
-            if w is not None and w[0] != g and v[w[0]] <= w[1]:
-                self._race(w[0], w[1], g, p, "writes", key)
-            for rg, rp in self.reads.pop(key, ()):
-                if rg != g and v[rg] <= rp:
-                    self._race(rg, rp, g, p, "writes", key)
-            self.last_write[key] = (g, p)
 
 
 def verify(program: Program, collective: Collective | str | None = None, max_errors: int = MAX_ERRORS,
