@@ -15,24 +15,81 @@ Schedule-level chunk ids (see :mod:`synth.schedule`):
 In-place programs alias one buffer onto a window of the other (MSCCL semantics):
 allgather/gather: ``i`` is ``o[r*C : (r+1)*C]``; reducescatter/scatter: ``o`` is ``i[r*C : (r+1)*C]``;
 the others: ``o`` is ``i``.
+
+One definition: :class:`CollectiveKind` names the collectives and its :class:`Shape` (five flags) says what
+each does; every query below derives from it. Lowering, verification and the greedy methods ask the
+vectorised queries (numpy arrays over ranks and chunks: :meth:`Collective.destination_slot`,
+:meth:`~Collective.destinations`, :meth:`~Collective.postcondition_arrays`, :meth:`~Collective.initial_chunk`,
+...). :attr:`Collective.postcondition`, spelled out slot by slot, is the test oracle they are checked against.
 """
 
 from __future__ import annotations
 
+import enum
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import cached_property
+from typing import NamedTuple
+
+import numpy as np
 
 from synth.errors import SynthError
 
-COLLECTIVES = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast", "reduce", "gather", "scatter")
-REDUCING = frozenset({"reducescatter", "allreduce", "reduce"})
-ROOTED = frozenset({"broadcast", "reduce", "gather", "scatter"})
+
+class CollectiveKind(enum.StrEnum):
+    """The eight collectives. A ``str`` enum: members compare, hash, format and serialise as their names."""
+
+    ALLGATHER = "allgather"
+    REDUCESCATTER = "reducescatter"
+    ALLREDUCE = "allreduce"
+    ALLTOALL = "alltoall"
+    BROADCAST = "broadcast"
+    REDUCE = "reduce"
+    GATHER = "gather"
+    SCATTER = "scatter"
+
+    @property
+    def shape(self) -> Shape:
+        """What this collective does (:class:`Shape`)."""
+        return _SHAPES[self]
+
+
+class Shape(NamedTuple):
+    """What a collective does, in five flags: the one definition every pre/postcondition query derives from.
+
+    ``reduces``: an output chunk combines every rank's contribution of one input slot (else it copies one);
+    ``scatters``: the input holds N pieces, piece r for rank r (N·C input chunks, else C);
+    ``gathers``: the output holds N pieces, piece q from rank q (N·C output chunks, else C);
+    ``from_root``: only the root's input counts; ``to_root``: only the root's output counts."""
+
+    reduces: bool = False
+    scatters: bool = False
+    gathers: bool = False
+    from_root: bool = False
+    to_root: bool = False
+
+
+_K = CollectiveKind
+_SHAPES: dict[CollectiveKind, Shape] = {
+    _K.ALLGATHER: Shape(gathers=True),
+    _K.REDUCESCATTER: Shape(reduces=True, scatters=True),
+    _K.ALLREDUCE: Shape(reduces=True),
+    _K.ALLTOALL: Shape(scatters=True, gathers=True),
+    _K.BROADCAST: Shape(from_root=True),
+    _K.REDUCE: Shape(reduces=True, to_root=True),
+    _K.GATHER: Shape(gathers=True, to_root=True),
+    _K.SCATTER: Shape(scatters=True, from_root=True),
+}
+COLLECTIVES: tuple[CollectiveKind, ...] = tuple(CollectiveKind)
+REDUCING = frozenset(k for k in COLLECTIVES if k.shape.reduces)
+ROOTED = frozenset(k for k in COLLECTIVES if k.shape.from_root or k.shape.to_root)
+# where a postcondition slot combines every rank's contribution (reductions), its origin is this
+ALL_ORIGINS = -1
 # MSCCL runtimes count a buffer in elements; fp32 here, so 1- and 2-byte types divide as well
 RUNTIME_ELEMENT_BYTES = 4
 # MSCCL `coll` attribute spellings accepted on import.
-COLL_ALIASES = {"reduce_scatter": "reducescatter", "all_reduce": "allreduce", "all_gather": "allgather",
-                "all_to_all": "alltoall", "alltoall": "alltoall"}
+COLL_ALIASES = {"reduce_scatter": _K.REDUCESCATTER, "all_reduce": _K.ALLREDUCE, "all_gather": _K.ALLGATHER,
+                "all_to_all": _K.ALLTOALL, "alltoall": _K.ALLTOALL}
 
 
 def runtime_divides(loop_chunks: int, size_bytes: float) -> bool:
@@ -43,19 +100,31 @@ def runtime_divides(loop_chunks: int, size_bytes: float) -> bool:
     return elements == int(elements) and int(elements) % loop_chunks == 0
 
 
-def canonical_name(name: str) -> str:
+def canonical_name(name: str) -> CollectiveKind:
+    """The collective a name (any case, or an MSCCL ``coll`` spelling) denotes; SynthError if none."""
     key = name.strip().lower()
     key = COLL_ALIASES.get(key, key)
     if key not in COLLECTIVES:
         raise SynthError(f"unknown collective {name!r}; expected one of {', '.join(COLLECTIVES)}")
-    return key
+    return CollectiveKind(key)
+
+
+class Postcondition(NamedTuple):
+    """The postcondition as arrays, one entry per (rank, output slot) that matters, by rank then slot: the
+    slot must hold input slot ``input_slot`` of rank ``origin`` (of every rank where :data:`ALL_ORIGINS`)."""
+
+    rank: np.ndarray
+    slot: np.ndarray
+    input_slot: np.ndarray
+    origin: np.ndarray
 
 
 @dataclass(frozen=True)
 class Collective:
-    """A collective on ``num_ranks`` ranks with ``chunk_factor`` (C) chunks per rank piece."""
+    """A collective on ``num_ranks`` ranks with ``chunk_factor`` (C) chunks per rank piece. ``name`` may be
+    given as any spelling :func:`canonical_name` accepts; it is stored as the :class:`CollectiveKind`."""
 
-    name: str
+    name: CollectiveKind
     num_ranks: int
     chunk_factor: int = 1
     root: int = 0
@@ -74,8 +143,13 @@ class Collective:
 
     # ---- shapes -----------------------------------------------------------------------------
     @property
+    def shape(self) -> Shape:
+        """What the collective does (:attr:`CollectiveKind.shape`)."""
+        return self.name.shape
+
+    @property
     def is_reduction(self) -> bool:
-        return self.name in REDUCING
+        return self.shape.reduces
 
     @property
     def is_rooted(self) -> bool:
@@ -83,21 +157,16 @@ class Collective:
 
     @property
     def input_chunks(self) -> int:
-        n, c = self.num_ranks, self.chunk_factor
-        return n * c if self.name in ("reducescatter", "alltoall", "scatter") else c
+        return self.num_ranks * self.chunk_factor if self.shape.scatters else self.chunk_factor
 
     @property
     def output_chunks(self) -> int:
-        n, c = self.num_ranks, self.chunk_factor
-        return n * c if self.name in ("allgather", "alltoall", "gather") else c
+        return self.num_ranks * self.chunk_factor if self.shape.gathers else self.chunk_factor
 
     @property
     def size_chunks(self) -> int:
         """How many chunks the SIZE (docs/units.md) covers (the nccl-tests buffer convention)."""
-        n, c = self.num_ranks, self.chunk_factor
-        if self.name in ("allgather", "reducescatter", "alltoall", "gather", "scatter"):
-            return n * c
-        return c
+        return max(self.input_chunks, self.output_chunks)
 
     @property
     def min_transfers(self) -> int:
@@ -105,11 +174,11 @@ class Collective:
         does not start with arrives by at least one transfer; an allreduce chunk needs 2(N-1) (one-way gossip,
         Harary & Schwenk 1974, as in :func:`synth.lower_bounds.allreduce_bandwidth_us`)."""
         n, c = self.num_ranks, self.chunk_factor
-        if self.name in ("allgather", "reducescatter", "alltoall"):
-            return n * (n - 1) * c
-        if self.name == "allreduce":
+        if self.name == _K.ALLREDUCE:
             return 2 * (n - 1) * c
-        return (n - 1) * c
+        if self.shape.from_root or self.shape.to_root:
+            return (n - 1) * c
+        return n * (n - 1) * c
 
     def chunk_bytes(self, size_bytes: float) -> float:
         return size_bytes / self.size_chunks
@@ -121,31 +190,31 @@ class Collective:
     @property
     def busbw_factor(self) -> float:
         n = self.num_ranks
-        if self.name == "allreduce":
+        if self.name == _K.ALLREDUCE:
             return 2 * (n - 1) / n
-        if self.name in ("allgather", "reducescatter", "alltoall"):
+        if self.name in (_K.ALLGATHER, _K.REDUCESCATTER, _K.ALLTOALL):
             return (n - 1) / n
         return 1.0
 
     def contribution(self, origin: int, slot: int) -> int:
         return origin * self.input_chunks + slot
 
-    def split_contribution(self, contribution: int) -> tuple[int, int]:
+    def split_contribution(self, contribution):
+        """(origin rank, input slot) of a contribution id; elementwise on arrays."""
         return divmod(contribution, self.input_chunks)
 
     # ---- aliasing for in-place programs ----------------------------------------------------
     def alias(self, rank: int, buffer: str) -> tuple[str, int] | None:
-        """Where ``buffer`` of ``rank`` lives when the program is in place: (target buffer, base offset)."""
+        """Where ``buffer`` of ``rank`` lives when the program is in place: (target buffer, base offset).
+        The smaller buffer is the rank's piece of the N-piece one; equal sizes share one buffer (``o`` is ``i``)."""
         if not self.inplace:
             return None
-        c = self.chunk_factor
-        if self.name in ("allgather", "gather") and buffer == "i":
-            return ("o", rank * c)
-        if self.name in ("reducescatter", "scatter") and buffer == "o":
-            return ("i", rank * c)
-        if self.name in ("allreduce", "alltoall", "broadcast", "reduce") and buffer == "o":
-            return ("i", 0)
-        return None
+        shape = self.shape
+        if shape.gathers and not shape.scatters:
+            return ("o", rank * self.chunk_factor) if buffer == "i" else None
+        if shape.scatters and not shape.gathers:
+            return ("i", rank * self.chunk_factor) if buffer == "o" else None
+        return ("i", 0) if buffer == "o" else None
 
     # ---- pre/postconditions ----------------------------------------------------------------
     @cached_property
@@ -158,66 +227,142 @@ class Collective:
     def source_ranks(self) -> tuple[int, ...]:
         """The ranks whose whole input the precondition counts: rank r holds contribution (r, s) in input slot s
         (the root alone for broadcast and scatter)."""
-        return (self.root,) if self.name in ("broadcast", "scatter") else tuple(range(self.num_ranks))
+        return (self.root,) if self.shape.from_root else tuple(range(self.num_ranks))
 
     @cached_property
     def postcondition(self) -> dict[tuple[int, int], frozenset[int]]:
-        """(rank, output slot) -> the exact set of contributions that slot must hold at the end."""
+        """(rank, output slot) -> the exact set of contributions that slot must hold at the end.
+
+        Spelled out per collective, slot by slot, and kept as the test oracle of the vectorised queries
+        below (which derive from :class:`Shape`); it builds O(N²·C) sets, so nothing else uses it."""
         n, c, root = self.num_ranks, self.chunk_factor, self.root
         contrib = self.contribution
         post: dict[tuple[int, int], frozenset[int]] = {}
-        if self.name == "allgather":
+        if self.name == _K.ALLGATHER:
             for r in range(n):
                 for q in range(n):
                     for k in range(c):
                         post[(r, q * c + k)] = frozenset({contrib(q, k)})
-        elif self.name == "alltoall":
+        elif self.name == _K.ALLTOALL:
             for r in range(n):
                 for q in range(n):
                     for k in range(c):
                         post[(r, q * c + k)] = frozenset({contrib(q, r * c + k)})
-        elif self.name == "broadcast":
+        elif self.name == _K.BROADCAST:
             for r in range(n):
                 for k in range(c):
                     post[(r, k)] = frozenset({contrib(root, k)})
-        elif self.name == "gather":
+        elif self.name == _K.GATHER:
             for q in range(n):
                 for k in range(c):
                     post[(root, q * c + k)] = frozenset({contrib(q, k)})
-        elif self.name == "scatter":
+        elif self.name == _K.SCATTER:
             for r in range(n):
                 for k in range(c):
                     post[(r, k)] = frozenset({contrib(root, r * c + k)})
-        elif self.name == "allreduce":
+        elif self.name == _K.ALLREDUCE:
             for r in range(n):
                 for k in range(c):
                     post[(r, k)] = frozenset(contrib(q, k) for q in range(n))
-        elif self.name == "reduce":
+        elif self.name == _K.REDUCE:
             for k in range(c):
                 post[(root, k)] = frozenset(contrib(q, k) for q in range(n))
-        elif self.name == "reducescatter":
+        elif self.name == _K.REDUCESCATTER:
             for r in range(n):
                 for k in range(c):
                     post[(r, k)] = frozenset(contrib(q, r * c + k) for q in range(n))
         return post
 
-    # ---- schedule-level chunks -------------------------------------------------------------
+    # ---- schedule-level chunks, vectorised ---------------------------------------------------
+    @property
+    def chunk_space(self) -> int:
+        """Size of the schedule-chunk id space: the ids are a subset of ``range(chunk_space)``."""
+        return self.input_chunks if self.is_reduction else self.num_ranks * self.input_chunks
+
+    def is_schedule_chunk(self, chunk: np.ndarray) -> np.ndarray:
+        """Mask of the ids in :attr:`schedule_chunks`: every input slot of a reduction, every contribution
+        of a source rank for a copy collective (each is wanted somewhere)."""
+        chunk = np.asarray(chunk, dtype=np.int64)
+        ok = (chunk >= 0) & (chunk < self.chunk_space)
+        if self.shape.from_root:
+            ok &= chunk // self.input_chunks == self.root
+        return ok
+
     @cached_property
     def schedule_chunks(self) -> tuple[int, ...]:
         """The chunk ids a Schedule moves (see module docstring)."""
-        if self.is_reduction:
-            return tuple(range(self.input_chunks))
-        return tuple(sorted(set(self.precondition.values()) & self._needed_contributions))
+        return tuple(self._chunk_ids().tolist())
 
-    @cached_property
-    def _needed_contributions(self) -> frozenset[int]:
-        return frozenset(x for s in self.postcondition.values() for x in s)
+    def _chunk_ids(self) -> np.ndarray:
+        return np.flatnonzero(self.is_schedule_chunk(np.arange(self.chunk_space)))
+
+    def chunk_origin(self, chunk: np.ndarray) -> np.ndarray:
+        """The rank whose input holds ``chunk`` at the start; :data:`ALL_ORIGINS` for a reduction's chunk,
+        which every rank holds a part of."""
+        chunk = np.asarray(chunk, dtype=np.int64)
+        if self.is_reduction:
+            return np.full(chunk.shape, ALL_ORIGINS, dtype=np.int64)
+        return chunk // self.input_chunks
+
+    def chunk_input_slot(self, chunk: np.ndarray) -> np.ndarray:
+        """The input slot ``chunk`` starts in (on its origin, or on every rank for a reduction)."""
+        chunk = np.asarray(chunk, dtype=np.int64)
+        return chunk if self.is_reduction else chunk % self.input_chunks
+
+    def initial_chunk(self, rank: np.ndarray, input_slot: np.ndarray) -> np.ndarray:
+        """The precondition as schedule chunks: the chunk input slot ``input_slot`` of ``rank`` holds at
+        the start, -1 where it holds none (a slot out of range, or a rank that is no source)."""
+        rank = np.asarray(rank, dtype=np.int64)
+        input_slot = np.asarray(input_slot, dtype=np.int64)
+        held = (input_slot >= 0) & (input_slot < self.input_chunks)
+        if self.shape.from_root:
+            held &= rank == self.root
+        chunk = input_slot if self.is_reduction else rank * self.input_chunks + input_slot
+        return np.where(held, chunk, -1)
+
+    def destination_slot(self, rank: np.ndarray, chunk: np.ndarray) -> np.ndarray:
+        """Output slot where ``chunk``'s final value must be on ``rank`` (-1: nowhere), for arrays of
+        (rank, schedule chunk). Input slot s is piece s // C, part s % C, when the input ``scatters`` (the
+        piece names the rank it is for), else part s; the output slot is part k of the origin's piece
+        when the output ``gathers``, else k."""
+        c = self.chunk_factor
+        rank = np.asarray(rank, dtype=np.int64)
+        chunk = np.asarray(chunk, dtype=np.int64)
+        shape = self.shape
+        wanted = np.ones(np.broadcast_shapes(rank.shape, chunk.shape), dtype=bool)
+        part = self.chunk_input_slot(chunk)
+        if shape.scatters:
+            piece, part = np.divmod(part, c)
+            wanted &= piece == rank
+        if shape.to_root:
+            wanted &= rank == self.root
+        slot = self.chunk_origin(chunk) * c + part if shape.gathers else part
+        return np.where(wanted, slot, -1)
+
+    def destinations(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every (chunk, rank, output slot) of the postcondition, ordered by chunk then rank."""
+        chunks = self._chunk_ids()
+        n, shape = self.num_ranks, self.shape
+        if shape.to_root:
+            ranks = np.full(len(chunks), self.root, dtype=np.int64)
+        elif shape.scatters:    # the piece of the input slot names its one destination
+            ranks = self.chunk_input_slot(chunks) // self.chunk_factor
+        else:
+            chunks, ranks = np.repeat(chunks, n), np.tile(np.arange(n), len(chunks))
+        return chunks, ranks, self.destination_slot(ranks, chunks)
+
+    def postcondition_arrays(self) -> Postcondition:
+        """:attr:`postcondition` as arrays (:class:`Postcondition`), from :meth:`destinations`."""
+        chunks, ranks, slots = self.destinations()
+        order = np.lexsort((slots, ranks))
+        chunks = chunks[order]
+        return Postcondition(ranks[order], slots[order], self.chunk_input_slot(chunks), self.chunk_origin(chunks))
 
     def chunk_sources(self, chunk: int) -> tuple[int, ...]:
         """Ranks that hold (a part of) ``chunk`` at the start."""
         if self.is_reduction:
             return tuple(range(self.num_ranks))
-        return (self.split_contribution(chunk)[0],)
+        return (int(self.chunk_origin(chunk)),)
 
     def chunk_destinations(self, chunk: int) -> dict[int, int]:
         """rank -> output slot where the final value of ``chunk`` must end up."""
@@ -225,18 +370,16 @@ class Collective:
 
     @cached_property
     def _destinations(self) -> dict[int, dict[int, int]]:
-        """:meth:`chunk_destinations` for every chunk, from one pass over the postcondition (asking
-        chunk by chunk walked it once per chunk: 6 minutes for a 256-rank alltoall)."""
+        """:meth:`chunk_destinations` for every chunk, from one pass over :meth:`destinations`."""
         out: dict[int, dict[int, int]] = defaultdict(dict)
-        for (r, slot), contribs in self.postcondition.items():
-            if self.is_reduction:
-                out[self.split_contribution(next(iter(contribs)))[1]][r] = slot
-            else:
-                for chunk in contribs:
-                    out[chunk][r] = slot
+        for chunk, rank, slot in zip(*(a.tolist() for a in self.destinations()), strict=True):
+            out[chunk][rank] = slot
         return dict(out)
 
-    def reversed_pair(self) -> str | None:
+    def reversed_pair(self) -> CollectiveKind | None:
         """The collective whose schedule, reversed in time and direction, implements this one."""
-        return {"reducescatter": "allgather", "reduce": "broadcast", "gather": "scatter",
-                "allgather": "reducescatter", "broadcast": "reduce", "scatter": "gather"}.get(self.name)
+        return _REVERSED.get(self.name)
+
+
+_REVERSED = {_K.REDUCESCATTER: _K.ALLGATHER, _K.REDUCE: _K.BROADCAST, _K.GATHER: _K.SCATTER,
+             _K.ALLGATHER: _K.REDUCESCATTER, _K.BROADCAST: _K.REDUCE, _K.SCATTER: _K.GATHER}

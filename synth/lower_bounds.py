@@ -639,10 +639,10 @@ def latency_bound_us(topology: Topology, collective: Collective) -> tuple[float,
         return 0.0, {"latency_method": "single rank"}
     dist = _alpha_distances(topology)
     root = collective.root
-    name = collective.name
-    if name in ("broadcast", "scatter"):
+    shape = collective.shape
+    if shape.from_root:
         sp = float(dist[root].max())
-    elif name in ("reduce", "gather"):
+    elif shape.to_root:
         sp = float(dist[:, root].max())
     else:
         sp = float(dist.max())
@@ -652,9 +652,9 @@ def latency_bound_us(topology: Topology, collective: Collective) -> tuple[float,
     d_out = int(np.bincount(src, minlength=topology.num_nodes)[:n].max())
     d_in = int(np.bincount(dst, minlength=topology.num_nodes)[:n].max())
     rounds = 0
-    if name not in ("reduce", "gather"):
+    if not shape.to_root:
         rounds = max(rounds, _rounds(n, d_out))
-    if name not in ("broadcast", "scatter"):
+    if not shape.from_root:
         rounds = max(rounds, _rounds(n, d_in))
     port = rounds * a
     return max(sp, port), {"shortest_path_us": sp, "port_rounds": rounds, "port_round_alpha_us": a,

@@ -32,7 +32,7 @@ from operator import attrgetter
 
 import numpy as np
 
-from synth.collectives import Collective, canonical_name
+from synth.collectives import ALL_ORIGINS, Collective, canonical_name
 from synth.errors import SynthError
 from synth.gcpause import gc_paused
 from synth.program.ir import READS_SRC as _READS_SRC
@@ -102,39 +102,16 @@ def _describe(value) -> str:
     return f"input slot {slot} of ranks {_fmt_ranks(_ranks_of(bits))}"
 
 
-def iter_expected_values(coll: Collective) -> Iterator[tuple[tuple[int, int], tuple[int, int]]]:
-    """``coll.postcondition`` in the verifier's encoding, lazily: ((rank, output slot), (input slot, origin bitset)).
-
-    Computed by formula per collective (the same rules as :mod:`synth.collectives`' postcondition and
-    ``destination_slot`` in :mod:`synth.program.lower`), never through ``coll.postcondition``, which
-    builds a frozenset per slot (O(N^2 C) sets for allgather/alltoall). With C chunks per piece:
-    allgather ``o[q*C+k]`` of every rank = input slot k of q; alltoall ``o[q*C+k]`` of r = input slot
-    r*C+k of q; broadcast ``o[k]`` = input slot k of the root; gather: the allgather slots on the root
-    only; scatter ``o[k]`` of r = input slot r*C+k of the root; allreduce ``o[k]`` = input slot k of all
-    ranks; reduce: the same on the root only; reducescatter ``o[k]`` of r = input slot r*C+k of all.
-    """
-    n, c, root = coll.num_ranks, coll.chunk_factor, coll.root
-    every = (1 << n) - 1
-    name = coll.name
-    if name == "allreduce":
-        return (((r, k), (k, every)) for r in range(n) for k in range(c))
-    if name == "reduce":
-        return (((root, k), (k, every)) for k in range(c))
-    if name == "reducescatter":
-        return (((r, k), (r * c + k, every)) for r in range(n) for k in range(c))
-    if name == "broadcast":
-        return (((r, k), (k, 1 << root)) for r in range(n) for k in range(c))
-    if name == "scatter":
-        return (((r, k), (r * c + k, 1 << root)) for r in range(n) for k in range(c))
-    # one value per (origin q, chunk k); allgather/gather place it at output slot q*C+k
-    if name in ("allgather", "gather"):
-        row = [((q * c + k), (k, 1 << q)) for q in range(n) for k in range(c)]
-        ranks = range(n) if name == "allgather" else (root,)
-        return (((r, slot), value) for r in ranks for slot, value in row)
-    if name == "alltoall":
-        bit = [1 << q for q in range(n)]
-        return (((r, q * c + k), (r * c + k, bit[q])) for r in range(n) for q in range(n) for k in range(c))
-    raise SynthError(f"verify does not know collective {name}")  # pragma: no cover - Collective validates names
+def iter_expected_values(coll: Collective, block: int = 1 << 16) -> Iterator[tuple[tuple[int, int], tuple[int, int]]]:
+    """``coll.postcondition`` in the verifier's encoding, by rank then slot: ((rank, output slot), (input slot,
+    origin bitset)). From :meth:`Collective.postcondition_arrays`, turned into Python ``block`` entries at a time
+    (the postcondition has N²·C slots for allgather and alltoall)."""
+    every = (1 << coll.num_ranks) - 1
+    post = coll.postcondition_arrays()
+    for at in range(0, len(post.rank), block):
+        part = (a[at:at + block].tolist() for a in post)
+        for r, slot, input_slot, origin in zip(*part, strict=True):
+            yield (r, slot), (input_slot, every if origin == ALL_ORIGINS else 1 << origin)
 
 
 def expected_values(coll: Collective) -> dict[tuple[int, int], tuple[int, int]]:
@@ -156,6 +133,8 @@ class _Errors(list):
 
 
 class _Verifier:
+    """One verification of a program: the steps of :meth:`run`, in order, each adding what it finds to ``err``."""
+
     def __init__(self, program: Program, coll: Collective, max_errors: int, races: bool = True,
                  keep_input: bool = True) -> None:
         self.p = program
@@ -164,35 +143,59 @@ class _Verifier:
         self.keep_input = keep_input
         self.err = _Errors(max_errors)
 
+    def run(self) -> list[str]:
+        """Every check, in order; the error list (capped at ``max_errors``, then one line counting the rest)."""
+        with gc_paused():   # one symbolic value per chunk slot and step record, none in a cycle
+            self._layout()
+            self._precondition()
+            self._input_writes()
+            if self._structure():
+                self._run()
+                self._blocked()
+                self._leftovers()
+                self._race_check()
+                self._postcondition()
+        errors = list(self.err)
+        if self.err.dropped:
+            errors.append(f"... and {self.err.dropped} more errors")
+        return errors
+
     # ---- layout -------------------------------------------------------------------------------
     def _layout(self) -> None:
         """Physical buffers per rank; in-place aliasing maps one buffer onto a window of the other."""
-        c = self.c
         self.layout: list[dict] = []
         self.aliased: set[tuple[int, str]] = set()
         self.phys_names: dict[int, str] = {}
         for gpu in self.p.gpus:
-            r = gpu.id
             declared = {"i": gpu.i_chunks, "o": gpu.o_chunks, "s": gpu.s_chunks}
-            needed = {"i": max(declared["i"], c.input_chunks), "o": max(declared["o"], c.output_chunks),
-                      "s": declared["s"]}
-            views = {}
-            for buf in ("i", "o", "s"):
-                alias = c.alias(r, buf) if buf != "s" else None
-                if alias is None:
-                    views[buf] = (buf, 0, declared[buf])
-                else:
-                    target, base = alias
-                    self.aliased.add((r, buf))
-                    window = c.input_chunks if buf == "i" else c.output_chunks
-                    views[buf] = (target, base, window)
-                    needed[target] = max(needed[target], base + window)
+            views, needed = self._views(gpu.id, declared)
             phys = {b: [None] * needed[b] for b in ("i", "o", "s")}
             for b, arr in phys.items():
                 self.phys_names[id(arr)] = b
             writers = {b: [None] * needed[b] for b in phys}
             self.layout.append({buf: (phys[t], writers[t], base, limit) for buf, (t, base, limit) in views.items()})
-        # the precondition, rank by rank (Collective.source_ranks: input slot s of rank r holds (r, s))
+
+    def _views(self, r: int, declared: dict[str, int]) -> tuple[dict, dict[str, int]]:
+        """Rank ``r``'s buffer views (physical buffer, base, chunks) and the physical buffers' sizes."""
+        c = self.c
+        needed = {"i": max(declared["i"], c.input_chunks), "o": max(declared["o"], c.output_chunks),
+                  "s": declared["s"]}
+        views = {}
+        for buf in ("i", "o", "s"):
+            alias = c.alias(r, buf) if buf != "s" else None
+            if alias is None:
+                views[buf] = (buf, 0, declared[buf])
+            else:
+                target, base = alias
+                self.aliased.add((r, buf))
+                window = c.input_chunks if buf == "i" else c.output_chunks
+                views[buf] = (target, base, window)
+                needed[target] = max(needed[target], base + window)
+        return views, needed
+
+    def _precondition(self) -> None:
+        """Fill the inputs, rank by rank (Collective.source_ranks: input slot s of rank r holds (r, s))."""
+        c = self.c
         for r in c.source_ranks:
             arr, _, base, limit = self.layout[r]["i"]
             held = min(c.input_chunks, limit)
@@ -215,20 +218,32 @@ class _Verifier:
 
     # ---- structure ----------------------------------------------------------------------------
     def _structure(self) -> bool:
-        p, err = self.p, self.err
-        n = p.num_ranks
-        if [g.id for g in p.gpus] != list(range(n)):
-            err.add(f"program has num_ranks={n} but gpu ids {[g.id for g in p.gpus]}")
+        """Index threadblocks and connections and compile every step; False where the gpu ids are not 0..N-1."""
+        n = self.p.num_ranks
+        if [g.id for g in self.p.gpus] != list(range(n)):
+            self.err.add(f"program has num_ranks={n} but gpu ids {[g.id for g in self.p.gpus]}")
             return False
+        self._index_threadblocks()
+        self._connections()
+        depended = self._compile_steps()
+        self._check_hasdep(depended)
+        return True
+
+    def _index_threadblocks(self) -> None:
+        """Number threadblocks globally (``tbs``, ``gindex``); a duplicate id on a rank is dropped."""
         self.tbs = []          # global index -> (rank, Threadblock)
         self.gindex = {}       # (rank, tb id) -> global index
-        for gpu in p.gpus:
+        for gpu in self.p.gpus:
             for tb in gpu.threadblocks:
                 if (gpu.id, tb.id) in self.gindex:
-                    err.add(f"rank {gpu.id} tb {tb.id}: duplicate threadblock id")
+                    self.err.add(f"rank {gpu.id} tb {tb.id}: duplicate threadblock id")
                     continue
                 self.gindex[(gpu.id, tb.id)] = len(self.tbs)
                 self.tbs.append((gpu.id, tb))
+
+    def _connections(self) -> None:
+        """The sending and receiving threadblock of every connection (src, dst, channel); bad peers flagged."""
+        n, err = self.p.num_ranks, self.err
         self.sender: dict[tuple, int] = {}
         self.receiver: dict[tuple, int] = {}
         self.send_ok, self.recv_ok = [], []
@@ -251,22 +266,24 @@ class _Verifier:
                 ok_peer[role] = good
             self.send_ok.append(ok_peer["send"])
             self.recv_ok.append(ok_peer["recv"])
-        # per-step operand checks, dependency resolution and compiled step records for _run. One pass
-        # per step with everything hoisted: the step's fields come out in one C-level attrgetter call,
-        # the type's properties in one dict lookup, and the full check runs in _step_problems only
-        # when the fast range test fails.
+
+    def _compile_steps(self) -> dict[tuple[int, int], tuple[int, int]]:
+        """Check every step's operands and dependency and compile it into a record for :meth:`_run`.
+
+        One pass per step with everything hoisted: the step's fields come out in one C-level attrgetter
+        call, the type's properties in one dict lookup, and the full check runs in :meth:`_step_problems`
+        only when the fast range test fails. Returns the depended-on steps: (tb, step) -> first dependent."""
+        err, tbs = self.err, self.tbs
         self.deps: list[list] = []
         self.records: list[list[tuple]] = []
         depended: dict[tuple[int, int], tuple[int, int]] = {}
-        gindex, tbs = self.gindex, self.tbs
         lengths = [len(tb.steps) for _, tb in tbs]
-        tb_index: list[dict[int, int]] = [{} for _ in range(n)]  # per rank: tb id -> global index
-        for (rank, tb_id), g in gindex.items():
+        tb_index: list[dict[int, int]] = [{} for _ in range(self.p.num_ranks)]  # per rank: tb id -> global index
+        for (rank, tb_id), g in self.gindex.items():
             tb_index[rank][tb_id] = g
         for g, (r, tb) in enumerate(tbs):
-            views = self.layout[r]
+            get_view = self.layout[r].get
             local = tb_index[r]
-            get_view = views.get
             dl, recs = [], []
             can_send, can_recv = self.send_ok[g], self.recv_ok[g]
             for s, (t, srcbuf, srcoff, dstbuf, dstoff, cnt, depid, deps) in enumerate(map(_STEP_FIELDS, tb.steps)):
@@ -304,15 +321,18 @@ class _Verifier:
                 dl.append(dep)
             self.deps.append(dl)
             self.records.append(recs)
+        return depended
+
+    def _check_hasdep(self, depended: dict[tuple[int, int], tuple[int, int]]) -> None:
+        """A depended-on step must set ``hasdep``, else the runtime never signals its dependents."""
         for (target, s), (tb_id, s2) in depended.items():
             r, ttb = self.tbs[target]
             if not ttb.steps[s].hasdep:
-                err.add(f"rank {r} tb {ttb.id} step {s} ({ttb.steps[s].type}): tb {tb_id} step {s2} depends on it "
-                        f"but it has hasdep=0, so the runtime never signals it")
-        return True
+                self.err.add(f"rank {r} tb {ttb.id} step {s} ({ttb.steps[s].type}): tb {tb_id} step {s2} depends on "
+                             f"it but it has hasdep=0, so the runtime never signals it")
 
     def _step_problems(self, r: int, tb, st) -> tuple[bool, list[str]]:
-        """Why a step is malformed (slow path of _structure); ok=False means its data effect is skipped."""
+        """Why a step is malformed (slow path of _compile_steps); ok=False means its data effect is skipped."""
         t, views = st.type, self.layout[r]
         ok, problems = True, []
         if st.cnt < 1:
@@ -337,6 +357,109 @@ class _Verifier:
         return ok, problems
 
     # ---- execution ----------------------------------------------------------------------------
+    def _run(self) -> None:
+        """Execute on a worklist: each threadblock runs until it blocks, and is woken by what it waits for."""
+        ntb = len(self.tbs)
+        self.pc = [0] * ntb
+        self.fifos: dict[tuple, deque] = {key: deque() for key in self.sender}
+        self.dep_wait: dict[tuple, list] = {}
+        self.conn_wait: dict[tuple, int] = {}
+        small = ntb * self.p.num_steps() <= RACE_CHECK_BUDGET
+        self.trace = [] if self.races and small else None
+        work = deque(range(ntb))
+        while work:
+            self._advance(work.popleft(), work)
+
+    def _advance(self, g: int, work: deque) -> None:
+        """Run threadblock ``g`` from its pc until it blocks or ends; queue the threadblocks it wakes."""
+        err, pc, fifos, trace = self.err, self.pc, self.fifos, self.trace
+        dep_wait, conn_wait = self.dep_wait, self.conn_wait
+        r, tb = self.tbs[g]
+        recs = self.records[g]
+        p = pc[g]
+        nsteps = len(recs)
+        rkey = (tb.recv, r, tb.chan)
+        skey = (r, tb.send, tb.chan)
+        rq = fifos.get(rkey)
+        sq = fifos.get(skey)
+        while p < nsteps:
+            kind, rcv, snd, cnt, sarr, soff, darr, dwr, doff, dep = recs[p]
+            if dep is not None and pc[dep[0]] <= dep[1]:
+                dep_wait.setdefault(dep, []).append(g)
+                break
+            inc = None
+            sg = -1
+            if rcv:
+                if not rq:
+                    conn_wait[rkey] = g
+                    break
+                inc, mcnt, sg, sp = rq.popleft()
+                if mcnt != cnt:
+                    inc = self._count_mismatch(inc, cnt, mcnt, g, p, sg, sp)
+            out = None
+            if kind == _NOP:
+                if snd:
+                    out = (None,) * cnt  # keep the connection's message count right
+            else:
+                if kind in _READ_KINDS:
+                    src = sarr[soff:soff + cnt]
+                    if None in src:
+                        err.add(f"{self._step_name(g, p)}: reads {self._operand(g, p, 'src')}, which holds no data")
+                if kind == _S:
+                    out = tuple(src)
+                elif kind == _R or kind == _RCS:
+                    if inc is None:
+                        inc = (None,) * cnt
+                    darr[doff:doff + cnt] = inc
+                    dwr[doff:doff + cnt] = ((g, p),) * cnt
+                    out = inc
+                elif kind == _CPY:
+                    darr[doff:doff + cnt] = src
+                    dwr[doff:doff + cnt] = ((g, p),) * cnt
+                else:  # reductions: rrs, rrc, rrcs (incoming + local src) and re (dst + src)
+                    res = self._combine(kind, inc, src, darr, doff, cnt, g, p)
+                    if kind != _RRS:
+                        darr[doff:doff + cnt] = res
+                        dwr[doff:doff + cnt] = ((g, p),) * cnt
+                    if kind != _RRC and kind != _RE:
+                        out = tuple(res)
+            if snd:
+                sq.append((out, cnt, g, p))
+                if skey in conn_wait:
+                    work.append(conn_wait.pop(skey))
+            if trace is not None:
+                trace.append((g, p, sg, sp if sg >= 0 else -1))
+            p += 1
+            pc[g] = p
+            if (g, p - 1) in dep_wait:
+                work.extend(dep_wait.pop((g, p - 1)))
+        pc[g] = p
+
+    def _count_mismatch(self, inc: tuple, cnt: int, mcnt: int, g: int, p: int, sg: int, sp: int) -> tuple:
+        """A receive whose cnt differs from its send's: reported; the message padded or cut to ``cnt``."""
+        sr, stb = self.tbs[sg]
+        self.err.add(f"{self._step_name(g, p)}: receives cnt={cnt} but the matching send, rank {sr} tb {stb.id} "
+                     f"step {sp}, has cnt={mcnt}")
+        return (inc + (None,) * cnt)[:cnt]
+
+    def _combine(self, kind: int, inc, src: list, darr: list, doff: int, cnt: int, g: int, p: int) -> list:
+        """The values a reduction step computes: incoming (``re``: its dst) plus its local src, chunk by chunk."""
+        if kind == _RE:
+            other = darr[doff:doff + cnt]
+            if None in other:
+                self.err.add(f"{self._step_name(g, p)}: reduces into {self._operand(g, p, 'dst')}, "
+                             "which holds no data")
+        else:
+            other = inc if inc is not None else (None,) * cnt
+        res = []
+        for k in range(cnt):
+            x, y = other[k], src[k]
+            if x is not None and y is not None and x[0] == y[0] and not x[1] & y[1]:
+                res.append((x[0], x[1] | y[1]))
+            else:
+                res.append(self._reduce(x, y, g, p, k))
+        return res
+
     def _reduce(self, a, b, g: int, p: int, k: int):
         """Slow path of a reduction: one operand missing, different input slots, or double counting."""
         if a is None or b is None:
@@ -349,156 +472,54 @@ class _Verifier:
                      f"slot {a[0]} ({_describe(a)} + {_describe(b)})")
         return (a[0], a[1] | b[1])
 
-    def _run(self) -> None:
-        err = self.err
-        ntb = len(self.tbs)
-        pc = [0] * ntb
-        self.pc = pc
-        fifos: dict[tuple, deque] = {key: deque() for key in self.sender}
-        self.fifos = fifos
-        dep_wait: dict[tuple, list] = {}
-        conn_wait: dict[tuple, int] = {}
-        work = deque(range(ntb))
-        reduce_ = self._reduce
-        small = ntb * self.p.num_steps() <= RACE_CHECK_BUDGET
-        trace = self.trace = [] if self.races and small else None
-        while work:
-            g = work.popleft()
-            r, tb = self.tbs[g]
-            recs = self.records[g]
-            p = pc[g]
-            nsteps = len(recs)
-            rkey = (tb.recv, r, tb.chan)
-            skey = (r, tb.send, tb.chan)
-            rq = fifos.get(rkey)
-            sq = fifos.get(skey)
-            while p < nsteps:
-                kind, rcv, snd, cnt, sarr, soff, darr, dwr, doff, dep = recs[p]
-                if dep is not None and pc[dep[0]] <= dep[1]:
-                    dep_wait.setdefault(dep, []).append(g)
-                    break
-                inc = None
-                sg = -1
-                if rcv:
-                    if not rq:
-                        conn_wait[rkey] = g
-                        break
-                    inc, mcnt, sg, sp = rq.popleft()
-                    if mcnt != cnt:
-                        sr, stb = self.tbs[sg]
-                        err.add(f"{self._step_name(g, p)}: receives cnt={cnt} but the matching send, rank {sr} tb "
-                                f"{stb.id} step {sp}, has cnt={mcnt}")
-                        inc = (inc + (None,) * cnt)[:cnt]
-                out = None
-                if kind == _NOP:
-                    if snd:
-                        out = (None,) * cnt  # keep the connection's message count right
-                else:
-                    if kind in _READ_KINDS:
-                        src = sarr[soff:soff + cnt]
-                        if None in src:
-                            err.add(f"{self._step_name(g, p)}: reads {self._operand(g, p, 'src')}, which holds no data")
-                    if kind == _S:
-                        out = tuple(src)
-                    elif kind == _R or kind == _RCS:
-                        if inc is None:
-                            inc = (None,) * cnt
-                        darr[doff:doff + cnt] = inc
-                        dwr[doff:doff + cnt] = ((g, p),) * cnt
-                        out = inc
-                    elif kind == _CPY:
-                        darr[doff:doff + cnt] = src
-                        dwr[doff:doff + cnt] = ((g, p),) * cnt
-                    else:  # reductions: rrs, rrc, rrcs (incoming + local src) and re (dst + src)
-                        if kind == _RE:
-                            other = darr[doff:doff + cnt]
-                            if None in other:
-                                err.add(f"{self._step_name(g, p)}: reduces into {self._operand(g, p, 'dst')}, "
-                                        "which holds no data")
-                        else:
-                            other = inc if inc is not None else (None,) * cnt
-                        res = []
-                        for k in range(cnt):
-                            x, y = other[k], src[k]
-                            if x is not None and y is not None and x[0] == y[0] and not x[1] & y[1]:
-                                res.append((x[0], x[1] | y[1]))
-                            else:
-                                res.append(reduce_(x, y, g, p, k))
-                        if kind != _RRS:
-                            darr[doff:doff + cnt] = res
-                            dwr[doff:doff + cnt] = ((g, p),) * cnt
-                        if kind != _RRC and kind != _RE:
-                            out = tuple(res)
-                if snd:
-                    sq.append((out, cnt, g, p))
-                    if skey in conn_wait:
-                        work.append(conn_wait.pop(skey))
-                if trace is not None:
-                    trace.append((g, p, sg, sp if sg >= 0 else -1))
-                p += 1
-                pc[g] = p
-                if (g, p - 1) in dep_wait:
-                    work.extend(dep_wait.pop((g, p - 1)))
-            pc[g] = p
-        self.dep_wait = dep_wait
-        self.conn_wait = conn_wait
-
     def _operand(self, g: int, p: int, which: str) -> str:
+        """Step (g, p)'s ``src`` or ``dst`` operand as ``buf[a:b]``."""
         st = self.tbs[g][1].steps[p]
         buf, off = (st.srcbuf, st.srcoff) if which == "src" else (st.dstbuf, st.dstoff)
         return f"{buf}[{off}:{off + st.cnt}]"
 
-    # ---- after execution ----------------------------------------------------------------------
     def _step_name(self, g: int, s: int) -> str:
+        """How errors name step ``s`` of global threadblock ``g``."""
         r, tb = self.tbs[g]
         return f"rank {r} tb {tb.id} step {s} ({tb.steps[s].type})"
 
+    # ---- after execution ----------------------------------------------------------------------
     def _blocked(self) -> None:
-        err, pc = self.err, self.pc
+        """Threadblocks that never finished: why each waits, and the wait-for cycles among them (deadlock)."""
+        pc = self.pc
         blocked = [g for g, (_, tb) in enumerate(self.tbs) if pc[g] < len(tb.steps)]
         if not blocked:
             return
         waits_on: dict[int, int] = {}
         reasons: dict[int, str] = {}
         for g in blocked:
-            r, tb = self.tbs[g]
-            s = pc[g]
-            d = self.deps[g][s]
-            if d is not None and pc[d[0]] <= d[1]:
-                waits_on[g] = d[0]
-                reasons[g] = f"waits for {self._step_name(*d)}"
-                continue
-            key = (tb.recv, r, tb.chan)
-            sender = self.sender.get(key)
-            if sender is None:
-                reasons[g] = f"waits for a message from rank {tb.recv} on channel {tb.chan}, but no threadblock " \
-                             "there sends on that connection"
-            elif pc[sender] >= len(self.tbs[sender][1].steps):
-                reasons[g] = (f"waits for a message from rank {tb.recv} tb {self.tbs[sender][1].id} on channel "
-                              f"{tb.chan}, which has finished: receives outnumber sends on this connection")
-            else:
-                waits_on[g] = sender
-                reasons[g] = f"waits for a message from {self._step_name(sender, pc[sender])} (blocked)"
-        # cycles in the wait-for graph (each blocked threadblock waits on at most one other)
-        state: dict[int, int] = {}
-        cycles = []
-        for start in blocked:
-            path, g = [], start
-            while g in waits_on and g not in state:
-                state[g] = start
-                path.append(g)
-                g = waits_on[g]
-            if g in state and state[g] == start and g in path:
-                cycles.append(path[path.index(g):])
-            for h in path:
-                state[h] = -1
-        for cyc in cycles[:5]:
+            reasons[g], on = self._wait_reason(g)
+            if on is not None:
+                waits_on[g] = on
+        for cyc in _wait_cycles(blocked, waits_on)[:5]:
             chain = " -> ".join(self._step_name(g, pc[g]) for g in cyc + [cyc[0]])
-            err.add(f"deadlock: wait cycle {chain}")
+            self.err.add(f"deadlock: wait cycle {chain}")
         for g in blocked:
-            err.add(f"{self._step_name(g, pc[g])}: never runs ({len(blocked)} threadblocks blocked): {reasons[g]}")
+            self.err.add(f"{self._step_name(g, pc[g])}: never runs ({len(blocked)} threadblocks blocked): {reasons[g]}")
+
+    def _wait_reason(self, g: int) -> tuple[str, int | None]:
+        """Why blocked threadblock ``g`` waits, and the threadblock it waits on (None: nothing will come)."""
+        pc = self.pc
+        r, tb = self.tbs[g]
+        d = self.deps[g][pc[g]]
+        if d is not None and pc[d[0]] <= d[1]:
+            return f"waits for {self._step_name(*d)}", d[0]
+        sender = self.sender.get((tb.recv, r, tb.chan))
+        if sender is None:
+            return (f"waits for a message from rank {tb.recv} on channel {tb.chan}, but no threadblock there sends "
+                    "on that connection"), None
+        if pc[sender] >= len(self.tbs[sender][1].steps):
+            return (f"waits for a message from rank {tb.recv} tb {self.tbs[sender][1].id} on channel {tb.chan}, "
+                    "which has finished: receives outnumber sends on this connection"), None
+        return f"waits for a message from {self._step_name(sender, pc[sender])} (blocked)", sender
 
     def _leftovers(self) -> None:
+        """Messages sent and never received."""
         for (src, dst, chan), q in self.fifos.items():
             if q:
                 _, _, g, s = q[0]
@@ -563,6 +584,7 @@ class _Verifier:
                 snaps[(g, p)] = v.copy()
 
     def _postcondition(self) -> None:
+        """Every output slot the collective names must hold exactly its postcondition value."""
         c = self.c
         for (r, slot), expected in iter_expected_values(c):
             arr, wr, base, limit = self.layout[r]["o"]
@@ -582,20 +604,22 @@ class _Verifier:
                 detail = f" (missing ranks {_fmt_ranks(missing)}, extra ranks {_fmt_ranks(extra)})"
             self.err.add(f"rank {r} output slot {slot}: holds {_describe(actual)}, expected {want}{detail}; {by}")
 
-    def run(self) -> list[str]:
-        with gc_paused():   # one symbolic value per chunk slot and step record, none in a cycle
-            self._layout()
-            self._input_writes()
-            if self._structure():
-                self._run()
-                self._blocked()
-                self._leftovers()
-                self._race_check()
-                self._postcondition()
-        errors = list(self.err)
-        if self.err.dropped:
-            errors.append(f"... and {self.err.dropped} more errors")
-        return errors
+
+def _wait_cycles(blocked: list[int], waits_on: dict[int, int]) -> list[list[int]]:
+    """The cycles of a wait-for graph in which each node waits on at most one other."""
+    state: dict[int, int] = {}
+    cycles = []
+    for start in blocked:
+        path, g = [], start
+        while g in waits_on and g not in state:
+            state[g] = start
+            path.append(g)
+            g = waits_on[g]
+        if g in state and state[g] == start and g in path:
+            cycles.append(path[path.index(g):])
+        for h in path:
+            state[h] = -1
+    return cycles
 
 
 def verify(program: Program, collective: Collective | str | None = None, max_errors: int = MAX_ERRORS,

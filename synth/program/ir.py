@@ -113,21 +113,25 @@ class Program:
 
 
 def infer_chunk_factor(program: Program) -> int:
-    """The chunks per rank piece (C) implied by the buffer sizes, for programs without metadata."""
+    """The chunks per rank piece (C) implied by the buffer sizes, for programs without metadata: the buffer
+    of N pieces (the input where the collective's shape ``scatters``, the output where it ``gathers``) has
+    N·C chunks, the other C."""
+    from synth.collectives import canonical_name
+
     if program.chunk_factor:
         return program.chunk_factor
     n = program.num_ranks
     big = max((max(g.i_chunks, g.o_chunks) for g in program.gpus), default=0)
     small_i = max((g.i_chunks for g in program.gpus), default=0)
     small_o = max((g.o_chunks for g in program.gpus), default=0)
-    coll = program.collective
-    if coll in ("allgather", "gather"):
-        factor = small_o // n if small_o else small_i
-    elif coll in ("reducescatter", "scatter"):
-        factor = small_i // n if small_i else small_o
-    elif coll == "alltoall":
+    shape = canonical_name(program.collective).shape
+    if shape.gathers and shape.scatters:
         factor = big // n
-    else:  # allreduce, broadcast, reduce: one buffer of C chunks
+    elif shape.gathers:
+        factor = small_o // n if small_o else small_i
+    elif shape.scatters:
+        factor = small_i // n if small_i else small_o
+    else:  # one buffer of C chunks
         factor = max(small_i, small_o)
     return max(1, factor)
 

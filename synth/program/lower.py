@@ -73,65 +73,8 @@ def _tol(t: np.ndarray) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
-# collective geometry, by formula (Collective.postcondition is O(N²·C) for allgather)
+# buffer layout (the collective's semantics, vectorised, are :class:`Collective`'s queries)
 # ---------------------------------------------------------------------------------------------
-def chunk_count(coll: Collective) -> int:
-    """Size of the schedule-chunk id space (valid ids are a subset of ``range(chunk_count)``)."""
-    return coll.input_chunks if coll.is_reduction else coll.num_ranks * coll.input_chunks
-
-
-def valid_chunks(coll: Collective, chunk: np.ndarray) -> np.ndarray:
-    """Mask of ids in ``coll.schedule_chunks``: every contribution of a source rank is needed by the
-    postcondition of each copy collective; reductions move input slots."""
-    ok = (chunk >= 0) & (chunk < chunk_count(coll))
-    if coll.name in ("broadcast", "scatter"):
-        ok &= chunk // coll.input_chunks == coll.root
-    return ok
-
-
-def destination_slot(coll: Collective, rank: np.ndarray, chunk: np.ndarray) -> np.ndarray:
-    """Output slot where ``chunk``'s final value must be on ``rank`` (-1: nowhere), i.e.
-    ``coll.chunk_destinations(chunk).get(rank, -1)`` for arrays of (rank, valid chunk)."""
-    c, ic, root = coll.chunk_factor, coll.input_chunks, coll.root
-    rank = np.asarray(rank, dtype=np.int64)
-    chunk = np.asarray(chunk, dtype=np.int64)
-    everyone = np.ones(rank.shape, dtype=bool)
-    name = coll.name
-    if name == "allgather":
-        slot, wanted = chunk, everyone
-    elif name == "gather":
-        slot, wanted = chunk, rank == root
-    elif name == "broadcast":
-        slot, wanted = chunk % ic, everyone
-    elif name in ("alltoall", "scatter"):
-        origin, s = np.divmod(chunk, ic)
-        slot = origin * c + s % c if name == "alltoall" else s % c
-        wanted = s // c == rank
-    elif name == "allreduce":
-        slot, wanted = chunk, everyone
-    elif name == "reduce":
-        slot, wanted = chunk, rank == root
-    elif name == "reducescatter":
-        slot, wanted = chunk % c, chunk // c == rank
-    else:  # pragma: no cover - Collective validates names
-        raise SynthError(f"lowering does not know collective {name}")
-    return np.where(wanted, slot, -1)
-
-
-def destination_pairs(coll: Collective) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """All (chunk, rank, output slot) of the postcondition, ordered by chunk then rank."""
-    chunks = np.flatnonzero(valid_chunks(coll, np.arange(chunk_count(coll))))
-    n = coll.num_ranks
-    if coll.name in ("gather", "reduce"):
-        ranks = np.full(len(chunks), coll.root, dtype=np.int64)
-    elif coll.name in ("alltoall", "scatter", "reducescatter"):
-        s = chunks % coll.input_chunks if coll.name != "reducescatter" else chunks
-        ranks = s // coll.chunk_factor
-    else:
-        chunks, ranks = np.repeat(chunks, n), np.tile(np.arange(n), len(chunks))
-    return chunks, ranks, destination_slot(coll, ranks, chunks)
-
-
 @dataclass(frozen=True)
 class Layout:
     """Where buffers ``i`` and ``o`` of every rank live after in-place aliasing: (code, base[rank])."""
@@ -160,13 +103,9 @@ class Layout:
 
 def initial_holds(coll: Collective, layout: Layout, rank: np.ndarray, code: np.ndarray,
                   off: np.ndarray) -> np.ndarray:
-    """Chunk each slot holds before any step (precondition), -1 for none."""
-    slot = off - layout.i_base[rank]
-    held = (code == layout.i_code) & (slot >= 0) & (slot < coll.input_chunks)
-    if coll.name in ("broadcast", "scatter"):
-        held &= rank == coll.root
-    chunk = slot if coll.is_reduction else rank * coll.input_chunks + slot
-    return np.where(held, chunk, -1)
+    """Chunk each slot holds before any step (:meth:`Collective.initial_chunk`), -1 for none."""
+    held = coll.initial_chunk(rank, off - layout.i_base[rank])
+    return np.where(code == layout.i_code, held, -1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -249,7 +188,7 @@ class _Transfers:
              lambda i: f"schedule transfer {self.src[i]}->{self.dst[i]} names a rank outside 0..{n - 1}"),
             (self.src == self.dst,
              lambda i: f"schedule transfer of chunk {self.chunk[i]} from rank {self.src[i]} to itself"),
-            (~valid_chunks(coll, self.chunk),
+            (~coll.is_schedule_chunk(self.chunk),
              lambda i: f"schedule moves chunk {self.chunk[i]}, which {coll.name} does not have"),
             (self.reduce & (not coll.is_reduction),
              lambda i: f"schedule reduces chunk {self.chunk[i]} but {coll.name} is not a reduction"),
@@ -304,12 +243,10 @@ def _copy_placement(coll: Collective, layout: Layout, tr: _Transfers, arrival: n
     """(send loc, receive loc, scratch per rank) for copy collectives: origin's input slot,
     destination's output slot, else a scratch slot numbered in arrival order. Out of place, a copy
     that comes back to its origin lands in scratch (the input buffer is never written)."""
-    ic = coll.input_chunks
-
     def home(rank: np.ndarray, chunk: np.ndarray):
-        origin, slot = np.divmod(chunk, ic)
-        dest = destination_slot(coll, rank, chunk)
-        ib, io = layout.input(rank, slot)
+        origin = coll.chunk_origin(chunk)
+        dest = coll.destination_slot(rank, chunk)
+        ib, io = layout.input(rank, coll.chunk_input_slot(chunk))
         ob, oo = layout.output(rank, np.maximum(dest, 0))
         mine = origin == rank
         code = np.where(mine, ib, np.where(dest >= 0, ob, S_BUF))
@@ -321,7 +258,7 @@ def _copy_placement(coll: Collective, layout: Layout, tr: _Transfers, arrival: n
     if not coll.inplace:
         # a relay route through the chunk's origin (rdh where the butterfly does not embed) hands the
         # origin its own chunk back: it lands in scratch, the input stays intact (and still serves sends)
-        back = tr.dst == tr.chunk // ic
+        back = tr.dst == coll.chunk_origin(tr.chunk)
         r_code = np.where(back, S_BUF, r_code)
         r_off = np.where(back, -1, r_off)
     # scratch requests: receives in arrival order, then (inconsistent schedules only) sends
@@ -329,7 +266,7 @@ def _copy_placement(coll: Collective, layout: Layout, tr: _Transfers, arrival: n
     need_s = np.flatnonzero(s_code == S_BUF)
     req_rank = np.concatenate([tr.dst[need_r], tr.src[need_s]])
     req_chunk = np.concatenate([tr.chunk[need_r], tr.chunk[need_s]])
-    slots, used = _first_come_slots(req_rank, req_chunk, chunk_count(coll), coll.num_ranks)
+    slots, used = _first_come_slots(req_rank, req_chunk, coll.chunk_space, coll.num_ranks)
     r_off[need_r] = slots[:len(need_r)]
     s_off[need_s] = slots[len(need_r):]
     return (s_code, s_off), (r_code, r_off), used
@@ -361,15 +298,15 @@ def _reduction_placement(coll: Collective, layout: Layout, tr: _Transfers, arriv
     r_code, r_off = layout.input(tr.dst, tr.chunk)
     s_code, s_off = layout.input(tr.src, tr.chunk)
     copy = ~tr.reduce
-    dest = destination_slot(coll, tr.dst, tr.chunk)
+    dest = coll.destination_slot(tr.dst, tr.chunk)
     ob, oo = layout.output(tr.dst, np.maximum(dest, 0))
     r_code = np.where(copy, np.where(dest >= 0, ob, S_BUF), r_code)
     r_off = np.where(copy, np.where(dest >= 0, oo, -1), r_off)
     need = arrival[r_code[arrival] == S_BUF]
-    slots, used = _first_come_slots(tr.dst[need], tr.chunk[need], chunk_count(coll), coll.num_ranks)
+    slots, used = _first_come_slots(tr.dst[need], tr.chunk[need], coll.chunk_space, coll.num_ranks)
     r_off[need] = slots
     # non-reducing sends read the latest copy received by then (else the partial sum in i[j])
-    _send_latest_copies(tr, arrival, chunk_count(coll), (r_code, r_off), (s_code, s_off))
+    _send_latest_copies(tr, arrival, coll.chunk_space, (r_code, r_off), (s_code, s_off))
     return (s_code, s_off), (r_code, r_off), used
 
 
@@ -410,7 +347,7 @@ def _accumulator_placement(coll: Collective, layout: Layout, tr: _Transfers, arr
 
     Returns (send loc, receive loc, rrc local operand, scratch per rank, accumulator code and offset per
     ``rank * chunks + chunk``, -1 where the rank accumulates nothing, and the seeded mask)."""
-    n, nch = coll.num_ranks, chunk_count(coll)
+    n, nch = coll.num_ranks, coll.chunk_space
     copy = ~tr.reduce
     red = np.flatnonzero(tr.reduce)
     pair = tr.dst * nch + tr.chunk                                   # receiving (rank, chunk)
@@ -432,13 +369,13 @@ def _accumulator_placement(coll: Collective, layout: Layout, tr: _Transfers, arr
     seeded = _seeded(tr, red, first, ready, pair, spair, n * nch)
     has_acc |= seeded
     ranks, chunks = np.divmod(np.arange(n * nch), nch)
-    dest = destination_slot(coll, ranks, chunks)
+    dest = coll.destination_slot(ranks, chunks)
     ob, oo = layout.output(ranks, np.maximum(dest, 0))
     in_out = has_acc & (dest >= 0) & ~early_copy
     acc_code = np.where(in_out, ob, np.where(has_acc, S_BUF, -1))
     acc_off = np.where(in_out, oo, -1)
     # receives: reducing ones write the accumulator, copies the output slot (scratch on a relay)
-    dest_r = destination_slot(coll, tr.dst, tr.chunk)
+    dest_r = coll.destination_slot(tr.dst, tr.chunk)
     rob, roo = layout.output(tr.dst, np.maximum(dest_r, 0))
     r_code = np.where(tr.reduce, acc_code[pair], np.where(dest_r >= 0, rob, S_BUF))
     r_off = np.where(tr.reduce, acc_off[pair], np.where(dest_r >= 0, roo, -1))
@@ -509,8 +446,8 @@ def _local_copies(coll: Collective, layout: Layout, tr: _Transfers, acc=None):
     """Local ``cpy`` ops: (rank, chunk, src loc, dst loc, time), ordered by chunk then rank. ``acc``: the
     accumulators of an out-of-place reduction (:func:`_accumulator_placement`), the copies' sources."""
     if coll.is_reduction:
-        chunks, ranks, slots = destination_pairs(coll)
-        nch = chunk_count(coll)
+        chunks, ranks, slots = coll.destinations()
+        nch = coll.chunk_space
         copy = ~tr.reduce
         got_copy = np.zeros(coll.num_ranks * nch, dtype=bool)
         got_copy[tr.dst[copy] * nch + tr.chunk[copy]] = True
@@ -532,9 +469,9 @@ def _local_copies(coll: Collective, layout: Layout, tr: _Transfers, acc=None):
             dst = (np.concatenate([s_dst[0], dst[0]]), np.concatenate([s_dst[1], dst[1]]))
             time = np.concatenate([np.full(len(seed_rank), -1.0), time])
     else:
-        chunks = np.flatnonzero(valid_chunks(coll, np.arange(chunk_count(coll))))
-        ranks, in_slot = np.divmod(chunks, coll.input_chunks)
-        slots = destination_slot(coll, ranks, chunks)
+        chunks = np.asarray(coll.schedule_chunks, dtype=np.int64)
+        ranks, in_slot = coll.chunk_origin(chunks), coll.chunk_input_slot(chunks)
+        slots = coll.destination_slot(ranks, chunks)
         keep = slots >= 0
         chunks, ranks, slots, in_slot = chunks[keep], ranks[keep], slots[keep], in_slot[keep]
         src, dst = layout.input(ranks, in_slot), layout.output(ranks, slots)

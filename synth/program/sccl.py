@@ -29,15 +29,15 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from synth.collectives import ROOTED, CollectiveKind
 from synth.errors import SynthError
 from synth.program.ir import Fabric, Gpu, Program, Step, Threadblock
 
 #: msccl-tools collective name prefix -> synth collective (``build_collective`` names, e.g. ``Reduce(n=8,root=0)``).
-SCCL_COLLECTIVES = {"Allgather": "allgather", "Allreduce": "allreduce", "Alltoall": "alltoall",
-                    "ReduceScatter": "reducescatter", "Broadcast": "broadcast", "Reduce": "reduce",
-                    "Gather": "gather", "Scatter": "scatter"}
-#: Which side of a rooted collective's chunk names the root: the one rank of its pre- or postcondition.
-_ROOT_SIDE = {"broadcast": "pre", "scatter": "pre", "gather": "post", "reduce": "post"}
+SCCL_COLLECTIVES = {"Allgather": CollectiveKind.ALLGATHER, "Allreduce": CollectiveKind.ALLREDUCE,
+                    "Alltoall": CollectiveKind.ALLTOALL, "ReduceScatter": CollectiveKind.REDUCESCATTER,
+                    "Broadcast": CollectiveKind.BROADCAST, "Reduce": CollectiveKind.REDUCE,
+                    "Gather": CollectiveKind.GATHER, "Scatter": CollectiveKind.SCATTER}
 #: Most sends one algorithm may have here (a guard against hostile files; SCCL's are far smaller).
 MAX_SENDS = 1_000_000
 MAX_RANKS = 4096
@@ -90,10 +90,13 @@ def _collective(doc: Any, source: str) -> tuple[str, int, int, bool]:
     name = str(coll.get("name", ""))
     synth_name = SCCL_COLLECTIVES.get(name.split("(", 1)[0], "custom")
     root = 0
-    if synth_name in _ROOT_SIDE:
-        side = chunks[0].get(_ROOT_SIDE[synth_name])
+    if synth_name in ROOTED:
+        # the root is the one rank of a chunk's precondition where only the root's input counts, else of its
+        # postcondition
+        where = "pre" if CollectiveKind(synth_name).shape.from_root else "post"
+        side = chunks[0].get(where)
         if not (isinstance(side, list) and len(side) == 1):
-            raise _fail(source, f"{name}: chunk 0's {_ROOT_SIDE[synth_name]}condition must name the one root")
+            raise _fail(source, f"{name}: chunk 0's {where}condition must name the one root")
         root = _int(side[0], "root", source, 0, n - 1)
     return synth_name, root, n, combining
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from synth.collectives import COLLECTIVES, Collective
+from synth.collectives import COLLECTIVES, Collective, CollectiveKind
 from synth.errors import SynthError
 from synth.schedule import Schedule, Transfer
 from synth.synthesis.base import MethodSpec, SynthOptions, deadline_of, time_limit_error
@@ -210,141 +210,195 @@ def greedy_copy(vl: VirtualLinks, problem: CopyProblem, chunk_bytes: float, seed
     passes over every (chunk, rank), so one run can take a minute (256-rank torus alltoall: 56 s).
     """
     rng = np.random.default_rng(seed)
-    n, nc = problem.num_ranks, problem.num_chunks
     if dist is None:
-        dist = hop_distances(vl, n)
-    hold, need = problem.matrices()
-    sparse = np.array([0 < len(d) and len(d) + len(s) < n for d, s in zip(problem.dests, problem.sources)])
-    any_sparse = bool(sparse.any())
-    dd = dest_distance(problem, dist)
-    inflight = np.zeros_like(hold)
-    duration = vl.time_us(chunk_bytes)
-    npad = vl.num_phys
-    busy_until = np.zeros(npad + 1)      # last slot: padding, never busy
-    phys = np.where(vl.phys < 0, npad, vl.phys)
-    multi = (vl.phys >= 0).sum(axis=1) > 1
-    out_deg = np.bincount(vl.src, minlength=n)
-    noise = rng.random(nc) * 0.5
-    pend_end = np.zeros(0)
-    pend_c = np.zeros(0, dtype=np.int64)
-    pend_v = np.zeros(0, dtype=np.int64)
-    parts: list[tuple[np.ndarray, ...]] = []
-    now = 0.0
-    remaining = int(need.sum())
-    # What each chunk is wanted or usefully relayed for, and its priority. A chunk's rows change only
-    # when it starts moving (a completion turns in-flight into held, and held only grows), so they
-    # are set once here and refreshed there for the chunks that moved.
-    want = need & ~inflight
-    prio = np.empty(nc)
-    relay = None
-    if any_sparse:
-        dd = dd.astype(np.int16) if n < np.iinfo(np.int16).max else dd   # hop counts: less memory traffic
-        relay_ok = sparse[:, None] & (dd > 0)          # where a relay can make progress at all
-        held = hold | inflight
-        best = np.where(held, dd, np.iinfo(dd.dtype).max).min(axis=1)   # hops from the nearest holder
-        relay = np.zeros_like(want)
-        useful = np.zeros_like(want)
-    else:
-        useful = want
-
-    def refresh(rows) -> None:
-        if any_sparse:
-            relay[rows] = relay_ok[rows] & (dd[rows] < best[rows, None]) & ~held[rows]
-            useful[rows] = want[rows] | relay[rows]
-            prio[rows] = want[rows].sum(axis=1) * 4.0 + np.minimum(best[rows], n) * 2.0 + noise[rows]
-        else:
-            prio[rows] = want[rows].sum(axis=1) * 4.0 + noise[rows]
-
-    refresh(slice(None))
-    while remaining > 0:
+        dist = hop_distances(vl, problem.num_ranks)
+    run = _GreedyRun(vl, problem, chunk_bytes, dist, rng)
+    while run.remaining > 0:
         if deadline is not None and time.monotonic() > deadline:
             raise GreedyTimeout(f"{problem.num_chunks} chunks on {problem.num_ranks} ranks")
         for _ in range(2):  # matching passes at this event time
-            rank_has = (hold & useful.any(axis=1)[:, None]).any(axis=0)
-            rank_wants = useful.any(axis=0)
-            free = (busy_until[phys] <= now).all(axis=1)
-            cand = np.flatnonzero(free & rank_has[vl.src] & rank_wants[vl.dst])
-            if not len(cand):
+            if not run.match():
                 break
-            if len(cand) > _MAX_CANDIDATES:
-                cand = np.sort(rng.choice(cand, _MAX_CANDIDATES, replace=False))
-            order = np.argsort(-prio, kind="stable")
-            hp = _packed_columns(hold[order])
-            up = _packed_columns(useful[order])
-            ok = hp[vl.src[cand]] & up[vl.dst[cand]]
-            nz = ok != 0
-            has = nz.any(axis=1)
-            cand, ok, nz = cand[has], ok[has], nz[has]
-            if not len(cand):
-                break
-            fb = nz.argmax(axis=1)
-            pick = order[fb * 8 + _LEAD[ok[np.arange(len(cand)), fb]]]
-            # priority order, seeded tie-break; then one transfer per (chunk, destination)
-            rank = np.lexsort((rng.random(len(cand)), -prio[pick]))
-            cand, pick = cand[rank], pick[rank]
-            dst = vl.dst[cand]
-            key = pick * n + dst
-            if relay is not None:
-                is_relay = relay[pick, dst] & ~want[pick, dst]
-                key = np.where(is_relay, -(pick * (n + 1) + dd[pick, dst]) - 1, key)
-            _, first = np.unique(key, return_index=True)
-            first.sort()
-            cand, pick = cand[first], pick[first]
-            accept = ~multi[cand]
-            if (~accept).any():
-                # routes share physical links: keep the best few per source, then match sequentially
-                idx = np.flatnonzero(~accept)
-                src = vl.src[cand[idx]]
-                seen = np.zeros(n, dtype=np.int64)
-                keep = []
-                for i, s in zip(idx.tolist(), src.tolist()):
-                    if seen[s] < 2 * out_deg[s] and seen[s] < 8:
-                        seen[s] += 1
-                        keep.append(i)
-                used = busy_until > now
-                for i in keep:
-                    p = phys[cand[i]]
-                    if used[p].any():
-                        continue
-                    used[p] = True
-                    used[npad] = False
-                    accept[i] = True
-            cand, pick = cand[accept], pick[accept]
-            if not len(cand):
-                break
-            end = now + duration[cand]
-            busy_until[phys[cand]] = end[:, None]
-            busy_until[npad] = 0.0
-            dst = vl.dst[cand]
-            inflight[pick, dst] = True
-            want[pick, dst] = False
-            if any_sparse:
-                held[pick, dst] = True
-                np.minimum.at(best, pick, dd[pick, dst])
-            refresh(np.unique(pick))
-            pend_end = np.concatenate([pend_end, end])
-            pend_c = np.concatenate([pend_c, pick])
-            pend_v = np.concatenate([pend_v, dst])
-            parts.append((np.full(len(cand), now), end, pick, cand))
-        if not len(pend_end):
+        run.next_event()
+    return run.plan()
+
+
+class _GreedyRun:
+    """The state of one greedy run: who holds, has in flight and still wants which chunk, the links' busy
+    times and the transfers started; :meth:`match` and :meth:`next_event` are its two moves."""
+
+    def __init__(self, vl: VirtualLinks, problem: CopyProblem, chunk_bytes: float, dist: np.ndarray,
+                 rng: np.random.Generator) -> None:
+        n, nc = problem.num_ranks, problem.num_chunks
+        self.vl, self.n, self.rng = vl, n, rng
+        self.hold, self.need = problem.matrices()
+        sparse = np.array([0 < len(d) and len(d) + len(s) < n for d, s in zip(problem.dests, problem.sources)])
+        self.any_sparse = bool(sparse.any())
+        dd = dest_distance(problem, dist)
+        self.inflight = np.zeros_like(self.hold)
+        self.duration = vl.time_us(chunk_bytes)
+        self.npad = vl.num_phys
+        self.busy_until = np.zeros(self.npad + 1)      # last slot: padding, never busy
+        self.phys = np.where(vl.phys < 0, self.npad, vl.phys)
+        self.multi = (vl.phys >= 0).sum(axis=1) > 1
+        self.out_deg = np.bincount(vl.src, minlength=n)
+        self.noise = rng.random(nc) * 0.5
+        self.pend_end = np.zeros(0)
+        self.pend_c = np.zeros(0, dtype=np.int64)
+        self.pend_v = np.zeros(0, dtype=np.int64)
+        self.parts: list[tuple[np.ndarray, ...]] = []
+        self.now = 0.0
+        self.remaining = int(self.need.sum())
+        # What each chunk is wanted or usefully relayed for, and its priority. A chunk's rows change only
+        # when it starts moving (a completion turns in-flight into held, and held only grows), so they
+        # are set once here and refreshed there for the chunks that moved.
+        self.want = self.need & ~self.inflight
+        self.prio = np.empty(nc)
+        self.relay = None
+        if self.any_sparse:
+            dd = dd.astype(np.int16) if n < np.iinfo(np.int16).max else dd   # hop counts: less memory traffic
+            self.relay_ok = sparse[:, None] & (dd > 0)          # where a relay can make progress at all
+            self.held = self.hold | self.inflight
+            self.best = np.where(self.held, dd, np.iinfo(dd.dtype).max).min(axis=1)   # hops from the nearest holder
+            self.relay = np.zeros_like(self.want)
+            self.useful = np.zeros_like(self.want)
+        else:
+            self.useful = self.want      # the same array: nothing is relayed
+        self.dd = dd
+        self.refresh(slice(None))
+
+    def refresh(self, rows) -> None:
+        """Recompute the usefulness and priority of chunks ``rows``."""
+        want, prio = self.want, self.prio
+        if self.any_sparse:
+            self.relay[rows] = self.relay_ok[rows] & (self.dd[rows] < self.best[rows, None]) & ~self.held[rows]
+            self.useful[rows] = want[rows] | self.relay[rows]
+            prio[rows] = want[rows].sum(axis=1) * 4.0 + np.minimum(self.best[rows], self.n) * 2.0 + self.noise[rows]
+        else:
+            prio[rows] = want[rows].sum(axis=1) * 4.0 + self.noise[rows]
+
+    def match(self) -> bool:
+        """One matching pass at ``now``: free links take their best chunks; False when nothing started."""
+        cand = self._candidates()
+        if not len(cand):
+            return False
+        cand, pick = self._best_chunks(cand)
+        if not len(cand):
+            return False
+        cand, pick = self._one_per_destination(cand, pick)
+        accept = self._free_routes(cand)
+        cand, pick = cand[accept], pick[accept]
+        if not len(cand):
+            return False
+        self._start(cand, pick)
+        return True
+
+    def _candidates(self) -> np.ndarray:
+        """Virtual links whose physical links are free, whose source holds and destination wants a chunk."""
+        vl, useful = self.vl, self.useful
+        rank_has = (self.hold & useful.any(axis=1)[:, None]).any(axis=0)
+        rank_wants = useful.any(axis=0)
+        free = (self.busy_until[self.phys] <= self.now).all(axis=1)
+        cand = np.flatnonzero(free & rank_has[vl.src] & rank_wants[vl.dst])
+        if len(cand) > _MAX_CANDIDATES:
+            cand = np.sort(self.rng.choice(cand, _MAX_CANDIDATES, replace=False))
+        return cand
+
+    def _best_chunks(self, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each candidate link's highest-priority chunk (bit-packed first set bit); links with none dropped."""
+        vl = self.vl
+        order = np.argsort(-self.prio, kind="stable")
+        hp = _packed_columns(self.hold[order])
+        up = _packed_columns(self.useful[order])
+        ok = hp[vl.src[cand]] & up[vl.dst[cand]]
+        nz = ok != 0
+        has = nz.any(axis=1)
+        cand, ok, nz = cand[has], ok[has], nz[has]
+        if not len(cand):
+            return cand, cand
+        fb = nz.argmax(axis=1)
+        return cand, order[fb * 8 + _LEAD[ok[np.arange(len(cand)), fb]]]
+
+    def _one_per_destination(self, cand: np.ndarray, pick: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Priority order with a seeded tie-break, then one transfer per (chunk, destination) (per (chunk,
+        distance) for relays)."""
+        n = self.n
+        rank = np.lexsort((self.rng.random(len(cand)), -self.prio[pick]))
+        cand, pick = cand[rank], pick[rank]
+        dst = self.vl.dst[cand]
+        key = pick * n + dst
+        if self.relay is not None:
+            is_relay = self.relay[pick, dst] & ~self.want[pick, dst]
+            key = np.where(is_relay, -(pick * (n + 1) + self.dd[pick, dst]) - 1, key)
+        _, first = np.unique(key, return_index=True)
+        first.sort()
+        return cand[first], pick[first]
+
+    def _free_routes(self, cand: np.ndarray) -> np.ndarray:
+        """Accept mask: direct links always; routes, which share physical links, keep the best few per
+        source and are then matched one by one onto links still free."""
+        accept = ~self.multi[cand]
+        if accept.all():
+            return accept
+        idx = np.flatnonzero(~accept)
+        src = self.vl.src[cand[idx]]
+        seen = np.zeros(self.n, dtype=np.int64)
+        keep = []
+        for i, s in zip(idx.tolist(), src.tolist()):
+            if seen[s] < 2 * self.out_deg[s] and seen[s] < 8:
+                seen[s] += 1
+                keep.append(i)
+        used = self.busy_until > self.now
+        for i in keep:
+            p = self.phys[cand[i]]
+            if used[p].any():
+                continue
+            used[p] = True
+            used[self.npad] = False
+            accept[i] = True
+        return accept
+
+    def _start(self, cand: np.ndarray, pick: np.ndarray) -> None:
+        """Start the matched transfers: links busy until they end, chunks in flight, priorities refreshed."""
+        end = self.now + self.duration[cand]
+        self.busy_until[self.phys[cand]] = end[:, None]
+        self.busy_until[self.npad] = 0.0
+        dst = self.vl.dst[cand]
+        self.inflight[pick, dst] = True
+        self.want[pick, dst] = False
+        if self.any_sparse:
+            self.held[pick, dst] = True
+            np.minimum.at(self.best, pick, self.dd[pick, dst])
+        self.refresh(np.unique(pick))
+        self.pend_end = np.concatenate([self.pend_end, end])
+        self.pend_c = np.concatenate([self.pend_c, pick])
+        self.pend_v = np.concatenate([self.pend_v, dst])
+        self.parts.append((np.full(len(cand), self.now), end, pick, cand))
+
+    def next_event(self) -> None:
+        """Advance to the next completion and apply every completion at that time.
+
+        Completions a few ulps apart (sums of α and β terms taken in different orders) form one event;
+        ``now`` is the LATEST of them, so a send matched at ``now`` never starts before a chunk it forwards
+        has fully arrived, nor on a link that is still busy (link freedom is then tested exactly)."""
+        if not len(self.pend_end):
             raise SynthError("greedy: no useful transfer is possible; some destination is unreachable")
-        # Advance to the next completion and apply every completion at that time. Completions a few
-        # ulps apart (sums of α and β terms taken in different orders) form one event; ``now`` is the
-        # LATEST of them, so a send matched at ``now`` never starts before a chunk it forwards has
-        # fully arrived, nor on a link that is still busy (link freedom is then tested exactly).
-        first = float(pend_end.min())
-        done = pend_end <= first + _TIE_US * max(1.0, first)
-        now = float(pend_end[done].max())
-        c, v = pend_c[done], pend_v[done]
-        inflight[c, v] = False
-        hold[c, v] = True
-        remaining -= int(need[c, v].sum())
-        need[c, v] = False
-        pend_end, pend_c, pend_v = pend_end[~done], pend_c[~done], pend_v[~done]
-    if not parts:
-        return Plan(np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-    starts, ends, chunks, links = (np.concatenate(x) for x in zip(*parts))
-    return Plan(starts, ends, chunks.astype(np.int64), links.astype(np.int64))
+        first = float(self.pend_end.min())
+        done = self.pend_end <= first + _TIE_US * max(1.0, first)
+        self.now = float(self.pend_end[done].max())
+        c, v = self.pend_c[done], self.pend_v[done]
+        self.inflight[c, v] = False
+        self.hold[c, v] = True
+        self.remaining -= int(self.need[c, v].sum())
+        self.need[c, v] = False
+        self.pend_end, self.pend_c, self.pend_v = self.pend_end[~done], self.pend_c[~done], self.pend_v[~done]
+
+    def plan(self) -> Plan:
+        """The transfers started, as a :class:`Plan`."""
+        if not self.parts:
+            return Plan(np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        starts, ends, chunks, links = (np.concatenate(x) for x in zip(*self.parts))
+        return Plan(starts, ends, chunks.astype(np.int64), links.astype(np.int64))
 
 
 def best_greedy(vl: VirtualLinks, problem: CopyProblem, chunk_bytes: float, seed: int = 0, tries: int = 4,
@@ -368,45 +422,17 @@ def effective_collective(collective: Collective, options: SynthOptions) -> Colle
     """The collective the methods plan: ``options.chunks`` overrides C; allreduce with C = 1 uses
     C = N so the reduce-scatter/allgather halves have one chunk per rank."""
     c = options.chunks if options.chunks else collective.chunk_factor
-    if options.chunks is None and collective.name == "allreduce" and collective.chunk_factor == 1:
+    if options.chunks is None and collective.name == CollectiveKind.ALLREDUCE and collective.chunk_factor == 1:
         c = collective.num_ranks
     if c == collective.chunk_factor:
         return collective
     return Collective(collective.name, collective.num_ranks, c, collective.root, collective.inplace)
 
 
-def _schedule_chunks(collective: Collective) -> tuple[int, ...]:
-    """Closed forms of :attr:`Collective.schedule_chunks` (which builds the O(N² C) postcondition)."""
-    n, c, root, name = collective.num_ranks, collective.chunk_factor, collective.root, collective.name
-    if collective.is_reduction:
-        return tuple(range(collective.input_chunks))
-    if name in ("allgather", "gather", "alltoall"):
-        return tuple(range(n * collective.input_chunks))
-    if name == "broadcast":
-        return tuple(range(root * c, (root + 1) * c))
-    return tuple(range(root * n * c, (root + 1) * n * c))     # scatter
-
-
-def _destinations(collective: Collective) -> dict[int, list[int]]:
-    """schedule chunk -> ranks that must hold its final value (closed forms of
-    :attr:`Collective.postcondition`, which is O(N² C) to build)."""
-    n, c, root, name = collective.num_ranks, collective.chunk_factor, collective.root, collective.name
-    chunks = _schedule_chunks(collective)
-    everyone = list(range(n))
-    if name in ("allgather", "broadcast", "allreduce"):
-        return {k: everyone for k in chunks}
-    if name in ("gather", "reduce"):
-        return {k: [root] for k in chunks}
-    if name == "reducescatter":
-        return {k: [k // c] for k in chunks}
-    # scatter and alltoall: contribution (q, r*C + k) goes to rank r
-    return {k: [collective.split_contribution(k)[1] // c] for k in chunks}
-
-
 def check_supported(collective: Collective) -> None:
     """In-place alltoall needs scratch staging (each rank's slot q is both the chunk it sends to q and
     the one it receives from q), which the copy-problem model cannot express."""
-    if collective.name == "alltoall" and collective.inplace:
+    if collective.name == CollectiveKind.ALLTOALL and collective.inplace:
         raise SynthError("in-place alltoall is not supported by greedy/milp (it needs scratch staging); "
                          "use the out-of-place form")
 
@@ -415,26 +441,27 @@ def copy_problem(collective: Collective) -> tuple[CopyProblem, bool]:
     """The copy problem whose plan implements ``collective``; the flag says "run it on the reversed
     graph and reverse it in time" (reductions). Allreduce is handled by the caller (two phases)."""
     n = collective.num_ranks
-    everyone = tuple(range(n))
-    chunks = _schedule_chunks(collective)
-    dests = _destinations(collective)
-    if collective.name in ("reducescatter", "reduce"):
-        owners = [dests[c][0] for c in chunks]
-        return CopyProblem(n, tuple((o,) for o in owners),
-                           tuple(tuple(r for r in everyone if r != o) for o in owners), tuple(chunks)), True
-    if collective.name == "allreduce":
+    if collective.name == CollectiveKind.ALLREDUCE:
         raise ValueError("allreduce is two phases; use allreduce_owners")
-    sources = tuple(collective.chunk_sources(c) for c in chunks)
-    targets = tuple(tuple(sorted(set(dests.get(c, ())) - set(s))) for c, s in zip(chunks, sources))
-    keep = [i for i, t in enumerate(targets) if t]     # chunks already in place need no transfer
-    return CopyProblem(n, tuple(sources[i] for i in keep), tuple(targets[i] for i in keep),
-                       tuple(chunks[i] for i in keep)), False
+    chunks, ranks, _ = collective.destinations()      # by chunk, then rank
+    if collective.is_reduction:
+        # reducescatter, reduce: one destination per chunk, which the reversed broadcast starts from
+        owners = ranks.tolist()
+        return CopyProblem(n, tuple((o,) for o in owners),
+                           tuple(tuple(r for r in range(n) if r != o) for o in owners), tuple(chunks.tolist())), True
+    away = ranks != collective.chunk_origin(chunks)   # a chunk already at its destination needs no transfer
+    chunks, ranks = chunks[away], ranks[away]
+    ids, first = np.unique(chunks, return_index=True)
+    bounds = [*first.tolist(), len(ranks)]
+    targets = ranks.tolist()
+    return CopyProblem(n, tuple((o,) for o in collective.chunk_origin(ids).tolist()),
+                       tuple(tuple(targets[a:b]) for a, b in zip(bounds, bounds[1:])), tuple(ids.tolist())), False
 
 
 def allreduce_owners(collective: Collective) -> CopyProblem:
     """Allreduce phase problem: chunk k is reduced to (and then broadcast from) rank k mod N."""
     n = collective.num_ranks
-    chunks = _schedule_chunks(collective)
+    chunks = collective.schedule_chunks
     return CopyProblem(n, tuple((k % n,) for k in chunks),
                        tuple(tuple(r for r in range(n) if r != k % n) for k in chunks), tuple(chunks))
 
@@ -489,7 +516,7 @@ def _plan_phases(topology: Topology, coll: Collective, size_bytes: float, option
     transfers: list[Transfer] = []
     phases: list[Plan] = []
     if coll.num_ranks > 1:
-        if coll.name == "allreduce":
+        if coll.name == CollectiveKind.ALLREDUCE:
             problem = allreduce_owners(coll)
             rvl = virtual_links(topology.reversed())
             rs = best_greedy(rvl, problem, chunk_bytes, options.seed, tries, deadline=deadline)
