@@ -24,10 +24,12 @@ if TYPE_CHECKING:
     from synth.pipeline import SynthesisResult
     from synth.program.ir import Program
     from synth.simulation import SimResult
+    from synth.sweep import SweepResult
     from synth.topology.model import Topology
     from synth.verification import VerifyResult
 
-__all__ = ["load_topology", "bounds", "synthesize", "verify", "simulate", "execute", "save_program", "load_program"]
+__all__ = ["load_topology", "bounds", "synthesize", "verify", "simulate", "execute", "save_program", "load_program",
+           "methods", "run_sweep"]
 
 
 def _topology(topology: Topology | str | os.PathLike) -> Topology:
@@ -46,6 +48,18 @@ def _program(program: Program | str | os.PathLike) -> Program:
     from synth.program.ir import Program
 
     return program if isinstance(program, Program) else load_program(program)
+
+
+def _options(options: dict):
+    """:class:`~synth.synthesis.base.SynthOptions` of keyword arguments; SynthError naming unknown ones."""
+    from synth.errors import SynthError
+    from synth.synthesis.base import SynthOptions
+
+    known = set(SynthOptions.__dataclass_fields__) - {"extra"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise SynthError(f"unknown option(s) {', '.join(unknown)}; options are {', '.join(sorted(known))}")
+    return SynthOptions(**options)
 
 
 def load_topology(name_or_path: str | os.PathLike) -> Topology:
@@ -143,16 +157,9 @@ def synthesize(topology: Topology | str, collective: str, size: str | int = "1Gi
     >>> r.gap < 0.02                                             # doctest: +SKIP
     True
     """
-    from synth.errors import SynthError
     from synth.pipeline import synthesize as run
-    from synth.synthesis.base import SynthOptions
 
-    known = set(SynthOptions.__dataclass_fields__) - {"extra"}
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise SynthError(f"unknown option(s) {', '.join(unknown)}; options are {', '.join(sorted(known))}")
-    return run(_topology(topology), collective, _size(size), method, SynthOptions(**options), root=root,
-               inplace=inplace)
+    return run(_topology(topology), collective, _size(size), method, _options(options), root=root, inplace=inplace)
 
 
 def verify(program: Program | str | os.PathLike, collective: str | None = None) -> VerifyResult:
@@ -310,3 +317,57 @@ def load_program(path: str | os.PathLike) -> Program:
     from synth.program.load import load_program as load
 
     return load(path)
+
+
+def methods() -> list[str]:
+    """The registered synthesis methods (``synth synthesize --list-methods``), in registry order.
+
+    Examples
+    --------
+    >>> import synth
+    >>> "ring" in synth.methods()
+    True
+    """
+    from synth.synthesis.registry import METHODS
+
+    return list(METHODS)
+
+
+def run_sweep(topologies, collectives, sizes, methods=("auto",), *, root: int = 0,
+          cache_dir: str | os.PathLike | None = None, **options) -> SweepResult:
+    """Every topology x collective x size x method through the pipeline (as ``synth sweep``).
+
+    Parameters
+    ----------
+    topologies : sequence of Topology or str
+        Fabrics, or built-in names / file paths.
+    collectives : sequence of str
+        Collective names.
+    sizes : sequence of str or int
+        Buffer SIZEs, e.g. ``["1K", "64M"]``.
+    methods : sequence of str
+        Registered methods or ``"auto"``.
+    root : int
+        The root of rooted collectives.
+    cache_dir : str or path, optional
+        Where finished rows are kept between runs (None: no cache).
+    **options
+        Fields of :class:`synth.synthesis.base.SynthOptions`, as for :func:`synthesize`.
+
+    Returns
+    -------
+    SweepResult
+        ``rows`` (one dict per cell with the ``synth sweep --json`` keys: method, status, time_us, bound_us,
+        gap, verified, ...), and the counts ``computed``, ``cached`` and ``failed``.
+
+    Examples
+    --------
+    >>> import synth
+    >>> result = synth.run_sweep(["dgx1"], ["allgather"], ["1M"], ["ring"])      # doctest: +SKIP
+    >>> result.rows[0]["verified"]                                            # doctest: +SKIP
+    True
+    """
+    from synth.sweep import run_sweep as run
+
+    return run([_topology(t) for t in topologies], list(collectives), [_size(s) for s in sizes],
+                     list(methods), _options(options), root=root, cache_dir=cache_dir)

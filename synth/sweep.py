@@ -63,6 +63,19 @@ class SweepResult:
     def __post_init__(self) -> None:
         self.failed = sum(1 for row in self.rows if row["status"] not in OK_STATUSES)
 
+    @property
+    def ok_rows(self) -> list[dict]:
+        """The rows that produced a verified program."""
+        return [row for row in self.rows if row["status"] in OK_STATUSES]
+
+    def best(self) -> dict[tuple[str, str, float], dict]:
+        """The fastest verified row per (topology, collective, size): :func:`best_by_cell`."""
+        return best_by_cell(self.rows)
+
+    def write(self, path: str | Path) -> Path:
+        """The rows as CSV (``.csv``) or JSON (``.json``), written atomically: :func:`write_table`."""
+        return write_table(self.rows, path)
+
 
 # ---- keys -----------------------------------------------------------------------------------------
 def _version() -> str:

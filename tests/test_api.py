@@ -47,9 +47,28 @@ def test_help_lists_the_api():
     import synth.execution.runner  # noqa: F401
     import synth.lower_bounds  # noqa: F401
     import synth.simulation  # noqa: F401
+    import synth.sweep  # noqa: F401
     import synth.verification  # noqa: F401
 
     text = pydoc.render_doc(synth, renderer=pydoc.plaintext)
-    for name in ("load_topology", "bounds", "synthesize", "verify", "simulate", "execute", "save_program"):
+    for name in ("load_topology", "bounds", "synthesize", "verify", "simulate", "execute", "save_program", "methods",
+                 "run_sweep"):
         assert name in text
         assert callable(getattr(synth, name))
+
+
+def test_methods_and_run_sweep_take_plain_values(tmp_path):
+    assert {"ring", "trees", "greedy"} <= set(synth.methods())
+    result = synth.run_sweep(["dgx1", "ring-8"], ["allgather"], ["1M"], ["ring", "greedy"])
+    assert [(r["topology"], r["method"]) for r in result.rows] == [
+        ("dgx1", "ring"), ("dgx1", "greedy"), ("ring-8", "ring"), ("ring-8", "greedy")]
+    assert result.ok_rows == result.rows and result.failed == 0
+    for row in result.rows:
+        assert row["verified"] is True and row["size_bytes"] == 10**6 and row["time_us"] >= row["bound_us"]
+    best = result.best()
+    assert set(best) == {("dgx1", "allgather", 10**6), ("ring-8", "allgather", 10**6)}
+    for (topo, _, _), row in best.items():
+        assert row["time_us"] == min(r["time_us"] for r in result.rows if r["topology"] == topo)
+    assert result.write(tmp_path / "rows.csv").read_text().count("\n") == 5   # header + 4 rows
+    with pytest.raises(SynthError, match="unknown option.*colour"):
+        synth.run_sweep(["dgx1"], ["allgather"], ["1M"], ["ring"], colour="red")
