@@ -51,10 +51,11 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from synth.errors import SynthError
 from synth.gcpause import gc_paused
-from synth.program.ir import RECEIVES, SENDS, Program, collective_of
+from synth.program.ir import RECEIVES, SENDS, Program, Threadblock, collective_of
 from synth.topology.model import Topology
 from synth.topology.routes import RuntimePaths
 from synth.units import DEFAULT_SIZE, algbw_GBps
@@ -275,84 +276,124 @@ def simulate(
 
 def _simulate(program: Program, topology: Topology, size_bytes: float | None, chunk_bytes: float | None,
               record_events: bool) -> SimResult:
+    """The steps of :func:`simulate`: check, flatten, link dependencies and messages, run, summarize."""
     if program.num_ranks != topology.num_ranks:
         raise SynthError(f"program {program.name!r} has {program.num_ranks} ranks but topology "
                          f"{topology.name!r} has {topology.num_ranks}")
     coll = collective_of(program)
     size, chunk = resolve_sizes(program, size_bytes, chunk_bytes)
     router = Router(topology)
+    flat = _flatten(program, router)
+    graph = _link_steps(program, flat)
+    run = _run_events(graph, len(topology.links), chunk, record_events)
+    _check_finished(program, flat.owner, run.fin)
+    makespan = max(run.fin, default=0.0)
+    algbw = algbw_GBps(size, makespan)
+    utilization, events = _link_report(router, flat, run, makespan)
+    return SimResult(
+        time_us=makespan,
+        algbw_GBps=algbw,
+        busbw_GBps=algbw * coll.busbw_factor,
+        transfers=sum(len(v) for v in flat.sends_on.values()),
+        link_utilization=utilization,
+        events=events,
+        size_bytes=size,
+        chunk_bytes=chunk,
+    )
 
-    # Flatten steps. Per step g: owner (rank, tb id, step index), next step of the tb, how many
-    # prerequisites it waits for, whether it sends (and the route / bytes), and its matched receive.
-    owner: list[tuple[int, int, int]] = []
-    nxt: list[int] = []
-    need: list[int] = []
-    send_route: list[int] = []  # index into routes, -1 when the step does not send
-    cnt: list[int] = []
-    dep_of: list[tuple[int, int, int, int]] = []  # (g, rank, dep tb id, dep step), resolved below
-    routes: list[tuple[tuple[int, ...], float, float]] = []
-    route_index: dict[tuple[int, int], int] = {}
-    sends_on: dict[tuple[int, int, int], list[int]] = {}
-    recvs_on: dict[tuple[int, int, int], list[int]] = {}
-    tb_start: dict[tuple[int, int], int] = {}
-    tb_len: dict[tuple[int, int], int] = {}
 
-    g = 0
+@dataclass
+class _Flat:
+    """The program's steps as flat lists (built by :func:`_flatten`); step g is the g-th in program order."""
+
+    owner: list[tuple[int, int, int]] = field(default_factory=list)  # (rank, tb id, step index)
+    nxt: list[int] = field(default_factory=list)  # next step of the threadblock, -1 after its last
+    need: list[int] = field(default_factory=list)  # prerequisites: previous step, message, dependency
+    send_route: list[int] = field(default_factory=list)  # index into routes, -1 when the step does not send
+    cnt: list[int] = field(default_factory=list)
+    dep_of: list[tuple[int, int, int, int]] = field(default_factory=list)  # (g, rank, dep tb id, dep step)
+    routes: list[Route] = field(default_factory=list)
+    route_index: dict[tuple[int, int], int] = field(default_factory=dict)  # (src, dst) -> index into routes
+    sends_on: dict[tuple[int, int, int], list[int]] = field(default_factory=dict)  # (src, dst, chan) -> steps
+    recvs_on: dict[tuple[int, int, int], list[int]] = field(default_factory=dict)
+    tb_start: dict[tuple[int, int], int] = field(default_factory=dict)  # (rank, tb id) -> its first step
+    tb_len: dict[tuple[int, int], int] = field(default_factory=dict)
+
+
+def _flatten(program: Program, router: Router) -> _Flat:
+    """Number every step of ``program`` in program order and record what each one waits for and sends."""
+    flat = _Flat()
     for gpu in program.gpus:
         rank = gpu.id
         if not 0 <= rank < program.num_ranks:
             raise SynthError(f"program {program.name!r}: gpu id {rank} is not a rank")
         for tb in gpu.threadblocks:
-            if (rank, tb.id) in tb_start:
-                raise SynthError(f"program {program.name!r}: rank {rank} has two threadblocks "
-                                 f"with id {tb.id}")
-            tb_start[(rank, tb.id)] = g
-            tb_len[(rank, tb.id)] = len(tb.steps)
-            ridx = -1
-            if tb.send >= 0:
-                if tb.send == rank or not 0 <= tb.send < program.num_ranks:
-                    raise SynthError(f"program {program.name!r}: rank {rank} tb {tb.id} sends to "
-                                     f"invalid peer {tb.send}")
-                ridx = route_index.get((rank, tb.send), -1)
-                if ridx < 0:
-                    ridx = route_index[(rank, tb.send)] = len(routes)
-                    routes.append(router.route(rank, tb.send))
-            # Connection step lists, fetched once per threadblock (dropped below if left empty).
-            send_list = sends_on.setdefault((rank, tb.send, tb.chan), [])
-            recv_list = recvs_on.setdefault((tb.recv, rank, tb.chan), [])
-            last = len(tb.steps) - 1
-            for i, step in enumerate(tb.steps):
-                typ = step.type
-                n_pre = 1 if i else 0
-                if typ in SENDS:
-                    if ridx < 0:
-                        raise SynthError(f"program {program.name!r}: rank {rank} tb {tb.id} step {i} "
-                                         f"({typ}) sends but the threadblock has no send peer")
-                    send_list.append(g)
-                    send_route.append(ridx)
-                else:
-                    send_route.append(-1)
-                if typ in RECEIVES:
-                    if tb.recv < 0:
-                        raise SynthError(f"program {program.name!r}: rank {rank} tb {tb.id} step {i} "
-                                         f"({typ}) receives but the threadblock has no recv peer")
-                    recv_list.append(g)
-                    n_pre += 1
-                if step.depid >= 0:
-                    dep_of.append((g, rank, step.depid, step.deps))
-                    n_pre += 1
-                owner.append((rank, tb.id, i))
-                nxt.append(g + 1 if i < last else -1)
-                need.append(n_pre)
-                cnt.append(step.cnt)
-                g += 1
-    total = g
+            _flatten_threadblock(program, router, flat, rank, tb)
+    return flat
 
-    revdep: list[list[int] | None] = [None] * total
-    for g, rank, depid, deps in dep_of:
-        base = tb_start.get((rank, depid))
-        if base is None or not 0 <= deps < tb_len[(rank, depid)]:
-            r, t, s = owner[g]
+
+def _send_route(program: Program, router: Router, flat: _Flat, rank: int, tb: Threadblock) -> int:
+    """Index in ``flat.routes`` of the route from ``rank`` to ``tb``'s send peer (-1 when it has none)."""
+    if tb.send < 0:
+        return -1
+    if tb.send == rank or not 0 <= tb.send < program.num_ranks:
+        raise SynthError(f"program {program.name!r}: rank {rank} tb {tb.id} sends to "
+                         f"invalid peer {tb.send}")
+    ridx = flat.route_index.get((rank, tb.send), -1)
+    if ridx < 0:
+        ridx = flat.route_index[(rank, tb.send)] = len(flat.routes)
+        flat.routes.append(router.route(rank, tb.send))
+    return ridx
+
+
+def _flatten_threadblock(program: Program, router: Router, flat: _Flat, rank: int, tb: Threadblock) -> None:
+    """Append the steps of threadblock ``tb`` of ``rank`` to ``flat``, checking its peers."""
+    if (rank, tb.id) in flat.tb_start:
+        raise SynthError(f"program {program.name!r}: rank {rank} has two threadblocks "
+                         f"with id {tb.id}")
+    g = len(flat.owner)
+    flat.tb_start[(rank, tb.id)] = g
+    flat.tb_len[(rank, tb.id)] = len(tb.steps)
+    ridx = _send_route(program, router, flat, rank, tb)
+    # Connection step lists, fetched once per threadblock (an empty one matches nothing).
+    send_list = flat.sends_on.setdefault((rank, tb.send, tb.chan), [])
+    recv_list = flat.recvs_on.setdefault((tb.recv, rank, tb.chan), [])
+    owner, nxt, need, send_route, cnt = flat.owner, flat.nxt, flat.need, flat.send_route, flat.cnt
+    last = len(tb.steps) - 1
+    for i, step in enumerate(tb.steps):
+        typ = step.type
+        n_pre = 1 if i else 0
+        if typ in SENDS:
+            if ridx < 0:
+                raise SynthError(f"program {program.name!r}: rank {rank} tb {tb.id} step {i} "
+                                 f"({typ}) sends but the threadblock has no send peer")
+            send_list.append(g)
+            send_route.append(ridx)
+        else:
+            send_route.append(-1)
+        if typ in RECEIVES:
+            if tb.recv < 0:
+                raise SynthError(f"program {program.name!r}: rank {rank} tb {tb.id} step {i} "
+                                 f"({typ}) receives but the threadblock has no recv peer")
+            recv_list.append(g)
+            n_pre += 1
+        if step.depid >= 0:
+            flat.dep_of.append((g, rank, step.depid, step.deps))
+            n_pre += 1
+        owner.append((rank, tb.id, i))
+        nxt.append(g + 1 if i < last else -1)
+        need.append(n_pre)
+        cnt.append(step.cnt)
+        g += 1
+
+
+def _reverse_deps(program: Program, flat: _Flat) -> list[list[int] | None]:
+    """Per step, the steps that depend on it (``depid``/``deps``), or None; a missing target is an error."""
+    revdep: list[list[int] | None] = [None] * len(flat.owner)
+    for g, rank, depid, deps in flat.dep_of:
+        base = flat.tb_start.get((rank, depid))
+        if base is None or not 0 <= deps < flat.tb_len[(rank, depid)]:
+            r, t, s = flat.owner[g]
             raise SynthError(f"program {program.name!r}: rank {r} tb {t} step {s} depends on missing "
                              f"step (tb {depid}, step {deps})")
         lst = revdep[base + deps]
@@ -360,41 +401,80 @@ def _simulate(program: Program, topology: Topology, size_bytes: float | None, ch
             revdep[base + deps] = [g]
         else:
             lst.append(g)
+    return revdep
 
+
+def _match_connections(program: Program, flat: _Flat) -> tuple[list[int], list[int]]:
+    """(connection index of each send step, the receive step each send step is matched with: k-th with k-th)."""
+    total = len(flat.owner)
     conn_of = [0] * total  # send step -> index of its connection (for the FIFO rule)
-    for c, s_list in enumerate(sends_on.values()):
+    for c, s_list in enumerate(flat.sends_on.values()):
         for s in s_list:
             conn_of[s] = c
     matched = [-1] * total  # send step -> its receive step
-    for key in sends_on.keys() | recvs_on.keys():
-        s_list, r_list = sends_on.get(key, []), recvs_on.get(key, [])
+    for key in flat.sends_on.keys() | flat.recvs_on.keys():
+        s_list, r_list = flat.sends_on.get(key, []), flat.recvs_on.get(key, [])
         if len(s_list) != len(r_list):
             src, dst, chan = key
             raise SynthError(f"program {program.name!r}: connection {src}->{dst} chan {chan} has "
                              f"{len(s_list)} sends but {len(r_list)} receives")
         for s, r in zip(s_list, r_list, strict=True):
             matched[s] = r
+    return conn_of, matched
 
-    # Event loop. ``stack`` holds steps whose prerequisites have all finished (``ready`` is final);
-    # releasing a successor at time t is inlined below: raise its ready time, count one prerequisite.
-    ready = [0.0] * total
-    fin = [-1.0] * total
-    link_free = [0.0] * len(topology.links)  # end of the last booking on each link
-    booked: list[list[float]] = [[] for _ in topology.links]  # see _book
-    conn_start = [0.0] * len(sends_on)  # start of the last booked message on each connection
-    link_busy = [0.0] * len(topology.links)
-    route_links = [r[0] for r in routes]
-    route_alpha = [r[1] for r in routes]
-    route_bw = [r[2] for r in routes]
-    starts: list[float] | None = [0.0] * total if record_events else None
+
+class _Graph(NamedTuple):
+    """The steps as the event loop reads them (built by :func:`_link_steps`; lists indexed by step)."""
+
+    nxt: list[int]  # next step of the threadblock, -1 after its last
+    need: list[int]  # prerequisites: previous step, message, dependency
+    cnt: list[int]  # chunks the step moves
+    send_route: list[int]  # route of the step's transfer, -1 when it does not send
+    matched: list[int]  # send step -> its receive step
+    conn_of: list[int]  # send step -> its connection (for the FIFO rule)
+    revdep: list[list[int] | None]  # steps that depend on this one
+    num_conns: int
+    route_links: list[tuple[int, ...]]  # per route: its link ids, summed α (µs), bottleneck bw (bytes/µs)
+    route_alpha: list[float]
+    route_bw: list[float]
+
+
+def _link_steps(program: Program, flat: _Flat) -> _Graph:
+    """Resolve the flattened steps' dependencies and pair their messages into the event loop's graph."""
+    revdep = _reverse_deps(program, flat)
+    conn_of, matched = _match_connections(program, flat)
+    return _Graph(flat.nxt, flat.need, flat.cnt, flat.send_route, matched, conn_of, revdep, len(flat.sends_on),
+                  [r[0] for r in flat.routes], [r[1] for r in flat.routes], [r[2] for r in flat.routes])
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What the event loop produced."""
+
+    fin: list[float]  # per step: when it finished (-1 if it never ran)
+    starts: list[float] | None  # per send step: when its transfer started (when events are recorded)
+    order: list[int]  # send steps in the order their transfers were placed (when events are recorded)
+    link_busy: list[float]  # per link: µs booked on it
+
+
+def _run_events(graph: _Graph, num_links: int, chunk: float, record_events: bool) -> _Run:
+    """Run the steps in dependency order, placing each transfer on its route (module docstring)."""
+    nxt, need, cnt, send_route, matched, conn_of, revdep, num_conns, route_links, route_alpha, route_bw = graph
+    need = list(need)  # counted down as prerequisites finish
+    ready, fin = [0.0] * len(nxt), [-1.0] * len(nxt)
+    starts: list[float] | None = [0.0] * len(nxt) if record_events else None
+    link_free, link_busy = [0.0] * num_links, [0.0] * num_links  # per link: end of its last booking, µs booked
+    booked: list[list[float]] = [[] for _ in range(num_links)]  # see _book
+    conn_start = [0.0] * num_conns  # start of the last booked message on each connection
     heap: list[tuple[float, int, int]] = []
-    heappush, heappop = heapq.heappush, heapq.heappop
-    seq = 0
-    stack = [g for g in range(total) if need[g] == 0]
+    heappush, heappop, seq = heapq.heappush, heapq.heappop, 0
+    order: list[int] = []
+    # ``stack``: steps whose prerequisites have all finished (``ready`` is final); ``heap``: transfers, placed
+    # when the stack is empty. Releasing x at time t (inlined): raise ready[x] to t, count down need[x].
+    stack = [g for g in range(len(nxt)) if need[g] == 0]
     stack.reverse()  # run the first steps in program order (deterministic tie order)
-    order: list[int] = []  # send steps in the order their transfers were placed
     while True:
-        while stack:
+        if stack:
             g = stack.pop()
             t = ready[g]
             if send_route[g] >= 0:
@@ -402,103 +482,79 @@ def _simulate(program: Program, topology: Topology, size_bytes: float | None, ch
                 seq += 1
                 continue
             fin[g] = t  # local steps and plain receives take no time of their own
-            x = nxt[g]
-            if x >= 0:
-                if t > ready[x]:
-                    ready[x] = t
-                left = need[x] - 1
-                need[x] = left
-                if not left:
-                    stack.append(x)
-            deps = revdep[g]
-            if deps is not None:
-                for x in deps:
-                    if t > ready[x]:
-                        ready[x] = t
-                    left = need[x] - 1
-                    need[x] = left
-                    if not left:
-                        stack.append(x)
-        if not heap:
-            break
-        t, _, g = heappop(heap)
-        r = send_route[g]
-        links = route_links[r]
-        dur = route_alpha[r] + cnt[g] * chunk / route_bw[r]
-        if len(links) == 1:
-            lid = links[0]
-            if link_free[lid] <= t:  # fast path: the link is idle from t on, all its bookings are past
-                start = t
-                end = t + dur
-                booked[lid] = [t, end]
-                link_free[lid] = end
-            else:
-                start, end = _book(booked, link_free, links, t, conn_start[conn_of[g]], dur)
-            link_busy[lid] += dur
-        else:
-            for lid in links:
-                if link_free[lid] > t:
-                    start, end = _book(booked, link_free, links, t, conn_start[conn_of[g]], dur)
-                    break
-            else:  # every link of the route is idle from t on
-                start = t
-                end = t + dur
-                for lid in links:
+        elif heap:
+            t, _, g = heappop(heap)
+            r = send_route[g]
+            links = route_links[r]
+            dur = route_alpha[r] + cnt[g] * chunk / route_bw[r]
+            if len(links) == 1:
+                lid = links[0]
+                if link_free[lid] <= t:  # fast path: the link is idle from t on, all its bookings are past
+                    start, end = t, t + dur
                     booked[lid] = [t, end]
                     link_free[lid] = end
-            for lid in links:
+                else:
+                    start, end = _book(booked, link_free, links, t, conn_start[conn_of[g]], dur)
                 link_busy[lid] += dur
-        conn_start[conn_of[g]] = start
-        fin[g] = end
-        if starts is not None:
-            starts[g] = start
-            order.append(g)
-        x = matched[g]  # the message arrives
-        if end > ready[x]:
-            ready[x] = end
-        left = need[x] - 1
-        need[x] = left
-        if not left:
-            stack.append(x)
-        x = nxt[g]
+            else:
+                for lid in links:
+                    if link_free[lid] > t:
+                        start, end = _book(booked, link_free, links, t, conn_start[conn_of[g]], dur)
+                        break
+                else:  # every link of the route is idle from t on
+                    start, end = t, t + dur
+                    for lid in links:
+                        booked[lid] = [t, end]
+                        link_free[lid] = end
+                for lid in links:
+                    link_busy[lid] += dur
+            conn_start[conn_of[g]] = start
+            fin[g] = t = end  # the send step finishes when the data has arrived
+            if starts is not None:
+                starts[g] = start
+                order.append(g)
+            x = matched[g]  # the message arrives
+            if t > ready[x]:
+                ready[x] = t
+            need[x] = left = need[x] - 1
+            if not left:
+                stack.append(x)
+        else:
+            break
+        x = nxt[g]  # g finished at t: release the threadblock's next step, then g's dependents
         if x >= 0:
-            if end > ready[x]:
-                ready[x] = end
-            left = need[x] - 1
-            need[x] = left
+            if t > ready[x]:
+                ready[x] = t
+            need[x] = left = need[x] - 1
             if not left:
                 stack.append(x)
         deps = revdep[g]
         if deps is not None:
             for x in deps:
-                if end > ready[x]:
-                    ready[x] = end
-                left = need[x] - 1
-                need[x] = left
+                if t > ready[x]:
+                    ready[x] = t
+                need[x] = left = need[x] - 1
                 if not left:
                     stack.append(x)
+    return _Run(fin, starts, order, link_busy)
 
-    stuck = [g for g in range(total) if fin[g] < 0]
+
+def _check_finished(program: Program, owner: list[tuple[int, int, int]], fin: list[float]) -> None:
+    """Raise when some step never ran (the program deadlocks), naming the first few."""
+    stuck = [g for g in range(len(fin)) if fin[g] < 0]
     if stuck:
         examples = ", ".join("rank {} tb {} step {}".format(*owner[g]) for g in stuck[:3])
-        raise SynthError(f"program {program.name!r} deadlocks: {len(stuck)} of {total} steps never run "
+        raise SynthError(f"program {program.name!r} deadlocks: {len(stuck)} of {len(fin)} steps never run "
                          f"(first: {examples})")
 
-    makespan = max(fin, default=0.0)
-    link_names = [router.link_name(i) for i in range(len(topology.links))]
-    utilization = {link_names[i]: (busy / makespan if makespan > 0 else 0.0) for i, busy in enumerate(link_busy)}
+
+def _link_report(router: Router, flat: _Flat, run: _Run, makespan: float) -> tuple[dict[str, float], list[Event]]:
+    """(busy fraction of the makespan per link name, the recorded transfers as :data:`Event` s)."""
+    link_names = [router.link_name(i) for i in range(len(run.link_busy))]
+    utilization = {link_names[i]: (busy / makespan if makespan > 0 else 0.0) for i, busy in enumerate(run.link_busy)}
     events: list[Event] = []
-    if starts is not None:
-        names = [tuple(link_names[i] for i in links) for links in route_links]
-        events = [owner[g] + (starts[g], fin[g], names[send_route[g]]) for g in order]
-    algbw = algbw_GBps(size, makespan)
-    return SimResult(
-        time_us=makespan,
-        algbw_GBps=algbw,
-        busbw_GBps=algbw * coll.busbw_factor,
-        transfers=sum(len(v) for v in sends_on.values()),
-        link_utilization=utilization,
-        events=events,
-        size_bytes=size,
-        chunk_bytes=chunk,
-    )
+    if run.starts is not None:
+        starts, fin = run.starts, run.fin
+        names = [tuple(link_names[i] for i in r[0]) for r in flat.routes]
+        events = [flat.owner[g] + (starts[g], fin[g], names[flat.send_route[g]]) for g in run.order]
+    return utilization, events

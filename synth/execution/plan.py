@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from synth.collectives import Collective
-from synth.program.ir import Program, Step
+from synth.program.ir import Gpu, Program, Step, Threadblock
 
 # A region is (space, start_chunk, cnt); space is a physical buffer name ("i", "o", "s") or an
 # int temporary id (then start is 0).
@@ -94,9 +94,19 @@ def compile_plan(program: Program, collective: Collective, *, allow_hang: bool =
     """
     n = program.num_ranks
     gpus = {g.id: g for g in program.gpus}
-    tbs = {g: {tb.id: tb for tb in gpus[g].threadblocks} for g in gpus}
+    buffers, aliases = _layout(_used_chunks(gpus, n), collective, n)
+    ws = _Waves({g: {tb.id: tb for tb in gpus[g].threadblocks} for g in gpus}, aliases, n)
+    wave, stuck, hang_wave = _run_waves(ws)
+    _end_send_temps(ws)
+    unmatched = tuple(f"{m.where} sends to rank {m.dst} on channel {m.chan} but no receive takes it"
+                      for m in ws.msgs if m.match_wave < 0)
+    rank_plans = tuple(_rank_plan(ws, g, buffers[g], wave, hang_wave if allow_hang else []) for g in range(n))
+    return Plan(program.name, collective, rank_plans, wave + 1, len(ws.msgs), tuple(stuck), unmatched)
 
-    # ---- buffers and aliasing ----------------------------------------------------------------
+
+# ---- buffers and aliasing --------------------------------------------------------------------------
+def _used_chunks(gpus: dict[int, Gpu], n: int) -> dict[int, dict[str, int]]:
+    """Per rank, the chunks of each buffer: declared, or as far as some step reaches."""
     used: dict[int, dict[str, int]] = {g: {"i": 0, "o": 0, "s": 0} for g in range(n)}
     for g, gpu in gpus.items():
         for b in "ios":
@@ -107,6 +117,12 @@ def compile_plan(program: Program, collective: Collective, *, allow_hang: bool =
                     for buf, off in ((st.srcbuf, st.srcoff), (st.dstbuf, st.dstoff)):
                         if buf in used[g]:
                             used[g][buf] = max(used[g][buf], off + st.cnt)
+    return used
+
+
+def _layout(used: dict[int, dict[str, int]], collective: Collective,
+            n: int) -> tuple[dict[int, dict[str, int]], dict[int, dict[str, tuple[str, int]]]]:
+    """(physical buffer -> chunks, aliased buffer -> (physical buffer, base chunk)) per rank."""
     buffers: dict[int, dict[str, int]] = {}
     aliases: dict[int, dict[str, tuple[str, int]]] = {}
     for g in range(n):
@@ -120,225 +136,291 @@ def compile_plan(program: Program, collective: Collective, *, allow_hang: bool =
             phys[tgt] = max(phys[tgt], base + need[b])
         buffers[g] = {b: c for b, c in phys.items() if c > 0}
         aliases[g] = al
+    return buffers, aliases
 
-    def region(g: int, buf: str, off: int, cnt: int) -> Region:
-        if buf not in ("i", "o", "s"):
-            raise ValueError(f"unknown buffer {buf!r}")
-        if buf in aliases[g]:
-            tgt, base = aliases[g][buf]
-            return (tgt, base + off, cnt)
-        return (buf, off, cnt)
 
-    # ---- simulation state --------------------------------------------------------------------
-    pc = {(g, t): 0 for g in tbs for t in tbs[g]}
-    phase = dict.fromkeys(pc, 0)  # 1: receive part done, send part pending
-    pending_src: dict[tuple[int, int], Region] = {}  # (g, t) -> data to forward
-    done: set[tuple[int, int, int]] = set()
-    sendq: dict[tuple[int, int, int], list[_Msg]] = {}
-    recvd: dict[tuple[int, int, int], int] = {}
-    msgs: list[_Msg] = []
-    temps: dict[int, list[_Temp]] = {g: [] for g in range(n)}
-    # per rank, per wave: pre ops, comm (msg ids), post ops
-    pre: dict[int, dict[int, list]] = {g: {} for g in range(n)}
-    comm: dict[int, dict[int, list]] = {g: {} for g in range(n)}
-    post: dict[int, dict[int, list]] = {g: {} for g in range(n)}
-    inflight: dict[int, list[_Msg]] = {g: [] for g in range(n)}  # sent, not yet waited
+def _region(aliases: dict[str, tuple[str, int]], buf: str, off: int, cnt: int) -> Region:
+    """The physical region of ``cnt`` chunks at ``off`` in buffer ``buf`` of a rank with these aliases."""
+    if buf not in ("i", "o", "s"):
+        raise ValueError(f"unknown buffer {buf!r}")
+    if buf in aliases:
+        tgt, base = aliases[buf]
+        return (tgt, base + off, cnt)
+    return (buf, off, cnt)
 
-    def new_temp(g: int, cnt: int, start: int) -> int:
-        temps[g].append(_Temp(cnt, start))
-        return len(temps[g]) - 1
 
-    def write(g: int, reg: Region, wave: int) -> None:
-        """A write to ``reg`` on rank g before this wave's wait: protect in-flight send sources."""
-        if not isinstance(reg[0], str):
-            return
-        for m in inflight[g]:
-            if m.snap_temp is None and _overlap(m.source, reg):
-                m.snap_temp = new_temp(g, m.cnt, m.send_wave)
+# ---- the wave simulation ---------------------------------------------------------------------------
+class _Waves:
+    """The state of the wave simulation, advanced by :func:`_run_waves`'s steps."""
 
-    def dep_ok(g: int, st: Step) -> bool:
-        return st.depid < 0 or (g, st.depid, st.deps) in done
+    def __init__(self, tbs: dict[int, dict[int, Threadblock]], aliases: dict[int, dict[str, tuple[str, int]]],
+                 n: int) -> None:
+        self.tbs = tbs
+        self.aliases = aliases
+        self.n = n
+        self.pc = {(g, t): 0 for g in tbs for t in tbs[g]}  # next step of each threadblock
+        self.phase = dict.fromkeys(self.pc, 0)  # 1: receive part done, send part pending
+        self.pending_src: dict[tuple[int, int], Region] = {}  # (g, t) -> data to forward
+        self.done: set[tuple[int, int, int]] = set()
+        self.sendq: dict[tuple[int, int, int], list[_Msg]] = {}  # connection -> messages sent on it
+        self.recvd: dict[tuple[int, int, int], int] = {}  # connection -> messages received on it
+        self.msgs: list[_Msg] = []
+        self.temps: dict[int, list[_Temp]] = {g: [] for g in range(n)}
+        # per rank, per wave: pre ops, comm (msgs), post ops
+        self.pre: dict[int, dict[int, list]] = {g: {} for g in range(n)}
+        self.comm: dict[int, dict[int, list]] = {g: {} for g in range(n)}
+        self.post: dict[int, dict[int, list]] = {g: {} for g in range(n)}
+        self.inflight: dict[int, list[_Msg]] = {g: [] for g in range(n)}  # sent, not yet waited
 
-    def where(g: int, t: int, s: int) -> str:
-        return f"rank {g} tb {t} step {s}"
 
-    def logical_send(g: int, t: int, s: int, source: Region, cnt: int, wave: int) -> None:
-        tb = tbs[g][t]
-        conn = (g, tb.send, tb.chan)
-        m = _Msg(len(msgs), g, tb.send, tb.chan, cnt, source, wave, where(g, t, s))
-        msgs.append(m)
-        sendq.setdefault(conn, []).append(m)
-        inflight[g].append(m)
-        # placeholder: becomes a snapshot copy if the source is overwritten before the post
-        pre[g].setdefault(wave, []).append(("snap", m))
+def _where(g: int, t: int, s: int) -> str:
+    """How messages name a step."""
+    return f"rank {g} tb {t} step {s}"
 
-    total = sum(len(tb.steps) for g in tbs for tb in tbs[g].values())
+
+def _dep_ok(ws: _Waves, g: int, st: Step) -> bool:
+    """Whether the step ``st`` of rank ``g`` has no dependency left."""
+    return st.depid < 0 or (g, st.depid, st.deps) in ws.done
+
+
+def _new_temp(ws: _Waves, g: int, cnt: int, start: int) -> int:
+    """A new temporary of ``cnt`` chunks on rank ``g``, live from wave ``start``; returns its id."""
+    ws.temps[g].append(_Temp(cnt, start))
+    return len(ws.temps[g]) - 1
+
+
+def _write(ws: _Waves, g: int, reg: Region) -> None:
+    """A write to ``reg`` on rank g before this wave's wait: protect in-flight send sources."""
+    if not isinstance(reg[0], str):
+        return
+    for m in ws.inflight[g]:
+        if m.snap_temp is None and _overlap(m.source, reg):
+            m.snap_temp = _new_temp(ws, g, m.cnt, m.send_wave)
+
+
+def _logical_send(ws: _Waves, g: int, t: int, s: int, source: Region, cnt: int, wave: int) -> None:
+    """Queue a message from step ``s`` of tb ``t`` of rank ``g`` on its connection."""
+    tb = ws.tbs[g][t]
+    conn = (g, tb.send, tb.chan)
+    m = _Msg(len(ws.msgs), g, tb.send, tb.chan, cnt, source, wave, _where(g, t, s))
+    ws.msgs.append(m)
+    ws.sendq.setdefault(conn, []).append(m)
+    ws.inflight[g].append(m)
+    # placeholder: becomes a snapshot copy if the source is overwritten before the post
+    ws.pre[g].setdefault(wave, []).append(("snap", m))
+
+
+def _run_waves(ws: _Waves) -> tuple[int, list[str], list[tuple[int, int, int]]]:
+    """Run waves until every step is done or none progresses: (last wave, why stuck, blocked receives)."""
+    total = sum(len(tb.steps) for g in ws.tbs for tb in ws.tbs[g].values())
     wave = 0
     stuck: list[str] = []
     hang_wave: list[tuple[int, int, int]] = []
-    while len(done) < total:
-        progressed = False
-        # 1. local ops and logical sends, to a fixpoint
-        changed = True
-        while changed:
-            changed = False
-            for (g, t), i in list(pc.items()):
-                steps = tbs[g][t].steps
-                while i < len(steps):
-                    st = steps[i]
-                    if not dep_ok(g, st):
-                        break
-                    ty = st.type
-                    if ty in ("cpy", "re", "nop"):
-                        if ty != "nop":
-                            src = region(g, st.srcbuf, st.srcoff, st.cnt)
-                            dst = region(g, st.dstbuf, st.dstoff, st.cnt)
-                            write(g, dst, wave)
-                            op = (COPY, dst, src) if ty == "cpy" else (ADD, dst, dst, src)
-                            pre[g].setdefault(wave, []).append(op)
-                    elif ty == "s":
-                        logical_send(g, t, i, region(g, st.srcbuf, st.srcoff, st.cnt), st.cnt, wave)
-                    elif st.sends and phase[(g, t)] == 1:
-                        logical_send(g, t, i, pending_src.pop((g, t)), st.cnt, wave)
-                        phase[(g, t)] = 0
-                    else:
-                        break  # a receive (or receive part) is next
-                    done.add((g, t, i))
-                    i += 1
-                    changed = progressed = True
-                pc[(g, t)] = i
-        # 2. match receives with sends already posted on their connection
-        matched: list[tuple[int, int, int, _Msg]] = []
-        for (g, t), i in pc.items():
-            steps = tbs[g][t].steps
-            if i >= len(steps) or phase[(g, t)] != 0 or not steps[i].receives or not dep_ok(g, steps[i]):
-                continue
-            tb = tbs[g][t]
-            conn = (tb.recv, g, tb.chan)
-            k = recvd.get(conn, 0)
-            queue = sendq.get(conn, [])
-            if k < len(queue):
-                recvd[conn] = k + 1
-                matched.append((g, t, i, queue[k]))
-        for g, t, i, m in matched:
-            st = tbs[g][t].steps[i]
-            if m.cnt != st.cnt:
-                raise ValueError(f"{m.where} sends {m.cnt} chunks but {where(g, t, i)} receives {st.cnt}")
-            if st.type in ("r", "rcs"):
-                m.target = region(g, st.dstbuf, st.dstoff, st.cnt)
-            else:
-                m.target = (new_temp(g, st.cnt, wave), 0, st.cnt)
-            m.match_wave = wave
-            write(g, m.target, wave)
-            comm[m.src].setdefault(wave, []).append(m)
-            if m.dst != m.src:
-                comm[m.dst].setdefault(wave, []).append(m)
-            progressed = True
+    while len(ws.done) < total:
+        progressed = _run_local(ws, wave)
+        matched = _match_receives(ws)
+        _post_messages(ws, matched, wave)
         # the wave's wait completes these sends: their sources are free again
-        for g in range(n):
-            inflight[g] = [m for m in inflight[g] if m.match_wave < 0]
-        # 3. post-phase: reductions and receive bookkeeping
-        for g, t, i, m in matched:
-            st = tbs[g][t].steps[i]
-            ty = st.type
-            tmp = m.target
-            if ty in ("rrc", "rrcs"):
-                src = region(g, st.srcbuf, st.srcoff, st.cnt)
-                dst = region(g, st.dstbuf, st.dstoff, st.cnt)
-                write(g, dst, wave + 1)
-                post[g].setdefault(wave, []).append((ADD, dst, src, tmp))
-                temps[g][tmp[0]].end = wave
-                fwd = dst
-            elif ty == "rrs":
-                src = region(g, st.srcbuf, st.srcoff, st.cnt)
-                post[g].setdefault(wave, []).append((ADD, tmp, tmp, src))
-                fwd = tmp
-            else:
-                fwd = tmp
-            if st.sends:
-                phase[(g, t)] = 1
-                pending_src[(g, t)] = fwd
-            else:
-                done.add((g, t, i))
-                pc[(g, t)] = i + 1
-        if not progressed:
-            for (g, t), i in sorted(pc.items()):
-                steps = tbs[g][t].steps
-                if i >= len(steps):
-                    continue
-                st = steps[i]
-                tb = tbs[g][t]
-                if not dep_ok(g, st):
-                    stuck.append(f"{where(g, t, i)} ({st.type}) waits for tb {st.depid} step {st.deps}")
-                elif st.receives and phase[(g, t)] == 0:
-                    stuck.append(f"{where(g, t, i)} ({st.type}) waits for a message from rank {tb.recv} "
-                                 f"on channel {tb.chan} that is never sent")
-                    hang_wave.append((g, t, i))
+        for g in range(ws.n):
+            ws.inflight[g] = [m for m in ws.inflight[g] if m.match_wave < 0]
+        _finish_receives(ws, matched, wave)
+        if not (progressed or matched):
+            stuck, hang_wave = _diagnose(ws)
             break
         wave += 1
+    return wave, stuck, hang_wave
 
-    # temporaries of rrs forwards end when their message is posted; snapshots likewise
-    for m in msgs:
+
+def _run_local(ws: _Waves, wave: int) -> bool:
+    """Step 1 of a wave: local ops and logical sends, to a fixpoint; whether any step ran."""
+    progressed = False
+    changed = True
+    while changed:
+        changed = False
+        for (g, t), i in list(ws.pc.items()):
+            steps = ws.tbs[g][t].steps
+            while i < len(steps):
+                st = steps[i]
+                if not _dep_ok(ws, g, st):
+                    break
+                ty = st.type
+                if ty in ("cpy", "re", "nop"):
+                    if ty != "nop":
+                        src = _region(ws.aliases[g], st.srcbuf, st.srcoff, st.cnt)
+                        dst = _region(ws.aliases[g], st.dstbuf, st.dstoff, st.cnt)
+                        _write(ws, g, dst)
+                        op = (COPY, dst, src) if ty == "cpy" else (ADD, dst, dst, src)
+                        ws.pre[g].setdefault(wave, []).append(op)
+                elif ty == "s":
+                    _logical_send(ws, g, t, i, _region(ws.aliases[g], st.srcbuf, st.srcoff, st.cnt), st.cnt, wave)
+                elif st.sends and ws.phase[(g, t)] == 1:
+                    _logical_send(ws, g, t, i, ws.pending_src.pop((g, t)), st.cnt, wave)
+                    ws.phase[(g, t)] = 0
+                else:
+                    break  # a receive (or receive part) is next
+                ws.done.add((g, t, i))
+                i += 1
+                changed = progressed = True
+            ws.pc[(g, t)] = i
+    return progressed
+
+
+def _match_receives(ws: _Waves) -> list[tuple[int, int, int, _Msg]]:
+    """Step 2 of a wave: pair each blocked receive with the next message already sent on its connection."""
+    matched: list[tuple[int, int, int, _Msg]] = []
+    for (g, t), i in ws.pc.items():
+        steps = ws.tbs[g][t].steps
+        if i >= len(steps) or ws.phase[(g, t)] != 0 or not steps[i].receives or not _dep_ok(ws, g, steps[i]):
+            continue
+        tb = ws.tbs[g][t]
+        conn = (tb.recv, g, tb.chan)
+        k = ws.recvd.get(conn, 0)
+        queue = ws.sendq.get(conn, [])
+        if k < len(queue):
+            ws.recvd[conn] = k + 1
+            matched.append((g, t, i, queue[k]))
+    return matched
+
+
+def _post_messages(ws: _Waves, matched: list[tuple[int, int, int, _Msg]], wave: int) -> None:
+    """Give each matched message its target and post it on both ends in this wave's batch."""
+    for g, t, i, m in matched:
+        st = ws.tbs[g][t].steps[i]
+        if m.cnt != st.cnt:
+            raise ValueError(f"{m.where} sends {m.cnt} chunks but {_where(g, t, i)} receives {st.cnt}")
+        if st.type in ("r", "rcs"):
+            m.target = _region(ws.aliases[g], st.dstbuf, st.dstoff, st.cnt)
+        else:
+            m.target = (_new_temp(ws, g, st.cnt, wave), 0, st.cnt)
+        m.match_wave = wave
+        _write(ws, g, m.target)
+        ws.comm[m.src].setdefault(wave, []).append(m)
+        if m.dst != m.src:
+            ws.comm[m.dst].setdefault(wave, []).append(m)
+
+
+def _finish_receives(ws: _Waves, matched: list[tuple[int, int, int, _Msg]], wave: int) -> None:
+    """Step 3 of a wave: the reductions after the wait, and the receive steps' bookkeeping."""
+    for g, t, i, m in matched:
+        st = ws.tbs[g][t].steps[i]
+        ty = st.type
+        tmp = m.target
+        if ty in ("rrc", "rrcs"):
+            src = _region(ws.aliases[g], st.srcbuf, st.srcoff, st.cnt)
+            dst = _region(ws.aliases[g], st.dstbuf, st.dstoff, st.cnt)
+            _write(ws, g, dst)
+            ws.post[g].setdefault(wave, []).append((ADD, dst, src, tmp))
+            ws.temps[g][tmp[0]].end = wave
+            fwd = dst
+        elif ty == "rrs":
+            src = _region(ws.aliases[g], st.srcbuf, st.srcoff, st.cnt)
+            ws.post[g].setdefault(wave, []).append((ADD, tmp, tmp, src))
+            fwd = tmp
+        else:
+            fwd = tmp
+        if st.sends:
+            ws.phase[(g, t)] = 1
+            ws.pending_src[(g, t)] = fwd
+        else:
+            ws.done.add((g, t, i))
+            ws.pc[(g, t)] = i + 1
+
+
+def _diagnose(ws: _Waves) -> tuple[list[str], list[tuple[int, int, int]]]:
+    """Why no step can run: one line per blocked step, and the receives that wait forever."""
+    stuck: list[str] = []
+    hang_wave: list[tuple[int, int, int]] = []
+    for (g, t), i in sorted(ws.pc.items()):
+        steps = ws.tbs[g][t].steps
+        if i >= len(steps):
+            continue
+        st = steps[i]
+        tb = ws.tbs[g][t]
+        if not _dep_ok(ws, g, st):
+            stuck.append(f"{_where(g, t, i)} ({st.type}) waits for tb {st.depid} step {st.deps}")
+        elif st.receives and ws.phase[(g, t)] == 0:
+            stuck.append(f"{_where(g, t, i)} ({st.type}) waits for a message from rank {tb.recv} "
+                         f"on channel {tb.chan} that is never sent")
+            hang_wave.append((g, t, i))
+    return stuck, hang_wave
+
+
+def _end_send_temps(ws: _Waves) -> None:
+    """Temporaries of rrs forwards end when their message is posted; snapshots likewise."""
+    for m in ws.msgs:
         end = m.match_wave if m.match_wave >= 0 else 1 << 60
         if isinstance(m.source[0], int):
-            temps[m.src][m.source[0]].end = end
+            ws.temps[m.src][m.source[0]].end = end
         if m.snap_temp is not None:
-            temps[m.src][m.snap_temp].end = end
-    unmatched = tuple(f"{m.where} sends to rank {m.dst} on channel {m.chan} but no receive takes it"
-                      for m in msgs if m.match_wave < 0)
+            ws.temps[m.src][m.snap_temp].end = end
 
-    # ---- pool temporaries by lifetime, then emit op lists --------------------------------------
-    rank_plans = []
-    for g in range(n):
-        slot_of: dict[int, int] = {}
-        pool: list[tuple[int, int]] = []  # (cnt, busy until wave)
-        for tid in sorted(range(len(temps[g])), key=lambda x: (temps[g][x].start, x)):
-            tmp = temps[g][tid]
-            for j, (cnt, busy) in enumerate(pool):
-                if cnt == tmp.cnt and busy < tmp.start:
-                    pool[j] = (cnt, tmp.end)
-                    slot_of[tid] = j
-                    break
+
+# ---- per-rank op lists -----------------------------------------------------------------------------
+def _pool_temps(temps: list[_Temp]) -> tuple[dict[int, int], list[tuple[int, int]]]:
+    """Share temporaries of one size whose lifetimes do not overlap: (temp id -> slot, (cnt, busy until) per slot)."""
+    slot_of: dict[int, int] = {}
+    pool: list[tuple[int, int]] = []  # (cnt, busy until wave)
+    for tid in sorted(range(len(temps)), key=lambda x: (temps[x].start, x)):
+        tmp = temps[tid]
+        for j, (cnt, busy) in enumerate(pool):
+            if cnt == tmp.cnt and busy < tmp.start:
+                pool[j] = (cnt, tmp.end)
+                slot_of[tid] = j
+                break
+        else:
+            pool.append((tmp.cnt, tmp.end))
+            slot_of[tid] = len(pool) - 1
+    return slot_of, pool
+
+
+def _fix(reg: Region, slot_of: dict[int, int]) -> Region:
+    """``reg`` with a temporary id replaced by its pool slot."""
+    return (slot_of[reg[0]], 0, reg[2]) if isinstance(reg[0], int) else reg
+
+
+def _data_of(m: _Msg, slot_of: dict[int, int]) -> Region:
+    """Where message ``m``'s data is read when it is posted: its snapshot if it has one, else its source."""
+    return (slot_of[m.snap_temp], 0, m.cnt) if m.snap_temp is not None else _fix(m.source, slot_of)
+
+
+def _emit_ops(ws: _Waves, g: int, slot_of: dict[int, int], last_wave: int) -> list:
+    """Rank ``g``'s ops, wave by wave: pre ops, one comm batch, post ops."""
+    ops: list = []
+    for w in range(last_wave + 1):
+        for op in ws.pre[g].get(w, ()):
+            if op[0] == "snap":
+                m = op[1]
+                if m.snap_temp is not None:
+                    ops.append((COPY, (slot_of[m.snap_temp], 0, m.cnt), _fix(m.source, slot_of)))
             else:
-                pool.append((tmp.cnt, tmp.end))
-                slot_of[tid] = len(pool) - 1
+                ops.append((op[0],) + tuple(_fix(r, slot_of) for r in op[1:]))
+        batch = []
+        for m in sorted(ws.comm[g].get(w, ()), key=lambda x: x.id):
+            if m.src == m.dst:
+                batch.append(("self", g, (_fix(m.target, slot_of), _data_of(m, slot_of)), m.chan))
+            elif m.src == g:
+                batch.append(("send", m.dst, _data_of(m, slot_of), m.chan))
+            else:
+                batch.append(("recv", m.src, _fix(m.target, slot_of), m.chan))
+        if batch:
+            ops.append((BATCH, tuple(batch)))
+        for op in ws.post[g].get(w, ()):
+            ops.append((op[0],) + tuple(_fix(r, slot_of) for r in op[1:]))
+    return ops
 
-        def fix(reg: Region, slot_of: dict[int, int] = slot_of) -> Region:
-            return (slot_of[reg[0]], 0, reg[2]) if isinstance(reg[0], int) else reg
 
-        def data_of(m: _Msg, slot_of: dict[int, int] = slot_of) -> Region:
-            return (slot_of[m.snap_temp], 0, m.cnt) if m.snap_temp is not None else fix(m.source)
-
-        ops: list = []
-        for w in range(wave + 1):
-            for op in pre[g].get(w, ()):
-                if op[0] == "snap":
-                    m = op[1]
-                    if m.snap_temp is not None:
-                        ops.append((COPY, (slot_of[m.snap_temp], 0, m.cnt), fix(m.source)))
-                else:
-                    ops.append((op[0],) + tuple(fix(r) for r in op[1:]))
-            batch = []
-            for m in sorted(comm[g].get(w, ()), key=lambda x: x.id):
-                if m.src == m.dst:
-                    batch.append(("self", g, (fix(m.target), data_of(m)), m.chan))
-                elif m.src == g:
-                    batch.append(("send", m.dst, data_of(m), m.chan))
-                else:
-                    batch.append(("recv", m.src, fix(m.target), m.chan))
-            if batch:
-                ops.append((BATCH, tuple(batch)))
-            for op in post[g].get(w, ()):
-                ops.append((op[0],) + tuple(fix(r) for r in op[1:]))
-        if allow_hang:
-            hang = []
-            for hg, t, i in hang_wave:
-                if hg == g:
-                    st = tbs[g][t].steps[i]
-                    hang.append(("recv", tbs[g][t].recv, (len(pool), 0, st.cnt), tbs[g][t].chan))
-            if hang:
-                pool.append((max(r[2][2] for r in hang), 1 << 60))
-                ops.append((BATCH, tuple(hang)))
-        rank_plans.append(RankPlan(g, buffers[g], aliases[g], tuple(c for c, _ in pool), tuple(ops),
-                                   sum(1 for m in msgs if g in (m.src, m.dst))))
-    return Plan(program.name, collective, tuple(rank_plans), wave + 1, len(msgs), tuple(stuck), unmatched)
+def _rank_plan(ws: _Waves, g: int, buffers: dict[str, int], last_wave: int,
+               hang_wave: list[tuple[int, int, int]]) -> RankPlan:
+    """Rank ``g``'s plan: pooled temporaries, its ops, and a last batch of the receives in ``hang_wave``."""
+    slot_of, pool = _pool_temps(ws.temps[g])
+    ops = _emit_ops(ws, g, slot_of, last_wave)
+    hang = []
+    for hg, t, i in hang_wave:
+        if hg == g:
+            st = ws.tbs[g][t].steps[i]
+            hang.append(("recv", ws.tbs[g][t].recv, (len(pool), 0, st.cnt), ws.tbs[g][t].chan))
+    if hang:
+        pool.append((max(r[2][2] for r in hang), 1 << 60))
+        ops.append((BATCH, tuple(hang)))
+    return RankPlan(g, buffers, ws.aliases[g], tuple(c for c, _ in pool), tuple(ops),
+                    sum(1 for m in ws.msgs if g in (m.src, m.dst)))

@@ -72,6 +72,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -94,6 +95,9 @@ from synth.synthesis.greedy import (
     virtual_links,
 )
 from synth.topology.model import Topology
+
+if TYPE_CHECKING:
+    from synth.solvers import Model
 
 # options.extra["milp_routes"]: "shortest" (default) restricts single-destination chunks (alltoall,
 # gather, scatter) to shortest paths; "all" is the exact model; "auto" prunes only above this many
@@ -297,166 +301,260 @@ class Built:
 def build_model(vl: VirtualLinks, problem: CopyProblem, ep: Epochs, horizon: int, lb: int,
                 dist: np.ndarray, dd: np.ndarray, start: list[tuple[int, int, int]] | None = None,
                 shortest: bool = True) -> Built:
-    """The time-expanded MILP of the module docstring as a :class:`synth.solvers.Model`."""
+    """The time-expanded MILP of the module docstring (TE-CCL, Liu et al., SIGCOMM'24) as a
+    :class:`synth.solvers.Model`: the pruned binaries x, h, y, done, then one constraint family per
+    step below (each step's docstring gives its rows), the objective min Σ_{k<K} (1 − done[k]), and
+    the warm start."""
     from synth.solvers import Model
 
-    n, nc, K = problem.num_ranks, problem.num_chunks, horizon
+    K = horizon
+    reach = _reach(problem, dist, dd, K)
+    model = Model("te-milp")
+    x_keys = _send_keys(vl, reach, dd, K, shortest)
+    x_col = model.add_binaries(len(x_keys))
+    h_idx = _add_holds(model, reach, dd, K, shortest)
+    _must_hold_at_horizon(model, reach, h_idx, K)
+    jk, y_col, x_y = _add_link_epochs(model, x_keys, K)
+    done = _add_done(model, K, lb)
+    v = _Vars(x_keys, x_col, h_idx, jk, y_col, x_y, done)
+    rows = _Rows()
+    _store_and_forward(rows, vl, v)
+    _arrival_and_holding(rows, vl, v)
+    _batching(rows, ep, v, K)
+    _physical_capacity(rows, vl, v, K)
+    _completion(model, rows, reach, v, K, lb)
+    rows.add_to(model)
+    model.set_objective(done, -1.0, "min", offset=float(K))
+    if start is not None:
+        _warm_start(model, vl, problem, reach, v, K, start)
+    return Built(model, x_keys, x_col, K, lb, model.num_vars)
+
+
+@dataclass(frozen=True)
+class _Reach:
+    """Where each chunk starts, must end, and how soon it can be held anywhere (the model's pruning)."""
+
+    src_set: np.ndarray     # (nc, n): rank is a source of the chunk
+    earliest: np.ndarray    # (nc, n): first epoch the rank can hold the chunk (hops from its nearest source)
+    dest_mask: np.ndarray   # (nc, n): rank is a destination of the chunk
+    single: np.ndarray      # (nc,): the chunk has one destination
+    total: np.ndarray       # (nc,): hops from the chunk's nearest source to its nearest destination
+
+
+def _reach(problem: CopyProblem, dist: np.ndarray, dd: np.ndarray, horizon: int) -> _Reach:
+    """Sources, destinations and earliest holding epochs of every chunk, from the hop distances."""
+    nc, n = problem.num_chunks, problem.num_ranks
     src_set = np.zeros((nc, n), dtype=bool)
     for c, s in enumerate(problem.sources):
         src_set[c, list(s)] = True
-    earliest = np.full((nc, n), K + 1, dtype=np.int64)
+    earliest = np.full((nc, n), horizon + 1, dtype=np.int64)
     for c, s in enumerate(problem.sources):
         earliest[c] = dist[list(s)].min(axis=0)
     earliest[src_set] = 0
-    model = Model("te-milp")
+    dest_mask = np.zeros((nc, n), dtype=bool)
+    for c, d in enumerate(problem.dests):
+        dest_mask[c, list(d)] = True
     single = np.array([len(d) == 1 for d in problem.dests])
     total = np.array([dd[c, list(s)].min() for c, s in enumerate(problem.sources)])
+    return _Reach(src_set, earliest, dest_mask, single, total)
 
-    # x[c, j, k]: k in [earliest(c, u), K - 1 - dd(c, v)], v not a source of c
+
+def _send_keys(vl: VirtualLinks, reach: _Reach, dd: np.ndarray, horizon: int, shortest: bool) -> np.ndarray:
+    """(chunk, link, epoch) of every x[c, j, k]: k in [earliest(c, u), K − 1 − dd(c, v)], v not a source of c."""
     cs, js, ks = [], [], []
     for j in range(vl.count):
         u, v = int(vl.src[j]), int(vl.dst[j])
-        lo = earliest[:, u]
-        hi = K - 1 - dd[:, v]
-        ok = (~src_set[:, v]) & (lo <= hi)
+        lo = reach.earliest[:, u]
+        hi = horizon - 1 - dd[:, v]
+        ok = (~reach.src_set[:, v]) & (lo <= hi)
         if shortest:
             # single-destination chunks only move along shortest paths toward their destination
             # (the sender on a shortest source-destination path, the receiver one hop closer)
-            ok &= ~single | ((dd[:, v] == dd[:, u] - 1) & (earliest[:, u] + dd[:, u] == total))
+            ok &= ~reach.single | ((dd[:, v] == dd[:, u] - 1) & (reach.earliest[:, u] + dd[:, u] == reach.total))
         for c in np.flatnonzero(ok):
             span = np.arange(lo[c], hi[c] + 1)
             cs.append(np.full(len(span), c))
             js.append(np.full(len(span), j))
             ks.append(span)
     if cs:
-        x_keys = np.stack([np.concatenate(cs), np.concatenate(js), np.concatenate(ks)], axis=1)
-    else:
-        x_keys = np.zeros((0, 3), dtype=np.int64)
-    nx = len(x_keys)
-    x_col = model.add_binaries(nx)
+        return np.stack([np.concatenate(cs), np.concatenate(js), np.concatenate(ks)], axis=1)
+    return np.zeros((0, 3), dtype=np.int64)
 
-    # h[c, r, k] for non-sources, k in [earliest, K]; index table (nc, n, K+1) -> column or -1
-    h_idx = np.full((nc, n, K + 1), -1, dtype=np.int64)
-    mask = (~src_set)[:, :, None] & (np.arange(K + 1)[None, None, :] >= earliest[:, :, None])
+
+def _add_holds(model: Model, reach: _Reach, dd: np.ndarray, horizon: int, shortest: bool) -> np.ndarray:
+    """Add h[c, r, k] for non-sources, k in [earliest, K]; returns the (nc, n, K+1) column table (-1: none)."""
+    nc, n = reach.src_set.shape
+    h_idx = np.full((nc, n, horizon + 1), -1, dtype=np.int64)
+    mask = (~reach.src_set)[:, :, None] & (np.arange(horizon + 1)[None, None, :] >= reach.earliest[:, :, None])
     if shortest:   # single-destination chunks are only ever held on their shortest paths
-        off_path = single[:, None] & (earliest + dd != total[:, None])
+        off_path = reach.single[:, None] & (reach.earliest + dd != reach.total[:, None])
         mask &= ~off_path[:, :, None]
     count = int(mask.sum())
     h_cols = model.add_binaries(count)
     h_idx[mask] = h_cols
-    # destinations must hold at the horizon
-    dest_mask = np.zeros((nc, n), dtype=bool)
-    for c, d in enumerate(problem.dests):
-        dest_mask[c, list(d)] = True
-    ends = h_idx[:, :, K][dest_mask]
+    return h_idx
+
+
+def _must_hold_at_horizon(model: Model, reach: _Reach, h_idx: np.ndarray, horizon: int) -> None:
+    """Rows h[c, d, K] = 1 for every destination d of c."""
+    ends = h_idx[:, :, horizon][reach.dest_mask]
     if (ends < 0).any():
         raise SynthError("milp horizon is shorter than the earliest arrival (internal error)")
     model.add_rows(np.arange(len(ends)), ends, 1.0, np.ones(len(ends)), np.ones(len(ends)))
 
-    # y[j, k] for (j, k) pairs that carry some x
-    jk = np.unique(x_keys[:, 1] * (K + 1) + x_keys[:, 2]) if nx else np.zeros(0, dtype=np.int64)
+
+def _add_link_epochs(model: Model, x_keys: np.ndarray, horizon: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Add y[j, k] for the (j, k) pairs that carry some x: (their keys j(K+1)+k, columns, y of each x)."""
+    nx = len(x_keys)
+    jk = np.unique(x_keys[:, 1] * (horizon + 1) + x_keys[:, 2]) if nx else np.zeros(0, dtype=np.int64)
     y_col = model.add_binaries(len(jk))
-    x_y = np.searchsorted(jk, x_keys[:, 1] * (K + 1) + x_keys[:, 2])
+    x_y = np.searchsorted(jk, x_keys[:, 1] * (horizon + 1) + x_keys[:, 2])
+    return jk, y_col, x_y
 
-    # done[k], k = 0..K-1; fixed 0 below the lower bound
-    done = model.add_binaries(K)
+
+def _add_done(model: Model, horizon: int, lb: int) -> np.ndarray:
+    """Add done[k], k = 0..K-1, with done[k] = 0 fixed below the lower bound ``lb``."""
+    done = model.add_binaries(horizon)
     if lb > 0:
-        fixed = done[: min(lb, K)]
+        fixed = done[: min(lb, horizon)]
         model.add_rows(np.arange(len(fixed)), fixed, 1.0, np.zeros(len(fixed)), np.zeros(len(fixed)))
+    return done
 
-    rows, cols, vals, lo, hi = [], [], [], [], []
-    nrow = 0
 
-    def add(r_cols: np.ndarray, r_vals: np.ndarray, row_ids: np.ndarray, lo_v: np.ndarray, hi_v: np.ndarray):
-        nonlocal nrow
-        rows.append(row_ids + nrow)
-        cols.append(r_cols)
-        vals.append(r_vals)
-        lo.append(lo_v)
-        hi.append(hi_v)
-        nrow += len(lo_v)
+@dataclass(frozen=True)
+class _Vars:
+    """The model's columns: x by (chunk, link, epoch) key, h by table, y by (link, epoch) key, done."""
 
-    inf = math.inf
-    # store-and-forward: x - h[c, u, k] <= 0 (u not a source)
-    u_of = vl.src[x_keys[:, 1]]
-    hu = h_idx[x_keys[:, 0], u_of, x_keys[:, 2]] if nx else np.zeros(0, dtype=np.int64)
+    x_keys: np.ndarray      # (nx, 3): chunk, link, epoch
+    x_col: np.ndarray
+    h_idx: np.ndarray       # (nc, n, K+1): column of h[c, r, k], -1 where pruned
+    jk: np.ndarray          # sorted keys j(K+1)+k of the y variables
+    y_col: np.ndarray
+    x_y: np.ndarray         # per x: index of its y in jk
+    done: np.ndarray
+
+
+class _Rows:
+    """Constraint rows in COO form, gathered across families and added to the model in one call."""
+
+    def __init__(self) -> None:
+        self.rows: list[np.ndarray] = []
+        self.cols: list[np.ndarray] = []
+        self.vals: list[np.ndarray] = []
+        self.lo: list[np.ndarray] = []
+        self.hi: list[np.ndarray] = []
+        self.count = 0
+
+    def add(self, cols: np.ndarray, vals: np.ndarray, row_ids: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
+        """Rows numbered 0..len(lo)-1 locally: entry i puts ``vals[i]`` at ``cols[i]`` of row ``row_ids[i]``."""
+        self.rows.append(row_ids + self.count)
+        self.cols.append(cols)
+        self.vals.append(vals)
+        self.lo.append(lo)
+        self.hi.append(hi)
+        self.count += len(lo)
+
+    def add_to(self, model: Model) -> None:
+        """Add the gathered rows to ``model``."""
+        model.add_rows(np.concatenate(self.rows), np.concatenate(self.cols), np.concatenate(self.vals),
+                       np.concatenate(self.lo), np.concatenate(self.hi))
+
+
+def _store_and_forward(rows: _Rows, vl: VirtualLinks, v: _Vars) -> None:
+    """x[c, j, k] − h[c, src_j, k] ≤ 0 where src_j holds c by h (a source always holds it)."""
+    nx = len(v.x_keys)
+    u_of = vl.src[v.x_keys[:, 1]]
+    hu = v.h_idx[v.x_keys[:, 0], u_of, v.x_keys[:, 2]] if nx else np.zeros(0, dtype=np.int64)
     sel = np.flatnonzero(hu >= 0)
     m = len(sel)
-    add(np.concatenate([x_col[sel], hu[sel]]), np.concatenate([np.ones(m), -np.ones(m)]),
-        np.concatenate([np.arange(m), np.arange(m)]), np.full(m, -inf), np.zeros(m))
+    rows.add(np.concatenate([v.x_col[sel], hu[sel]]), np.concatenate([np.ones(m), -np.ones(m)]),
+             np.concatenate([np.arange(m), np.arange(m)]), np.full(m, -math.inf), np.zeros(m))
 
-    # arrival: h[c,v,k+1] - h[c,v,k] - sum_j x[c,j,k] <= 0, for every h[c,v,k+1] variable
+
+def _arrival_and_holding(rows: _Rows, vl: VirtualLinks, v: _Vars) -> None:
+    """h[c,r,k+1] − h[c,r,k] − Σ_{j into r} x[c,j,k] ≤ 0 for every h[c,r,k+1]; then h monotone:
+    h[c,r,k] − h[c,r,k+1] ≤ 0."""
+    h_idx, x_keys = v.h_idx, v.x_keys
     cc, vv, kk = np.nonzero(h_idx[:, :, 1:] >= 0)
     k1 = kk + 1
     a_rows = np.arange(len(cc))
-    row_of = np.full((nc, n, K + 1), -1, dtype=np.int64)
+    row_of = np.full(h_idx.shape, -1, dtype=np.int64)
     row_of[cc, vv, k1] = a_rows
     prev = h_idx[cc, vv, kk]
     has_prev = prev >= 0
     v_of = vl.dst[x_keys[:, 1]]
-    xr = row_of[x_keys[:, 0], v_of, x_keys[:, 2] + 1] if nx else np.zeros(0, dtype=np.int64)
+    xr = row_of[x_keys[:, 0], v_of, x_keys[:, 2] + 1] if len(x_keys) else np.zeros(0, dtype=np.int64)
     xs = np.flatnonzero(xr >= 0)
-    add(np.concatenate([h_idx[cc, vv, k1], prev[has_prev], x_col[xs]]),
-        np.concatenate([np.ones(len(cc)), -np.ones(int(has_prev.sum())), -np.ones(len(xs))]),
-        np.concatenate([a_rows, a_rows[has_prev], xr[xs]]), np.full(len(cc), -inf), np.zeros(len(cc)))
-    # monotone holding: h[c,v,k] - h[c,v,k+1] <= 0
+    rows.add(np.concatenate([h_idx[cc, vv, k1], prev[has_prev], v.x_col[xs]]),
+             np.concatenate([np.ones(len(cc)), -np.ones(int(has_prev.sum())), -np.ones(len(xs))]),
+             np.concatenate([a_rows, a_rows[has_prev], xr[xs]]), np.full(len(cc), -math.inf), np.zeros(len(cc)))
     hp = np.flatnonzero(has_prev)
     mm = len(hp)
-    add(np.concatenate([prev[hp], h_idx[cc[hp], vv[hp], k1[hp]]]), np.concatenate([np.ones(mm), -np.ones(mm)]),
-        np.concatenate([np.arange(mm), np.arange(mm)]), np.full(mm, -inf), np.zeros(mm))
+    rows.add(np.concatenate([prev[hp], h_idx[cc[hp], vv[hp], k1[hp]]]), np.concatenate([np.ones(mm), -np.ones(mm)]),
+             np.concatenate([np.arange(mm), np.arange(mm)]), np.full(mm, -math.inf), np.zeros(mm))
 
-    # batching: sum_c x[c,j,k] - m_j y[j,k] <= 0
-    ny = len(jk)
-    y_link = jk // (K + 1)
-    add(np.concatenate([x_col, y_col]), np.concatenate([np.ones(nx), -ep.batch[y_link].astype(float)]),
-        np.concatenate([x_y, np.arange(ny)]), np.full(ny, -inf), np.zeros(ny))
 
-    # physical capacity: sum_{j uses l} y[j,k] <= 1
-    y_epoch = jk % (K + 1)
+def _batching(rows: _Rows, ep: Epochs, v: _Vars, horizon: int) -> None:
+    """Σ_c x[c,j,k] − m_j · y[j,k] ≤ 0: one transfer of at most m_j chunks per link and epoch."""
+    ny = len(v.jk)
+    y_link = v.jk // (horizon + 1)
+    rows.add(np.concatenate([v.x_col, v.y_col]),
+             np.concatenate([np.ones(len(v.x_col)), -ep.batch[y_link].astype(float)]),
+             np.concatenate([v.x_y, np.arange(ny)]), np.full(ny, -math.inf), np.zeros(ny))
+
+
+def _physical_capacity(rows: _Rows, vl: VirtualLinks, v: _Vars, horizon: int) -> None:
+    """Σ_{j uses l} y[j,k] ≤ 1 for every physical link l and epoch k."""
+    y_link = v.jk // (horizon + 1)
+    y_epoch = v.jk % (horizon + 1)
     hops = vl.phys[y_link]
     yy, hh = np.nonzero(hops >= 0)
-    key = hops[yy, hh] * (K + 1) + y_epoch[yy]
+    key = hops[yy, hh] * (horizon + 1) + y_epoch[yy]
     ukey, inv = np.unique(key, return_inverse=True)
-    add(y_col[yy], np.ones(len(yy)), inv, np.full(len(ukey), -inf), np.ones(len(ukey)))
+    rows.add(v.y_col[yy], np.ones(len(yy)), inv, np.full(len(ukey), -math.inf), np.ones(len(ukey)))
 
-    # completion: done[k] - h[c,d,k] <= 0 for destinations (h missing -> done[k] = 0, by lb)
-    dc, dv = np.nonzero(dest_mask)
-    for k in range(min(lb, K), K):
-        hk = h_idx[dc, dv, k]
+
+def _completion(model: Model, rows: _Rows, reach: _Reach, v: _Vars, horizon: int, lb: int) -> None:
+    """done[k] − h[c,d,k] ≤ 0 for every destination d of c, k ≥ lb (done[k] = 0 where some h[c,d,k] is
+    pruned, added to the model at once); then done monotone: done[k] − done[k+1] ≤ 0."""
+    done = v.done
+    dc, dv = np.nonzero(reach.dest_mask)
+    for k in range(min(lb, horizon), horizon):
+        hk = v.h_idx[dc, dv, k]
         if (hk < 0).any():
             model.add_row([done[k]], [1.0], 0.0, 0.0)
             continue
         md = len(hk)
-        add(np.concatenate([np.full(md, done[k]), hk]), np.concatenate([np.ones(md), -np.ones(md)]),
-            np.concatenate([np.arange(md), np.arange(md)]), np.full(md, -inf), np.zeros(md))
-    # done monotone: done[k] - done[k+1] <= 0
-    if K > 1:
-        add(np.concatenate([done[:-1], done[1:]]), np.concatenate([np.ones(K - 1), -np.ones(K - 1)]),
-            np.concatenate([np.arange(K - 1), np.arange(K - 1)]), np.full(K - 1, -inf), np.zeros(K - 1))
+        rows.add(np.concatenate([np.full(md, done[k]), hk]), np.concatenate([np.ones(md), -np.ones(md)]),
+                 np.concatenate([np.arange(md), np.arange(md)]), np.full(md, -math.inf), np.zeros(md))
+    if horizon > 1:
+        m = horizon - 1
+        rows.add(np.concatenate([done[:-1], done[1:]]), np.concatenate([np.ones(m), -np.ones(m)]),
+                 np.concatenate([np.arange(m), np.arange(m)]), np.full(m, -math.inf), np.zeros(m))
 
-    model.add_rows(np.concatenate(rows), np.concatenate(cols), np.concatenate(vals),
-                   np.concatenate(lo), np.concatenate(hi))
-    model.set_objective(done, -1.0, "min", offset=float(K))
 
-    if start is not None:
-        values = np.zeros(model.num_vars)
-        arrive = np.full((nc, n), K + 1, dtype=np.int64)
-        arrive[src_set] = 0
-        lookup = {tuple(key): i for i, key in enumerate(x_keys.tolist())}
-        if any((c, j, k) not in lookup for c, j, k in start):
-            return Built(model, x_keys, x_col, K, lb, model.num_vars)   # outside the pruned model: no start
-        for c, j, k in start:
-            values[x_col[lookup[(c, j, k)]]] = 1.0
-            values[y_col[np.searchsorted(jk, j * (K + 1) + k)]] = 1.0
-            v = int(vl.dst[j])
-            arrive[c, v] = min(arrive[c, v], k + 1)
-        live = h_idx >= 0
-        held = np.arange(K + 1)[None, None, :] >= arrive[:, :, None]
-        values[h_idx[live & held]] = 1.0
-        finish = _finish_epoch(problem, arrive)
-        values[done[finish:]] = 1.0
-        model.set_start(np.arange(model.num_vars), values)
-    return Built(model, x_keys, x_col, K, lb, model.num_vars)
+def _warm_start(model: Model, vl: VirtualLinks, problem: CopyProblem, reach: _Reach, v: _Vars, horizon: int,
+                start: list[tuple[int, int, int]]) -> None:
+    """Give the solver ``start`` (sends (chunk, link, epoch)) as x, y, the h it implies and done;
+    nothing when a send lies outside the pruned model."""
+    nc, n = reach.src_set.shape
+    values = np.zeros(model.num_vars)
+    arrive = np.full((nc, n), horizon + 1, dtype=np.int64)
+    arrive[reach.src_set] = 0
+    lookup = {tuple(key): i for i, key in enumerate(v.x_keys.tolist())}
+    if any((c, j, k) not in lookup for c, j, k in start):
+        return
+    for c, j, k in start:
+        values[v.x_col[lookup[(c, j, k)]]] = 1.0
+        values[v.y_col[np.searchsorted(v.jk, j * (horizon + 1) + k)]] = 1.0
+        r = int(vl.dst[j])
+        arrive[c, r] = min(arrive[c, r], k + 1)
+    live = v.h_idx >= 0
+    held = np.arange(horizon + 1)[None, None, :] >= arrive[:, :, None]
+    values[v.h_idx[live & held]] = 1.0
+    finish = _finish_epoch(problem, arrive)
+    values[v.done[finish:]] = 1.0
+    model.set_start(np.arange(model.num_vars), values)
 
 
 # ---- decoding --------------------------------------------------------------------------------------
