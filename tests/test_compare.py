@@ -107,3 +107,22 @@ def test_compare_method_crash_is_a_row(monkeypatch: pytest.MonkeyPatch) -> None:
     rows = {r["method"]: r for r in doc["rows"]}
     assert rows["dbt"]["error"] == "internal: RuntimeError: boom" and rows["ring"]["error"] is None
     assert doc["best"] == "ring"
+
+
+def test_exact_methods_get_a_deterministic_work_budget_and_no_clock_by_default(monkeypatch) -> None:
+    """The rows must not depend on the machine's load: solver work, not seconds, bounds each method
+    unless the user asks for a wall-clock safety stop."""
+    import synth.cli.cmd_compare as cmd
+
+    seen = []
+
+    def fake_rows(topology, collective, size_bytes, methods, options, root=0, bound_us=None):
+        seen.append(options)
+        return []
+
+    monkeypatch.setattr(cmd, "compare_rows", fake_rows)
+    compare_json("-t", "ring-8", "-c", "allgather", "-s", "1MiB", "--methods", "ring")
+    compare_json("-t", "ring-8", "-c", "allgather", "-s", "1MiB", "--methods", "ring", "--work-limit", "3",
+                 "--time-limit", "7")
+    assert (seen[0].work_limit, seen[0].time_limit) == (cmd.DEFAULT_WORK_LIMIT, None)
+    assert (seen[1].work_limit, seen[1].time_limit) == (3.0, 7.0)

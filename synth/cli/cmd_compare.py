@@ -1,11 +1,13 @@
-"""``synth compare -t T -c C [-s SIZE] [--root R] [--methods m1,m2] [--time-limit SEC] [--json]``.
+"""``synth compare -t T -c C [-s SIZE] [--root R] [--methods m1,m2] [--work-limit W] [--time-limit SEC] [--json]``.
 
 Runs every registered method that supports the collective (or the ``--methods`` given) through the
 pipeline (schedule -> lower -> verify -> simulate), and prints one row per method next to the lower
 bound. ``ratio_to_bound = time_us / bound_us`` (>= 1; 1 means provably optimal under the α-β
 model). A method that fails on the topology gets its error in its row; the command still succeeds.
-Exact methods (LP, MILP, CP-SAT) get ``--time-limit`` seconds each (default 10), so a comparison
-stays bounded.
+Exact methods (MILP, CP-SAT) get ``--work-limit`` units of deterministic solver work each (default 10;
+:mod:`synth.solvers`: CP-SAT deterministic time on a fixed worker count, branch-and-bound nodes), so a
+comparison stays bounded and gives the same rows on an idle and on a busy machine. ``--time-limit`` is only a
+wall-clock safety stop (default none): a method it cuts short is an ``error`` row.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from synth.cli.fabric_edits import apply_fabric_edits, baseline_line, baseline_r
 from synth.errors import SynthError
 from synth.solvers import SOLVERS
 
-DEFAULT_TIME_LIMIT = 10.0
+DEFAULT_WORK_LIMIT = 10.0   # work seconds per exact method (synth.solvers)
 
 
 def compare_rows(topology, collective: str, size_bytes: float, methods: list[str], options, root: int = 0,
@@ -59,15 +61,18 @@ def compare_rows(topology, collective: str, size_bytes: float, methods: list[str
               help="Comma-separated methods (`synth synthesize --list-methods`).")
 @click.option("--solver", default="highs", show_default=True,
               help=f"Solver for exact methods: {', '.join(SOLVERS)}.")
-@click.option("--time-limit", type=SECONDS, default=DEFAULT_TIME_LIMIT, show_default=True,
-              help="Wall-clock seconds each method may search; a method it stops is an `error` row (a busy "
-                   "machine may need more).")
+@click.option("--work-limit", type=SECONDS, default=DEFAULT_WORK_LIMIT, show_default=True,
+              help="Deterministic solver work each exact method may spend (CP-SAT deterministic time, "
+                   "branch-and-bound nodes; not seconds), so the rows do not depend on the machine's load.")
+@click.option("--time-limit", type=SECONDS, default=None,
+              help="Wall-clock safety stop per method in seconds; a method it stops is an `error` row. "
+                   "Default: none.")
 @fabric_edit_options
 @json_option
 @guarded
 def command(topology_name: str, collective: str, size: str, root: int, methods: str | None, solver: str,
-            time_limit: float, exclude_link: tuple, degrade: tuple, exclude_rank: tuple, baseline: str | None,
-            as_json: bool) -> None:
+            work_limit: float, time_limit: float | None, exclude_link: tuple, degrade: tuple, exclude_rank: tuple,
+            baseline: str | None, as_json: bool) -> None:
     """Baselines vs synthesized methods vs the lower bound, in one table."""
     from synth.collectives import Collective, canonical_name
     from synth.synthesis.base import SynthOptions
@@ -104,7 +109,7 @@ def command(topology_name: str, collective: str, size: str, root: int, methods: 
     except Exception:  # noqa: BLE001 - the table still compares the methods without a bound
         bound = None
     bound_us = float(bound.time_bound_us) if bound is not None else None
-    options = SynthOptions(solver=solver, time_limit=time_limit)
+    options = SynthOptions(solver=solver, time_limit=time_limit, work_limit=work_limit)
     rows = compare_rows(topology, name, size_bytes, chosen, options, root, bound_us)
     ok = [r for r in rows if r["error"] is None]
     best = min(ok, key=lambda r: r["time_us"])["method"] if ok else None
