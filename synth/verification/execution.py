@@ -35,7 +35,7 @@ class Execution:
     executed trace (g, step, sending g or -1, its step or -1) for the race check (None: not recorded)."""
 
     errors: Errors
-    pc: list[int]
+    pc: tuple[int, ...]
     fifos: dict[tuple, deque]
     trace: list[tuple[int, int, int, int]] | None
 
@@ -48,7 +48,7 @@ def execute(program: Program, st: Structure, races: bool, max_errors: int) -> Ex
     work = deque(range(ntb))
     while work:
         run.advance(work.popleft(), work)
-    return Execution(run.err, run.pc, run.fifos, run.trace)
+    return Execution(run.err, tuple(run.pc), run.fifos, run.trace)
 
 
 class _Machine:
