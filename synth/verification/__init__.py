@@ -1,0 +1,121 @@
+"""Symbolic verification of a Program: does it compute its collective, and can it deadlock?
+
+Model (MSCCL semantics, see :mod:`synth.program.ir`): each threadblock runs its steps in order; a
+step may start once its dependency (``depid``/``deps``, same GPU) has completed. A send never waits
+(asynchronous): it appends a snapshot of the data to the FIFO of connection (src rank, send peer,
+channel), modelled as unbounded. A receive takes the head of the FIFO of connection (recv peer, this
+rank, channel) and must match its ``cnt``. Execution is a worklist over threadblocks (a blocked
+threadblock is woken only by the event it waits for), so the cost is linear in the number of steps.
+
+Buffer slots hold the *set of contributions* they combine (SCCL/msccl-tools style symbolic values).
+Every postcondition of :mod:`synth.collectives` combines contributions of one input slot, so a value
+is encoded as ``(input slot, bitset of origin ranks)``; a reduction of overlapping sets (double
+counting) or of different input slots is reported where it happens. At the end every output slot
+must hold exactly its postcondition set.
+
+Detected: bad structure (peers, channels, duplicate connections, dependency references, missing
+``hasdep``), offsets out of range (after in-place aliasing), reads of slots holding no data, cnt
+mismatches, messages never received, receives never matched, deadlock (with a wait-for cycle),
+wrong results, and data races: two threadblocks of a rank touching one slot (one writing) with no
+chain of program order, dependencies and messages between them (vector clocks over the executed
+trace; skipped for programs above ``RACE_CHECK_BUDGET``). The symbolic values follow one legal
+interleaving, which is the only one when there is no race.
+
+The check is a sequence of passes over plain records, each in its own module, each returning a frozen
+record (with its own capped error list) that the next passes read: :mod:`~synth.verification.layout`
+(buffers and in-place aliasing), :mod:`~synth.verification.conditions` (precondition, intact input,
+postcondition), :mod:`~synth.verification.structure` (threadblocks, connections, compiled steps),
+:mod:`~synth.verification.execution` (the symbolic run, blocked threadblocks, unreceived messages) and
+:mod:`~synth.verification.races`. :func:`verify` runs them in order and collects their errors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import islice
+
+from synth.collectives import Collective, canonical_name
+from synth.errors import SynthError
+from synth.gcpause import gc_paused
+from synth.program.ir import Program, collective_of
+from synth.verification.common import MAX_ERRORS, RACE_CHECK_BUDGET, Errors, merge_errors
+from synth.verification.conditions import (
+    expected_values,
+    fill_inputs,
+    input_writes,
+    iter_expected_values,
+    postcondition,
+)
+from synth.verification.execution import blocked, execute, leftovers
+from synth.verification.layout import layout
+from synth.verification.races import race_check
+from synth.verification.structure import structure
+
+__all__ = ["MAX_ERRORS", "RACE_CHECK_BUDGET", "VerifyResult", "expected_values", "iter_expected_values",
+           "resolve_collective", "run_passes", "verify"]
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    ok: bool
+    collective: str
+    ranks: int
+    errors: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"ok": self.ok, "collective": self.collective, "ranks": self.ranks, "errors": list(self.errors)}
+
+
+def resolve_collective(program: Program, collective: Collective | str | None = None) -> Collective:
+    """The collective to check: given explicitly (name or object) or the one the program declares."""
+    if collective is None:
+        try:
+            return collective_of(program)
+        except SynthError as exc:
+            raise SynthError(f"program {program.name!r}: {exc} (pass the collective explicitly, e.g. -c allreduce)") \
+                from None
+    if isinstance(collective, Collective):
+        if collective.num_ranks != program.num_ranks:
+            raise SynthError(f"collective has {collective.num_ranks} ranks but the program has {program.num_ranks}")
+        return collective
+    return collective_of(program.with_(collective=canonical_name(collective)))
+
+
+def run_passes(program: Program, coll: Collective, max_errors: int = MAX_ERRORS, races: bool = True,
+               keep_input: bool = True) -> list[Errors]:
+    """Every verification pass, in order, on ``program`` as ``coll``; each pass's errors."""
+    lay = layout(program, coll)
+    fill_inputs(coll, lay)
+    found = [input_writes(program, coll, keep_input, max_errors)]
+    st = structure(program, lay, max_errors)
+    found.append(st.errors)
+    if st.complete:
+        ex = execute(program, st, races, max_errors)
+        found += [ex.errors, blocked(st, ex, max_errors), leftovers(st, ex, max_errors),
+                  race_check(lay, st, ex, max_errors), postcondition(coll, lay, st.tbs, max_errors)]
+    return found
+
+
+def verify(program: Program, collective: Collective | str | None = None, max_errors: int = MAX_ERRORS,
+           races: bool = True, msccl_limits: bool = False, keep_input: bool = True,
+           runtime: str | None = None) -> VerifyResult:
+    """Check that ``program`` implements ``collective`` (default: the one it declares) and cannot deadlock.
+
+    Also checks the structure the MSCCL runtimes' loaders require (dense threadblock ids, channels, ...;
+    :func:`synth.program.msccl_xml.runtime_limit_errors`) and, with ``msccl_limits`` (an XML program), their
+    capacity limits too. A program that breaks them is reported without being executed, since the runtimes
+    would not load it and its sizes may be unusable. An out-of-place program that writes its input buffer is
+    an error unless ``keep_input`` is false (docs/programs.md, "Input buffer"). ``runtime`` (``msccl-executor``
+    or ``msccl``) holds it to that runtime's limits and collectives (implies ``msccl_limits``). Raises
+    SynthError only when the collective itself is unknown or inconsistent with the program.
+    """
+    from synth.program.msccl_xml import runtime_limit_errors
+
+    coll = resolve_collective(program, collective)
+    limits = runtime_limit_errors(program, msccl=msccl_limits or runtime is not None, runtime=runtime)
+    errors = [f"runtime limit: {e}" for e in islice(limits, max_errors)]
+    if errors:
+        return VerifyResult(ok=False, collective=coll.name, ranks=program.num_ranks, errors=errors)
+    with gc_paused():   # one symbolic value per chunk slot and step record, none in a cycle
+        errors = merge_errors(run_passes(program, coll, max_errors, races, keep_input), max_errors)
+    return VerifyResult(ok=not errors, collective=coll.name, ranks=program.num_ranks, errors=errors)
