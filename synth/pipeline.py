@@ -381,7 +381,7 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
             tried.append({"method": m, **row, "error": str(exc)})
             continue
         tried.append({"method": m, **row, "time_us": kept.sim.time_us, "synthesis_s": run.seconds})
-        if kept.rank.unrunnable and (unrunnable is None or kept.rank[1:] < unrunnable.rank[1:]):
+        if kept.rank.unrunnable and (unrunnable is None or kept.rank < unrunnable.rank):
             unrunnable = kept
         if not kept.rank.unrunnable and kept.rank.over_scratch and (
                 roomy is None or kept.sim.time_us < roomy.sim.time_us):

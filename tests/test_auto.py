@@ -338,8 +338,8 @@ def test_pipeline_times_a_methods_alternatives_and_keeps_the_fastest(monkeypatch
 
     topology = load_topology("dgx1")
     collective = Collective("alltoall", 8)
-    slow = RING.run(topology, collective, 64 * MiB, SynthOptions())
-    fast = DIRECT.run(topology, collective, 64 * MiB, SynthOptions())
+    slow = RING.run(Instance(topology, collective, 64 * MiB, SynthOptions()))
+    fast = DIRECT.run(Instance(topology, collective, 64 * MiB, SynthOptions()))
     ring_us = synthesize(topology, "alltoall", 64 * MiB, "ring").time_us
     direct_us = synthesize(topology, "alltoall", 64 * MiB, "direct").time_us
     assert direct_us < ring_us

@@ -303,11 +303,11 @@ def _refusing_more_than(limit: int, monkeypatch) -> list[int]:
 
     real, asked = pipeline._program, []
 
-    def program(topology, collective, method, schedule, options):
+    def program(inst, method, schedule):
         asked.append(schedule.collective.chunk_factor)
         if schedule.collective.chunk_factor > limit:
             raise pipeline._DoesNotLower(f"method {method}: lowering: too many steps")
-        return real(topology, collective, method, schedule, options)
+        return real(inst, method, schedule)
 
     monkeypatch.setattr(pipeline, "_program", program)
     return asked
