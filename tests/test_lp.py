@@ -139,7 +139,7 @@ def test_alltoall_relays_where_the_runtime_route_is_a_slow_switch():
     from synth.topology.io import load_topology
 
     topology = load_topology("mi250-2node")
-    assert "lp" in candidates(topology, Collective("alltoall", 32), GiB)
+    assert "lp" in candidates(Instance(topology, Collective("alltoall", 32), GiB))
     result = run(topology, "alltoall", GiB, "lp")
     direct = run(topology, "alltoall", GiB, "direct")
     assert result.time_us >= result.bound_us
