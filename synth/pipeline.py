@@ -1,5 +1,8 @@
-"""The top-level driver: method -> Schedule -> lower -> verify -> simulate -> bound/gap.
+"""The top-level driver: request -> method -> Schedule -> lower -> verify -> simulate -> bound/gap -> status.
 
+The request is one :class:`~synth.synthesis.base.Instance`, built and checked once by :func:`instance` and
+passed to every method; its schedule and program carry the fabric's identity. The status is decided here only
+(:func:`status_of`), from the method's kind and the gap; a method's run travels as a typed :class:`MethodRun`.
 Nothing leaves this module unverified: a method's schedule is lowered to a Program, the Program is
 checked symbolically (:func:`synth.verification.verify`) and against the MSCCL runtime limits, and only
 then timed by the α-β simulator (:func:`synth.simulation.simulate`), which gives the reported time.
