@@ -22,7 +22,7 @@ import math
 import time
 
 from synth.errors import SynthError
-from synth.synthesis.base import SynthOptions
+from synth.synthesis.base import Instance, SynthOptions
 from synth.units import parse_size
 
 
@@ -97,7 +97,8 @@ def bench_greedy_scale(ranks: list[int]) -> None:
                         links[(v, u)] = Link(v, u, 50.0, 0.5)
         topo = Topology(f"torus{a}x{b}", a * b, tuple(links.values()))
         t0 = time.perf_counter()
-        sched = greedy.synthesize(topo, Collective("allgather", a * b), 2**20, SynthOptions(extra={"greedy_tries": 1}))
+        sched = greedy.synthesize(Instance(topo, Collective("allgather", a * b), 2**20,
+                                           SynthOptions(extra={"greedy_tries": 1})))
         print(f"  {a}x{b}: {len(sched.transfers)} transfers, makespan {sched.makespan:.1f} us, "
               f"{time.perf_counter() - t0:.1f} s", flush=True)
 

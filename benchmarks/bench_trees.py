@@ -19,6 +19,8 @@ import argparse
 import resource
 import time
 
+from synth.synthesis.base import Instance
+
 
 def run_one(topology, name: str, size: int, method: str = "trees", runtime_chunks: bool = True,
             extra: dict | None = None) -> dict:
@@ -32,7 +34,7 @@ def run_one(topology, name: str, size: int, method: str = "trees", runtime_chunk
 
     t0 = time.perf_counter()
     options = SynthOptions(runtime_chunks=runtime_chunks, extra=extra or {})
-    schedule = get_method(method).run(topology, Collective(name, topology.num_ranks), size, options)
+    schedule = get_method(method).run(Instance(topology, Collective(name, topology.num_ranks), size, options))
     t1 = time.perf_counter()
     program = lower(schedule)
     t2 = time.perf_counter()

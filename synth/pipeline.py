@@ -1,5 +1,8 @@
-"""The top-level driver: method -> Schedule -> lower -> verify -> simulate -> bound/gap.
+"""The top-level driver: request -> method -> Schedule -> lower -> verify -> simulate -> bound/gap -> status.
 
+The request is one :class:`~synth.synthesis.base.Instance`, built and checked once by :func:`instance` and
+passed to every method; its schedule and program carry the fabric's identity. The status is decided here only
+(:func:`status_of`), from the method's kind and the gap; a method's run travels as a typed :class:`MethodRun`.
 Nothing leaves this module unverified: a method's schedule is lowered to a Program, the Program is
 checked symbolically (:func:`synth.verification.verify`) and against the MSCCL runtime limits, and only
 then timed by the α-β simulator (:func:`synth.simulation.simulate`), which gives the reported time.
@@ -13,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from synth.collectives import RUNTIME_ELEMENT_BYTES, Collective, canonical_name, runtime_divides
 from synth.errors import SynthError, TimeLimitReached
@@ -23,7 +26,7 @@ from synth.runtime_limits import runtime_profile
 from synth.runtimes import scratch_bytes
 from synth.schedule import Schedule
 from synth.solvers import SOLVERS
-from synth.synthesis.base import SynthOptions
+from synth.synthesis.base import Instance, MethodSpec, SynthOptions
 from synth.topology.model import Topology
 from synth.units import algbw_GBps
 
@@ -84,15 +87,40 @@ class SynthesisResult:
 
 
 @dataclass(frozen=True)
+class MethodRun:
+    """One method's run: its schedule and each of its ``alternatives`` that lowers within MSCCL's limits, with
+    their programs (the method's schedule first), the seconds it took, and the facts the status is decided from."""
+
+    method: str
+    kind: str                      # MethodSpec.kind: heuristic | exact
+    solver: str | None
+    lowered: tuple[tuple[Schedule, Program], ...]
+    seconds: float
+
+
+class Rank(NamedTuple):
+    """How ``auto`` orders verified programs: runnable by an MSCCL runtime at SIZE first (see
+    ``SynthOptions.runtime_chunks``), then within the scratch budget (``SynthOptions.max_scratch``), then the
+    fastest (compared field by field, as a tuple)."""
+
+    unrunnable: bool
+    over_scratch: bool
+    time_us: float
+
+
+@dataclass(frozen=True)
 class _Timed:
     """One verified, simulated program of a candidate method (the auto loop keeps the best)."""
 
     sim: SimResult
     schedule: Schedule
     program: Program
-    status: str
-    solver: str | None
-    method: str
+    run: MethodRun
+    rank: Rank
+
+    @property
+    def method(self) -> str:
+        return self.run.method
 
 
 def _bound_us(topology: Topology, collective: Collective, size_bytes: float) -> float | None:
@@ -106,50 +134,50 @@ def _bound_us(topology: Topology, collective: Collective, size_bytes: float) -> 
         return None
 
 
-def _run_one(topology: Topology, collective: Collective, size_bytes: float, method: str,
-             options: SynthOptions) -> tuple[list[tuple[Schedule, Program]], float, str, str | None]:
-    """Run one method and lower + verify its result. Returns ([(schedule, program)], seconds, status, solver):
-    the method's schedule first, then each of its ``alternatives`` that lowers within MSCCL's limits."""
+def _run_one(inst: Instance, method: str) -> MethodRun:
+    """Run one method on ``inst`` and lower + verify its schedule and each of its ``alternatives`` that lowers
+    within MSCCL's limits."""
     from synth.synthesis.registry import get_method
 
     spec = get_method(method)
+    collective = inst.collective
     if collective.name not in spec.collectives:
         raise SynthError(f"method {spec.name!r} does not support {collective.name} "
                          f"(it supports {', '.join(sorted(spec.collectives))})")
     t0 = time.perf_counter()
     chosen = None     # the chunk count the method chose, where a smaller one had to be pinned to fit
     while True:
-        schedule = _run_method(spec, topology, collective, size_bytes, options)
+        schedule = _run_method(spec, inst)
         try:
-            lowered = [(schedule, _program(topology, collective, spec.name, schedule, options))]
+            lowered = [(schedule, _program(inst, spec.name, schedule))]
             break
         except _DoesNotLower:
             # a count the method chose itself that MSCCL cannot hold: halve it until the program fits
             factor = schedule.collective.chunk_factor
-            if (options.chunks is not None and chosen is None) or factor <= 1:
+            if (inst.options.chunks is not None and chosen is None) or factor <= 1:
                 raise
             chosen = chosen or factor
-            options = replace(options, chunks=factor // 2)
+            inst = inst.with_options(replace(inst.options, chunks=factor // 2))
     if chosen is not None:
         schedule = replace(schedule, notes={**schedule.notes, "chunks_chosen": chosen})
         lowered = [(schedule, lowered[0][1])]
     seconds = time.perf_counter() - t0
     for alternative in schedule.alternatives:
-        alternative = replace(alternative, method=alternative.method or spec.name)
+        alternative = replace(alternative, method=alternative.method or spec.name, fabric=inst.fabric)
         try:
-            lowered.append((alternative, _program(topology, collective, spec.name, alternative, options)))
+            lowered.append((alternative, _program(inst, spec.name, alternative)))
         except _DoesNotLower:
             pass     # a runner-up that does not lower is no candidate; one that lowers wrong still raises
-    status = str(schedule.notes.get("status") or ("heuristic" if spec.kind == "heuristic" else "feasible"))
-    solver = schedule.notes.get("solver") or (None if spec.kind == "heuristic" else options.solver)
-    return [(replace(s, alternatives=()), program) for s, program in lowered], seconds, status, solver
+    solver = schedule.solver or (None if spec.kind == "heuristic" else inst.options.solver)
+    return MethodRun(method=spec.name, kind=spec.kind, solver=solver, seconds=seconds,
+                     lowered=tuple((replace(s, alternatives=()), program) for s, program in lowered))
 
 
-def _run_method(spec, topology: Topology, collective: Collective, size_bytes: float,
-                options: SynthOptions) -> Schedule:
-    """``spec``'s schedule, with its failures as one clear :class:`SynthError`."""
+def _run_method(spec: MethodSpec, inst: Instance) -> Schedule:
+    """``spec``'s schedule for ``inst``, carrying the fabric's identity, with its failures as one clear
+    :class:`SynthError`."""
     try:
-        schedule = spec.run(topology, collective, size_bytes, options)
+        schedule = spec.run(inst)
     except SynthError:
         raise
     except MemoryError:
@@ -159,7 +187,7 @@ def _run_method(spec, topology: Topology, collective: Collective, size_bytes: fl
     if not isinstance(schedule, Schedule):
         raise SynthError(f"internal: method {spec.name} returned {type(schedule).__name__}, not a Schedule")
     check_transfer_count(len(schedule.transfers), f"method {spec.name}'s schedule has")
-    return schedule if schedule.method else replace(schedule, method=spec.name)
+    return replace(schedule, method=schedule.method or spec.name, fabric=inst.fabric)
 
 
 class _DoesNotLower(SynthError):
@@ -167,12 +195,13 @@ class _DoesNotLower(SynthError):
     :func:`_program` are a method's bugs, and raise for runner-ups too)."""
 
 
-def _program(topology: Topology, collective: Collective, method: str, schedule: Schedule,
-             options: SynthOptions) -> Program:
-    """``schedule`` checked against the request, lowered, verified and held to MSCCL's limits."""
+def _program(inst: Instance, method: str, schedule: Schedule) -> Program:
+    """``schedule`` checked against the request, lowered, verified and held to MSCCL's limits; the program
+    records the fabric the schedule carries."""
     from synth.program.lower import lower
     from synth.verification import verify
 
+    collective, options = inst.collective, inst.options
     coll = schedule.collective
     if (coll.name, coll.num_ranks, coll.root) != (collective.name, collective.num_ranks, collective.root):
         raise SynthError(f"internal: method {method} solved {coll.name} on {coll.num_ranks} ranks (root "
@@ -180,9 +209,9 @@ def _program(topology: Topology, collective: Collective, method: str, schedule: 
     if options.chunks is not None and coll.chunk_factor != options.chunks:
         raise SynthError(f"internal: method {method} ignored --chunks {options.chunks} "
                          f"(used {coll.chunk_factor})")
-    name = f"{coll.name}-{method}-{topology.name}"
+    name = f"{coll.name}-{method}-{inst.topology.name}"
     try:
-        program = lower(schedule, name=name)
+        program = lower(schedule, name=name).with_(fabric=schedule.fabric)
     except SynthError as exc:
         raise _DoesNotLower(f"method {method}: {exc}") from None
     result = verify(program, coll)
@@ -207,13 +236,14 @@ RUNNABLE_LOSS = 0.25   # ... and kept instead where the best runnable one takes 
 # no count of 48 equal pieces divides a power-of-two buffer, and the best ring took 5x the trees' time)
 
 
-def honest_status(status: str, gap: float | None) -> str:
-    """docs/cli.md: ``optimal`` means provably optimal under the cost model, i.e. the simulated time meets the lower
-    bound. A method's "optimal" inside its own restricted model (epochs, k-synchronous rounds) is not that proof,
-    so it is reported as ``feasible`` unless the gap against the real bound closes."""
-    if status == "optimal" and (gap is None or gap > OPTIMAL_GAP):
-        return "feasible"
-    return status
+def status_of(kind: str, gap: float | None) -> str:
+    """The one place a result's status is decided (docs/cli.md): ``heuristic`` for a heuristic method (its
+    ``MethodSpec.kind``); for an exact one ``optimal`` only where the simulated time meets the lower bound (then no
+    program is faster under the cost model: a method's "optimal" inside its own restricted model, epochs or
+    k-synchronous rounds, is not that proof), else ``feasible``."""
+    if kind == "heuristic":
+        return "heuristic"
+    return "optimal" if gap is not None and gap <= OPTIMAL_GAP else "feasible"
 
 
 def _size_notes(program: Program, size_bytes: float) -> list[str]:
@@ -226,6 +256,43 @@ def _size_notes(program: Program, size_bytes: float) -> list[str]:
             "the buffer's element count, so they will run their own algorithm at this SIZE"]
 
 
+def check_root(topology: Topology, root: int) -> None:
+    """``--root`` must be a rank of ``topology`` (the commands check it before other work, as :func:`instance`)."""
+    if not 0 <= root < topology.num_ranks:
+        raise SynthError(f"--root {root} is not a rank of {topology.name} (0..{topology.num_ranks - 1})")
+
+
+def instance(topology: Topology, collective_name: str, size_bytes: float, options: SynthOptions | None = None,
+             root: int = 0, *, inplace: bool = False) -> Instance:
+    """The request as every method receives it, checked once: the solver and MSCCL runtime are known, SIZE is
+    positive, the collective and root exist on ``topology``'s ranks, and the schedule fits the transfer limit.
+
+    Methods plan on the rates transfers can reach (:meth:`Topology.circuit_capacities`: no transfer takes longer
+    or shorter on it); the instance records the identity of the fabric as given (other content, same times)."""
+    from synth.topology.identity import fabric_of
+
+    fabric = fabric_of(topology)
+    topology = topology.circuit_capacities()
+    options = options or SynthOptions()
+    if options.solver not in SOLVERS:
+        raise SynthError(f"unknown solver {options.solver!r}; choose one of {', '.join(SOLVERS)}")
+    if size_bytes <= 0:
+        raise SynthError(f"size must be positive, got {size_bytes}")
+    name = canonical_name(collective_name)
+    check_root(topology, root)
+    collective = Collective(name, topology.num_ranks, options.chunks or 1, root=root, inplace=inplace)
+    if topology.num_ranks < 2:
+        raise SynthError(f"topology {topology.name!r} has {topology.num_ranks} rank; a collective needs at least 2")
+    check_rank_count(topology.num_ranks, topology.name, "schedules")
+    try:
+        runtime_profile(options.runtime)
+    except ValueError as exc:
+        raise SynthError(str(exc)) from None
+    check_transfer_count(collective.min_transfers, f"{name} on {topology.num_ranks} ranks"
+                         + (f" with --chunks {options.chunks}" if options.chunks else "") + " needs at least")
+    return Instance(topology, collective, size_bytes, options, fabric)
+
+
 def synthesize(topology: Topology | str, collective_name: str, size_bytes: float, method: str = "auto",
                options: SynthOptions | None = None, root: int = 0, *, inplace: bool = False,
                progress: Callable[[str, float | None], None] | None = None) -> SynthesisResult:
@@ -236,33 +303,16 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
     wall-clock safety stop whose cuts are listed as ``not_tried``. Raises :class:`SynthError` when the method fails,
     times out without a schedule, or produces a program that does not verify.
     """
-    from synth.program.fabric import fabric_of
     from synth.simulation import simulate
 
     if isinstance(topology, str):
         from synth.topology.io import load_topology
 
         topology = load_topology(topology)
-    fabric = fabric_of(topology)   # the fabric as given, not the capped copy below (other content, same times)
-    # methods plan on the rates transfers can reach; no transfer takes longer or shorter on it
-    topology = topology.circuit_capacities()
-    options = options or SynthOptions()
-    if options.solver not in SOLVERS:
-        raise SynthError(f"unknown solver {options.solver!r}; choose one of {', '.join(SOLVERS)}")
-    if size_bytes <= 0:
-        raise SynthError(f"size must be positive, got {size_bytes}")
-    name = canonical_name(collective_name)
-    collective = Collective(name, topology.num_ranks, options.chunks or 1, root=root, inplace=inplace)
-    if topology.num_ranks < 2:
-        raise SynthError(f"topology {topology.name!r} has {topology.num_ranks} rank; a collective needs at least 2")
-    check_rank_count(topology.num_ranks, topology.name, "schedules")
-    try:
-        runtime_profile(options.runtime)
-    except ValueError as exc:
-        raise SynthError(str(exc)) from None
+    inst = instance(topology, collective_name, size_bytes, options, root, inplace=inplace)
+    topology, collective, options = inst.topology, inst.collective, inst.options
+    name = collective.name
     budget_b = float(size_bytes) if options.max_scratch is None else float(options.max_scratch)
-    check_transfer_count(collective.min_transfers, f"{name} on {topology.num_ranks} ranks"
-                         + (f" with --chunks {options.chunks}" if options.chunks else "") + " needs at least")
 
     key = method.strip().lower()
     budget = None
@@ -270,7 +320,7 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
     if is_auto:
         from synth.synthesis import auto
 
-        plan = auto.plan(topology, collective, size_bytes, options)
+        plan = auto.plan(inst)
         if not plan:
             raise SynthError(f"no registered method supports {name}")
         budget = auto.budget_s(options)
@@ -285,17 +335,15 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
     stop_at = _bound_us(topology, collective, size_bytes) if is_auto else None
     clock_out = None    # auto: why --time-limit cut the plan short
 
-    def rank(sim, program: Program) -> tuple[bool, bool, float]:
-        # auto: programs an MSCCL runtime runs at SIZE first (see SynthOptions.runtime_chunks), then those
-        # within the scratch budget (SynthOptions.max_scratch), then the fastest
+    def rank(sim: SimResult, program: Program) -> Rank:
         runs = not options.runtime_chunks or runtime_divides(program.nchunksperloop or 1, size_bytes)
-        return not runs, scratch_bytes(program, size_bytes) > budget_b, sim.time_us
+        return Rank(not runs, scratch_bytes(program, size_bytes) > budget_b, sim.time_us)
 
     for cand in plan:
         m, opts, row = key, options, {}
         if cand is not None:  # auto: the candidate's own limit and chunks, within the total budget
             m, row = cand.method, ({"chunks": cand.chunks} if cand.chunks is not None else {})
-            if (best is not None and stop_at is not None and not any(rank(best.sim, best.program)[:2])
+            if (best is not None and stop_at is not None and not (best.rank.unrunnable or best.rank.over_scratch)
                     and auto.close_enough(best.sim.time_us, stop_at)):
                 tried.append({"method": m, **row, "skipped": f"{best.method} is within {auto.CLOSE_ENOUGH:.0%} "
                               "of the lower bound"})
@@ -315,11 +363,13 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
         if progress is not None:   # which method runs now, and the best verified gap so far
             progress(m, None if best is None or not stop_at else (best.sim.time_us - stop_at) / best.sim.time_us)
         try:
-            lowered, seconds, status, solver = _run_one(topology, collective, size_bytes, m, opts)
+            run = _run_one(inst.with_options(opts), m)
             # the method's alternatives are timed as its schedule is, and the fastest kept
-            timed = [(simulate(program, topology, size_bytes, record_events=False), schedule, program)
-                     for schedule, program in lowered]
-            sim, schedule, program = min(timed, key=lambda t: rank(t[0], t[2]))
+            timed = []
+            for schedule, program in run.lowered:
+                sim = simulate(program, topology, size_bytes, record_events=False)
+                timed.append(_Timed(sim, schedule, program, run, rank(sim, program)))
+            kept = min(timed, key=lambda t: t.rank)
         except TimeLimitReached as exc:
             if not is_auto:
                 raise
@@ -333,39 +383,37 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
                 raise
             tried.append({"method": m, **row, "error": str(exc)})
             continue
-        tried.append({"method": m, **row, "time_us": sim.time_us, "synthesis_s": seconds})
-        ranked = rank(sim, program)
-        if ranked[0] and (unrunnable is None or ranked[1:] < rank(unrunnable.sim, unrunnable.program)[1:]):
-            unrunnable = _Timed(sim, schedule, program, status, solver, m)
-        if not ranked[0] and ranked[1] and (roomy is None or sim.time_us < roomy.sim.time_us):
-            roomy = _Timed(sim, schedule, program, status, solver, m)
-        if best is None or ranked < rank(best.sim, best.program):
-            best = _Timed(sim, schedule, program, status, solver, m)
+        tried.append({"method": m, **row, "time_us": kept.sim.time_us, "synthesis_s": run.seconds})
+        if kept.rank.unrunnable and (unrunnable is None or kept.rank < unrunnable.rank):
+            unrunnable = kept
+        if not kept.rank.unrunnable and kept.rank.over_scratch and (
+                roomy is None or kept.sim.time_us < roomy.sim.time_us):
+            roomy = kept
+        if best is None or kept.rank < best.rank:
+            best = kept
     elapsed = time.perf_counter() - t0
     if best is None:
         detail = "; ".join(f"{row['method']}: {row.get('error') or row.get('not_tried')}" for row in tried)
         raise SynthError(f"auto: every method failed for {name} on {topology.name} ({detail})")
     # only a faster program the runtime would not run is worth naming (a slower one was no choice)
     passed_over = unrunnable if unrunnable is not None and unrunnable.sim.time_us < best.sim.time_us else None
-    if (unrunnable is not None and rank(unrunnable.sim, unrunnable.program)[1] <= rank(best.sim, best.program)[1]
+    if (unrunnable is not None and unrunnable.rank.over_scratch <= best.rank.over_scratch
             and unrunnable.sim.time_us * (1 + RUNNABLE_LOSS) < best.sim.time_us):
         best, passed_over = unrunnable, best     # a runnable program this much slower is no answer
-    sim, schedule, program, status, solver, m = best.sim, best.schedule, best.program, best.status, best.solver, \
-        best.method
+    sim, schedule, program = best.sim, best.schedule, best.program
     bound = _bound_us(topology, schedule.collective, size_bytes)
     gap = (sim.time_us - bound) / sim.time_us if bound is not None and sim.time_us > 0 else None
-    status = honest_status(status, gap)
     return SynthesisResult(
-        method=m,
-        solver=solver,
-        status=status,
+        method=best.method,
+        solver=best.run.solver,
+        status=status_of(best.run.kind, gap),
         time_us=sim.time_us,
         algbw_GBps=algbw_GBps(size_bytes, sim.time_us),
         busbw_GBps=algbw_GBps(size_bytes, sim.time_us) * schedule.collective.busbw_factor,
         bound_us=bound,
         gap=gap,
         synthesis_s=elapsed,
-        program=program.with_(fabric=fabric),
+        program=program,
         schedule=schedule,
         collective=schedule.collective,
         topology=topology.name,

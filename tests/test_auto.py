@@ -10,7 +10,7 @@ import pytest
 import synth.synthesis.auto as auto
 from synth.collectives import Collective, runtime_divides
 from synth.pipeline import synthesize
-from synth.synthesis.base import MethodSpec, SynthOptions
+from synth.synthesis.base import Instance, MethodSpec, SynthOptions
 from synth.topology import generators as gen
 from synth.topology.io import load_topology
 
@@ -18,11 +18,11 @@ KB, MiB, GiB = 1024, 2**20, 2**30
 
 
 def _names(topology, coll: str, size: float, **kw) -> list[str]:
-    return auto.candidates(topology, Collective(coll, topology.num_ranks, **kw), size)
+    return auto.candidates(Instance(topology, Collective(coll, topology.num_ranks, **kw), size))
 
 
 def _plan(topology, coll: str, size: float, options: SynthOptions | None = None) -> list[auto.Candidate]:
-    return auto.plan(topology, Collective(coll, topology.num_ranks), size, options)
+    return auto.plan(Instance(topology, Collective(coll, topology.num_ranks), size, options or SynthOptions()))
 
 
 # ---- the rule ----------------------------------------------------------------------------------------
@@ -179,13 +179,13 @@ def test_auto_does_not_stop_at_a_program_the_runtime_would_not_run():
 
 
 # ---- the time budget ---------------------------------------------------------------------------------
-def _sleeper(topology, collective, size_bytes, options):
+def _sleeper(inst):
     """A method that uses all the time it is given (like a solver that runs to its limit)."""
     from synth.synthesis.ring import synthesize as ring
 
-    assert options.time_limit is not None
-    time.sleep(options.time_limit)
-    return replace(ring(topology, collective, size_bytes, options), method="sleeper")
+    assert inst.options.time_limit is not None
+    time.sleep(inst.options.time_limit)
+    return replace(ring(inst), method="sleeper")
 
 
 @pytest.fixture
@@ -236,7 +236,7 @@ def test_a_candidate_the_clock_stops_is_not_used(sleeper, monkeypatch):
     import synth.synthesis.registry as registry
     from synth.errors import TimeLimitReached
 
-    def stopped(topology, collective, size_bytes, options):
+    def stopped(inst):
         raise TimeLimitReached("sleeper: the time limit ran out before it finished; allow more time")
 
     spec = MethodSpec("sleeper", stopped, frozenset({"allgather"}), "always cut by the clock")
@@ -253,8 +253,8 @@ def test_with_no_program_yet_the_next_candidate_still_runs(sleeper, monkeypatch)
     sleeper(100.0)
     import synth.synthesis.registry as registry
 
-    def failing(topology, collective, size_bytes, options):
-        time.sleep(options.time_limit)
+    def failing(inst):
+        time.sleep(inst.options.time_limit)
         raise auto_error
 
     from synth.errors import SynthError
@@ -338,8 +338,8 @@ def test_pipeline_times_a_methods_alternatives_and_keeps_the_fastest(monkeypatch
 
     topology = load_topology("dgx1")
     collective = Collective("alltoall", 8)
-    slow = RING.run(topology, collective, 64 * MiB, SynthOptions())
-    fast = DIRECT.run(topology, collective, 64 * MiB, SynthOptions())
+    slow = RING.run(Instance(topology, collective, 64 * MiB, SynthOptions()))
+    fast = DIRECT.run(Instance(topology, collective, 64 * MiB, SynthOptions()))
     ring_us = synthesize(topology, "alltoall", 64 * MiB, "ring").time_us
     direct_us = synthesize(topology, "alltoall", 64 * MiB, "direct").time_us
     assert direct_us < ring_us

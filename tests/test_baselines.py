@@ -10,7 +10,7 @@ from synth.errors import SynthError
 from synth.program.lower import lower
 from synth.simulation import simulate
 from synth.synthesis import baselines as bl
-from synth.synthesis.base import SynthOptions
+from synth.synthesis.base import Instance, SynthOptions
 from synth.synthesis.registry import METHODS
 from synth.topology import generators as gen
 from synth.topology.builtin import builtin_names
@@ -28,7 +28,7 @@ RDH_REDUCTIONS_DO_NOT_EMBED = {"ring-8", "mesh-5x5", "mi250", "torus-3x3x3"}
 def run(method: str, topology, name: str, size: float = MiB, *, root: int = 0, inplace: bool = False,
         chunks: int | None = None):
     coll = Collective(name, topology.num_ranks, root=root, inplace=inplace)
-    schedule = METHODS[method].run(topology, coll, size, SynthOptions(chunks=chunks))
+    schedule = METHODS[method].run(Instance(topology, coll, size, SynthOptions(chunks=chunks)))
     check_schedule(schedule, topology)          # independent data-flow + link check
     program = lower(schedule)
     result = verify(program, schedule.collective)
@@ -191,11 +191,11 @@ def test_hierarchical_two_box_rails() -> None:
 
 def test_nccl_picks_tree_small_ring_large() -> None:
     topo = load_topology("dgx2")
-    small = bl.NCCL.run(topo, Collective("allreduce", 16), 4096, SynthOptions())
-    large = bl.NCCL.run(topo, Collective("allreduce", 16), 2**30, SynthOptions())
+    small = bl.NCCL.run(Instance(topo, Collective("allreduce", 16), 4096, SynthOptions()))
+    large = bl.NCCL.run(Instance(topo, Collective("allreduce", 16), 2**30, SynthOptions()))
     assert small.notes["nccl_algorithm"] == "dbt" and large.notes["nccl_algorithm"] == "ring"
     assert small.method == large.method == "nccl"
-    a2a = bl.NCCL.run(topo, Collective("alltoall", 16), MiB, SynthOptions())
+    a2a = bl.NCCL.run(Instance(topo, Collective("alltoall", 16), MiB, SynthOptions()))
     assert a2a.notes["nccl_algorithm"] == "direct"
 
 

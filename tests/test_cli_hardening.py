@@ -75,12 +75,12 @@ def test_unknown_solver_is_refused_up_front(tmp_path):
 
 
 def test_optimal_needs_a_closed_gap():
-    from synth.pipeline import honest_status
+    from synth.pipeline import status_of
 
-    assert honest_status("optimal", 0.0) == "optimal"
-    assert honest_status("optimal", 0.4) == "feasible"
-    assert honest_status("optimal", None) == "feasible"
-    assert honest_status("heuristic", 0.0) == "heuristic"
+    assert status_of("exact", 0.0) == "optimal"
+    assert status_of("exact", 0.4) == "feasible"
+    assert status_of("exact", None) == "feasible"
+    assert status_of("heuristic", 0.0) == "heuristic"
 
 
 def test_indivisible_size_is_noted_and_size_is_an_integer(tmp_path):

@@ -13,7 +13,7 @@ from schedule_check import check_schedule, line, ring, star, torus2
 from synth.collectives import COLLECTIVES, Collective
 from synth.errors import SynthError
 from synth.synthesis import greedy
-from synth.synthesis.base import SynthOptions
+from synth.synthesis.base import Instance, SynthOptions
 from synth.synthesis.greedy import synthesize, virtual_links
 from synth.topology.model import Link, Topology
 
@@ -22,7 +22,7 @@ from synth.topology.model import Link, Topology
 @pytest.mark.parametrize("topo", [ring(6), line(5), star(5), torus2(3, 3)], ids=lambda t: t.name)
 def test_every_collective_is_correct(name, topo):
     coll = Collective(name, topo.num_ranks, root=1 if name in ("broadcast", "reduce", "gather", "scatter") else 0)
-    schedule = synthesize(topo, coll, 1 << 20, SynthOptions())
+    schedule = synthesize(Instance(topo, coll, 1 << 20, SynthOptions()))
     check_schedule(schedule, topo)
     assert schedule.predicted_time_us == pytest.approx(schedule.makespan)
     assert schedule.notes["status"] == "heuristic"
@@ -31,8 +31,8 @@ def test_every_collective_is_correct(name, topo):
 def test_chunks_option_and_deterministic_seed():
     topo = ring(5)
     coll = Collective("allgather", 5)
-    a = synthesize(topo, coll, 1e6, SynthOptions(chunks=2, seed=3))
-    b = synthesize(topo, coll, 1e6, SynthOptions(chunks=2, seed=3))
+    a = synthesize(Instance(topo, coll, 1e6, SynthOptions(chunks=2, seed=3)))
+    b = synthesize(Instance(topo, coll, 1e6, SynthOptions(chunks=2, seed=3)))
     assert a.collective.chunk_factor == 2
     assert a.transfers == b.transfers
     check_schedule(a, topo)
@@ -41,7 +41,7 @@ def test_chunks_option_and_deterministic_seed():
 def test_ring_allgather_is_optimal():
     # bidirectional ring of 8: 4 rounds of (alpha + chunk/bw) is optimal
     topo = ring(8, bw=50, alpha=0.5)
-    schedule = synthesize(topo, Collective("allgather", 8), 8e6, SynthOptions())
+    schedule = synthesize(Instance(topo, Collective("allgather", 8), 8e6, SynthOptions()))
     assert schedule.makespan == pytest.approx(4 * (0.5 + 1e6 / 50e3))
 
 
@@ -50,7 +50,7 @@ def test_switch_routes_hold_every_hop():
     vl = virtual_links(topo)
     assert vl.count == 12 and all(r == (4,) for r in vl.route)
     assert vl.alpha[0] == pytest.approx(1.4)
-    schedule = synthesize(topo, Collective("allgather", 4), 4e6, SynthOptions())
+    schedule = synthesize(Instance(topo, Collective("allgather", 4), 4e6, SynthOptions()))
     # each rank has one uplink: 3 sequential receives of one chunk each
     assert schedule.makespan == pytest.approx(3 * (1.4 + 1e6 / 300e3))
     assert all(t.route == (4,) for t in schedule.transfers)
@@ -58,7 +58,7 @@ def test_switch_routes_hold_every_hop():
 
 def test_allreduce_defaults_to_n_chunks():
     topo = ring(4)
-    schedule = synthesize(topo, Collective("allreduce", 4), 1e6, SynthOptions())
+    schedule = synthesize(Instance(topo, Collective("allreduce", 4), 1e6, SynthOptions()))
     assert schedule.collective.chunk_factor == 4
     assert any(t.reduce for t in schedule.transfers) and any(not t.reduce for t in schedule.transfers)
     check_schedule(schedule, topo)
@@ -66,16 +66,17 @@ def test_allreduce_defaults_to_n_chunks():
 
 def test_rank_mismatch_and_unreachable():
     with pytest.raises(SynthError):
-        synthesize(ring(4), Collective("allgather", 5), 1e6, SynthOptions())
+        synthesize(Instance(ring(4), Collective("allgather", 5), 1e6, SynthOptions()))
     oneway = Topology("oneway", 3, (Link(0, 1, 10.0), Link(1, 2, 10.0)))
     with pytest.raises(SynthError):
-        synthesize(oneway, Collective("allgather", 3), 1e6, SynthOptions())
+        synthesize(Instance(oneway, Collective("allgather", 3), 1e6, SynthOptions()))
 
 
 def test_scales_to_256_ranks_fast():
     topo = torus2(16, 16)
     t0 = time.perf_counter()
-    schedule = synthesize(topo, Collective("allgather", 256), 1 << 20, SynthOptions(extra={"greedy_tries": 1}))
+    options = SynthOptions(extra={"greedy_tries": 1})
+    schedule = synthesize(Instance(topo, Collective("allgather", 256), 1 << 20, options))
     assert time.perf_counter() - t0 < 30
     assert len(schedule.transfers) == 256 * 255
     # every rank receives 255 chunks over 4 in-links: at least 64 rounds
@@ -126,7 +127,7 @@ def _assert_sends_after_arrival(schedule) -> None:
 def test_near_equal_completion_times_mixed6(name):
     topo = _mixed6()
     for size in (1 << 20, 64 << 20):
-        schedule = synthesize(topo, Collective(name, 6), size, SynthOptions())
+        schedule = synthesize(Instance(topo, Collective(name, 6), size, SynthOptions()))
         check_schedule(schedule, topo)
         _assert_sends_after_arrival(schedule)
 
@@ -137,7 +138,7 @@ def test_reference_topologies_at_64mib(topo_name, name):
     from synth.topology.io import load_topology
 
     topo = load_topology(topo_name)
-    schedule = synthesize(topo, Collective(name, topo.num_ranks), 64 << 20, SynthOptions())
+    schedule = synthesize(Instance(topo, Collective(name, topo.num_ranks), 64 << 20, SynthOptions()))
     check_schedule(schedule, topo)
     _assert_sends_after_arrival(schedule)
 
@@ -150,7 +151,7 @@ def test_near_equal_times_lower_and_verify():
 
     topo = load_topology("mi250")
     for name in ("allgather", "reducescatter"):
-        schedule = synthesize(topo, Collective(name, 16), 64 << 20, SynthOptions())
+        schedule = synthesize(Instance(topo, Collective(name, 16), 64 << 20, SynthOptions()))
         result = verify.verify(lower.lower(schedule))
         assert result.ok, result.errors[:3]
 
@@ -160,9 +161,9 @@ def test_time_limit_ends_a_first_run_with_a_clear_error(name):
     # a run checks the limit at every event: a first run past it is a time-out, not a late schedule
     # (a 256-rank torus alltoall ran 441 s under --time-limit 30)
     topo, coll = torus2(4, 4), Collective(name, 16)
-    assert synthesize(topo, coll, 1 << 20, SynthOptions()).notes["tries"] == 4
+    assert synthesize(Instance(topo, coll, 1 << 20, SynthOptions())).notes["tries"] == 4
     with pytest.raises(SynthError, match=r"time limit \(1e-09 s\) ran out before its 4 runs finished"):
-        synthesize(topo, coll, 1 << 20, SynthOptions(time_limit=1e-9))
+        synthesize(Instance(topo, coll, 1 << 20, SynthOptions(time_limit=1e-9)))
 
 
 def test_a_later_run_past_the_limit_is_a_time_out_not_a_shorter_search(monkeypatch):

@@ -155,3 +155,69 @@ def test_api_simulate_refuses_other_content(slow_program):
     _, prog = slow_program
     with pytest.raises(SynthError, match="was made for fabric"):
         synth.simulate(str(prog), "dgx1")
+
+
+# ---- issue 33: schedules and MSCCL XML carry the fabric too ---------------------------------------------
+def test_xml_records_the_fabric_in_a_comment_the_runtimes_skip(slow_program, tmp_path):
+    from synth.program.load import save_program
+
+    topo, prog = slow_program
+    xml = tmp_path / "prog.xml"
+    save_program(load_program(prog), xml)
+    first, second = xml.read_text().splitlines()[:2]
+    mine = load_topology(str(topo)).sha256
+    assert first.startswith("<!-- synth fabric ") and first.endswith(" -->") and second.startswith("<algo ")
+    assert f'sha256="{mine}"' in first and "--" not in first[4:-3]
+    back = load_program(xml).fabric
+    assert (back.name, back.sha256, back.source) == ("dgx1", mine, f"file:{topo.resolve()}")
+    # simulate reads it: without -t the recorded file, with another dgx1 one line refusing it
+    assert _time(cli("simulate", str(xml), "-s", "64MiB", "--json", cwd=tmp_path)) == _time(
+        cli("simulate", str(prog), "-t", str(topo), "--json", cwd=tmp_path))
+    refused = cli("simulate", str(xml), "-t", "dgx1", cwd=tmp_path)
+    assert refused.returncode == 2 and mine[:12] in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+    assert cli("verify", str(xml), "--runtime", "msccl-executor", cwd=tmp_path).returncode == 0
+    # without the comment (foreign XML) the fabric is unknown: -t is needed, and unchecked
+    foreign = tmp_path / "foreign.xml"
+    foreign.write_text(xml.read_text().split("\n", 1)[1])
+    assert load_program(foreign).fabric is None
+    assert cli("simulate", str(foreign), cwd=tmp_path).returncode == 2
+
+
+def test_fabric_comment_round_trips_odd_names_and_paths():
+    from synth.program.msccl_xml import fabric_comment, fabric_from_comment
+    from synth.topology.identity import Fabric
+
+    odd = Fabric(name='a--b"<c>', sha256="0" * 64, source="file:/tmp/x--y/z -- w.yaml")
+    line = fabric_comment(odd)
+    assert "--" not in line[4:-3] and line.count('"') == 6
+    assert fabric_from_comment(line + "\n<algo/>") == odd
+    assert fabric_from_comment("<algo/>") is None
+
+
+def test_the_schedule_and_program_carry_the_fabric_given():
+    from synth.pipeline import synthesize
+    from synth.topology import generators as gen
+
+    ring = gen.ring(4)
+    result = synthesize(ring, "allgather", 2**20, "ring")
+    assert result.schedule.fabric.sha256 == result.program.fabric.sha256 == ring.sha256
+    assert result.schedule.fabric.source == "generated"
+
+
+def test_the_instance_holds_what_every_method_relies_on():
+    from synth.collectives import Collective
+    from synth.pipeline import instance
+    from synth.synthesis.base import Instance, SynthOptions
+    from synth.topology import generators as gen
+
+    ring = gen.ring(4)
+    with pytest.raises(SynthError, match="collective has 5 ranks but topology"):
+        Instance(ring, Collective("allgather", 5), 2**20)
+    with pytest.raises(SynthError, match="--chunks must be at least 1"):
+        Instance(ring, Collective("allgather", 4), 2**20, SynthOptions(chunks=0))
+    with pytest.raises(SynthError, match="--max-trees must be at least 1"):
+        Instance(ring, Collective("allgather", 4), 2**20, SynthOptions(max_trees=0))
+    with pytest.raises(SynthError, match=r"--root 4 is not a rank of ring-4 \(0..3\)"):
+        instance(ring, "broadcast", 2**20, root=4)
+    inst = instance(ring, "broadcast", 2**20, root=3)
+    assert (inst.collective.root, inst.ranks, inst.piece_bytes, inst.fabric.sha256) == (3, 4, 2**20, ring.sha256)

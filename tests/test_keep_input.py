@@ -13,7 +13,7 @@ import pytest
 from synth.api import load_topology, synthesize
 from synth.collectives import Collective
 from synth.program.lower import lower
-from synth.synthesis.base import SynthOptions
+from synth.synthesis.base import Instance, SynthOptions
 from synth.synthesis.registry import get_method
 from synth.verification import verify
 
@@ -35,7 +35,7 @@ def _lowered(fabric: str, name: str, method: str, chunks: int, root: int = 0):
     spec = get_method(method)
     if name not in spec.collectives:
         pytest.skip(f"{method} does not do {name}")
-    sched = spec.run(topo, coll, float(1 << 20), SynthOptions(chunks=chunks))
+    sched = spec.run(Instance(topo, coll, float(1 << 20), SynthOptions(chunks=chunks)))
     return lower(sched)
 
 
@@ -54,7 +54,8 @@ def test_out_of_place_reductions_leave_the_input_intact(name, fabric, method):
 @pytest.mark.parametrize("name", REDUCING)
 def test_inplace_reductions_still_reduce_in_place(name):
     topo = load_topology("ring-8")
-    sched = get_method("ring").run(topo, Collective(name, 8, 1, inplace=True), float(1 << 20), SynthOptions(chunks=1))
+    coll = Collective(name, 8, 1, inplace=True)
+    sched = get_method("ring").run(Instance(topo, coll, float(1 << 20), SynthOptions(chunks=1)))
     prog = lower(sched)
     assert prog.inplace and verify(prog).ok
     assert all(g.s_chunks == 0 for g in prog.gpus)      # partial sums live in the (aliased) input, as before

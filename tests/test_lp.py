@@ -6,7 +6,7 @@ import pytest
 
 from synth.collectives import Collective
 from synth.errors import SynthError
-from synth.synthesis.base import SynthOptions
+from synth.synthesis.base import Instance, SynthOptions
 from synth.synthesis.lp import LP_SOLVERS, solve_rate, synthesize
 from synth.synthesis.packing import integer_fabric, optimal_ratio
 from synth.topology.model import Link, Topology
@@ -60,7 +60,7 @@ def test_large_lps_take_highs_interior_point_to_the_same_optimum(topology, monke
     interior = solve_rate(topology, roots, "highs")
     assert algorithms == [None, "ipm"]
     assert interior.ratio == pytest.approx(simplex.ratio, rel=1e-7)
-    schedule = synthesize(topology, Collective("allgather", topology.num_ranks), 2**24, SynthOptions())
+    schedule = synthesize(Instance(topology, Collective("allgather", topology.num_ranks), 2**24, SynthOptions()))
     assert verify(lower(schedule)).ok
 
 
@@ -78,16 +78,16 @@ def test_lp_programs_verify_and_agree_with_trees(topology, name):
     from synth.verification import verify
 
     coll = Collective(name, topology.num_ranks)
-    schedule = synthesize(topology, coll, 2**24, SynthOptions())
+    schedule = synthesize(Instance(topology, coll, 2**24, SynthOptions()))
     assert verify(lower(schedule)).ok
-    other = trees(topology, coll, 2**24, SynthOptions())
+    other = trees(Instance(topology, coll, 2**24, SynthOptions()))
     assert schedule.notes["tree_bandwidth_time_us"] == pytest.approx(other.notes["tree_bandwidth_time_us"],
                                                                       rel=1e-3)
 
 
 def test_lp_rejects_mip_only_solver():
     with pytest.raises(SynthError, match="--solver"):
-        synthesize(SMALL[0], Collective("allgather", 4), 2**20, SynthOptions(solver="cp-sat"))
+        synthesize(Instance(SMALL[0], Collective("allgather", 4), 2**20, SynthOptions(solver="cp-sat")))
 
 
 # ---- alltoall on the concurrent flow's paths ------------------------------------------------------
@@ -139,7 +139,7 @@ def test_alltoall_relays_where_the_runtime_route_is_a_slow_switch():
     from synth.topology.io import load_topology
 
     topology = load_topology("mi250-2node")
-    assert "lp" in candidates(topology, Collective("alltoall", 32), GiB)
+    assert "lp" in candidates(Instance(topology, Collective("alltoall", 32), GiB))
     result = run(topology, "alltoall", GiB, "lp")
     direct = run(topology, "alltoall", GiB, "direct")
     assert result.time_us >= result.bound_us
@@ -154,7 +154,7 @@ def test_alltoall_in_place_is_refused_with_a_reason():
     from synth.topology.io import load_topology
 
     with pytest.raises(SynthError, match="in-place alltoall is not supported by lp"):
-        synthesize(load_topology("dgx1"), Collective("alltoall", 8, inplace=True), GiB, SynthOptions())
+        synthesize(Instance(load_topology("dgx1"), Collective("alltoall", 8, inplace=True), GiB, SynthOptions()))
 
 
 def test_alltoall_beyond_the_lps_size_runs_the_runtime_routes_in_rounds(monkeypatch):

@@ -8,7 +8,7 @@ from schedule_check import check_schedule, full, line, ring, star
 from synth.collectives import COLLECTIVES, Collective
 from synth.errors import TimeLimitReached
 from synth.synthesis import greedy, milp
-from synth.synthesis.base import SynthOptions
+from synth.synthesis.base import Instance, SynthOptions
 
 FORCE = {"milp_shortcut": False, "milp_warm_start": False}   # make every solver do the work
 
@@ -23,13 +23,10 @@ def test_four_solvers_reach_the_same_optimum(topo, name, optimum_epochs):
     coll = Collective(name, topo.num_ranks)
     objectives = {}
     for solver in ("highs", "cbc", "cp-sat", "scip"):
-        schedule = milp.synthesize(topo, coll, 1e6, SynthOptions(solver=solver, time_limit=60, extra=FORCE))
+        schedule = milp.synthesize(Instance(topo, coll, 1e6, SynthOptions(solver=solver, time_limit=60, extra=FORCE)))
         notes = schedule.notes
-        # proved optimal in the epoch model; the α-β cost-model bound is not met, so only "feasible"
+        # proved optimal in the epoch model (the pipeline decides the status against the cost-model bound)
         assert notes["model_status"].startswith("optimal in the time-expanded model (C=1, tau="), (solver, notes)
-        assert notes["status"] == "feasible", (solver, notes)
-        assert notes["cost_model_bound_us"] < schedule.makespan
-        assert notes["solver"] == solver
         assert "fallback" not in notes, notes
         assert notes["solver_gap"] == pytest.approx(0.0)
         assert notes["solver_bound_us"] == pytest.approx(notes["solver_objective_us"])
@@ -43,11 +40,10 @@ def test_four_solvers_reach_the_same_optimum(topo, name, optimum_epochs):
 def test_milp_beats_greedy_on_ring8_alltoall():
     topo = ring(8)
     coll = Collective("alltoall", 8)
-    g = greedy.synthesize(topo, coll, 1e6, SynthOptions())
-    m = milp.synthesize(topo, coll, 1e6, SynthOptions(time_limit=60))
+    g = greedy.synthesize(Instance(topo, coll, 1e6, SynthOptions()))
+    m = milp.synthesize(Instance(topo, coll, 1e6, SynthOptions(time_limit=60)))
     check_schedule(m, topo)
     assert m.notes["model_status"].startswith("optimal in the time-expanded model")
-    assert m.notes["status"] == "feasible"      # 24 µs against the cost-model bound of 20 µs
     # link-load bound: 8 ranks x 16 chunk-hops over 16 links = 8 epochs of 3 µs, and the MILP meets it
     assert m.notes["phases"]["alltoall"]["lb_epochs"] == 8
     assert m.makespan == pytest.approx(8 * (0.5 + 1e6 / 8 / 50e3))
@@ -60,7 +56,7 @@ def test_the_wall_clock_is_a_safety_stop_with_a_clear_error():
     # it fails the method (the deterministic node budget is tested in test_solvers)
     topo = star(16, bw=125, alpha=0.35)
     with pytest.raises(TimeLimitReached, match="time limit"):
-        milp.synthesize(topo, Collective("allgather", 16), 1e3, SynthOptions(time_limit=0.01))
+        milp.synthesize(Instance(topo, Collective("allgather", 16), 1e3, SynthOptions(time_limit=0.01)))
 
 
 @pytest.mark.parametrize("topo,name,size", [
@@ -69,23 +65,25 @@ def test_the_wall_clock_is_a_safety_stop_with_a_clear_error():
 ])
 def test_milp_is_never_slower_than_greedy(topo, name, size):
     coll = Collective(name, topo.num_ranks)
-    g = greedy.synthesize(topo, coll, size, SynthOptions())
-    m = milp.synthesize(topo, coll, size, SynthOptions(time_limit=30))
+    g = greedy.synthesize(Instance(topo, coll, size, SynthOptions()))
+    m = milp.synthesize(Instance(topo, coll, size, SynthOptions(time_limit=30)))
     check_schedule(m, topo)
     assert m.predicted_time_us <= g.predicted_time_us + 1e-9
 
 
 def test_epoch_length_and_lower_bound_shortcut():
     topo = ring(8)
-    schedule = milp.synthesize(topo, Collective("allgather", 8), 8e6, SynthOptions())
+    schedule = milp.synthesize(Instance(topo, Collective("allgather", 8), 8e6, SynthOptions()))
     phase = schedule.notes["phases"]["allgather"]
     assert phase["tau_us"] == pytest.approx(0.5 + 1e6 / 50e3)      # one chunk on the bottleneck link
     assert phase["lb_epochs"] == phase["horizon_epochs"] == 4          # distance 4 on a ring of 8
     assert phase["proved_by"] == "lower bound = warm start"
     assert phase["model_status"] == "optimal"
     # the greedy-equals-epoch-bound shortcut proves nothing about the cost model (82 µs vs 70 µs)
-    assert schedule.notes["status"] == "feasible"
-    assert schedule.notes["cost_model_bound_us"] == pytest.approx(70.0)
+    from synth.lower_bounds import compute_bounds
+
+    assert compute_bounds(topo, Collective("allgather", 8), 8e6).time_bound_us == pytest.approx(70.0)
+    assert schedule.makespan > 70.0 + 1
 
 
 @pytest.mark.parametrize("name", COLLECTIVES)
@@ -102,36 +100,34 @@ def test_every_program_verifies(name):
 # because greedy met milp's own epoch lower bound (C = 1, one τ), which is no proof under SPEC's model.
 def test_epoch_optimum_is_not_reported_as_optimal():
     from synth.lower_bounds import compute_bounds
+    from synth.pipeline import synthesize
     from synth.topology.io import load_topology
 
     topo = load_topology("dgx1")
     coll = Collective("broadcast", 8)
-    schedule = milp.synthesize(topo, coll, 1 << 20, SynthOptions(time_limit=30))
-    notes = schedule.notes
+    result = synthesize(topo, "broadcast", 1 << 20, "milp", SynthOptions(time_limit=30))
+    schedule = result.schedule
     bound = compute_bounds(topo, coll, 1 << 20).time_bound_us
     assert schedule.makespan > 2 * bound
-    assert notes["status"] == "feasible"
-    assert notes["cost_model_bound_us"] == pytest.approx(bound)
-    assert notes["model_status"].startswith("optimal in the time-expanded model (C=1, tau=")
+    assert result.status == "feasible" and result.bound_us == pytest.approx(bound)
+    assert schedule.notes["model_status"].startswith("optimal in the time-expanded model (C=1, tau=")
     check_schedule(schedule, topo)
 
 
 def test_optimal_only_when_the_cost_model_bound_is_met():
     from synth.lower_bounds import compute_bounds
+    from synth.pipeline import OPTIMAL_GAP, synthesize
 
     # α = 0, fully connected: one round of direct sends meets the per-rank bandwidth bound exactly
     topo = full(3, alpha=0.0)
-    coll = Collective("allgather", 3)
-    schedule = milp.synthesize(topo, coll, 1e6, SynthOptions())
-    bound = compute_bounds(topo, coll, 1e6).time_bound_us
-    assert schedule.makespan == pytest.approx(bound)
-    assert schedule.notes["status"] == "optimal"
-    # the status is decided against the bound for every instance
+    result = synthesize(topo, "allgather", 1e6, "milp")
+    bound = compute_bounds(topo, Collective("allgather", 3), 1e6).time_bound_us
+    assert result.schedule.makespan == pytest.approx(bound)
+    assert result.status == "optimal" and result.solver == "highs"
+    # the pipeline decides the status against the bound for every instance
     for topo, name, size in ((ring(4), "allreduce", 1e6), (star(4), "alltoall", 1e3), (line(3), "gather", 1e6)):
-        coll = Collective(name, topo.num_ranks)
-        schedule = milp.synthesize(topo, coll, size, SynthOptions(time_limit=20))
-        met = schedule.makespan <= compute_bounds(topo, coll, size).time_bound_us * (1 + 1e-9)
-        assert schedule.notes["status"] == ("optimal" if met else "feasible"), (topo.name, name)
+        result = synthesize(topo, name, size, "milp", SynthOptions(time_limit=20))
+        assert result.status == ("optimal" if result.gap <= OPTIMAL_GAP else "feasible"), (topo.name, name)
 
 
 # Regression (QA): an unknown --solver passed silently when the lower-bound shortcut skipped the solve.
@@ -142,7 +138,7 @@ def test_solver_is_validated_before_any_shortcut(solver, message):
 
     topo = ring(8)   # allgather 8 MB: the warm start meets the epoch bound, no solver call
     with pytest.raises(SynthError, match=message):
-        milp.synthesize(topo, Collective("allgather", 8), 8e6, SynthOptions(solver=solver))
+        milp.synthesize(Instance(topo, Collective("allgather", 8), 8e6, SynthOptions(solver=solver)))
 
 
 def test_cli_unknown_solver_exits_2(tmp_path):

@@ -7,6 +7,7 @@ from collections import defaultdict
 import pytest
 
 from synth.lower_bounds import scatter_cut
+from synth.synthesis.base import Instance
 from synth.synthesis.paths import plan_paths
 from synth.topology.model import Link, Topology
 
@@ -81,7 +82,7 @@ def test_gather_hands_its_runner_ups_to_the_pipeline():
 
     topology = load_topology("dgx-a100-2node")
     size = 2**30
-    schedule = trees.synthesize(topology, Collective("gather", 16), size, SynthOptions())
+    schedule = trees.synthesize(Instance(topology, Collective("gather", 16), size, SynthOptions()))
     candidates = [schedule, *schedule.alternatives]
     assert len(candidates) >= 3
     assert any("trees_per_root" in s.notes for s in candidates)     # the forest

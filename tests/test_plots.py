@@ -133,13 +133,17 @@ def test_cli_plot_topology_without_program_and_gaps(tmp_path):
     assert json.loads(res.output)["kind"] == "gaps" and png_shape(tmp_path / "g.png")[0] > 100
 
 
-def test_cli_plot_xml_needs_a_topology(tmp_path):
+def test_cli_plot_xml_uses_its_recorded_fabric_and_foreign_xml_needs_a_topology(tmp_path):
     res = synthesize("dgx1", "allgather", 2**22, "ring")
     xml = tmp_path / "ag.xml"
     save_program(res.program, xml)
-    bad = invoke("plot", str(xml), "--kind", "links", "-o", str(tmp_path / "l.png"))
+    own = invoke("plot", str(xml), "--kind", "links", "-o", str(tmp_path / "l.png"))   # its fabric comment
+    assert own.exit_code == 0, own.output
+    foreign = tmp_path / "foreign.xml"
+    foreign.write_text(xml.read_text().split("\n", 1)[1])       # without synth's comment
+    bad = invoke("plot", str(foreign), "--kind", "links", "-o", str(tmp_path / "l.png"))
     assert bad.exit_code == 2 and "pass -t" in bad.output
-    good = invoke("plot", str(xml), "--kind", "links", "-t", "dgx1", "-o", str(tmp_path / "l.png"))
+    good = invoke("plot", str(foreign), "--kind", "links", "-t", "dgx1", "-o", str(tmp_path / "l.png"))
     assert good.exit_code == 0, good.output
 
 

@@ -8,7 +8,7 @@ from synth.collectives import COLLECTIVES, Collective
 from synth.errors import SynthError
 from synth.program.lower import lower
 from synth.simulation import simulate
-from synth.synthesis.base import SynthOptions
+from synth.synthesis.base import Instance, SynthOptions
 from synth.synthesis.ring import OWN_CHUNKS, find_line, find_rings, split_counts, synthesize
 from synth.topology import generators as gen
 from synth.topology.io import load_topology
@@ -29,7 +29,7 @@ def run(topology, name: str, size: float = GiB, inplace: bool = False, root: int
     """``own``: the rings' own chunk count (what NCCL runs), no other count timed."""
     coll = Collective(name, topology.num_ranks, root=root, inplace=inplace)
     options = SynthOptions(chunks=chunks, runtime_chunks=runtime_chunks and not own, extra={OWN_CHUNKS: own})
-    schedule = synthesize(topology, coll, size, options)
+    schedule = synthesize(Instance(topology, coll, size, options))
     program = lower(schedule)
     result = verify(program)
     assert result.ok, result.errors[:3]
@@ -208,7 +208,7 @@ def test_split_counts():
 
 def test_inplace_alltoall_is_refused():
     with pytest.raises(SynthError, match="out-of-place"):
-        synthesize(gen.ring(4), Collective("alltoall", 4, inplace=True), GiB, SynthOptions())
+        synthesize(Instance(gen.ring(4), Collective("alltoall", 4, inplace=True), GiB, SynthOptions()))
 
 
 @pytest.mark.parametrize("name", ["broadcast", "reduce"])

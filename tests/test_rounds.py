@@ -10,6 +10,7 @@ from schedule_check import line, ring
 
 from synth.collectives import Collective
 from synth.synthesis import rounds, trees
+from synth.synthesis.base import Instance
 from synth.synthesis.trees import plan_forest
 
 
@@ -89,7 +90,7 @@ def test_mi250_allgather_by_rounds_within_two_percent_of_the_bound():
 
     topology = load_topology("mi250")
     size = 2**30
-    schedule = trees.synthesize(topology, Collective("allgather", 16), size, SynthOptions())
+    schedule = trees.synthesize(Instance(topology, Collective("allgather", 16), size, SynthOptions()))
     assert schedule.notes["round_timed"] == trees.tuning.TUNING.rounds
     assert schedule.collective.runtime_divides(size)
     program = lower(schedule)

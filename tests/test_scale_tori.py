@@ -21,7 +21,7 @@ from synth.lower_bounds import compute_bounds
 from synth.program.lower import lower
 from synth.simulation import simulate
 from synth.synthesis import scale, timing, trees
-from synth.synthesis.base import SynthOptions
+from synth.synthesis.base import Instance, SynthOptions
 from synth.topology import generators
 from synth.topology.model import Link, Topology
 from synth.verification import verify
@@ -279,7 +279,7 @@ def test_slot_timing_is_contention_free_in_simulation(monkeypatch, name):
     topo = generators.torus([6, 6])
     n = topo.num_ranks
     assert trees.plan_forest(topo, tuple(range(n))).slots is not None
-    schedule = trees.synthesize(topo, Collective(name, n), SIZE, SynthOptions())
+    schedule = trees.synthesize(Instance(topo, Collective(name, n), SIZE, SynthOptions()))
     phases = 2 if name == "allreduce" else 1
     assert schedule.notes["messages_per_tree"] == 1 and schedule.notes["trees_per_root"] == [1] * phases
     assert calls and all(c == n * (n - 1) for c in calls)   # one message per tree edge, slot-timed

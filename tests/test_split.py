@@ -9,7 +9,7 @@ import pytest
 
 from synth.collectives import Collective
 from synth.lower_bounds import compute_bounds
-from synth.synthesis.base import SynthOptions
+from synth.synthesis.base import Instance, SynthOptions
 from synth.synthesis.split import split_capacities, whole_tree_split
 from synth.topology import generators
 from synth.topology.io import load_topology
@@ -73,7 +73,7 @@ def test_mesh_allreduce_runs_its_phases_on_split_capacities():
     from synth.verification import verify
 
     mesh = generators.mesh([5, 5])
-    schedule = synthesize(mesh, Collective("allreduce", 25), GiB, SynthOptions())
+    schedule = synthesize(Instance(mesh, Collective("allreduce", 25), GiB, SynthOptions()))
     assert "capacity_split_time_us" in schedule.notes
     program = lower(schedule)
     assert verify(program).ok
@@ -177,7 +177,7 @@ def test_more_trees_per_root_where_few_lose_the_splits_rate():
     rates = {cap: whole_tree_split(topology, split, cap).rate_GBps / split.rate_GBps for cap in (1, 2, 4)}
     assert rates[1] == rates[2] == pytest.approx(5 / 6) and rates[4] == pytest.approx(1.0)
     assert 4 in TUNING.split_trees
-    schedule = synthesize(topology, Collective("allreduce", 5), GiB, SynthOptions())
+    schedule = synthesize(Instance(topology, Collective("allreduce", 5), GiB, SynthOptions()))
     assert schedule.notes["trees_per_root"] == [4, 4]
     assert verify(lower(schedule)).ok
     bound = compute_bounds(topology, Collective("allreduce", 5), GiB).time_bound_us
@@ -196,7 +196,7 @@ def test_many_trees_per_root_are_cut_into_as_many_chunks_per_root_as_few():
               [4, 0, 0, 0, 0, 1, 0, 1, 0, 0], [0, 0, 0, 0, 0, 0, 1, 0, 1, 0], [0, 0, 0, 0, 0, 0, 0, 1, 0, 2],
               [2, 0, 0, 0, 0, 0, 0, 0, 2, 0]]
     topology = generators.from_matrix(counts, 50.0, 0.7, name="ring-with-chords")
-    schedule = synthesize(topology, Collective("allreduce", 10), GiB, SynthOptions())
+    schedule = synthesize(Instance(topology, Collective("allreduce", 10), GiB, SynthOptions()))
     assert "capacity_split_time_us" in schedule.notes
     assert min(schedule.notes["trees_per_root"]) >= 4
     assert schedule.notes["chunks_per_root"] <= 128

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from synth.synthesis.base import Instance
 from synth.topology import generators as gen
 from synth.topology.builtin import builtin_names
 from synth.topology.io import load_topology
@@ -119,7 +120,7 @@ def test_machines_hint_changes_no_plan_and_no_bound(name):
     bare = without_machines(t)
     for coll in ("allgather", "allreduce", "alltoall"):
         c = Collective(coll, t.num_ranks)
-        assert auto.plan(t, c, 64 << 20) == auto.plan(bare, c, 64 << 20)
+        assert auto.plan(Instance(t, c, 64 << 20)) == auto.plan(Instance(bare, c, 64 << 20))
     assert compute_bounds(t, "allgather", 64 << 20) == compute_bounds(bare, "allgather", 64 << 20)
 
 

@@ -25,7 +25,7 @@ def invoke(*args: str):
 def crash_method(monkeypatch):
     """A registered method that raises inside: its rows must record the error, not stop the sweep."""
 
-    def boom(topology, collective, size_bytes, options):
+    def boom(inst):
         raise RuntimeError("kaboom")
 
     spec = MethodSpec("crash", boom, frozenset({"allgather", "allreduce"}), "always fails")

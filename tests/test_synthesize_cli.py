@@ -188,16 +188,16 @@ def test_registry():
         get_method("bogus")
 
 
-def _broken(topology, collective, size_bytes, options):
+def _broken(inst):
     """A 'method' whose schedule forgets the last hop of a ring allgather."""
     from synth.synthesis.ring import synthesize as ring
 
-    schedule = ring(topology, collective, size_bytes, options)
+    schedule = ring(inst)
     last = max(t.start for t in schedule.transfers)
     return replace(schedule, transfers=tuple(t for t in schedule.transfers if t.start < last))
 
 
-def _crashing(topology, collective, size_bytes, options):
+def _crashing(inst):
     raise ZeroDivisionError("boom")
 
 
@@ -223,10 +223,10 @@ def test_pipeline_refuses_unsupported_collective(monkeypatch):
         synthesize(gen.ring(4), "allgather", 2**20, "fake")
 
 
-def _one_ring(topology, collective, size_bytes, options):
+def _one_ring(inst):
     from synth.synthesis.ring import synthesize as ring
 
-    return replace(ring(topology, collective, size_bytes, replace(options, extra={"max_rings": 1})), method="onering")
+    return replace(ring(inst.with_options(replace(inst.options, extra={"max_rings": 1}))), method="onering")
 
 
 def test_auto_keeps_the_fastest_verified_candidate(monkeypatch):
@@ -303,11 +303,11 @@ def _refusing_more_than(limit: int, monkeypatch) -> list[int]:
 
     real, asked = pipeline._program, []
 
-    def program(topology, collective, method, schedule, options):
+    def program(inst, method, schedule):
         asked.append(schedule.collective.chunk_factor)
         if schedule.collective.chunk_factor > limit:
             raise pipeline._DoesNotLower(f"method {method}: lowering: too many steps")
-        return real(topology, collective, method, schedule, options)
+        return real(inst, method, schedule)
 
     monkeypatch.setattr(pipeline, "_program", program)
     return asked

@@ -12,7 +12,7 @@ import pytest
 from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.synthesis import timing, trees
-from synth.synthesis.base import MAX_STEPS_PER_TB, MAX_XML_NODES, SynthOptions
+from synth.synthesis.base import MAX_STEPS_PER_TB, MAX_XML_NODES, Instance, SynthOptions
 from synth.synthesis.packing import integer_fabric, optimal_ratio
 from synth.synthesis.trees import plan_forest, synthesize
 from synth.topology.model import Link, Topology
@@ -102,7 +102,7 @@ def _verified(topology, name, size=2**26, **opts):
     from synth.simulation import simulate
     from synth.verification import verify
 
-    schedule = synthesize(topology, Collective(name, topology.num_ranks), size, SynthOptions(**opts))
+    schedule = synthesize(Instance(topology, Collective(name, topology.num_ranks), size, SynthOptions(**opts)))
     program = lower(schedule)
     result = verify(program)
     assert result.ok, result.errors[:3]
@@ -135,11 +135,11 @@ def test_two_boxes_reach_the_cut_not_the_per_rank_bound():
 
 def test_bad_options_raise():
     with pytest.raises(SynthError, match="--max-trees"):
-        synthesize(ring(4), Collective("allgather", 4), 2**20, SynthOptions(max_trees=0))
+        synthesize(Instance(ring(4), Collective("allgather", 4), 2**20, SynthOptions(max_trees=0)))
     with pytest.raises(SynthError, match="--chunks"):
-        synthesize(ring(4), Collective("allgather", 4), 2**20, SynthOptions(chunks=100000))
+        synthesize(Instance(ring(4), Collective("allgather", 4), 2**20, SynthOptions(chunks=100000)))
     with pytest.raises(SynthError, match="does not support"):
-        synthesize(ring(4), Collective("alltoall", 4), 2**20, SynthOptions())
+        synthesize(Instance(ring(4), Collective("alltoall", 4), 2**20, SynthOptions()))
 
 
 def test_capped_trees_stay_feasible_and_close():
@@ -399,7 +399,7 @@ def test_mi250_2node_allreduce_gets_the_halving_shape():
     from synth.verification import verify
 
     topology = load_topology("mi250-2node")
-    schedule = synthesize(topology, Collective("allreduce", 32), 2**30, SynthOptions())
+    schedule = synthesize(Instance(topology, Collective("allreduce", 32), 2**30, SynthOptions()))
     # its alternative, the ring forest (0.981), is tested in tests/test_ringforest.py
     assert [s.notes.get("ring_forest") for s in schedule.alternatives] == [True]
     assert schedule.notes["halving_messages"] and schedule.notes["trees_per_root"] == [16, 16]
@@ -450,12 +450,12 @@ def test_tails_are_searched_where_drain_costs_time():
     from synth.topology.io import load_topology
 
     topology = load_topology("dgx-a100-4node")
-    schedule = synthesize(topology, Collective("allgather", topology.num_ranks), 2**30, SynthOptions())
+    schedule = synthesize(Instance(topology, Collective("allgather", topology.num_ranks), 2**30, SynthOptions()))
     # a shape that shrinks its last messages wins there: tails or halving (mirrored reduction, 48 chunks)
     assert schedule.notes["tail_splits"] > 0 or schedule.notes["halving_messages"]
     # ...and neither is tried where the plain pipeline is already within 1 % of the forest's bandwidth time
     ring8 = ring(8)
-    plain = synthesize(ring8, Collective("allgather", 8), 2**30, SynthOptions())
+    plain = synthesize(Instance(ring8, Collective("allgather", 8), 2**30, SynthOptions()))
     assert plain.notes["tail_splits"] == 0 and not plain.notes["halving_messages"]
 
 
@@ -467,7 +467,7 @@ def test_tree_count_search_goes_past_a_slower_cap_where_the_rate_leaves_room():
 
     topology = load_topology("dgx-a100-2node")
     coll = Collective("allgather", 16)
-    schedule = synthesize(topology, coll, 64e6, SynthOptions())
+    schedule = synthesize(Instance(topology, coll, 64e6, SynthOptions()))
     assert max(schedule.notes["trees_per_root"]) <= 4
     assert schedule.predicted_time_us < 230.0
     # the floors are the capped rates' bandwidth times, never below the cut bound's
@@ -481,7 +481,7 @@ def test_tree_count_search_goes_past_a_cap_that_is_barely_slower():
     from synth.topology.io import load_topology
 
     topology = load_topology("dgx-a100-2node")
-    schedule = synthesize(topology, Collective("allgather", 16), 1024, SynthOptions())
+    schedule = synthesize(Instance(topology, Collective("allgather", 16), 1024, SynthOptions()))
     assert max(schedule.notes["trees_per_root"]) <= 4
     assert schedule.predicted_time_us < 20.0
 
@@ -502,8 +502,8 @@ def test_chunk_counts_are_ones_the_msccl_runtime_runs_at_size():
 
     topology = load_topology("dgx-a100-2node")
     coll = Collective("allgather", topology.num_ranks)
-    usable = synthesize(topology, coll, 2**30, SynthOptions())
-    anything = synthesize(topology, coll, 2**30, SynthOptions(runtime_chunks=False))
+    usable = synthesize(Instance(topology, coll, 2**30, SynthOptions()))
+    anything = synthesize(Instance(topology, coll, 2**30, SynthOptions(runtime_chunks=False)))
     assert usable.collective.runtime_divides(2**30)
     assert not anything.collective.runtime_divides(2**30)
     assert usable.predicted_time_us < anything.predicted_time_us * 1.01
@@ -664,7 +664,8 @@ def test_scatter_as_the_mirror_of_a_gather(root):
 
     topology = load_topology("dgx-h100-2node")
     size = 2**30
-    schedule = synthesize(topology, Collective("scatter", topology.num_ranks, root=root), size, SynthOptions())
+    coll = Collective("scatter", topology.num_ranks, root=root)
+    schedule = synthesize(Instance(topology, coll, size, SynthOptions()))
     assert schedule.notes["mirrored_gather"]
     program = lower(schedule)
     assert verify(program).ok

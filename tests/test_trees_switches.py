@@ -16,7 +16,7 @@ from synth.program.load import load_program
 from synth.program.lower import lower
 from synth.simulation import simulate
 from synth.synthesis import timing, trees
-from synth.synthesis.base import SynthOptions
+from synth.synthesis.base import Instance, SynthOptions
 from synth.synthesis.packing import (
     SplitGraph,
     choose_capacities,
@@ -313,7 +313,7 @@ def test_dgx_h100_2node_allgather_nears_the_bound():
     # 3.6 % above the bound as a plain pipeline, 2.6 % coalesced, 1.9 % as a mirrored forward-timed reduction
     topo = load_topology("dgx-h100-2node")
     collective = Collective("allgather", topo.num_ranks)
-    schedule = get_method("trees").run(topo, collective, GiB, SynthOptions())
+    schedule = get_method("trees").run(Instance(topo, collective, GiB, SynthOptions()))
     program = lower(schedule)
     assert verify(program).ok
     time_us = simulate(program, topo, GiB).time_us

@@ -75,6 +75,7 @@ def command(topology_name: str, collective: str, size: str, root: int, methods: 
             baseline: str | None, as_json: bool) -> None:
     """Baselines vs synthesized methods vs the lower bound, in one table."""
     from synth.collectives import Collective, canonical_name
+    from synth.pipeline import check_root
     from synth.synthesis.base import SynthOptions
     from synth.synthesis.registry import METHODS, methods_for
     from synth.units import algbw_GBps, format_size, parse_size
@@ -86,8 +87,7 @@ def command(topology_name: str, collective: str, size: str, root: int, methods: 
     topology, degraded = apply_fabric_edits(load_topology_arg(topology_name), exclude_link, degrade, exclude_rank)
     if topology.num_ranks < 2:
         raise SynthError(f"topology {topology.name!r} has {topology.num_ranks} rank; a collective needs at least 2")
-    if not 0 <= root < topology.num_ranks:
-        raise SynthError(f"--root {root} is not a rank of {topology.name} (0..{topology.num_ranks - 1})")
+    check_root(topology, root)
     if methods:
         chosen = [m.strip().lower() for m in methods.split(",") if m.strip()]
         unknown = [m for m in chosen if m not in METHODS]

@@ -44,6 +44,7 @@ def command(topology_name: str, collective: str, max_steps: int | None, max_chun
             root: int, assume_monotonic: bool, exhaustive: bool, threads: int | None, as_json: bool) -> None:
     """The latency (steps) / bandwidth (rounds per chunk) Pareto frontier of k-synchronous algorithms."""
     from synth.collectives import Collective, canonical_name
+    from synth.pipeline import check_root
     from synth.units import format_size, parse_size
 
     name = canonical_name(collective)
@@ -51,8 +52,7 @@ def command(topology_name: str, collective: str, max_steps: int | None, max_chun
     topology = load_topology_arg(topology_name)
     if topology.num_ranks < 2:
         raise SynthError(f"topology {topology.name!r} has {topology.num_ranks} rank; a collective needs at least 2")
-    if not 0 <= root < topology.num_ranks:
-        raise SynthError(f"--root {root} is not a rank of {topology.name} (0..{topology.num_ranks - 1})")
+    check_root(topology, root)
     from synth.synthesis.pareto import explore, predicted_time_us
 
     coll = Collective(name, topology.num_ranks, 1, root=root)

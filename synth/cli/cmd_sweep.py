@@ -61,6 +61,7 @@ def command(topologies: str, collectives: str, sizes: str | None, minbytes: str 
     """Sweep topologies × collectives × sizes × methods; write time, algbw, busbw, bound and gap per row."""
     from pathlib import Path
 
+    from synth.pipeline import check_root
     from synth.sweep import parse_list, plan, run_sweep, write_table
     from synth.synthesis.base import SynthOptions
     from synth.topology.io import load_topology
@@ -72,8 +73,7 @@ def command(topologies: str, collectives: str, sizes: str | None, minbytes: str 
     colls = parse_list(collectives)
     meths = parse_list(methods)
     for topo in topos:
-        if not 0 <= root < topo.num_ranks:
-            raise SynthError(f"--root {root} is not a rank of {topo.name} (0..{topo.num_ranks - 1})")
+        check_root(topo, root)
     total = len(plan(topos, colls, size_list, meths))  # validates names before any work
     options = SynthOptions(solver=solver, time_limit=time_limit)
 

@@ -97,7 +97,7 @@ def command(topology_name: str | None, collective: str | None, size: str, method
             as_json: bool) -> None:
     """Synthesize a schedule, verify it, and write the program (MSCCL XML or JSON)."""
     from synth.collectives import canonical_name
-    from synth.pipeline import synthesize
+    from synth.pipeline import check_root, synthesize
     from synth.program.load import save_program
     from synth.runtime_limits import DEFAULT_RUNTIME, runtime_profile
     from synth.runtimes import byte_range, export_notes, parse_scratch_budget
@@ -112,8 +112,7 @@ def command(topology_name: str | None, collective: str | None, size: str, method
     name = canonical_name(collective)
     size_bytes = parse_size(size)
     topology, degraded = apply_fabric_edits(load_topology_arg(topology_name), exclude_link, degrade, exclude_rank)
-    if not 0 <= root < topology.num_ranks:
-        raise SynthError(f"--root {root} is not a rank of {topology.name} (0..{topology.num_ranks - 1})")
+    check_root(topology, root)
     profile = runtime_profile(runtime or DEFAULT_RUNTIME)
     spelling = profile.coll("reducescatter")
     if coll_spelling is not None and coll_spelling != spelling and runtime is not None:

@@ -11,13 +11,9 @@ from __future__ import annotations
 from synth.errors import SynthError
 from synth.program.ir import Fabric, Program
 from synth.topology.builtin import builtin_path
+from synth.topology.identity import fabric_of  # noqa: F401  (re-exported: the record a program embeds)
 from synth.topology.io import load_topology, provenance, read_topology_file
 from synth.topology.model import Topology
-
-
-def fabric_of(topology: Topology) -> Fabric:
-    """The :class:`Fabric` record of ``topology``, which it embeds."""
-    return Fabric(name=topology.name, sha256=topology.sha256, source=provenance(topology), topology=topology)
 
 
 def check_fabric(program: Program, topology: Topology, given: str, where: str = "the program") -> None:

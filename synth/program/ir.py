@@ -13,10 +13,8 @@ others depend on. Offsets and ``cnt`` count chunks.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from synth.topology.model import Topology
+from synth.topology.identity import Fabric  # noqa: F401  (a program records its fabric: re-exported)
 
 STEP_TYPES = ("s", "r", "rcs", "rrs", "rrc", "rrcs", "cpy", "re", "nop")
 SENDS = frozenset({"s", "rcs", "rrs", "rrcs"})
@@ -68,18 +66,6 @@ class Gpu:
 
     def chunks(self, buffer: str) -> int:
         return {"i": self.i_chunks, "o": self.o_chunks, "s": self.s_chunks}[buffer]
-
-
-@dataclass(frozen=True)
-class Fabric:
-    """The fabric a program was made for (docs/programs.md, ``fabric``): its name, content hash
-    (:attr:`Topology.sha256`), where it came from (``builtin:NAME``, ``file:/abs/path``, ``generated``)
-    and, when known, the topology itself, which makes a program file self-contained."""
-
-    name: str
-    sha256: str
-    source: str
-    topology: Topology | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,11 @@ Both runtimes' attributes are written: the executor fork reads ``outofplace minB
 and spells reduce-scatter ``reducescatter``; the original runtime spells it ``reduce_scatter``.
 The executor's hand-written parser only accepts double-quoted values separated by single spaces
 and no ``<?xml?>`` prolog, so the writer emits exactly that.
+
+The fabric a program was made for (docs/programs.md, ``fabric``) goes in a comment before ``<algo>``,
+``<!-- synth fabric name="..." sha256="..." source="..." -->``: both runtimes' parsers skip comments
+wherever an element may start (``mscclXmlGetNode``/``xmlGetNode`` read ``<!--`` up to ``-->``), whereas an
+extra ``<algo>`` attribute would count against their 16 (``MAX_ATTR_COUNT``).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
+from urllib.parse import quote, unquote
 from xml.sax.saxutils import escape
 
 from synth.collectives import COLL_ALIASES, COLLECTIVES, ROOTED
@@ -30,6 +36,7 @@ from synth.program.ir import (
     SENDS,
     STEP_TYPES,
     WRITES_DST,
+    Fabric,
     Gpu,
     Program,
     Step,
@@ -76,6 +83,30 @@ def _xml_attr(value: str, attribute: str) -> str:
     return f'"{escape(value, _ATTR_ENTITIES)}"'
 
 
+_FABRIC_COMMENT = re.compile(r'\s*<!-- synth fabric name="([^"]*)" sha256="([0-9a-f]{64})" source="([^"]*)" -->')
+
+
+def _comment_value(value: str) -> str:
+    """``value`` percent-encoded so that the comment holds no quote, control character or ``--`` (which would end
+    an XML comment early)."""
+    return re.sub("-(?=-)", "%2D", quote(value, safe="/:@+,=!$&'()*;"))
+
+
+def fabric_comment(fabric: Fabric) -> str:
+    """The comment line that records ``fabric`` in MSCCL XML (the runtimes skip comments)."""
+    return (f'<!-- synth fabric name="{_comment_value(fabric.name)}" sha256="{fabric.sha256}" '
+            f'source="{_comment_value(fabric.source)}" -->')
+
+
+def fabric_from_comment(text: str) -> Fabric | None:
+    """The fabric an XML file records in its leading comment (:func:`fabric_comment`), or None."""
+    found = _FABRIC_COMMENT.match(text)
+    if found is None:
+        return None
+    name, sha256, source = found.groups()
+    return Fabric(name=unquote(name), sha256=sha256, source=unquote(source))
+
+
 def program_to_xml(program: Program, coll_spelling: str | None = "reduce_scatter",
                    runtime: str | RuntimeProfile | None = None) -> str:
     """MSCCL XML text of ``program`` (one element per line, double-quoted attributes).
@@ -100,7 +131,8 @@ def program_to_xml(program: Program, coll_spelling: str | None = "reduce_scatter
     if program.collective in ROOTED:
         attrs.append(("root", program.root))
     attrs.extend((k, v) for k, v in xml_extra.items() if k not in _ALGO_KNOWN)
-    lines = ["<algo " + " ".join(f"{k}={_xml_attr(str(v), k)}" for k, v in attrs) + ">"]
+    lines = [fabric_comment(program.fabric)] if program.fabric is not None else []
+    lines.append("<algo " + " ".join(f"{k}={_xml_attr(str(v), k)}" for k, v in attrs) + ">")
     for gpu in program.gpus:
         lines.append(f'  <gpu id="{gpu.id}" i_chunks="{gpu.i_chunks}" o_chunks="{gpu.o_chunks}" '
                      f's_chunks="{gpu.s_chunks}">')
@@ -245,6 +277,7 @@ def program_from_xml(text: str, source: str = "<xml>") -> Program:
         root=_int(root, "root", where, 0), min_bytes=_int(root, "minBytes", where, 0),
         max_bytes=_int(root, "maxBytes", where, 0),
         extra={"xml_attrs": extra_attrs} if extra_attrs else {},
+        fabric=fabric_from_comment(text),
     )
 
 

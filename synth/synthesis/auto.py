@@ -118,11 +118,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from synth.collectives import Collective
 from synth.synthesis.base import BANDWIDTH_PIECE, Instance, SynthOptions  # noqa: F401  (re-exported)
 from synth.synthesis.registry import METHODS, registered
-from synth.topology.model import Topology
-from synth.topology.structure import boxes_of
 
 MIN_START_S = 0.5            # a candidate is not started with less than this left of --time-limit
 CLOCK_FACTOR = 2.0           # a candidate with a work limit W stops (not_tried) after CLOCK_FACTOR * W s
@@ -137,13 +134,6 @@ ALLTOALL_EXTRA_LIMIT_S = 5.0
 CLOSE_ENOUGH = 0.01          # stop once the best program is within 1 % of the lower bound
 SWITCHED_ALLTOALL_RANKS = 512  # bandwidth-bound alltoall behind switches: direct, no greedy, up to here ...
 SWITCHED_ALLTOALL_LP_RANKS = 128  # ... and lp up to here (32 boxes: 0.734 of the bound in 74 s, direct 0.914)
-
-
-def instance(topology: Topology, collective: Collective, size_bytes: float) -> Instance:
-    n = topology.num_ranks
-    per_rank = collective.name not in ("broadcast", "reduce")
-    return Instance(ranks=n, switches=bool(topology.switches), boxes=len(boxes_of(topology)),
-                    collective=collective.name, piece_bytes=size_bytes / n if per_rank else float(size_bytes))
 
 
 @dataclass(frozen=True)
@@ -161,14 +151,15 @@ def _small(inst: Instance) -> bool:
 
 
 def _greedy(inst: Instance) -> bool:
-    return inst.ranks <= GREEDY_MAX_RANKS or inst.collective in ("alltoall", "gather", "scatter") or inst.latency_bound
+    return (inst.ranks <= GREEDY_MAX_RANKS or inst.collective.name in ("alltoall", "gather", "scatter")
+            or inst.latency_bound)
 
 
 def _switched_alltoall(inst: Instance) -> bool:
     """A bandwidth-bound alltoall behind switches past the baselines' scale, up to
     ``SWITCHED_ALLTOALL_RANKS``: direct (and lp's runtime-route rounds up to
     ``SWITCHED_ALLTOALL_LP_RANKS``), not greedy (module docstring)."""
-    return (inst.collective == "alltoall" and inst.switches and inst.bandwidth_bound
+    return (inst.collective.name == "alltoall" and inst.switches and inst.bandwidth_bound
             and BASELINE_MAX_RANKS < inst.ranks <= SWITCHED_ALLTOALL_RANKS)
 
 
@@ -177,15 +168,15 @@ def _spantree_allreduce(inst: Instance) -> bool:
     does not run. Its reduce-scatter + allgather cannot pass the traffic bound's RS + AG share where spantree
     reaches the strength (mesh-8x8 0.67 against 0.914, mesh-4x4x4 0.68 against 0.90) and took 94-317 s of CPU
     at 64 ranks; where it wins, on tori, multiring is within 0.5 % of it (torus-4x4x4 0.9882 against 0.9835)."""
-    return (inst.collective == "allreduce" and inst.bandwidth_bound and not inst.switches
+    return (inst.collective.name == "allreduce" and inst.bandwidth_bound and not inst.switches
             and 32 < inst.ranks <= SPANTREE_MAX_RANKS)
 
 
 def _milp(inst: Instance) -> bool:
     if inst.ranks > 16:
         return False
-    return inst.collective == "alltoall" or (
-        inst.latency_bound and inst.collective in ("allgather", "reducescatter", "allreduce"))
+    return inst.collective.name == "alltoall" or (
+        inst.latency_bound and inst.collective.name in ("allgather", "reducescatter", "allreduce"))
 
 
 def _milp_limit(inst: Instance) -> float:
@@ -198,7 +189,8 @@ RULES: tuple[Rule, ...] = (
     Rule("ring", lambda i: True),
     Rule("multiring", lambda i: i.bandwidth_bound and i.ranks <= GREEDY_MAX_RANKS),
     Rule("spantree", lambda i: i.bandwidth_bound and not i.switches and i.ranks <= SPANTREE_MAX_RANKS),
-    Rule("direct", lambda i: _small(i) and (i.collective == "alltoall" or i.latency_bound) or _switched_alltoall(i)),
+    Rule("direct", lambda i: _small(i) and (i.collective.name == "alltoall" or i.latency_bound)
+         or _switched_alltoall(i)),
     Rule("rdh", lambda i: _small(i) and i.latency_bound),
     Rule("dbt", lambda i: _small(i) and i.latency_bound),
     Rule("nccl", lambda i: _small(i) and i.latency_bound),
@@ -207,8 +199,8 @@ RULES: tuple[Rule, ...] = (
     Rule("trees", lambda i: (i.ranks <= 32 or (i.bandwidth_bound and not EXACT_TREES_SLOW < i.ranks <= LARGE_TREES))
          and not _spantree_allreduce(i)),
     Rule("lp", lambda i: i.bandwidth_bound and (
-        i.ranks <= 32 and (not i.switches or i.collective == "alltoall")
-        or i.ranks <= 64 and i.collective == "alltoall")
+        i.ranks <= 32 and (not i.switches or i.collective.name == "alltoall")
+        or i.ranks <= 64 and i.collective.name == "alltoall")
         or _switched_alltoall(i) and i.ranks <= SWITCHED_ALLTOALL_LP_RANKS, 20.0),
     Rule("pareto", lambda i: i.ranks <= 8 and not i.switches and i.latency_bound, 10.0),
     Rule("milp", _milp, _milp_limit),
@@ -236,22 +228,20 @@ def rules() -> tuple[Rule, ...]:
     return RULES + own
 
 
-def candidates(topology: Topology, collective: Collective, size_bytes: float) -> list[str]:
+def candidates(inst: Instance) -> list[str]:
     """Registered methods, in execution order, that support the collective and whose rule accepts
     this instance."""
-    inst = instance(topology, collective, size_bytes)
+    name = inst.collective.name
     return [r.method for r in rules()
-            if r.method in METHODS and collective.name in METHODS[r.method].collectives and r.when(inst)]
+            if r.method in METHODS and name in METHODS[r.method].collectives and r.when(inst)]
 
 
-def plan(topology: Topology, collective: Collective, size_bytes: float,
-         options: SynthOptions | None = None) -> list[Candidate]:
+def plan(inst: Instance) -> list[Candidate]:
     """:func:`candidates` in order of expected quality, with each one's work limit and the alltoall chunk
     variants (module docstring). Names without a rule (tests, plug-ins) run with no limit of their own."""
-    options = options or SynthOptions()
-    inst = instance(topology, collective, size_bytes)
+    options = inst.options
     out: list[Candidate] = []
-    names = candidates(topology, collective, size_bytes)
+    names = candidates(inst)
     # Above BASELINE_MAX_RANKS the ring runs only if nothing else produced a program: 256-rank torus,
     # 1 KB allgather: ring 41 s through the pipeline for 3.7x greedy's time (greedy 15 s).
     demote = not _small(inst) and "ring" in names and len(names) > 1
@@ -263,7 +253,7 @@ def plan(topology: Topology, collective: Collective, size_bytes: float,
         rule = next((r for r in rules() if r.method == name), None)
         limit = rule.limit(inst) if rule is not None else None
         out.append(Candidate(name, limit, fallback=demote and name == "ring"))
-        if (name == "milp" and options.chunks is None and inst.collective == "alltoall"
+        if (name == "milp" and options.chunks is None and inst.collective.name == "alltoall"
                 and inst.bandwidth_bound and inst.ranks <= 8 and not inst.switches):
             out += [Candidate("milp", ALLTOALL_EXTRA_LIMIT_S, c) for c in ALLTOALL_EXTRA_CHUNKS]
     return out

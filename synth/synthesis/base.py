@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from synth.collectives import Collective
-from synth.errors import TimeLimitReached
+from synth.errors import SynthError, TimeLimitReached
 
 # the MSCCL runtime limits every method's programs must fit (re-exported for the methods)
 from synth.runtime_limits import MAX_CHANNELS, MAX_STEP_CHUNKS, MAX_STEPS_PER_TB, MAX_XML_NODES  # noqa: F401
 from synth.schedule import Schedule
+from synth.topology.identity import Fabric
 from synth.topology.model import Topology
+from synth.topology.structure import boxes_of
 
 
 @dataclass(frozen=True)
@@ -59,21 +62,57 @@ def check_deadline(deadline: float | None, method: str, unfinished: str) -> None
         raise TimeLimitReached(f"{method}: the time limit ran out before {unfinished}; allow more time")
 
 
-MethodFn = Callable[[Topology, Collective, float, SynthOptions], Schedule]
-
-
 BANDWIDTH_PIECE = 1e6        # bytes per rank from which a case counts as bandwidth-bound
 
 
 @dataclass(frozen=True)
 class Instance:
-    """What an ``auto`` rule looks at: the fabric's size and shape, the collective and the piece size."""
+    """One synthesis request, as every method receives it: the topology it plans on, the collective (its ranks,
+    root, in-place flag and requested chunk factor), SIZE in bytes (docs/units.md), the options, and the identity
+    of the fabric as the user gave it (:mod:`synth.topology.identity`), which the schedule carries.
 
-    ranks: int
-    switches: bool
-    boxes: int
-    collective: str
-    piece_bytes: float
+    The pipeline builds and checks it once (:func:`synth.pipeline.instance`); the invariants every method relies on
+    are held here, so no method checks them again. ``auto`` rules (:class:`AutoRule`) read its shape: ``ranks``,
+    ``switches``, ``boxes``, ``piece_bytes``, ``bandwidth_bound``."""
+
+    topology: Topology
+    collective: Collective
+    size_bytes: float
+    options: SynthOptions = field(default_factory=SynthOptions)
+    fabric: Fabric | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        n = self.topology.num_ranks
+        if self.collective.num_ranks != n:
+            raise SynthError(f"collective has {self.collective.num_ranks} ranks but topology {self.topology.name!r} "
+                             f"has {n}")
+        if self.options.chunks is not None and self.options.chunks < 1:
+            raise SynthError("--chunks must be at least 1")
+        if self.options.max_trees is not None and self.options.max_trees < 1:
+            raise SynthError("--max-trees must be at least 1")
+
+    def with_options(self, options: SynthOptions) -> Instance:
+        """The same request under other options (an ``auto`` candidate's limits, a smaller chunk count)."""
+        return replace(self, options=options)
+
+    # ---- the shape ``auto`` rules look at ----------------------------------------------------------------
+    @property
+    def ranks(self) -> int:
+        return self.topology.num_ranks
+
+    @property
+    def switches(self) -> bool:
+        return bool(self.topology.switches)
+
+    @cached_property
+    def boxes(self) -> int:
+        return len(boxes_of(self.topology))
+
+    @property
+    def piece_bytes(self) -> float:
+        """The bytes one rank contributes: SIZE / N, but SIZE for broadcast and reduce (one buffer)."""
+        per_rank = self.collective.name not in ("broadcast", "reduce")
+        return self.size_bytes / self.ranks if per_rank else float(self.size_bytes)
 
     @property
     def bandwidth_bound(self) -> bool:
@@ -82,6 +121,9 @@ class Instance:
     @property
     def latency_bound(self) -> bool:
         return not self.bandwidth_bound
+
+
+MethodFn = Callable[[Instance], Schedule]
 
 
 @dataclass(frozen=True)

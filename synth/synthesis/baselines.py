@@ -62,7 +62,7 @@ from dataclasses import replace
 from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.schedule import Schedule
-from synth.synthesis.base import MethodSpec, SynthOptions, deadline_of, time_limit_error
+from synth.synthesis.base import Instance, MethodSpec, SynthOptions, deadline_of, time_limit_error
 from synth.synthesis.ring import MAX_WEIGHT, find_rings, ring_weights, split_counts
 from synth.synthesis.timing import KeyOrderTimer
 from synth.topology.model import Link, Topology
@@ -77,14 +77,6 @@ Pair = tuple[int, int]
 
 
 # ---- shared helpers -------------------------------------------------------------------------------
-def _check(topology: Topology, collective: Collective, options: SynthOptions) -> None:
-    if collective.num_ranks != topology.num_ranks:
-        raise SynthError(f"collective has {collective.num_ranks} ranks but topology {topology.name!r} "
-                         f"has {topology.num_ranks}")
-    if options.chunks is not None and options.chunks < 1:
-        raise SynthError("--chunks must be at least 1")
-
-
 def _two_way(routes: dict[Pair, tuple[int, ...]], n: int) -> list[set[int]]:
     """rank -> ranks it reaches and is reached from without crossing another rank."""
     adj: list[set[int]] = [set() for _ in range(n)]
@@ -419,8 +411,8 @@ def _box_chain_trees(topology: Topology, routes: dict[Pair, tuple[int, ...]], ro
     return out
 
 
-def _dbt(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions) -> Schedule:
-    _check(topology, collective, options)
+def _dbt(inst: Instance) -> Schedule:
+    topology, collective, size_bytes, options = inst.topology, inst.collective, inst.size_bytes, inst.options
     name, n = collective.name, topology.num_ranks
     root = collective.root if name != "allreduce" else 0
     routes = rank_routes(topology)
@@ -534,8 +526,8 @@ def _box_interleaved(topology: Topology) -> list[int]:
     return [boxes[i % nb][i // nb] for i in range(n)]
 
 
-def _rdh(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions) -> Schedule:
-    _check(topology, collective, options)
+def _rdh(inst: Instance) -> Schedule:
+    topology, collective, size_bytes, options = inst.topology, inst.collective, inst.size_bytes, inst.options
     name, n = collective.name, topology.num_ranks
     p = 1 << (n.bit_length() - 1)
     extras = n - p
@@ -623,8 +615,8 @@ def _rdh(topology: Topology, collective: Collective, size_bytes: float, options:
 
 
 # ---- direct: all pairs ----------------------------------------------------------------------------
-def _direct(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions) -> Schedule:
-    _check(topology, collective, options)
+def _direct(inst: Instance) -> Schedule:
+    topology, collective, size_bytes, options = inst.topology, inst.collective, inst.size_bytes, inst.options
     name, n = collective.name, topology.num_ranks
     coll = Collective(name, n, options.chunks or 1, root=collective.root, inplace=collective.inplace)
     C = coll.chunk_factor
@@ -672,8 +664,8 @@ def _box_topology(topology: Topology, box: Sequence[int]) -> Topology:
     return Topology(f"{topology.name}:box", g, tuple(links), switches=topology.switches)
 
 
-def _hierarchical(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions) -> Schedule:
-    _check(topology, collective, options)
+def _hierarchical(inst: Instance) -> Schedule:
+    topology, collective, size_bytes, options = inst.topology, inst.collective, inst.size_bytes, inst.options
     name, n = collective.name, topology.num_ranks
     boxes = [tuple(b) for b in boxes_of(topology)]
     if len(boxes) < 2:
@@ -818,22 +810,22 @@ def _hierarchical_build(topology: Topology, collective: Collective, size_bytes: 
 
 
 # ---- nccl: NCCL's own choice ----------------------------------------------------------------------
-def _nccl(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions) -> Schedule:
+def _nccl(inst: Instance) -> Schedule:
     from synth.synthesis.ring import OWN_CHUNKS
     from synth.synthesis.ring import synthesize as ring
 
-    _check(topology, collective, options)
+    options = inst.options
     # NCCL runs its own rings, at their own chunk counts, at any size: MSCCL's rule on nchunksperloop does not bind it
-    options = replace(options, runtime_chunks=False, extra={**options.extra, OWN_CHUNKS: True})
-    name = collective.name
+    inst = inst.with_options(replace(options, runtime_chunks=False, extra={**options.extra, OWN_CHUNKS: True}))
+    name = inst.collective.name
     if name == "alltoall":
-        choice, schedule = "direct", _direct(topology, collective, size_bytes, options)
+        choice, schedule = "direct", _direct(inst)
     elif name != "allreduce":
-        choice, schedule = "ring", ring(topology, collective, size_bytes, options)
+        choice, schedule = "ring", ring(inst)
     else:
-        choice, schedule = "ring", ring(topology, collective, size_bytes, options)
+        choice, schedule = "ring", ring(inst)
         try:
-            tree = _dbt(topology, collective, size_bytes, options)
+            tree = _dbt(inst)
         except SynthError:
             tree = None
         if tree is not None and tree.predicted_time_us < schedule.predicted_time_us:

@@ -41,7 +41,7 @@ import numpy as np
 from synth.collectives import COLLECTIVES, Collective, CollectiveKind
 from synth.errors import SynthError
 from synth.schedule import Schedule, Transfer
-from synth.synthesis.base import MethodSpec, SynthOptions, deadline_of, time_limit_error
+from synth.synthesis.base import Instance, MethodSpec, SynthOptions, deadline_of, time_limit_error
 from synth.topology.model import Topology
 
 # Cap on the candidate virtual links examined per event (keeps huge switched fabrics fast).
@@ -487,14 +487,12 @@ def plan_transfers(vl: VirtualLinks, problem: CopyProblem, plan: Plan, *, revers
                 v[order].tolist(), routes, group[order].tolist())]
 
 
-def synthesize(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions) -> Schedule:
+def synthesize(inst: Instance) -> Schedule:
     """TACOS-style greedy schedule for any of the eight collectives (see the module docstring)."""
+    topology, collective, size_bytes, options = inst.topology, inst.collective, inst.size_bytes, inst.options
     t0 = time.perf_counter()
     coll = effective_collective(collective, options)
     check_supported(coll)
-    if coll.num_ranks != topology.num_ranks:
-        raise SynthError(f"collective has {coll.num_ranks} ranks but topology {topology.name} has "
-                         f"{topology.num_ranks}")
     tries = int(options.extra.get("greedy_tries", 4))
     try:
         transfers, phases = _plan_phases(topology, coll, size_bytes, options, tries, deadline_of(options))

@@ -39,7 +39,7 @@ import numpy as np
 from synth.collectives import Collective
 from synth.errors import SynthError, TimeLimitReached
 from synth.schedule import Schedule
-from synth.synthesis.base import MethodSpec, SynthOptions
+from synth.synthesis.base import Instance, MethodSpec, SynthOptions
 from synth.synthesis.packing import (
     SplitError,
     integer_fabric,
@@ -165,13 +165,11 @@ def forest_from_lp(topology: Topology, roots: tuple[int, ...], reverse: bool, so
                   topology.num_ranks)
 
 
-def synthesize(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions) -> Schedule:
+def synthesize(inst: Instance) -> Schedule:
     """LP-optimal forests, decomposed into trees and pipelined (see module docstring)."""
+    topology, collective, size_bytes, options = inst.topology, inst.collective, inst.size_bytes, inst.options
     if collective.name not in SUPPORTED:
         raise SynthError(f"method lp does not support {collective.name}; it supports {', '.join(sorted(SUPPORTED))}")
-    if collective.num_ranks != topology.num_ranks:
-        raise SynthError(f"collective has {collective.num_ranks} ranks but topology {topology.name} has "
-                         f"{topology.num_ranks}")
     if topology.num_ranks == 1:
         return Schedule(collective, topology.name, (), method="lp", size_bytes=float(size_bytes))
     solver = options.solver or "highs"

@@ -56,10 +56,10 @@ to the epoch model.
 
 **Status.** Optimality in the epoch model (one chunk size C, one τ, transfers aligned to the
 grid) is not optimality under the α-β cost model of docs/cost-model.md: a finer chunking or off-grid timing can be
-faster. The result's ``status`` is therefore ``optimal`` only when the schedule's predicted
-makespan meets the cost-model lower bound of :func:`synth.lower_bounds.compute_bounds` (a proof for the
-instance); otherwise ``feasible``. What the solver proved about the epoch model is kept in
-``notes['model_status']`` (and per phase in ``notes['phases'][...]['model_status']``).
+faster. The result's ``status`` is decided by the pipeline (:func:`synth.pipeline.status_of`): ``optimal`` only
+where the simulated time meets the lower bound of :func:`synth.lower_bounds.compute_bounds`, else ``feasible``.
+What the solver proved about the epoch model is kept in ``notes['model_status']`` (and per phase in
+``notes['phases'][...]['model_status']``).
 
 **Reductions** (reducescatter, reduce) use the reverse-graph trick: the copy problem is solved on
 the reversed topology and the schedule is reversed in time with reducing sends (each rank sends its
@@ -76,10 +76,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from synth.collectives import COLLECTIVES, Collective
+from synth.collectives import COLLECTIVES
 from synth.errors import SynthError
 from synth.schedule import Schedule, Transfer
-from synth.synthesis.base import MethodSpec, SynthOptions
+from synth.synthesis.base import Instance, MethodSpec, SynthOptions
 from synth.synthesis.greedy import (
     CopyProblem,
     Plan,
@@ -94,7 +94,6 @@ from synth.synthesis.greedy import (
     plan_transfers,
     virtual_links,
 )
-from synth.topology.model import Topology
 
 if TYPE_CHECKING:
     from synth.solvers import Model
@@ -772,37 +771,16 @@ def check_solver(solver: str) -> None:
                          f"choose one of {mip}")
 
 
-# Relative slack when comparing a predicted makespan with the cost-model bound (float rounding only).
-_BOUND_RTOL = 1e-9
-
-
-def cost_model_status(topology: Topology, collective: Collective, size_bytes: float,
-                      makespan_us: float) -> tuple[str, float | None]:
-    """(status, bound): ``optimal`` only when ``makespan_us`` meets the α-β cost-model lower bound
-    ``time_bound_us`` of :func:`synth.lower_bounds.compute_bounds` (then no schedule can be faster, so this
-    one is proven optimal for the instance); ``feasible`` otherwise, whatever the epoch model proved."""
-    from synth.lower_bounds import compute_bounds
-
-    try:
-        bound = float(compute_bounds(topology, collective, size_bytes).time_bound_us)
-    except SynthError:
-        return "feasible", None
-    if makespan_us <= bound * (1 + _BOUND_RTOL) + 1e-12:
-        return "optimal", bound
-    return "feasible", bound
-
 
 # ---- the method ------------------------------------------------------------------------------------
-def synthesize(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions) -> Schedule:
+def synthesize(inst: Instance) -> Schedule:
     """Time-expanded MILP schedule (see the module docstring); notes carry the solver's status,
     objective, bound and gap (in µs of the epoch model)."""
+    topology, collective, size_bytes, options = inst.topology, inst.collective, inst.size_bytes, inst.options
     t0 = time.perf_counter()
     check_solver(options.solver)
     coll = effective_collective(collective, options)
     check_supported(coll)
-    if coll.num_ranks != topology.num_ranks:
-        raise SynthError(f"collective has {coll.num_ranks} ranks but topology {topology.name} has "
-                         f"{topology.num_ranks}")
     chunk_bytes = coll.chunk_bytes(size_bytes)
     if options.time_limit is None:
         options = replace(options, time_limit=DEFAULT_TIME_LIMIT_S)
@@ -833,7 +811,6 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
     makespan = max((t.end for t in transfers), default=0.0)
     statuses = [p.status for _, p in phases]
     model_optimal = all(s == "optimal" for s in statuses)
-    status, cost_bound = cost_model_status(topology, coll, size_bytes, makespan)
     objective = sum(p.objective_us for _, p in phases)
     bounds = [p.bound_us for _, p in phases]
     bound = sum(bounds) if bounds and all(b is not None for b in bounds) else None
@@ -841,12 +818,11 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
     if bound is not None and objective > 0:
         gap = max(0.0, (objective - bound) / objective)
     taus = ", ".join(f"{p.notes['tau_us']:.6g}" for _, p in phases)
-    notes = {"status": status, "solver": options.solver, "time_limit_s": options.time_limit,
+    notes = {"time_limit_s": options.time_limit,
              "work_limit": options.work_limit,
              "model_status": (f"{'optimal' if model_optimal else 'feasible'} in the time-expanded model "
                               f"(C={coll.chunk_factor}, tau={taus} us"
                               + (", each phase separately" if len(phases) > 1 else "") + ")"),
-             "cost_model_bound_us": cost_bound,
              "solver_objective_us": objective,
              "solver_bound_us": bound, "solver_gap": gap, "synthesis_s": time.perf_counter() - t0,
              "phases": {name: {"model_status": p.status, **p.notes} for name, p in phases}}

@@ -12,10 +12,9 @@ are kept instead where they carry more.
 
 from __future__ import annotations
 
-from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.schedule import Schedule
-from synth.synthesis.base import MethodSpec, SynthOptions
+from synth.synthesis.base import Instance, MethodSpec
 from synth.synthesis.ring import Ring, find_rings, ring_schedule
 from synth.synthesis.ringpack import best_rings
 from synth.topology.model import Topology
@@ -42,15 +41,11 @@ def optimal_rings(topology: Topology) -> list[Ring]:
             for order, rate in zip(packing.orders, packing.rates, strict=True)]
 
 
-def synthesize(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions) -> Schedule:
+def synthesize(inst: Instance) -> Schedule:
     """Ring allgather / reducescatter / allreduce over :func:`optimal_rings`."""
-    n = topology.num_ranks
-    if collective.num_ranks != n:
-        raise SynthError(f"collective has {collective.num_ranks} ranks but topology {topology.name!r} has {n}")
+    topology, collective, size_bytes, options = inst.topology, inst.collective, inst.size_bytes, inst.options
     if collective.name not in SUPPORTED:
         raise SynthError(f"multiring does not support {collective.name}")
-    if options.chunks is not None and options.chunks < 1:
-        raise SynthError("--chunks must be at least 1")
     return ring_schedule(topology, collective, size_bytes, options, optimal_rings(topology), method="multiring")
 
 

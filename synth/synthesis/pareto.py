@@ -71,7 +71,7 @@ from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.schedule import Schedule, Transfer
 from synth.solvers import deterministic_search
-from synth.synthesis.base import MethodSpec, SynthOptions
+from synth.synthesis.base import Instance, MethodSpec
 from synth.synthesis.greedy import (
     CopyProblem,
     VirtualLinks,
@@ -771,17 +771,19 @@ def to_schedule(topology: Topology, fab: Fabric, rfab: Fabric | None, coll: Coll
     c, s, r = key
     return Schedule(coll, topology.name, tuple(transfers), method="pareto", size_bytes=float(size_bytes),
                     predicted_time_us=offset,
-                    notes={"status": "optimal", "solver": "cp-sat", "chunks": c, "steps": s, "rounds": r,
+                    solver="cp-sat",
+                    notes={"chunks": c, "steps": s, "rounds": r,
                            "bandwidth_cost": f"{Fraction(r, c)}", "rounds_per_step": rounds_per_step,
                            "step_terms": step_terms_all, "unit_GBps": fab.unit_GBps})
 
 
 # ---- the pipeline method ---------------------------------------------------------------------------
-def synthesize(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions) -> Schedule:
-    """The frontier point with the least α-β time at ``size_bytes`` (module docstring).
+def synthesize(inst: Instance) -> Schedule:
+    """The frontier point with the least α-β time at the request's SIZE (module docstring).
 
     ``options.chunks`` fixes C (then the least R, then least S, with exactly C chunks);
     ``options.extra`` may set ``max_steps``, ``max_chunks``, ``assume_monotonic`` and ``exhaustive``."""
+    topology, collective, size_bytes, options = inst.topology, inst.collective, inst.size_bytes, inst.options
     extra = options.extra or {}
     chunks = options.chunks
     if chunks and collective.name == "allreduce":
@@ -802,11 +804,10 @@ def synthesize(topology: Topology, collective: Collective, size_bytes: float, op
     best = min(exp.points, key=lambda p: (predicted_time_us(p, size_bytes), p.steps))
     notes = dict(best.schedule.notes)
     notes.update({"frontier": [{"chunks": p.chunks, "steps": p.steps, "rounds": p.rounds} for p in exp.points],
-                  "synthesis_s": exp.total_s,
-                  "status": "feasible"})   # optimal only within SCCL's k-synchronous class
+                  "synthesis_s": exp.total_s})
     sched = best.schedule
     return Schedule(sched.collective, sched.topology, sched.transfers, "pareto", float(size_bytes),
-                    predicted_time_us(best, size_bytes), notes)
+                    predicted_time_us(best, size_bytes), notes, solver=sched.solver)
 
 
 METHOD = MethodSpec(

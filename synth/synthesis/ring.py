@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.schedule import Schedule, Transfer
-from synth.synthesis.base import MAX_CHANNELS, MAX_STEP_CHUNKS, MAX_STEPS_PER_TB, MethodSpec, SynthOptions
+from synth.synthesis.base import MAX_CHANNELS, MAX_STEP_CHUNKS, MAX_STEPS_PER_TB, Instance, MethodSpec, SynthOptions
 from synth.synthesis.timing import KeyOrderTimer
 from synth.topology.model import Topology
 from synth.topology.routes import rank_routes
@@ -444,13 +444,9 @@ def _line_schedule(topology: Topology, collective: Collective, size_bytes: float
                     notes={"line": list(line)})
 
 
-def synthesize(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions) -> Schedule:
-    """Ring (multi-ring) schedule of ``collective`` on ``topology`` (see module docstring)."""
-    n = topology.num_ranks
-    if collective.num_ranks != n:
-        raise SynthError(f"collective has {collective.num_ranks} ranks but topology {topology.name!r} has {n}")
-    if options.chunks is not None and options.chunks < 1:
-        raise SynthError("--chunks must be at least 1")
+def synthesize(inst: Instance) -> Schedule:
+    """Ring (multi-ring) schedule of the request's collective on its topology (see module docstring)."""
+    topology, collective, size_bytes, options = inst.topology, inst.collective, inst.size_bytes, inst.options
     try:
         rings = find_rings(topology, max_rings=int(options.extra.get("max_rings", MAX_RINGS)))
     except SynthError:

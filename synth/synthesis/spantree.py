@@ -40,8 +40,8 @@ from synth.synthesis.base import (
     MAX_CHANNELS,
     MAX_STEPS_PER_TB,
     MAX_XML_NODES,
+    Instance,
     MethodSpec,
-    SynthOptions,
     check_deadline,
     deadline_of,
 )
@@ -175,15 +175,12 @@ def timed_allreduce(topology: Topology, packing: TreePacking, collective: Collec
     return justified if justified is not None else (makespan, transfers)
 
 
-def synthesize(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions) -> Schedule:
+def synthesize(inst: Instance) -> Schedule:
     """Allreduce over the spanning-tree packing (module docstring)."""
+    topology, collective, size_bytes, options = inst.topology, inst.collective, inst.size_bytes, inst.options
     n = topology.num_ranks
-    if collective.num_ranks != n:
-        raise SynthError(f"collective has {collective.num_ranks} ranks but topology {topology.name!r} has {n}")
     if collective.name not in SUPPORTED:
         raise SynthError(f"spantree does not support {collective.name}; it supports allreduce")
-    if options.chunks is not None and options.chunks < 1:
-        raise SynthError("--chunks must be at least 1")
     packing = pack_spanning_trees(topology)
     if packing is None:
         raise SynthError(f"spantree needs a connected fabric without switches; {topology.name!r} has "

@@ -9,7 +9,7 @@ from dataclasses import replace
 from synth.collectives import Collective
 from synth.errors import SynthError, TimeLimitReached
 from synth.schedule import Schedule
-from synth.synthesis.base import MethodSpec, SynthOptions, check_deadline, deadline_of
+from synth.synthesis.base import Instance, MethodSpec, SynthOptions, check_deadline, deadline_of
 from synth.synthesis.trees import tuning
 from synth.synthesis.trees.forest import Forest, plan_forest
 from synth.synthesis.trees.messages import chunk_fit
@@ -34,19 +34,14 @@ from synth.topology.model import Topology
 # ---------------------------------------------------------------------------------------------
 # the method
 # ---------------------------------------------------------------------------------------------
-def synthesize(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions) -> Schedule:
-    """Throughput-optimal trees for ``collective`` at ``size_bytes`` (see :mod:`synth.synthesis.trees`)."""
+def synthesize(inst: Instance) -> Schedule:
+    """Throughput-optimal trees for the request's collective at its SIZE (see :mod:`synth.synthesis.trees`)."""
+    topology, collective, size_bytes, options = inst.topology, inst.collective, inst.size_bytes, inst.options
     name = collective.name
     if name not in SUPPORTED:
         raise SynthError(f"method trees does not support {name}; it supports {', '.join(sorted(SUPPORTED))}")
     n = topology.num_ranks
-    if collective.num_ranks != n:
-        raise SynthError(f"collective has {collective.num_ranks} ranks but topology {topology.name} has {n}")
     max_trees = options.max_trees if options.max_trees is not None else tuning.TUNING.default_max_trees
-    if max_trees < 1:
-        raise SynthError("--max-trees must be at least 1")
-    if options.chunks is not None and options.chunks < 1:
-        raise SynthError("--chunks must be at least 1")
     if n == 1:
         return Schedule(Collective(name, 1, options.chunks or 1, collective.root, collective.inplace),
                         topology.name, (), method="trees", size_bytes=float(size_bytes))
