@@ -3,7 +3,8 @@
 The sizes of a range (``1KiB..4GiB``, factor 2: nccl-tests' grid) are swept through
 :func:`synth.sweep.run_sweep`, which keeps each row's verified program (and caches it). To spend the
 solver work where the answer changes, ``auto`` runs at every ``stride``-th size (the *anchors*) and at
-both ends; between two anchors won by the same method only that method runs, elsewhere ``auto`` again.
+both ends; between two anchors won by the same heuristic method only that method runs, elsewhere
+``auto`` again (a solver method is left to ``auto``, which sets its work budget).
 NCCL's own algorithm (the ``nccl`` baseline: ring or double binary tree by α-β time) runs at every size.
 
 Every program found is then a candidate at every size: it is simulated there
@@ -147,6 +148,7 @@ def _solve(topology: Topology, collective: str, sizes: list[int], options: Synth
            stride: int, sweep_kw: dict, counts: dict) -> dict[int, dict[str, tuple[dict, Program | None]]]:
     """``{size: {"synth": (row, program), "nccl": (row, program)}}`` through :func:`synth.sweep.run_sweep`."""
     from synth.sweep import run_sweep
+    from synth.synthesis.registry import METHODS
 
     found: dict[int, dict[str, tuple[dict, Program | None]]] = {}
 
@@ -168,9 +170,11 @@ def _solve(topology: Topology, collective: str, sizes: list[int], options: Synth
         if b - a < 2:
             continue
         first, last = _winner(found[sizes[a]].get("synth")), _winner(found[sizes[b]].get("synth"))
-        if first is not None and first == last:    # the same method at both ends: only it between them
-            methods = (FALLBACK,) if first == FALLBACK else (first, FALLBACK)
-        else:
+        if first == last == FALLBACK:
+            methods: tuple[str, ...] = (FALLBACK,)
+        elif first is not None and first == last and METHODS[first].kind == "heuristic":
+            methods = (first, FALLBACK)    # the same method at both ends: only it between them
+        else:   # different winners, or a solver's (auto gives it its own work budget): auto between them
             methods = ("auto", FALLBACK)
         groups.setdefault(methods, []).extend(sizes[a + 1:b])
     for methods, group in groups.items():
