@@ -91,6 +91,7 @@ class Band:
     max_bytes: int
     candidate: Candidate | None
     points: tuple[Point, ...]
+    merged: bool = False      # made by a merge to fit the runtime's file limit (not the fastest at every size)
 
     @property
     def method(self) -> str:
@@ -358,26 +359,28 @@ def _fit_file_limit(result: TuneResult, timer: _Timer, attrs: dict[int, dict]) -
                     best = (cost, i, band, nxt, cand)
         cost, i, band, nxt, cand = best
         if nxt is None:
-            merged = replace(band, candidate=None, points=tuple(replace(p, time_us=p.nccl_us) for p in band.points))
+            merged = replace(band, candidate=None, points=tuple(replace(p, time_us=p.nccl_us) for p in band.points),
+                             merged=True)
             result.bands[i:i + 1] = [merged]
             what = f"{band.collective} {band.min_bytes}..{band.max_bytes} B ({band.method}) left to NCCL"
         else:
             points = tuple(replace(p, time_us=timer(cand.program, p.size_bytes)) for p in band.points + nxt.points)
-            result.bands[i:i + 2] = [Band(band.collective, band.min_bytes, nxt.max_bytes, cand, points)]
+            result.bands[i:i + 2] = [Band(band.collective, band.min_bytes, nxt.max_bytes, cand, points, True)]
             what = (f"{band.collective} {band.min_bytes}..{nxt.max_bytes} B served by one {cand.method} program "
                     f"(was {band.method} and {nxt.method})")
-        _join_fallbacks(result)
+        _join_neighbours(result)
         result.notes.append(f"{profile.repo} loads at most {profile.max_files} files: {what}, at most "
                             f"{cost:.3f}x slower at its sizes")
 
 
-def _join_fallbacks(result: TuneResult) -> None:
+def _join_neighbours(result: TuneResult) -> None:
+    """Neighbouring bands of one collective served alike (both by NCCL, or by the same program) become one."""
     out: list[Band] = []
     for band in result.bands:
         prev = out[-1] if out else None
-        if prev is not None and prev.candidate is None and band.candidate is None and \
-                prev.collective == band.collective:
-            out[-1] = replace(prev, max_bytes=band.max_bytes, points=prev.points + band.points)
+        if prev is not None and prev.candidate == band.candidate and prev.collective == band.collective:
+            out[-1] = replace(prev, max_bytes=band.max_bytes, points=prev.points + band.points,
+                              merged=prev.merged or band.merged)
         else:
             out.append(band)
     result.bands = out
@@ -436,7 +439,7 @@ def manifest(result: TuneResult) -> dict:
     for coll in result.collectives:
         for k, band in enumerate((b for b in result.bands if b.collective == coll), 1):
             entry: dict = {"collective": coll, "band": k, "min_bytes": band.min_bytes, "max_bytes": band.max_bytes,
-                           "method": band.method, "file": files.get(id(band)), "notes": []}
+                           "method": band.method, "file": files.get(id(band)), "merged": band.merged, "notes": []}
             if band.candidate is not None:
                 program = band_program(result, band)
                 entry.update(synthesized_at_bytes=band.candidate.size_bytes, nchunksperloop=program.nchunksperloop,
