@@ -415,7 +415,7 @@ def env_lines(result: TuneResult) -> list[str]:
     files = [path for _, path in band_files(result)]
     lines = [f"# synth tune: {', '.join(result.collectives)} on {result.topology.name} for {profile.repo}; "
              f"{'in-place' if result.inplace else 'out-of-place'} calls",
-             '# source this file in the job\'s environment: bash "source DIR/env.sh"']
+             "# load the set in the job's shell: source DIR/env.sh (paths are relative to this file)"]
     if not files:
         return [*lines, "# no band needs a program: NCCL's own algorithms are as fast everywhere"]
     lines.append('SYNTH_SET="$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)"')
