@@ -148,7 +148,7 @@ def _winner(entry: tuple[dict, Program | None] | None) -> str | None:
 def _solve(topology: Topology, collective: str, sizes: list[int], options: SynthOptions, inplace: bool,
            stride: int, sweep_kw: dict, counts: dict) -> dict[int, dict[str, tuple[dict, Program | None]]]:
     """``{size: {"synth": (row, program), "nccl": (row, program)}}`` through :func:`synth.sweep.run_sweep`."""
-    from synth.sweep import run_sweep
+    from synth.sweep import OK_STATUSES, run_sweep
     from synth.synthesis.registry import METHODS
 
     found: dict[int, dict[str, tuple[dict, Program | None]]] = {}
@@ -161,7 +161,7 @@ def _solve(topology: Topology, collective: str, sizes: list[int], options: Synth
         for row, program in zip(res.rows, res.programs):
             kind = FALLBACK if row["method"] == FALLBACK else "synth"
             found.setdefault(int(row["size_bytes"]), {})[kind] = (row, program)
-            if row["status"] not in ("optimal", "feasible", "heuristic", "unsupported"):
+            if row["status"] not in OK_STATUSES | {"unsupported"}:
                 counts["failed"].append(f"{collective} {int(row['size_bytes'])} B {row['method']}: {row['error']}")
 
     anchors = sorted(set(range(0, len(sizes), stride)) | {len(sizes) - 1})
@@ -173,7 +173,7 @@ def _solve(topology: Topology, collective: str, sizes: list[int], options: Synth
         first, last = _winner(found[sizes[a]].get("synth")), _winner(found[sizes[b]].get("synth"))
         if first == last == FALLBACK:
             methods: tuple[str, ...] = (FALLBACK,)
-        elif first is not None and first == last and METHODS[first].kind == "heuristic":
+        elif first is not None and first == last and getattr(METHODS.get(first), "kind", None) == "heuristic":
             methods = (first, FALLBACK)    # the same method at both ends: only it between them
         else:   # different winners, or a solver's (auto gives it its own work budget): auto between them
             methods = ("auto", FALLBACK)
