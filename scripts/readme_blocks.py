@@ -10,8 +10,8 @@ A block is marked in README.md like this::
     <!-- /console -->
 
 Every ``$ synth ...`` line in a marked block is run, in README order, in one scratch directory (with
-``topologies/`` linked to the repository's, so relative paths in the README work, and ``docs/img/``
-created for plots), as ``python -m synth ...`` with this checkout first on ``PYTHONPATH``,
+``topologies/`` and ``tests/fixtures/`` linked to the repository's, so relative paths in the README work,
+and ``docs/img/`` created for plots), as ``python -m synth ...`` with this checkout first on ``PYTHONPATH``,
 ``COLUMNS=100`` and ``MPLBACKEND=Agg``. Its stdout and stderr replace the lines up to the next ``$``.
 A command must exit 0. Later blocks may read files that earlier ones wrote.
 
@@ -166,6 +166,8 @@ def shorten(output: list[str], head: int | None, tail: int = 1) -> list[str]:
 def scratch_dir(base: Path) -> Path:
     """A working directory in which the README's relative paths resolve."""
     (base / "topologies").symlink_to(ROOT / "topologies")
+    (base / "tests").mkdir()
+    (base / "tests" / "fixtures").symlink_to(ROOT / "tests" / "fixtures")   # what `topology import` reads
     (base / "docs" / "img").mkdir(parents=True)
     return base
 

@@ -372,3 +372,35 @@ def plot_gaps(rows: list[dict], path: str | Path, *, title: str | None = None) -
         fig.suptitle(title)
     fig.tight_layout()
     return _save(fig, path)
+
+
+def plot_size_bands(panels: list[dict], path: str | Path) -> Path:
+    """algbw against SIZE (log-log), one panel per entry of ``panels``: ``{"title", "bound": [(size, GB/s)],
+    "reference": [...], "reference_label", "bands": [{"label", "points": [...], "fallback": bool, "start":
+    first byte}]}``; fallback bands are dashed, a thin line marks where each later band starts
+    (``synth tune``'s picture). Written atomically to ``path``."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.2), squeeze=False)
+    cmap = plt.get_cmap("tab10")
+    for ax, panel in zip(axes[0], panels):
+        if panel["bound"]:
+            ax.plot(*zip(*panel["bound"]), color="black", linewidth=1.2, label="bound")
+        if panel["reference"]:
+            ax.plot(*zip(*panel["reference"]), color="grey", linestyle=":", linewidth=1.2,
+                    label=panel.get("reference_label", "reference"))
+        for k, band in enumerate(panel["bands"]):
+            if k:
+                ax.axvline(band["start"], color="lightgrey", linewidth=0.8, zorder=0)
+            if not band["points"]:
+                continue
+            style = {"linestyle": "--"} if band["fallback"] else {"marker": "o", "markersize": 3}
+            ax.plot(*zip(*band["points"]), color=cmap(k % 10), linewidth=2, label=band["label"], **style)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("SIZE (bytes)")
+        ax.set_ylabel("algbw (GB/s)")
+        ax.set_title(panel["title"], fontsize=9)
+        ax.legend(fontsize=7, loc="upper left", frameon=False)
+        ax.grid(True, which="major", linewidth=0.3)
+    fig.tight_layout()
+    return _save(fig, path)

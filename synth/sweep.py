@@ -25,6 +25,7 @@ from pathlib import Path
 from synth.collectives import canonical_name
 from synth.errors import SynthError
 from synth.fileio import read_input_text
+from synth.program.ir import Program
 from synth.synthesis.base import SynthOptions
 from synth.topology.model import Topology
 
@@ -54,10 +55,14 @@ class SweepTask:
 
 @dataclass
 class SweepResult:
+    """The rows in grid order; with ``run_sweep(programs=True)``, ``programs[i]`` is row ``i``'s verified
+    program (None where the row failed)."""
+
     rows: list[dict]
     computed: int = 0
     cached: int = 0
     wall_s: float = 0.0
+    programs: list[Program | None] = field(default_factory=list)
     failed: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
@@ -124,21 +129,47 @@ class RowCache:
     def _path(self, key: str) -> Path:
         return self.directory / key[:2] / f"{key}.json"
 
-    def get(self, key: str) -> dict | None:
-        path = self._path(key)
+    def _entry(self, key: str) -> dict | None:
         try:
-            doc = json.loads(read_input_text(path, "cache entry"))
+            doc = json.loads(read_input_text(self._path(key), "cache entry"))
         except (SynthError, ValueError):
             return None
         row = doc.get("row") if isinstance(doc, dict) else None
         if not isinstance(row, dict) or not set(REQUIRED) <= set(row):
             return None
-        return {**dict.fromkeys(COLUMNS), **row}  # context columns added later read as None
+        return doc
 
-    def put(self, key: str, row: dict) -> None:
+    def get(self, key: str) -> dict | None:
+        doc = self._entry(key)
+        if doc is None:
+            return None
+        return {**dict.fromkeys(COLUMNS), **doc["row"]}  # context columns added later read as None
+
+    def get_with_program(self, key: str) -> tuple[dict, Program | None] | None:
+        """The row and its program; None where there is no entry, or a successful row's entry holds no
+        (readable) program (it was stored by a sweep that did not keep programs)."""
+        from synth.program.json_io import program_from_dict
+
+        doc = self._entry(key)
+        if doc is None:
+            return None
+        row = {**dict.fromkeys(COLUMNS), **doc["row"]}
+        if row["status"] not in OK_STATUSES:
+            return row, None
+        try:
+            return row, program_from_dict(doc.get("program"), "cache entry")
+        except SynthError:
+            return None
+
+    def put(self, key: str, row: dict, program: Program | None = None) -> None:
         from synth.fileio import atomic_write_text
 
-        atomic_write_text(self._path(key), json.dumps({"key": key, "row": row}, default=str))
+        doc: dict = {"key": key, "row": row}
+        if program is not None:
+            from synth.program.json_io import program_to_dict
+
+            doc["program"] = program_to_dict(program)
+        atomic_write_text(self._path(key), json.dumps(doc, default=str))
 
 
 # ---- the grid -------------------------------------------------------------------------------------
@@ -234,8 +265,15 @@ def _empty_row(task: SweepTask) -> dict:
     return row
 
 
-def run_row(task: SweepTask, options: SynthOptions, *, root: int = 0, bound_us: float | None = None) -> dict:
+def run_row(task: SweepTask, options: SynthOptions, *, root: int = 0, bound_us: float | None = None,
+            inplace: bool = False) -> dict:
     """Synthesize, verify and time one cell. Failures become a row with ``status`` and ``error``."""
+    return _row_and_program(task, options, root, bound_us, inplace)[0]
+
+
+def _row_and_program(task: SweepTask, options: SynthOptions, root: int, bound_us: float | None,
+                     inplace: bool) -> tuple[dict, Program | None]:
+    """:func:`run_row`'s row and the verified program behind it (None where the row failed)."""
     from synth.pipeline import synthesize
     from synth.synthesis.registry import METHODS
 
@@ -243,17 +281,18 @@ def run_row(task: SweepTask, options: SynthOptions, *, root: int = 0, bound_us: 
     row["bound_us"] = bound_us
     if task.method != "auto" and task.collective not in METHODS[task.method].collectives:
         row.update(status="unsupported", error=f"method {task.method} does not support {task.collective}")
-        return row
+        return row, None
     t0 = time.perf_counter()
     try:
-        res = synthesize(task.topology, task.collective, task.size_bytes, task.method, options, root=root)
+        res = synthesize(task.topology, task.collective, task.size_bytes, task.method, options, root=root,
+                         inplace=inplace)
     except SynthError as exc:
         row.update(status="error", error=str(exc), synthesis_s=time.perf_counter() - t0)
-        return row
+        return row, None
     except Exception as exc:  # a bug in one method must not stop the sweep; record it
         row.update(status="error", error=f"internal: {type(exc).__name__}: {exc}",
                    synthesis_s=time.perf_counter() - t0)
-        return row
+        return row, None
     bound = res.bound_us if res.bound_us is not None else bound_us
     gap = (res.time_us - bound) / res.time_us if bound is not None and res.time_us > 0 else None
     row.update(
@@ -262,7 +301,7 @@ def run_row(task: SweepTask, options: SynthOptions, *, root: int = 0, bound_us: 
         bound_us=bound, gap=gap, synthesis_s=res.synthesis_s, solver=res.solver,
         chunks=res.collective.chunk_factor, verified=True,  # the pipeline verifies before it simulates
     )
-    return row
+    return row, res.program
 
 
 # ---- the sweep ------------------------------------------------------------------------------------
@@ -273,12 +312,14 @@ def run_sweep(topologies: Sequence[Topology], collectives: Sequence[str], sizes:
               methods: Sequence[str], options: SynthOptions | None = None, *, root: int = 0,
               cache_dir: str | Path | None = DEFAULT_CACHE_DIR, retry_failed: bool = False, jobs: int = 1,
               on_start: Callable[[SweepTask], None] | None = None,
-              on_row: ProgressFn | None = None) -> SweepResult:
+              on_row: ProgressFn | None = None, programs: bool = False, inplace: bool = False) -> SweepResult:
     """Run the grid. ``cache_dir=None`` disables the cache; ``retry_failed`` recomputes cached failures.
 
     ``jobs > 1`` computes rows in that many worker processes (spawned, so solver threads of the parent
     are never forked); rows come back in grid order either way. ``on_start(task)`` is called when a
-    row is started and ``on_row(task, row, cached)`` when it is done (progress bars).
+    row is started and ``on_row(task, row, cached)`` when it is done (progress bars). ``programs`` keeps
+    each row's verified program (``SweepResult.programs``; the cache then stores it with the row, and a
+    cached row without one is computed again); ``inplace`` synthesizes in-place programs (its own cache keys).
     """
     if jobs < 1:
         raise SynthError(f"jobs must be at least 1, got {jobs}")
@@ -287,29 +328,38 @@ def run_sweep(topologies: Sequence[Topology], collectives: Sequence[str], sizes:
     cache = RowCache(cache_dir) if cache_dir is not None else None
     bounds: dict[tuple[str, str, int], float | None] = {}
     rows: list[dict | None] = [None] * len(tasks)
+    kept: list[Program | None] = [None] * len(tasks)
     pending: list[tuple[int, str, float | None]] = []
     cached = 0
     t0 = time.perf_counter()
     version = _version()
     for i, task in enumerate(tasks):
         key = cache_key(task.topology, task.collective, task.size_bytes, task.method,
-                        options, version) + f"-r{root}"
-        hit = cache.get(key) if cache else None
+                        options, version) + f"-r{root}" + ("-inplace" if inplace else "")
+        hit: dict | None = None
+        if cache is not None and programs:
+            entry = cache.get_with_program(key)
+            if entry is not None:
+                hit, kept[i] = entry
+        elif cache is not None:
+            hit = cache.get(key)
         if hit is not None and (not retry_failed or hit["status"] in OK_STATUSES | {"unsupported"}):
             rows[i] = hit
             cached += 1
             if on_row:
                 on_row(task, hit, True)
             continue
+        kept[i] = None
         bkey = (topology_hash(task.topology), task.collective, task.size_bytes)
         if bkey not in bounds:  # one bound per cell, shared by its methods
             bounds[bkey] = _bound(task.topology, task.collective, task.size_bytes, root)
         pending.append((i, key, bounds[bkey]))
 
-    def done(i: int, key: str, row: dict) -> None:
+    def done(i: int, key: str, row: dict, program: Program | None) -> None:
         if cache:
-            cache.put(key, row)
+            cache.put(key, row, program if programs else None)
         rows[i] = row
+        kept[i] = program if programs else None
         if on_row:
             on_row(tasks[i], row, False)
 
@@ -317,7 +367,7 @@ def run_sweep(topologies: Sequence[Topology], collectives: Sequence[str], sizes:
         for i, key, bound in pending:
             if on_start:
                 on_start(tasks[i])
-            done(i, key, run_row(tasks[i], options, root=root, bound_us=bound))
+            done(i, key, *_row_and_program(tasks[i], options, root, bound, inplace))
     else:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -326,20 +376,21 @@ def run_sweep(topologies: Sequence[Topology], collectives: Sequence[str], sizes:
                                  mp_context=multiprocessing.get_context("spawn")) as pool:
             futures = {}
             for i, key, bound in pending:
-                futures[pool.submit(run_row, tasks[i], options, root=root, bound_us=bound)] = (i, key, bound)
+                future = pool.submit(_row_and_program, tasks[i], options, root, bound, inplace)
+                futures[future] = (i, key, bound)
                 if on_start:
                     on_start(tasks[i])
             for future in as_completed(futures):
                 i, key, bound = futures[future]
                 try:
-                    row = future.result()
+                    row, program = future.result()
                 except Exception as exc:  # a worker that died (e.g. out of memory) is one failed row
-                    row = _empty_row(tasks[i])
+                    row, program = _empty_row(tasks[i]), None
                     row.update(status="error", error=f"internal: worker failed: {type(exc).__name__}: {exc}",
                                bound_us=bound)
-                done(i, key, row)
+                done(i, key, row, program)
     return SweepResult([r for r in rows if r is not None], computed=len(pending), cached=cached,
-                       wall_s=time.perf_counter() - t0)
+                       wall_s=time.perf_counter() - t0, programs=kept if programs else [])
 
 
 # ---- tables ---------------------------------------------------------------------------------------
