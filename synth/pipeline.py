@@ -99,8 +99,8 @@ class MethodRun:
 
 
 class Rank(NamedTuple):
-    """How ``auto`` orders verified programs: runnable by an MSCCL runtime at SIZE first (see
-    ``SynthOptions.runtime_chunks``), then within the scratch budget (``SynthOptions.max_scratch``), then the
+    """How ``auto`` orders verified programs: runnable by an MSCCL runtime at SIZE first (within its limits, and
+    see ``SynthOptions.runtime_chunks``), then within the scratch budget (``SynthOptions.max_scratch``), then the
     fastest (compared field by field, as a tuple)."""
 
     unrunnable: bool
@@ -145,22 +145,12 @@ def _run_one(inst: Instance, method: str) -> MethodRun:
         raise SynthError(f"method {spec.name!r} does not support {collective.name} "
                          f"(it supports {', '.join(sorted(spec.collectives))})")
     t0 = time.perf_counter()
-    chosen = None     # the chunk count the method chose, where a smaller one had to be pinned to fit
-    while True:
-        schedule = _run_method(spec, inst)
-        try:
-            lowered = [(schedule, _program(inst, spec.name, schedule))]
-            break
-        except _DoesNotLower:
-            # a count the method chose itself that MSCCL cannot hold: halve it until the program fits
-            factor = schedule.collective.chunk_factor
-            if (inst.options.chunks is not None and chosen is None) or factor <= 1:
-                raise
-            chosen = chosen or factor
-            inst = inst.with_options(replace(inst.options, chunks=factor // 2))
+    schedule, program, chosen, over_limits = _fitted(spec, inst)
     if chosen is not None:
         schedule = replace(schedule, notes={**schedule.notes, "chunks_chosen": chosen})
-        lowered = [(schedule, lowered[0][1])]
+    if over_limits is not None:
+        schedule = replace(schedule, notes={**schedule.notes, "over_limits": over_limits})
+    lowered = [(schedule, program)]
     seconds = time.perf_counter() - t0
     for alternative in schedule.alternatives:
         alternative = replace(alternative, method=alternative.method or spec.name, fabric=inst.fabric)
@@ -171,6 +161,39 @@ def _run_one(inst: Instance, method: str) -> MethodRun:
     solver = schedule.solver or (None if spec.kind == "heuristic" else inst.options.solver)
     return MethodRun(method=spec.name, kind=spec.kind, solver=solver, seconds=seconds,
                      lowered=tuple((replace(s, alternatives=()), program) for s, program in lowered))
+
+
+def _fitted(spec: MethodSpec, inst: Instance) -> tuple[Schedule, Program, int | None, str | None]:
+    """``spec``'s schedule for ``inst`` and its verified program, as (schedule, program, chosen, over_limits).
+
+    Where the program exceeds an MSCCL limit and the method chose its own chunk count, the count is halved
+    until the program fits (``chosen``: the count first chosen). Where nothing smaller fits (one chunk, a
+    pinned ``--chunks``, or a count the method refuses), the first verified program over the limit is kept
+    and ``over_limits`` says which limit: its JSON program runs, and the XML export refuses it naming the limit
+    and the rank (issue 31's "limits that say so")."""
+    chosen = None
+    over: tuple[Schedule, Program, str] | None = None
+    while True:
+        try:
+            schedule = _run_method(spec, inst)
+        except TimeLimitReached:
+            raise
+        except SynthError:
+            if over is None:
+                raise
+            return over[0], over[1], None, over[2]
+        try:
+            return schedule, _program(inst, spec.name, schedule), chosen, None
+        except _DoesNotLower as exc:
+            if over is None and exc.program is not None:
+                over = (schedule, exc.program, str(exc))
+            factor = schedule.collective.chunk_factor
+            if (inst.options.chunks is not None and chosen is None) or factor <= 1:
+                if over is None:
+                    raise
+                return over[0], over[1], None, over[2]
+            chosen = chosen or factor
+            inst = inst.with_options(replace(inst.options, chunks=factor // 2))
 
 
 def _run_method(spec: MethodSpec, inst: Instance) -> Schedule:
@@ -192,7 +215,13 @@ def _run_method(spec: MethodSpec, inst: Instance) -> Schedule:
 
 class _DoesNotLower(SynthError):
     """Lowering refused the schedule, or its program exceeds an MSCCL limit (the other failures of
-    :func:`_program` are a method's bugs, and raise for runner-ups too)."""
+    :func:`_program` are a method's bugs, and raise for runner-ups too). ``program`` is the verified program
+    where only a runtime limit refused it: the JSON program still runs (synth's executor and simulator have no
+    such limits, docs/programs.md), so it stays a candidate that no MSCCL runtime loads."""
+
+    def __init__(self, message: str, program: Program | None = None) -> None:
+        super().__init__(message)
+        self.program = program
 
 
 def _program(inst: Instance, method: str, schedule: Schedule) -> Program:
@@ -226,7 +255,7 @@ def _program(inst: Instance, method: str, schedule: Schedule) -> Program:
         try:
             check_runtime_limits(program, runtime=options.runtime)
         except SynthError as exc:
-            raise _DoesNotLower(f"method {method}: program exceeds an MSCCL limit: {exc}") from None
+            raise _DoesNotLower(f"method {method}: program exceeds an MSCCL limit: {exc}", program) from None
     return program
 
 
@@ -335,9 +364,10 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
     stop_at = _bound_us(topology, collective, size_bytes) if is_auto else None
     clock_out = None    # auto: why --time-limit cut the plan short
 
-    def rank(sim: SimResult, program: Program) -> Rank:
+    def rank(sim: SimResult, schedule: Schedule, program: Program) -> Rank:
         runs = not options.runtime_chunks or runtime_divides(program.nchunksperloop or 1, size_bytes)
-        return Rank(not runs, scratch_bytes(program, size_bytes) > budget_b, sim.time_us)
+        loads = "over_limits" not in schedule.notes
+        return Rank(not (runs and loads), scratch_bytes(program, size_bytes) > budget_b, sim.time_us)
 
     for cand in plan:
         m, opts, row = key, options, {}
@@ -368,7 +398,7 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
             timed = []
             for schedule, program in run.lowered:
                 sim = simulate(program, topology, size_bytes, record_events=False)
-                timed.append(_Timed(sim, schedule, program, run, rank(sim, program)))
+                timed.append(_Timed(sim, schedule, program, run, rank(sim, schedule, program)))
             kept = min(timed, key=lambda t: t.rank)
         except TimeLimitReached as exc:
             if not is_auto:
@@ -420,7 +450,7 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
         size_bytes=int(size_bytes),
         predicted_time_us=schedule.predicted_time_us,
         tried=tried,
-        notes=(_size_notes(program, size_bytes) + _passed_over_note(passed_over, best)
+        notes=(_size_notes(program, size_bytes) + _over_limits_note(schedule) + _passed_over_note(passed_over, best)
                + _fitted_chunks_note(schedule)
                + _scratch_notes(best, roomy if is_auto else None, size_bytes, budget_b, is_auto)),
     )
@@ -446,6 +476,14 @@ def _scratch_notes(kept: _Timed, roomy: _Timed | None, size_bytes: float, budget
             f"--max-scratch ({budget:.0f} B); a larger --max-scratch keeps it"]
 
 
+def _over_limits_note(schedule: Schedule) -> list[str]:
+    why = schedule.notes.get("over_limits")
+    if why is None:
+        return []
+    return [f"no MSCCL runtime loads this program ({why}); write it as a .json program, which synth's simulator "
+            "and executor run"]
+
+
 def _fitted_chunks_note(schedule: Schedule) -> list[str]:
     chosen = schedule.notes.get("chunks_chosen")
     if chosen is None:
@@ -462,12 +500,19 @@ def _passed_over_note(passed_over: _Timed | None, kept: _Timed) -> list[str]:
         return []
     kept_us, other_us = kept.sim.time_us, passed_over.sim.time_us
     if other_us > kept_us:   # the faster program was kept although the runtime will not run it at SIZE
+        if "over_limits" in kept.schedule.notes:
+            return [f"kept {kept.method} although its program exceeds an MSCCL runtime's limits (only its JSON "
+                    f"program runs; the XML export refuses it): the best program the runtimes load, "
+                    f"{passed_over.method}, takes {other_us:.1f} us ({other_us / kept_us:.1f}x)"]
         loop = kept.program.nchunksperloop or 1
         return [f"kept {kept.method} although its {loop} chunks per loop do not divide SIZE, so MSCCL runtimes would "
                 f"not run it at this SIZE: the best program they would run, {passed_over.method}, takes "
                 f"{other_us:.1f} us ({other_us / kept_us:.1f}x)"]
     if other_us >= kept_us * (1 - UNRUNNABLE_NOTE_SHARE):
         return []
+    if "over_limits" in passed_over.schedule.notes:
+        return [f"{passed_over.method} took {other_us:.1f} us ({(kept_us / other_us - 1) * 100:.0f} % faster), but "
+                f"its program exceeds an MSCCL runtime's limits ({passed_over.schedule.notes['over_limits']})"]
     loop = passed_over.program.nchunksperloop or 1
     return [f"{passed_over.method} took {other_us:.1f} us ({(kept_us / other_us - 1) * 100:.0f} % faster), but its "
             f"{loop} chunks per loop do not divide SIZE, so MSCCL runtimes would not run it; --any-chunks keeps the "

@@ -215,7 +215,8 @@ def _selectable(profile: RuntimeProfile, program: Program, size_bytes: int, inpl
 
     if id(program) not in attrs_cache:
         top = profile.max_bytes_unbounded if profile.max_bytes_unbounded is not None else _UNBOUNDED
-        head = program_to_xml(program.with_(min_bytes=0, max_bytes=top), runtime=profile).split("\n", 1)[0]
+        text = program_to_xml(program.with_(min_bytes=0, max_bytes=top), runtime=profile)
+        head = next(line for line in text.split("\n") if line.startswith("<algo "))   # after the fabric comment
         attrs_cache[id(program)] = algo_attributes(head + "</algo>")
     call = Call(program.collective, int(size_bytes), inplace, program.num_ranks)
     return select(profile, attrs_cache[id(program)], call).selected

@@ -131,6 +131,10 @@ def command(topology_name: str | None, collective: str | None, size: str, method
         result = synthesize(topology, name, size_bytes, method, options, root, inplace=inplace, progress=progress)
     path = output or _default_output(topology.name, name, result.method)
     program = replace(result.program, min_bytes=size_range[0], max_bytes=size_range[1])
+    over_limits = result.schedule.notes.get("over_limits")
+    if over_limits is not None and path.lower().endswith(".xml"):
+        raise SynthError(f"{path}: no MSCCL runtime loads the {result.method} program ({over_limits}); write a "
+                         f".json program (synth simulate and synth execute run it) or ask for fewer --chunks")
     written = str(save_program(program, path, coll_spelling=coll_spelling, runtime=profile.name))
     if path.lower().endswith(".xml"):   # what the file cannot tell the runtime
         extra = export_notes(profile, program, size_bytes)
