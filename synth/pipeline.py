@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from synth.collectives import RUNTIME_ELEMENT_BYTES, Collective, canonical_name, runtime_divides
 from synth.errors import SynthError, TimeLimitReached
-from synth.limits import check_rank_count, check_transfer_count
+from synth.limits import check_rank_count, check_route_switches, check_transfer_count
 from synth.program.ir import Program
 from synth.runtime_limits import runtime_profile
 from synth.runtimes import scratch_bytes
@@ -25,6 +25,7 @@ from synth.schedule import Schedule
 from synth.solvers import SOLVERS
 from synth.synthesis.base import SynthOptions
 from synth.topology.model import Topology
+from synth.topology.routes import longest_switch_route
 from synth.units import algbw_GBps
 
 if TYPE_CHECKING:
@@ -256,6 +257,7 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
     if topology.num_ranks < 2:
         raise SynthError(f"topology {topology.name!r} has {topology.num_ranks} rank; a collective needs at least 2")
     check_rank_count(topology.num_ranks, topology.name, "schedules")
+    check_route_switches(longest_switch_route(topology), topology.name)
     try:
         runtime_profile(options.runtime)
     except ValueError as exc:

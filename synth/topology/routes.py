@@ -97,3 +97,37 @@ class RuntimePaths:
             if dst in preds:
                 return pick_path(dst, preds.__getitem__)
         return None
+
+
+def longest_switch_route(topology: Topology) -> int:
+    """The most switches on any rank-to-rank route of :func:`rank_routes` (0 without switches).
+
+    One BFS over the switches per set of entry switches (ranks of a box share theirs), so it is cheap
+    where :func:`rank_routes` would not be: it bounds what methods that enumerate a route's sub-paths pay.
+    """
+    from collections import deque
+
+    n = topology.num_ranks
+    if not topology.switches:
+        return 0
+    entries: dict[frozenset[int], None] = {}
+    for rank in topology.ranks:
+        entry = frozenset(link.dst for link in topology.out_links[rank] if topology.is_switch(link.dst))
+        if entry:
+            entries[entry] = None
+    exits = [[link.src for link in topology.in_links[rank] if topology.is_switch(link.src)] for rank in topology.ranks]
+    longest = 0
+    for entry in entries:
+        depth = dict.fromkeys(entry, 1)     # switches on the path so far
+        queue = deque(entry)
+        while queue:
+            node = queue.popleft()
+            for link in topology.out_links[node]:
+                if link.dst >= n and link.dst not in depth:
+                    depth[link.dst] = depth[node] + 1
+                    queue.append(link.dst)
+        for rank in range(n):
+            reached = [depth[s] for s in exits[rank] if s in depth]
+            if reached:
+                longest = max(longest, min(reached))
+    return longest
