@@ -46,7 +46,7 @@ def assert_rejected(result: subprocess.CompletedProcess, *words: str) -> None:
     """Exit 2 and one line naming the problem (click's usage banner around it aside)."""
     err = result.stderr
     assert result.returncode == 2, (result.returncode, err[-2000:])
-    for bad in ("Traceback", "MemoryError", "internal error"):
+    for bad in ("Traceback", "MemoryError", "internal error", "out of memory"):
         assert bad not in err, err[-2000:]
     lines = message_lines(err)
     assert len(lines) == 1, err[-2000:]
@@ -450,7 +450,7 @@ def assert_clean(result: subprocess.CompletedProcess, codes: tuple[int, ...] = (
     """An allowed exit code; on failure one clear line (click's usage banner aside), never a traceback."""
     err = result.stderr
     assert result.returncode in codes, (result.returncode, err[-2000:])
-    for bad in ("Traceback", "MemoryError", "internal error"):
+    for bad in ("Traceback", "MemoryError", "internal error", "out of memory"):
         assert bad not in err, err[-2000:]
     if result.returncode == 2:
         lines = message_lines(err)
@@ -687,3 +687,175 @@ def test_generated_arguments(tmp_path_factory, args):
         if written.name != "p.xml" and written.suffix in (".xml", ".json") and written.is_file():
             assert_written_loads(written)
         assert not written.name.startswith("."), written   # no temp file left behind
+
+
+# ---- the runtimes' required attributes (synth/runtime_limits.py RuntimeProfile.reads) ------------------------
+
+def _required_cases() -> list[tuple[str, str]]:
+    from synth.runtime_limits import EXECUTOR, MSCCL
+
+    return sorted({(tag, key) for profile in (EXECUTOR, MSCCL) for tag, key, _ in profile.reads})
+
+
+@pytest.mark.parametrize(("tag", "key"), _required_cases())
+def test_a_missing_required_attribute_fails_verify(tmp_path, tag, key):
+    """Each attribute a runtime's parser reads without a default: removed from a real program, plain verify
+    fails where both parsers require it (exit 1), else only ``verify --runtime`` of the one that does."""
+    import xml.etree.ElementTree as ET
+
+    from synth.runtime_limits import RUNTIMES
+
+    root = ET.fromstring(_program_base())
+    elem = root if tag == "algo" else next(root.iter(tag))
+    assert key in elem.attrib
+    del elem.attrib[key]
+    path = write(tmp_path, "p.xml", ET.tostring(root, encoding="unicode"))
+    requiring = [name for name, profile in RUNTIMES.items() if (tag, key) in {(t, k) for t, k, _ in profile.reads}]
+    if len(requiring) == len(RUNTIMES):
+        result = run_synth("verify", path)
+        assert_clean(result, (1, 2))    # 2: synth's own reader needs it too (coll, ids, a step's type)
+        assert (f"lacks {key}" in result.stderr and "both MSCCL runtimes" in result.stderr
+                or f"missing required attribute {key!r}" in result.stderr), result.stderr
+    else:
+        (needs,) = requiring
+        assert run_synth("verify", path).returncode == 0   # synth's reader fills the default, like the other runtime
+        result = run_synth("verify", "--runtime", needs, path)
+        assert_clean(result, (1,))
+        assert f"lacks {key}" in result.stderr and RUNTIMES[needs].read_at(tag, key) in result.stderr
+
+
+def test_required_attributes_cite_one_line_each():
+    from synth.runtime_limits import EXECUTOR, MSCCL
+
+    for profile in (EXECUTOR, MSCCL):
+        lines = [line for _, _, line in profile.reads]
+        assert lines == sorted(lines) and len(set(lines)) == len(lines)   # read in file order, once each
+        assert {"coll", "ngpus", "nchunksperloop", "nchannels", "proto", "inplace"} <= set(profile.required)
+    assert set(EXECUTOR.required) - set(MSCCL.required) == {"minBytes", "maxBytes", "outofplace"}
+    assert set(MSCCL.required) - set(EXECUTOR.required) == {"name"}
+
+
+# ---- hand-written program bombs --------------------------------------------------------------------------
+
+_LAUGHS = ('<?xml version="1.0"?>\n<!DOCTYPE algo [\n <!ENTITY a "aaaaaaaaaa">\n'
+           + "".join(f' <!ENTITY {chr(98 + i)} "{("&" + chr(97 + i) + ";") * 10}">\n' for i in range(8))
+           + ']>\n<algo name="&i;" proto="Simple" nchannels="1" nchunksperloop="1" ngpus="2" coll="allgather" '
+             'inplace="0"/>\n')
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    (_LAUGHS, ["not well-formed"]),
+    ('<!DOCTYPE algo [<!ENTITY x SYSTEM "/dev/zero">]>\n<algo name="&x;" coll="allgather"/>', ["external entity"]),
+    ('<!DOCTYPE algo [<!ENTITY x SYSTEM "/etc/passwd">]>\n<algo coll="allgather">&x;</algo>', []),
+    ("<algo>" + "<gpu>" * 100_000 + "</gpu>" * 100_000 + "</algo>", []),
+    ('<algo coll="allgather" name="' + "x" * 10_000_000 + '"/>', []),
+    ('<algo coll="allgather" ngpus="2"' + "".join(f' a{i}="1"' for i in range(100_000)) + "/>", []),
+    (_program_base().replace('ngpus="8"', 'ngpus="100000000"'), ["ngpus", "cap"]),
+    (_program_base().replace('i_chunks="1"', 'i_chunks="1000000000"', 1), ["i_chunks", "cap"]),
+    (_program_base().replace('cnt="1"', 'cnt="1000000000"', 1), ["cnt", "cap"]),
+    (_program_base()[:5000], ["not well-formed"]),
+])
+def test_program_bombs(tmp_path, text, words):
+    result = run_synth("verify", write(tmp_path, "p.xml", text))
+    assert_clean(result, (1, 2))
+    for word in words:
+        assert word in result.stderr
+
+
+@pytest.mark.parametrize(("old", "new", "words"), [
+    ('<tb id="0"', '<tb id="1000000"', ["dense"]),
+    ('nchannels="1"', 'nchannels="0"', ["nchannels=0"]),
+    ('chan="0"', 'chan="5"', ["chan"]),
+    ('send="-1" recv="4"', 'send="-1" recv="0"', ["itself"]),
+])
+def test_runtime_checks_through_the_cli(tmp_path, old, new, words):
+    text = _program_base()
+    assert old in text
+    result = run_synth("verify", write(tmp_path, "p.xml", text.replace(old, new, 1)))
+    assert_clean(result, (1,))
+    for word in words:
+        assert word in result.stderr
+
+
+# ---- inputs that never arrive, and sizes past the stated limits ---------------------------------------------
+
+def test_fifo_without_a_writer_fails_instead_of_blocking(tmp_path):
+    fifo = tmp_path / "pipe.xml"
+    os.mkfifo(fifo)
+    began = time.monotonic()
+    assert_rejected(run_synth("verify", str(fifo)), "nothing to read")
+    assert time.monotonic() - began < 25
+
+
+def test_process_substitution_still_reads(tmp_path):
+    """A pipe with a writer (``<(cat file)``) reads as before."""
+    source = REPO / "synth" / "_topologies" / "ring-8.yaml"
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)
+    writer = subprocess.Popen(["sh", "-c", f"sleep 1; cat {source} > {fifo}"])
+    try:
+        result = run_synth("topology", "validate", str(fifo))
+    finally:
+        writer.wait()
+    assert result.returncode == 0, result.stderr
+    assert "ring-8, 8 ranks" in result.stdout
+
+
+@pytest.mark.parametrize(("suffix", "text", "words"), [
+    (".yaml", "name: big\nranks: 2\nlinks: [" + "{src: 0, dst: 1, bw: 1}, " * 200_000 + "]\n", ["4 MiB", "JSON"]),
+    (".yml", "name: big\nranks: 2\nextra: [" + "1," * 2_200_000 + "]\n", ["4 MiB"]),
+    (".json", '{"name": "big", "ranks": 2, "links": [' + '{"src": 0, "dst": 1, "bw": 1}, ' * 1_200_000 + "]}",
+     ["32 MiB limit"]),
+])
+def test_topology_size_limits(tmp_path, suffix, text, words):
+    assert_rejected(run_synth("topology", "validate", write(tmp_path, "t" + suffix, text)), *words)
+
+
+def test_dense_yaml_just_under_the_limit_loads_within_bounds(tmp_path):
+    """The densest YAML the cap lets through (4 MiB of one-character nodes) fails cleanly under 2 GB and 30 s."""
+    text = "name: x\nranks: 2\nlinks: [{src: 0, dst: 1, bw: 1}]\nextra: [" + "1," * 2_000_000 + "1]\n"
+    assert_rejected(run_synth("topology", "validate", write(tmp_path, "t.yaml", text)), "extra")
+
+
+def _switch_chain(switches: int) -> dict:
+    names = [f"s{i}" for i in range(switches)]
+    links = [{"src": a, "dst": b} for a, b in zip(names, names[1:])]
+    links += [{"src": 0, "dst": names[0]}, {"src": 1, "dst": names[switches // 2]}, {"src": 2, "dst": names[-1]}]
+    return {"name": "chain", "ranks": 3, "switches": names, "defaults": {"bw": 50}, "links": links}
+
+
+def test_three_ranks_behind_a_long_switch_chain(tmp_path):
+    """Synthesis stops at once at the stated route limit (it took 30 s and 5.5 GB for 1000 switches); bounds run."""
+    path = write(tmp_path, "chain.json", json.dumps(_switch_chain(1000)))
+    result = run_synth("synthesize", "-t", path, "-c", "allgather", "-o", "p.xml", cwd=tmp_path)
+    assert_rejected(result, "1,000 switches", "at most 64")
+    assert not (tmp_path / "p.xml").exists()
+    assert run_synth("bounds", "-t", path, "-c", "allgather").returncode == 0
+
+
+def test_longest_switch_route_matches_the_routes():
+    from synth.limits import MAX_ROUTE_SWITCHES
+    from synth.topology import generators as gen
+    from synth.topology.io import load_topology, parse_topology
+    from synth.topology.routes import longest_switch_route, rank_routes
+
+    fabrics = [load_topology(name) for name in ("dgx1", "dgx-a100-4node", "leaf-spine-4x4", "mi250-2node")]
+    fabrics += [gen.fat_tree(4, 4, 2), gen.star(5), parse_topology(_switch_chain(MAX_ROUTE_SWITCHES + 1), "chain")]
+    for topology in fabrics:
+        routes = rank_routes(topology)
+        longest = max((len(path) - 2 for path in routes.values()), default=0)
+        assert longest_switch_route(topology) == longest, topology.name
+    assert longest_switch_route(fabrics[-1]) == MAX_ROUTE_SWITCHES + 1
+
+
+def test_out_of_memory_is_one_line(monkeypatch):
+    import synth.cli.cmd_topology as cmd_topology
+
+    def exhausted(*args: object, **kwargs: object) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr(cmd_topology, "load_topology_arg", exhausted, raising=False)
+    monkeypatch.setattr("synth.topology.io.load_topology", exhausted)
+    result = CliRunner().invoke(cli, ["topology", "validate", "dgx1"])
+    assert result.exit_code == 2
+    assert result.output.strip().startswith("error: out of memory") and len(result.output.strip().splitlines()) == 1
