@@ -325,9 +325,22 @@ def test_numeric_options(tmp_path, args, option):
     (["boxes", "--boxes", str(10**6), "--per-box", str(10**6)], ["limit"]),
     (["hypercube", "--dim", "1000"], ["dimension"]),
     (["torus", "--dims", "100000x100000"], ["limit"]),
+    (["boxes", "--boxes", str(10**6), "--per-box", "1"], ["limit"]),     # ran minutes: 2·10^6 switches, one by one
+    (["fully-connected", "-n", "3000"], ["links"]),
+    (["ring", "-n", "200000", "-o", "r.yaml"], ["MiB", ".json"]),          # YAML synth could not read back
 ])
 def test_generate_huge_or_non_finite(tmp_path, args, words):
     assert_rejected(run_synth("topology", "generate", *args, cwd=tmp_path), *words)
+
+
+def test_a_large_generated_ring_reads_back(tmp_path):
+    """10^5 ranks: written, then validated; the all-pairs diameter is skipped, not run for minutes."""
+    result = run_synth("topology", "generate", "ring", "-n", "100000", "-o", "r.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    result = run_synth("topology", "validate", "--json", "r.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    info = json.loads(result.stdout)
+    assert info["ranks"] == 100_000 and info["diameter"] is None
 
 
 # ---- output to non-regular files ---------------------------------------------------------------

@@ -650,7 +650,28 @@ def dump_topology(topology: Topology, fmt: str = "yaml") -> str:
     doc = topology_to_dict(topology)
     _check_texts(doc, topology.source or "topology")  # never write what load_topology would reject
     if fmt == "json":
-        return json.dumps(doc, indent=2) + "\n"
+        return _readable_size(json.dumps(doc, indent=2) + "\n", fmt, topology.name)
+    # PyYAML's writer takes ~60 µs per link: first a lower bound from compact JSON (a YAML link entry is at
+    # most 4 bytes shorter: no quotes around keys and names, but "- " and a space after each ":" and ",")
+    least = len(json.dumps(doc, separators=(",", ":")).encode("utf-8")) - 4 * len(doc["links"])
+    if least > MAX_YAML_TOPOLOGY_BYTES:
+        _readable_size("", fmt, topology.name, least)
+    return _readable_size(_yaml_text(doc), fmt, topology.name)
+
+
+def _readable_size(text: str, fmt: str, name: str, size: int | None = None) -> str:
+    """``text``, unless it is larger than :func:`read_topology_file` reads (``size``: known larger already)."""
+    limit = MAX_TOPOLOGY_BYTES if fmt == "json" else MAX_YAML_TOPOLOGY_BYTES
+    size = len(text.encode("utf-8")) if size is None else size
+    if size > limit:
+        hint = "write it as .json (up to 32 MiB)" if fmt == "yaml" else "generate a smaller topology"
+        raise SynthError(f"topology {name!r} would be {size / 2**20:.1f} MiB or more of {fmt.upper()}, more than the "
+                         f"{limit // 2**20} MiB synth reads back (docs/topology.md); {hint}")
+    return text
+
+
+def _yaml_text(doc: dict[str, Any]) -> str:
+    """The YAML of a topology document: one flow-style mapping per link."""
     import yaml
 
     class Dumper(yaml.SafeDumper):
