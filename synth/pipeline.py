@@ -257,7 +257,7 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
     if topology.num_ranks < 2:
         raise SynthError(f"topology {topology.name!r} has {topology.num_ranks} rank; a collective needs at least 2")
     check_rank_count(topology.num_ranks, topology.name, "schedules")
-    check_route_switches(longest_switch_route(topology), topology.name)
+    check_route_switches(longest_switch_route(topology), topology.name, topology.num_ranks)
     try:
         runtime_profile(options.runtime)
     except ValueError as exc:

@@ -846,6 +846,17 @@ def test_three_ranks_behind_a_long_switch_chain(tmp_path):
     assert run_synth("bounds", "-t", path, "-c", "allgather").returncode == 0
 
 
+def test_large_star_stops_at_the_routed_rank_limit(tmp_path):
+    """5000 ranks on one switch: 25M rank-pair routes ran past 100 s; refused at once, naming the limit."""
+    from synth.topology import generators as gen
+    from synth.topology.io import dump_topology
+
+    path = write(tmp_path, "star.json", dump_topology(gen.star(5000), "json"))
+    result = run_synth("synthesize", "-t", path, "-c", "broadcast", "-o", "p.xml", cwd=tmp_path)
+    assert_rejected(result, "5,000 ranks behind switches", "2,048")
+    assert not (tmp_path / "p.xml").exists()
+
+
 def test_longest_switch_route_matches_the_routes():
     from synth.limits import MAX_ROUTE_SWITCHES
     from synth.topology import generators as gen
