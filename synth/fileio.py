@@ -23,38 +23,75 @@ from synth.errors import SynthError
 MAX_INPUT_BYTES = 256 * 2**20
 
 _READ_BLOCK = 2**20
+#: How long a FIFO or device may go without giving data before a read of it fails.
+INPUT_IDLE_SECONDS = 10
 
 
 def read_input_bytes(path: str | os.PathLike, what: str = "file", limit: int = MAX_INPUT_BYTES) -> bytes:
     """The bytes of a user file, at most ``limit`` of them; devices and FIFOs are read the same way.
 
-    Raises :class:`SynthError` naming the file for a directory, an unreadable file or one larger
-    than ``limit``; ``what`` names the kind of file in the message ("topology file", ...).
+    Raises :class:`SynthError` naming the file for a directory, an unreadable file, one larger than
+    ``limit``, or a FIFO or device that gives nothing for :data:`INPUT_IDLE_SECONDS` (a FIFO with no
+    writer would block ``open`` forever); ``what`` names the kind of file in the message ("topology file", ...).
     """
     source = os.fspath(path)
     try:
-        with open(source, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if stat.S_ISDIR(info.st_mode):
-                raise _input_error(source, f"is a directory, not a {what}")
-            if stat.S_ISREG(info.st_mode) and info.st_size > limit:
-                raise _too_large(source, limit)  # no need to read a file we already know is too big
-            # Read in blocks: one read(limit + 1) would allocate the whole limit up front.
-            parts: list[bytes] = []
-            total = 0
-            while total <= limit:
-                block = handle.read(min(_READ_BLOCK, limit + 1 - total))
-                if not block:
-                    break
-                parts.append(block)
-                total += len(block)
+        # O_NONBLOCK: opening a FIFO for reading blocks until a writer opens it, possibly never.
+        fd = os.open(source, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except IsADirectoryError:
         raise _input_error(source, f"is a directory, not a {what}") from None
     except OSError as exc:
         raise _input_error(source, f"cannot read {what}: {exc.strerror or exc}") from None
-    if total > limit:
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise _input_error(source, f"is a directory, not a {what}")
+        if stat.S_ISREG(info.st_mode) and info.st_size > limit:
+            raise _too_large(source, limit)  # no need to read a file we already know is too big
+        parts = _read_capped(fd, source, limit, waits=not stat.S_ISREG(info.st_mode))
+    except OSError as exc:
+        raise _input_error(source, f"cannot read {what}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if sum(map(len, parts)) > limit:
         raise _too_large(source, limit)
     return b"".join(parts)
+
+
+def _read_capped(fd: int, source: str, limit: int, waits: bool) -> list[bytes]:
+    """Blocks of ``fd`` up to ``limit`` + 1 bytes (one read(limit + 1) would allocate the whole limit up front).
+
+    ``waits``: a FIFO or device, read as data arrives; more than :data:`INPUT_IDLE_SECONDS` without any
+    is an error, and end of file counts only once poll reports the writer gone (a FIFO without a writer
+    yet also reads as empty).
+    """
+    parts: list[bytes] = []
+    total = 0
+    while total <= limit:
+        if waits and not _readable(fd):
+            raise _input_error(source, f"nothing to read for {INPUT_IDLE_SECONDS} s (a FIFO or device with no "
+                                       "writer?)")
+        try:
+            block = os.read(fd, min(_READ_BLOCK, limit + 1 - total))
+        except BlockingIOError:
+            continue    # woken without data (a writer came and went): poll again
+        if not block:
+            break
+        parts.append(block)
+        total += len(block)
+    return parts
+
+
+def _readable(fd: int) -> bool:
+    """Whether ``fd`` has data or its writer's end of file within :data:`INPUT_IDLE_SECONDS`."""
+    import select
+
+    if not hasattr(select, "poll"):     # no poll(): read blocking, as before
+        os.set_blocking(fd, True)
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLPRI)
+    return bool(poller.poll(INPUT_IDLE_SECONDS * 1000))
 
 
 def read_input_text(path: str | os.PathLike, what: str = "file", limit: int = MAX_INPUT_BYTES) -> str:

@@ -13,6 +13,12 @@ MAX_TRANSFERS = 1 << 24
 # Ranks for bounds and synthesis: the rank-orbit search and the rank-pair routes hold N x N arrays
 # (8192 ranks: 0.5 GB each).
 MAX_SOLVED_RANKS = 8192
+# Switches on one rank-to-rank route, for synthesis: methods enumerate each route's sub-paths, cubic in its
+# length (a route through a chain of 1000 switches took 30 s and 5.5 GB); fat trees and dragonflies use <= 7.
+MAX_ROUTE_SWITCHES = 64
+# Ranks of a fabric with switches, for synthesis: methods hold the runtime's route for every rank pair
+# (routes.rank_routes, N^2 paths: 2048 ranks take 8 s and ~1 GB; a 5000-rank star ran out of time and memory).
+MAX_ROUTED_RANKS = 2048
 
 
 def check_transfer_count(count: int, what: str) -> None:
@@ -27,3 +33,14 @@ def check_rank_count(num_ranks: int, name: str, task: str) -> None:
     if num_ranks > MAX_SOLVED_RANKS:
         raise SynthError(f"topology {name!r} has {num_ranks:,} ranks; synth computes {task} for at most "
                          f"{MAX_SOLVED_RANKS:,} (docs/cli.md)")
+
+
+def check_route_switches(longest: int, name: str, num_ranks: int) -> None:
+    """Refuse synthesis where a rank-to-rank route passes more than :data:`MAX_ROUTE_SWITCHES` switches, or
+    switches join more than :data:`MAX_ROUTED_RANKS` ranks (``longest`` > 0)."""
+    if longest and num_ranks > MAX_ROUTED_RANKS:
+        raise SynthError(f"topology {name!r} has {num_ranks:,} ranks behind switches; synth synthesizes on fabrics "
+                         f"with switches of at most {MAX_ROUTED_RANKS:,} ranks (docs/cli.md)")
+    if longest > MAX_ROUTE_SWITCHES:
+        raise SynthError(f"topology {name!r} routes a send through {longest:,} switches; synth synthesizes for at "
+                         f"most {MAX_ROUTE_SWITCHES} switches per route (docs/cli.md)")

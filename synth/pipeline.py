@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from synth.collectives import RUNTIME_ELEMENT_BYTES, Collective, canonical_name, runtime_divides
 from synth.errors import SynthError, TimeLimitReached
-from synth.limits import check_rank_count, check_transfer_count
+from synth.limits import check_rank_count, check_route_switches, check_transfer_count
 from synth.program.ir import Program
 from synth.runtime_limits import runtime_profile
 from synth.runtimes import scratch_bytes
@@ -28,6 +28,7 @@ from synth.schedule import Schedule
 from synth.solvers import SOLVERS
 from synth.synthesis.base import Instance, MethodSpec, SynthOptions
 from synth.topology.model import Topology
+from synth.topology.routes import longest_switch_route
 from synth.units import algbw_GBps
 
 if TYPE_CHECKING:
@@ -313,6 +314,7 @@ def instance(topology: Topology, collective_name: str, size_bytes: float, option
     if topology.num_ranks < 2:
         raise SynthError(f"topology {topology.name!r} has {topology.num_ranks} rank; a collective needs at least 2")
     check_rank_count(topology.num_ranks, topology.name, "schedules")
+    check_route_switches(longest_switch_route(topology), topology.name, topology.num_ranks)
     try:
         runtime_profile(options.runtime)
     except ValueError as exc:

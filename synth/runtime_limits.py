@@ -38,8 +38,9 @@ class RuntimeProfile:
     """What one MSCCL runtime reads from an ``<algo>`` file, how it picks one for a call, and its limits.
 
     ``coll_spellings`` maps synth's collective names to the ``coll`` value the runtime's parser compares
-    with ``strcmp`` (a collective absent from it does not load). ``required`` lists the ``<algo>`` attributes
-    the parser reads without a default (a file lacking one is refused); ``attributes`` is the set synth writes,
+    with ``strcmp`` (a collective absent from it does not load). ``reads`` lists every attribute the parser
+    reads without a default, as ``(tag, attribute, line of parser_file)`` (a file lacking one is refused: the
+    accessor fails on a missing attribute); ``required`` is its ``<algo>`` part. ``attributes`` is the set synth writes,
     in order (``root`` is added for rooted collectives: neither runtime reads it). ``max_bytes_unbounded`` is
     the ``maxBytes`` value that means "no upper limit" (None: there is none), ``max_bytes_inclusive`` whether
     a call of ``nBytes == maxBytes`` is selected (executor ``<=``, microsoft/msccl ``<``), and
@@ -50,7 +51,8 @@ class RuntimeProfile:
     repo: str                       # where the cited source lives
     parser: str                     # the function that reads <algo> (file:line at the commit read)
     coll_spellings: tuple[tuple[str, str], ...]
-    required: tuple[str, ...]
+    parser_file: str                # the file ``reads`` cites
+    reads: tuple[tuple[str, str, int], ...]
     attributes: tuple[str, ...]
     max_bytes_unbounded: int | None
     max_bytes_inclusive: bool
@@ -73,6 +75,15 @@ class RuntimeProfile:
     max_xml_nodes: int = MAX_XML_NODES
     max_attributes: int = 16        # MAX_ATTR_COUNT: the parser ignores attributes past the 16th
 
+    @property
+    def required(self) -> tuple[str, ...]:
+        """The ``<algo>`` attributes the parser reads without a default."""
+        return tuple(key for tag, key, _ in self.reads if tag == "algo")
+
+    def read_at(self, tag: str, key: str) -> str:
+        """Where the parser reads attribute ``key`` of ``<tag>`` (``file:line``)."""
+        return next(f"{self.parser_file}:{line}" for t, k, line in self.reads if (t, k) == (tag, key))
+
     def coll(self, collective: str) -> str | None:
         """The ``coll`` spelling of synth's ``collective`` in this runtime, or None where it does not load."""
         return dict(self.coll_spellings).get(collective)
@@ -82,11 +93,17 @@ class RuntimeProfile:
         return {v: k for k, v in self.coll_spellings}.get(spelling)
 
 
-# Attributes both parsers read without a default below <algo> (topo.cc mscclGetAlgoFromXMLAndSetAlgo,
-# msccl_parser.cc mscclGetAlgoFromXmlFile): only the loading rank's <gpu> subtree is read.
-ELEMENT_REQUIRED = (("gpu", ("id", "i_chunks", "o_chunks", "s_chunks")), ("tb", ("id", "recv", "send", "chan")),
-                    ("step", ("s", "srcoff", "srcbuf", "dstoff", "dstbuf", "cnt", "type", "depid", "deps",
-                              "hasdep")))
+
+def _reads(algo: tuple[tuple[str, int], ...], below: tuple[int, ...]) -> tuple[tuple[str, str, int], ...]:
+    """A parser's ``reads``: its ``<algo>`` attributes with their lines, and the lines of ``_ELEMENT_READS``."""
+    elements = [(tag, key) for tag, keys in _ELEMENT_READS for key in keys]
+    return (*(("algo", key, line) for key, line in algo), *((t, k, line) for (t, k), line in zip(elements, below)))
+
+
+# Below <algo> both parsers read the same attributes without a default, in this order (only the loading
+# rank's <gpu> subtree beyond its id, but every rank loads the file).
+_ELEMENT_READS = (("gpu", ("id", "i_chunks", "o_chunks", "s_chunks")), ("tb", ("id", "recv", "send", "chan")),
+                  ("step", ("s", "srcoff", "srcbuf", "dstoff", "dstbuf", "cnt", "type", "depid", "deps", "hasdep")))
 
 EXECUTOR = RuntimeProfile(
     name="msccl-executor",
@@ -97,9 +114,12 @@ EXECUTOR = RuntimeProfile(
     coll_spellings=(("allreduce", "allreduce"), ("allgather", "allgather"), ("reducescatter", "reducescatter"),
                     ("alltoall", "alltoall"), ("broadcast", "broadcast"), ("reduce", "reduce"),
                     ("gather", "gather"), ("scatter", "scatter")),
-    # mscclGetAlgoMetaFromXmlFile reads these with mscclXmlGetAttrInt/Int64/Str, which fail when absent
-    required=("nchunksperloop", "nchannels", "ngpus", "proto", "coll", "minBytes", "maxBytes", "inplace",
-              "outofplace"),
+    # mscclGetAlgoFromXmlFile (and mscclGetAlgoMetaFromXmlFile, lines 729-785, the <algo> part again) reads
+    # these with mscclXmlGetAttrInt/Int64/Str, which fail when absent (msccl_parser.h:67-87); no defaults
+    parser_file="msccl_parser.cc",
+    reads=_reads((("nchunksperloop", 315), ("nchannels", 319), ("ngpus", 323), ("proto", 327), ("coll", 334),
+                  ("minBytes", 376), ("maxBytes", 380), ("inplace", 384), ("outofplace", 388)),
+                 (399, 401, 402, 403, 413, 414, 415, 416, 472, 474, 475, 476, 477, 479, 480, 481, 482, 483)),
     attributes=("name", "proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace", "outofplace",
                 "minBytes", "maxBytes"),
     max_bytes_unbounded=0,          # msccl_lifecycle.cc mscclInternalSchedulerSelectAlgo line 335: maxBytes == 0 ||
@@ -121,9 +141,13 @@ MSCCL = RuntimeProfile(
     # scatter; reduce_scatter at line 837)
     coll_spellings=(("allreduce", "allreduce"), ("allgather", "allgather"), ("reducescatter", "reduce_scatter"),
                     ("alltoall", "alltoall"), ("broadcast", "broadcast"), ("reduce", "reduce")),
-    # topo.cc mscclGetAlgoFromXMLAndSetAlgo: xmlGetAttrStr/Int fail on these; minBytes, maxBytes, nthreads
-    # have defaults; outofplace is never read
-    required=("name", "ngpus", "nchunksperloop", "nchannels", "proto", "coll", "inplace"),
+    # topo.cc mscclGetAlgoFromXMLAndSetAlgo: xmlGetAttrStr/Int/Int64_t fail on these (src/graph/xml.h:93-113);
+    # minBytes (0), maxBytes (128 MB) and nthreads (0) have defaults (lines 789-805, 856-858), outofplace is
+    # never read
+    parser_file="topo.cc",
+    reads=_reads((("name", 771), ("ngpus", 775), ("nchunksperloop", 782), ("nchannels", 784), ("proto", 787),
+                  ("coll", 823), ("inplace", 848)),
+                 (877, 879, 880, 881, 895, 896, 897, 898, 959, 961, 962, 963, 964, 966, 967, 968, 969, 970)),
     attributes=("name", "proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace", "minBytes", "maxBytes"),
     max_bytes_unbounded=None,       # src/graph/tuning.cc:369 ncclTopoGetMSCCLAlgo: nBytes < maxBytes, no exception
     max_bytes_inclusive=False,

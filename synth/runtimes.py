@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from synth.collectives import ROOTED
 from synth.errors import SynthError
 from synth.program.ir import Program
-from synth.runtime_limits import ELEMENT_REQUIRED, RuntimeProfile, runtime_profile
+from synth.runtime_limits import RUNTIMES, RuntimeProfile, runtime_profile
 
 INT64_MAX = (1 << 63) - 1
 # msccl: ArgsCheck converts these calls' counts to bytes (ncclInt8) before tuning.cc takes totalCount
@@ -192,9 +192,7 @@ def loader_errors(runtime: str | RuntimeProfile, xml_text: str, size_bytes: int 
         yield f"<algo> has {len(attrs)} attributes; {where}'s parser ignores those past {profile.max_attributes} " \
               f"({', '.join(past)}) (MAX_ATTR_COUNT of its XML reader)"
         attrs = dict(list(attrs.items())[:profile.max_attributes])
-    for key in profile.required:
-        if key not in attrs:
-            yield f"<algo> lacks {key}, which {where}'s parser requires ({profile.parser})"
+    yield from _missing_attributes(root, attrs, [profile])
     spelling = attrs.get("coll")
     if spelling is not None and profile.collective_of(spelling) is None:
         yield (f"coll={spelling!r} is not one {where} loads ({', '.join(v for _, v in profile.coll_spellings)}; "
@@ -202,18 +200,45 @@ def loader_errors(runtime: str | RuntimeProfile, xml_text: str, size_bytes: int 
     if profile.max_bytes_unbounded is None and _int(attrs, "maxBytes") == 0:
         yield (f"maxBytes=0: {where} selects a program only where nBytes < maxBytes (tuning.cc:369 "
                "ncclTopoGetMSCCLAlgo), so it never runs this one; 0 means no limit only in msccl-executor-nccl")
-    for tag, keys in ELEMENT_REQUIRED:
-        for k, elem in enumerate(root.iter(tag)):
-            missing = [key for key in keys if key not in elem.attrib]
-            if missing:
-                yield f"<{tag}> #{k} lacks {', '.join(missing)}, which {where}'s parser requires ({profile.parser})"
-                break
     if size_bytes is not None and spelling is not None and profile.collective_of(spelling) is not None:
         call = Call(profile.collective_of(spelling), int(size_bytes), bool(_int(attrs, "inplace")),
                     _int(attrs, "ngpus") or 0)
         verdict = select(profile, attrs, call)
         if not verdict.selected:
             yield f"{where} would not select it at SIZE {size_bytes} B: {verdict.reason}"
+
+
+def shared_loader_errors(xml_text: str) -> Iterator[str]:
+    """The attributes that both runtimes' parsers read without a default and ``xml_text`` lacks: neither
+    runtime loads such a file, though synth's reader fills defaults (``synth verify`` without ``--runtime``;
+    an attribute only one runtime requires is :func:`loader_errors`'s, with that runtime)."""
+    try:
+        root = ET.fromstring(xml_text)
+    except ET.ParseError as exc:
+        raise SynthError(f"not well-formed XML ({exc})") from None
+    yield from _missing_attributes(root, dict(root.attrib), [runtime_profile(name) for name in RUNTIMES])
+
+
+def _missing_attributes(root: ET.Element, attrs: Mapping[str, str], profiles: list[RuntimeProfile]) -> Iterator[str]:
+    """Attributes that every parser of ``profiles`` reads without a default and the file lacks: each missing
+    ``<algo>`` attribute (``attrs``), and per element tag the first element lacking some, with the lines."""
+    keys = [(tag, key) for tag, key, _ in profiles[0].reads
+            if all((tag, key) in {(t, k) for t, k, _ in p.reads} for p in profiles[1:])]
+    who = "both MSCCL runtimes' parsers require" if len(profiles) > 1 else f"{profiles[0].repo}'s parser requires"
+
+    def cite(tag: str, names: list[str]) -> str:
+        return ", ".join(p.read_at(tag, name) for p in profiles for name in names[:1])
+
+    for tag, key in keys:
+        if tag == "algo" and key not in attrs:
+            yield f"<algo> lacks {key}, which {who} ({cite(tag, [key])})"
+    for tag in dict.fromkeys(tag for tag, _ in keys if tag != "algo"):
+        wanted = [key for t, key in keys if t == tag]
+        for k, elem in enumerate(root.iter(tag)):
+            missing = [key for key in wanted if key not in elem.attrib]
+            if missing:
+                yield f"<{tag}> #{k} lacks {', '.join(missing)}, which {who} ({cite(tag, missing)})"
+                break
 
 
 def byte_range(runtime: str | RuntimeProfile, size_bytes: int, min_bytes: int | None = None,

@@ -480,8 +480,10 @@ def is_table(path: str | Path) -> bool:
         return True
     if p.suffix.lower() != ".json":
         return False
+    if not p.is_file():     # a FIFO cannot be peeked at (and opening one without a writer blocks)
+        return False
     try:
-        with open(p, "rb") as handle:  # the start is enough: bounded even for /dev/zero
+        with open(p, "rb") as handle:  # the start is enough
             head = handle.read(4096).decode("utf-8", errors="replace")
     except OSError:
         return False

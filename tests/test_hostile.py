@@ -46,12 +46,20 @@ def assert_rejected(result: subprocess.CompletedProcess, *words: str) -> None:
     """Exit 2 and one line naming the problem (click's usage banner around it aside)."""
     err = result.stderr
     assert result.returncode == 2, (result.returncode, err[-2000:])
-    for bad in ("Traceback", "MemoryError", "internal error"):
+    for bad in ("Traceback", "MemoryError", "internal error", "out of memory"):
         assert bad not in err, err[-2000:]
-    lines = [line for line in err.splitlines() if line.strip() and not line.startswith(("Usage:", "Try '"))]
+    lines = message_lines(err)
     assert len(lines) == 1, err[-2000:]
     for word in words:
         assert word in lines[0], lines[0]
+
+
+def message_lines(err: str) -> list[str]:
+    """The non-blank lines of ``err`` past click's usage banner (``Usage: ...`` to ``Try '...'``, wrapped)."""
+    lines = err.splitlines()
+    if lines and lines[0].startswith("Usage:"):
+        lines = lines[next((k + 1 for k, line in enumerate(lines) if line.startswith("Try '")), 0):]
+    return [line for line in lines if line.strip()]
 
 
 def bomb(depth: int = 9) -> str:
@@ -317,9 +325,22 @@ def test_numeric_options(tmp_path, args, option):
     (["boxes", "--boxes", str(10**6), "--per-box", str(10**6)], ["limit"]),
     (["hypercube", "--dim", "1000"], ["dimension"]),
     (["torus", "--dims", "100000x100000"], ["limit"]),
+    (["boxes", "--boxes", str(10**6), "--per-box", "1"], ["limit"]),     # ran minutes: 2·10^6 switches, one by one
+    (["fully-connected", "-n", "3000"], ["links"]),
+    (["ring", "-n", "200000", "-o", "r.yaml"], ["MiB", ".json"]),          # YAML synth could not read back
 ])
 def test_generate_huge_or_non_finite(tmp_path, args, words):
     assert_rejected(run_synth("topology", "generate", *args, cwd=tmp_path), *words)
+
+
+def test_a_large_generated_ring_reads_back(tmp_path):
+    """10^5 ranks: written, then validated; the all-pairs diameter is skipped, not run for minutes."""
+    result = run_synth("topology", "generate", "ring", "-n", "100000", "-o", "r.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    result = run_synth("topology", "validate", "--json", "r.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    info = json.loads(result.stdout)
+    assert info["ranks"] == 100_000 and info["diameter"] is None
 
 
 # ---- output to non-regular files ---------------------------------------------------------------
@@ -426,3 +447,439 @@ def test_every_written_program_reloads_and_verifies(tmp_path_factory, fabric, na
             continue
         program, fmt = load_program_format(base / out)
         assert verify(program, msccl_limits=fmt == "xml").ok
+
+
+# ---- generated cases (hypothesis, derandomized): mutated topologies, programs and CLI arguments ------------
+# Each example runs the real CLI. Whatever the mutation, the run ends in exit 0 (the mutation left the input
+# valid: then what it read loads, and what it wrote loads and verifies), 1 (verify found the program wrong)
+# or 2 with one clear line.
+
+GENERATED = settings(derandomize=True, database=None, deadline=None, max_examples=40,
+                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                            HealthCheck.data_too_large])
+
+
+def assert_clean(result: subprocess.CompletedProcess, codes: tuple[int, ...] = (0, 2)) -> None:
+    """An allowed exit code; on failure one clear line (click's usage banner aside), never a traceback."""
+    err = result.stderr
+    assert result.returncode in codes, (result.returncode, err[-2000:])
+    for bad in ("Traceback", "MemoryError", "internal error", "out of memory"):
+        assert bad not in err, err[-2000:]
+    if result.returncode == 2:
+        lines = message_lines(err)
+        assert len(lines) == 1 and lines[0].lower().startswith("error"), err[-2000:]
+
+
+def assert_written_loads(path: Path) -> None:
+    """A program synth wrote loads again and verifies (XML with the runtimes' checks)."""
+    from synth.program.load import load_program_format
+    from synth.verification import verify
+
+    program, fmt = load_program_format(path)
+    assert verify(program, msccl_limits=fmt == "xml").ok
+
+
+_HOSTILE_SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12), st.sampled_from(["", "1e400", "-0", "0x10", "\u202e", "\x00", "\x1b[2J", "sw", "9" * 400]),
+    st.lists(st.integers(-3, 3), max_size=3),
+    st.dictionaries(st.sampled_from(["a", "src", "bw"]), st.integers(), max_size=2),
+)
+_BASES = [
+    {"name": "ring4", "ranks": 4, "links": [{"src": i, "dst": (i + 1) % 4, "bw": 10} for i in range(4)]},
+    {"name": "star3", "ranks": 3, "switches": ["sw"], "machines": [[0, 1], [2]], "defaults": {"bw": 25, "alpha": 0.5},
+     "links": [{"src": r, "dst": "sw"} for r in range(3)]},
+]
+_TOP_KEYS = ["name", "description", "ranks", "switches", "machines", "defaults", "links", "extra"]
+_LINK_KEYS = ["src", "dst", "bw", "alpha", "directed", "extra"]
+
+
+@st.composite
+def hostile_topology_doc(draw) -> object:
+    """A valid small topology with one or two hostile edits."""
+    import copy
+
+    doc = copy.deepcopy(draw(st.sampled_from(_BASES)))
+    for _ in range(draw(st.integers(1, 2))):
+        kind = draw(st.sampled_from(["set", "delete", "link-set", "link-delete", "self-link", "unknown-node",
+                                     "duplicate-switch", "duplicate-rank", "disconnect", "deep", "many-links"]))
+        links = doc.setdefault("links", []) if isinstance(doc.get("links"), list) else None
+        if kind == "set":
+            doc[draw(st.sampled_from(_TOP_KEYS))] = draw(_HOSTILE_SCALARS)
+        elif kind == "delete" and doc:
+            doc.pop(draw(st.sampled_from(sorted(doc))), None)
+        elif kind == "link-set" and links and isinstance(links[0], dict):
+            links[draw(st.integers(0, len(links) - 1))][draw(st.sampled_from(_LINK_KEYS))] = draw(_HOSTILE_SCALARS)
+        elif kind == "link-delete" and links and isinstance(links[0], dict):
+            links[draw(st.integers(0, len(links) - 1))].pop(draw(st.sampled_from(_LINK_KEYS)), None)
+        elif kind == "self-link" and links is not None:
+            links.append({"src": 1, "dst": 1, "bw": 1})
+        elif kind == "unknown-node" and links is not None:
+            links.append({"src": 0, "dst": draw(st.sampled_from(["nosuch", 99, -1, 2**40, "0"])), "bw": 1})
+        elif kind == "duplicate-switch":
+            doc["switches"] = ["sw", "sw"]
+        elif kind == "duplicate-rank":
+            doc["machines"] = [[0, 1], [1, 2]]
+        elif kind == "disconnect" and links:
+            links.pop()
+        elif kind == "deep":   # spelled out by _serialize (a deep object would not even print)
+            doc[draw(st.sampled_from(_TOP_KEYS))] = f"{_DEEP}{draw(st.sampled_from([200, 5000, 50_000]))}"
+        elif kind == "many-links" and links is not None:
+            links.extend([{"src": 0, "dst": 1, "bw": 1e-300}] * draw(st.sampled_from([1000, 100_000])))
+    return doc
+
+
+_DEEP = "DEEPNEST"
+
+
+def _serialize(doc: object, fmt: str) -> str:
+    """JSON (NaN, Infinity and huge integers as Python writes them) or YAML; ``_DEEP``N becomes N nested lists."""
+    import re
+
+    import yaml
+
+    if fmt == "json":
+        text = json.dumps(doc)
+    else:
+        text = yaml.safe_dump(doc, allow_unicode=True, default_flow_style=None)
+    return re.sub(rf'"?{_DEEP}(\d+)"?', lambda m: "[" * int(m.group(1)) + "1" + "]" * int(m.group(1)), text)
+
+
+@st.composite
+def damaged_text(draw, text: str) -> bytes:
+    """``text`` as bytes, truncated, with junk spliced in, or one byte flipped (or untouched)."""
+    data = text.encode("utf-8", errors="surrogatepass")
+    how = draw(st.sampled_from(["keep", "keep", "truncate", "junk", "flip"]))
+    at = draw(st.integers(0, max(len(data) - 1, 0)))
+    if how == "truncate":
+        return data[:at]
+    if how == "junk":
+        return data[:at] + draw(st.binary(min_size=1, max_size=64)) + data[at:]
+    if how == "flip" and data:
+        return data[:at] + bytes([data[at] ^ draw(st.integers(1, 255))]) + data[at + 1:]
+    return data
+
+
+_TOPOLOGY_COMMANDS = [
+    ["topology", "validate", "{t}"],
+    ["topology", "show", "{t}"],
+    ["bounds", "-t", "{t}", "-c", "allgather", "-s", "1MiB"],
+    ["synthesize", "-t", "{t}", "-c", "allgather", "-m", "ring", "-s", "1MiB", "-o", "{out}"],
+    ["synthesize", "-t", "{t}", "-c", "allreduce", "-m", "greedy", "-s", "64KiB", "-o", "{out}"],
+]
+
+
+@GENERATED
+@given(doc=hostile_topology_doc(), fmt=st.sampled_from(["json", "yaml"]), command=st.sampled_from(_TOPOLOGY_COMMANDS),
+       data=st.data())
+def test_generated_topology_files(tmp_path_factory, doc, fmt, command, data):
+    from synth.topology.io import load_topology
+
+    base = tmp_path_factory.mktemp("gentopo")
+    path = base / f"t.{fmt}"
+    path.write_bytes(data.draw(damaged_text(_serialize(doc, fmt))))
+    out = base / data.draw(st.sampled_from(["p.xml", "p.json"]))
+    result = run_synth(*[arg.format(t=path, out=out) for arg in command], cwd=base)
+    assert_clean(result)
+    if result.returncode == 0:
+        load_topology(path)    # what synth accepted loads
+        if command[0] == "synthesize":
+            assert_written_loads(out)
+    else:
+        assert not out.exists()
+
+
+def _program_base() -> str:
+    """A real MSCCL program (8 ranks, dgx1), the start of every generated program."""
+    return (REPO / "tests" / "fixtures" / "sccl_dgx1_allgather_steps2.xml").read_text()
+
+
+_PROGRAM_ATTRS = {"algo": ["name", "proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace", "outofplace",
+                           "minBytes", "maxBytes", "nthreads"],
+                  "gpu": ["id", "i_chunks", "o_chunks", "s_chunks"], "tb": ["id", "send", "recv", "chan"],
+                  "step": ["s", "type", "srcbuf", "srcoff", "dstbuf", "dstoff", "cnt", "depid", "deps", "hasdep"]}
+_ATTR_VALUES = st.one_of(
+    st.integers(-2**40, 2**40).map(str), st.sampled_from(["0", "-1", "32767", "32768", "65536", "1000000", str(2**31),
+                                                           str(2**63), "1e9", "nan", "0x7fffffff", "", " 3", "abc",
+                                                           "s", "o", "i", "rrcs", "LL128", "\u00e9"]),
+    st.text(st.characters(codec="utf-8", exclude_categories=["Cs", "Cc"]), max_size=8),
+)
+
+
+@st.composite
+def hostile_program(draw) -> bytes:
+    import copy
+    import xml.etree.ElementTree as ET
+
+    root = ET.fromstring(_program_base())
+    for _ in range(draw(st.integers(1, 3))):
+        tag = draw(st.sampled_from(sorted(_PROGRAM_ATTRS)))
+        elements = [root] if tag == "algo" else list(root.iter(tag))
+        elem = elements[draw(st.integers(0, len(elements) - 1))]
+        kind = draw(st.sampled_from(["set", "set", "delete-attr", "delete", "duplicate"]))
+        if kind == "set":
+            elem.set(draw(st.sampled_from(_PROGRAM_ATTRS[tag])), draw(_ATTR_VALUES))
+        elif kind == "delete-attr":
+            elem.attrib.pop(draw(st.sampled_from(_PROGRAM_ATTRS[tag])), None)
+        elif tag != "algo":
+            parent = next(p for p in root.iter() if elem in list(p))
+            if kind == "delete":
+                parent.remove(elem)
+            else:
+                parent.append(copy.deepcopy(elem))
+    return draw(damaged_text(ET.tostring(root, encoding="unicode")))
+
+
+_PROGRAM_COMMANDS = [
+    ["verify", "{p}"], ["verify", "{p}"], ["verify", "--runtime", "msccl", "{p}"],
+    ["verify", "--runtime", "msccl-executor", "-s", "1MiB", "{p}"], ["simulate", "{p}", "-t", "dgx1", "-s", "1MiB"],
+]
+
+
+@GENERATED
+@given(program=hostile_program(), command=st.sampled_from(_PROGRAM_COMMANDS))
+def test_generated_programs(tmp_path_factory, program, command):
+    base = tmp_path_factory.mktemp("genprog")
+    path = base / "p.xml"
+    path.write_bytes(program)
+    result = run_synth(*[arg.format(p=path) for arg in command], cwd=base)
+    assert_clean(result, (0, 1, 2) if command[0] == "verify" else (0, 2))
+
+
+_SIZES = st.one_of(st.sampled_from(["1MiB", "1", "0", "-1MiB", "nan", "infGiB", "1e400", "1ZiB", "1e30", "3.5KB", "MiB",
+                                    "1 GiB", "0x10", "9" * 100, "\u0661MiB"]), st.text(max_size=6))
+_COUNTS = st.one_of(st.integers(-2**40, 2**40).map(str), st.sampled_from(["0", "-1", "1", "2", "nan", "1e3", "", "x"]))
+_NAMES = st.one_of(st.sampled_from(["ring-8", "ring-8", "dgx1", "nosuch", "/dev/zero", "/dev/null", "/", "..", "-",
+                                    "../../etc/passwd", "ring-8.yaml", "\u202edgx1", "a" * 5000]), st.text(max_size=8))
+_COLLS = st.one_of(st.sampled_from(["allgather", "allreduce", "alltoall", "reduce_scatter", "broadcast", "ALLGATHER",
+                                    "nosuch", ""]), st.text(max_size=6))
+
+
+@st.composite
+def hostile_arguments(draw) -> list[str]:
+    """A command line with valid and hostile values mixed; valid ones stay small (ring-8, ring method)."""
+    kind = draw(st.sampled_from(["bounds", "synthesize", "generate", "simulate", "plot", "compare"]))
+    if kind == "bounds":
+        args = ["bounds", "-t", draw(_NAMES), "-c", draw(_COLLS), "-s", draw(_SIZES), "--root", draw(_COUNTS)]
+    elif kind == "synthesize":
+        args = ["synthesize", "-t", draw(_NAMES), "-c", draw(_COLLS), "-s", draw(_SIZES),
+                "-m", draw(st.sampled_from(["ring", "direct", "nosuch", "", "RING"])),
+                "-o", draw(st.sampled_from(["p.xml", "p.json", "p.txt", "", "/", "no/such/dir/p.xml", "-"]))]
+        if draw(st.booleans()):
+            args += [draw(st.sampled_from(["--chunks", "--root", "--threads", "--time-limit", "--gap",
+                                           "--max-scratch", "--min-bytes", "--max-bytes"])), draw(_COUNTS)]
+    elif kind == "generate":
+        family = draw(st.sampled_from(["ring", "torus", "hypercube", "star", "leaf-spine", "boxes", "nosuch"]))
+        option = {"ring": "-n", "star": "-n", "torus": "--dims", "hypercube": "--dim", "leaf-spine": "--leaves",
+                  "boxes": "--boxes", "nosuch": "-n"}[family]
+        value = draw(st.one_of(_COUNTS, st.sampled_from(["4x4", "0x4", "100000x100000", "2x2x2x2x2x2x2x2x2x2x2x2",
+                                                         "axb", "4x-4"])))
+        args = ["topology", "generate", family, option, value, "--bw", draw(st.sampled_from(["50", "nan", "-1", "0",
+                                                                                              "1e400", "x"])),
+                "-o", "g.yaml"]
+    elif kind == "simulate":
+        args = ["simulate", draw(st.sampled_from(["p.xml", "/dev/null", "nosuch.xml", "/"])), "-t", draw(_NAMES),
+                "-s", draw(_SIZES)]
+    elif kind == "plot":
+        args = ["plot", "--kind", draw(st.sampled_from(["topology", "gantt", "nosuch"])), "-t", draw(_NAMES),
+                "-o", draw(st.sampled_from(["x.png", "x.txt", "/dev/null"]))]
+    else:
+        args = ["compare", "-t", draw(_NAMES), "-c", draw(_COLLS), "-s", draw(_SIZES), "-m",
+                draw(st.sampled_from(["ring", "ring,direct", "nosuch", ","]))]
+    return [arg.replace("\x00", "") for arg in args]
+
+
+@GENERATED
+@given(args=hostile_arguments())
+def test_generated_arguments(tmp_path_factory, args):
+    base = tmp_path_factory.mktemp("genargs")
+    (base / "p.xml").write_text(_program_base())
+    result = run_synth(*args, cwd=base)
+    assert_clean(result)
+    for written in base.iterdir():
+        if written.name != "p.xml" and written.suffix in (".xml", ".json") and written.is_file():
+            assert_written_loads(written)
+        assert not written.name.startswith("."), written   # no temp file left behind
+
+
+# ---- the runtimes' required attributes (synth/runtime_limits.py RuntimeProfile.reads) ------------------------
+
+def _required_cases() -> list[tuple[str, str]]:
+    from synth.runtime_limits import EXECUTOR, MSCCL
+
+    return sorted({(tag, key) for profile in (EXECUTOR, MSCCL) for tag, key, _ in profile.reads})
+
+
+@pytest.mark.parametrize(("tag", "key"), _required_cases())
+def test_a_missing_required_attribute_fails_verify(tmp_path, tag, key):
+    """Each attribute a runtime's parser reads without a default: removed from a real program, plain verify
+    fails where both parsers require it (exit 1), else only ``verify --runtime`` of the one that does."""
+    import xml.etree.ElementTree as ET
+
+    from synth.runtime_limits import RUNTIMES
+
+    root = ET.fromstring(_program_base())
+    elem = root if tag == "algo" else next(root.iter(tag))
+    assert key in elem.attrib
+    del elem.attrib[key]
+    path = write(tmp_path, "p.xml", ET.tostring(root, encoding="unicode"))
+    requiring = [name for name, profile in RUNTIMES.items() if (tag, key) in {(t, k) for t, k, _ in profile.reads}]
+    if len(requiring) == len(RUNTIMES):
+        result = run_synth("verify", path)
+        assert_clean(result, (1, 2))    # 2: synth's own reader needs it too (coll, ids, a step's type)
+        assert (f"lacks {key}" in result.stderr and "both MSCCL runtimes" in result.stderr
+                or f"missing required attribute {key!r}" in result.stderr), result.stderr
+    else:
+        (needs,) = requiring
+        assert run_synth("verify", path).returncode == 0   # synth's reader fills the default, like the other runtime
+        result = run_synth("verify", "--runtime", needs, path)
+        assert_clean(result, (1,))
+        assert f"lacks {key}" in result.stderr and RUNTIMES[needs].read_at(tag, key) in result.stderr
+
+
+def test_required_attributes_cite_one_line_each():
+    from synth.runtime_limits import EXECUTOR, MSCCL
+
+    for profile in (EXECUTOR, MSCCL):
+        lines = [line for _, _, line in profile.reads]
+        assert lines == sorted(lines) and len(set(lines)) == len(lines)   # read in file order, once each
+        assert {"coll", "ngpus", "nchunksperloop", "nchannels", "proto", "inplace"} <= set(profile.required)
+    assert set(EXECUTOR.required) - set(MSCCL.required) == {"minBytes", "maxBytes", "outofplace"}
+    assert set(MSCCL.required) - set(EXECUTOR.required) == {"name"}
+
+
+# ---- hand-written program bombs --------------------------------------------------------------------------
+
+_LAUGHS = ('<?xml version="1.0"?>\n<!DOCTYPE algo [\n <!ENTITY a "aaaaaaaaaa">\n'
+           + "".join(f' <!ENTITY {chr(98 + i)} "{("&" + chr(97 + i) + ";") * 10}">\n' for i in range(8))
+           + ']>\n<algo name="&i;" proto="Simple" nchannels="1" nchunksperloop="1" ngpus="2" coll="allgather" '
+             'inplace="0"/>\n')
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    (_LAUGHS, ["not well-formed"]),
+    ('<!DOCTYPE algo [<!ENTITY x SYSTEM "/dev/zero">]>\n<algo name="&x;" coll="allgather"/>', ["external entity"]),
+    ('<!DOCTYPE algo [<!ENTITY x SYSTEM "/etc/passwd">]>\n<algo coll="allgather">&x;</algo>', []),
+    ("<algo>" + "<gpu>" * 100_000 + "</gpu>" * 100_000 + "</algo>", []),
+    ('<algo coll="allgather" name="' + "x" * 10_000_000 + '"/>', []),
+    ('<algo coll="allgather" ngpus="2"' + "".join(f' a{i}="1"' for i in range(100_000)) + "/>", []),
+    (_program_base().replace('ngpus="8"', 'ngpus="100000000"'), ["ngpus", "cap"]),
+    (_program_base().replace('i_chunks="1"', 'i_chunks="1000000000"', 1), ["i_chunks", "cap"]),
+    (_program_base().replace('cnt="1"', 'cnt="1000000000"', 1), ["cnt", "cap"]),
+    (_program_base()[:5000], ["not well-formed"]),
+])
+def test_program_bombs(tmp_path, text, words):
+    result = run_synth("verify", write(tmp_path, "p.xml", text))
+    assert_clean(result, (1, 2))
+    for word in words:
+        assert word in result.stderr
+
+
+@pytest.mark.parametrize(("old", "new", "words"), [
+    ('<tb id="0"', '<tb id="1000000"', ["dense"]),
+    ('nchannels="1"', 'nchannels="0"', ["nchannels=0"]),
+    ('chan="0"', 'chan="5"', ["chan"]),
+    ('send="-1" recv="4"', 'send="-1" recv="0"', ["itself"]),
+])
+def test_runtime_checks_through_the_cli(tmp_path, old, new, words):
+    text = _program_base()
+    assert old in text
+    result = run_synth("verify", write(tmp_path, "p.xml", text.replace(old, new, 1)))
+    assert_clean(result, (1,))
+    for word in words:
+        assert word in result.stderr
+
+
+# ---- inputs that never arrive, and sizes past the stated limits ---------------------------------------------
+
+def test_fifo_without_a_writer_fails_instead_of_blocking(tmp_path):
+    fifo = tmp_path / "pipe.xml"
+    os.mkfifo(fifo)
+    began = time.monotonic()
+    assert_rejected(run_synth("verify", str(fifo)), "nothing to read")
+    assert time.monotonic() - began < 25
+
+
+def test_process_substitution_still_reads(tmp_path):
+    """A pipe with a writer (``<(cat file)``) reads as before."""
+    source = REPO / "synth" / "_topologies" / "ring-8.yaml"
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)
+    writer = subprocess.Popen(["sh", "-c", f"sleep 1; cat {source} > {fifo}"])
+    try:
+        result = run_synth("topology", "validate", str(fifo))
+    finally:
+        writer.wait()
+    assert result.returncode == 0, result.stderr
+    assert "ring-8, 8 ranks" in result.stdout
+
+
+@pytest.mark.parametrize(("suffix", "text", "words"), [
+    (".yaml", "name: big\nranks: 2\nlinks: [" + "{src: 0, dst: 1, bw: 1}, " * 200_000 + "]\n", ["4 MiB", "JSON"]),
+    (".yml", "name: big\nranks: 2\nextra: [" + "1," * 2_200_000 + "]\n", ["4 MiB"]),
+    (".json", '{"name": "big", "ranks": 2, "links": [' + '{"src": 0, "dst": 1, "bw": 1}, ' * 1_200_000 + "]}",
+     ["32 MiB limit"]),
+])
+def test_topology_size_limits(tmp_path, suffix, text, words):
+    assert_rejected(run_synth("topology", "validate", write(tmp_path, "t" + suffix, text)), *words)
+
+
+def test_dense_yaml_just_under_the_limit_loads_within_bounds(tmp_path):
+    """The densest YAML the cap lets through (4 MiB of one-character nodes) fails cleanly under 2 GB and 30 s."""
+    text = "name: x\nranks: 2\nlinks: [{src: 0, dst: 1, bw: 1}]\nextra: [" + "1," * 2_000_000 + "1]\n"
+    assert_rejected(run_synth("topology", "validate", write(tmp_path, "t.yaml", text)), "extra")
+
+
+def _switch_chain(switches: int) -> dict:
+    names = [f"s{i}" for i in range(switches)]
+    links = [{"src": a, "dst": b} for a, b in zip(names, names[1:])]
+    links += [{"src": 0, "dst": names[0]}, {"src": 1, "dst": names[switches // 2]}, {"src": 2, "dst": names[-1]}]
+    return {"name": "chain", "ranks": 3, "switches": names, "defaults": {"bw": 50}, "links": links}
+
+
+def test_three_ranks_behind_a_long_switch_chain(tmp_path):
+    """Synthesis stops at once at the stated route limit (it took 30 s and 5.5 GB for 1000 switches); bounds run."""
+    path = write(tmp_path, "chain.json", json.dumps(_switch_chain(1000)))
+    result = run_synth("synthesize", "-t", path, "-c", "allgather", "-o", "p.xml", cwd=tmp_path)
+    assert_rejected(result, "1,000 switches", "at most 64")
+    assert not (tmp_path / "p.xml").exists()
+    assert run_synth("bounds", "-t", path, "-c", "allgather").returncode == 0
+
+
+def test_large_star_stops_at_the_routed_rank_limit(tmp_path):
+    """5000 ranks on one switch: 25M rank-pair routes ran past 100 s; refused at once, naming the limit."""
+    from synth.topology import generators as gen
+    from synth.topology.io import dump_topology
+
+    path = write(tmp_path, "star.json", dump_topology(gen.star(5000), "json"))
+    result = run_synth("synthesize", "-t", path, "-c", "broadcast", "-o", "p.xml", cwd=tmp_path)
+    assert_rejected(result, "5,000 ranks behind switches", "2,048")
+    assert not (tmp_path / "p.xml").exists()
+
+
+def test_longest_switch_route_matches_the_routes():
+    from synth.limits import MAX_ROUTE_SWITCHES
+    from synth.topology import generators as gen
+    from synth.topology.io import load_topology, parse_topology
+    from synth.topology.routes import longest_switch_route, rank_routes
+
+    fabrics = [load_topology(name) for name in ("dgx1", "dgx-a100-4node", "leaf-spine-4x4", "mi250-2node")]
+    fabrics += [gen.fat_tree(4, 4, 2), gen.star(5), parse_topology(_switch_chain(MAX_ROUTE_SWITCHES + 1), "chain")]
+    for topology in fabrics:
+        routes = rank_routes(topology)
+        longest = max((len(path) - 2 for path in routes.values()), default=0)
+        assert longest_switch_route(topology) == longest, topology.name
+    assert longest_switch_route(fabrics[-1]) == MAX_ROUTE_SWITCHES + 1
+
+
+def test_out_of_memory_is_one_line(monkeypatch):
+    import synth.cli.cmd_topology as cmd_topology
+
+    def exhausted(*args: object, **kwargs: object) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr(cmd_topology, "load_topology_arg", exhausted, raising=False)
+    monkeypatch.setattr("synth.topology.io.load_topology", exhausted)
+    result = CliRunner().invoke(cli, ["topology", "validate", "dgx1"])
+    assert result.exit_code == 2
+    assert result.output.strip().startswith("error: out of memory") and len(result.output.strip().splitlines()) == 1

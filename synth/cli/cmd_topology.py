@@ -57,12 +57,29 @@ def list_cmd(as_json: bool) -> None:
     console().print(table)
 
 
-def _details(topology) -> dict[str, Any]:
+# BFS work (ranks x (nodes + links)) past which the hop diameter is not computed: ~3 s. It is all-pairs,
+# so a 10^5-rank ring took minutes (and 4 GB for the distance rows) for a number only printed.
+MAX_DIAMETER_WORK = 300_000_000
+
+
+def _diameter(topology) -> int | None:
+    """The hop diameter (:func:`synth.topology.io.hop_diameter`), or None where it would cost more than
+    :data:`MAX_DIAMETER_WORK`."""
     from synth.topology.io import hop_diameter
 
+    if topology.num_ranks * (topology.num_nodes + len(topology.links)) > MAX_DIAMETER_WORK:
+        return None
+    return hop_diameter(topology)
+
+
+def _diameter_text(diameter: int | None) -> str:
+    return "diameter not computed (too large)" if diameter is None else f"diameter {diameter}"
+
+
+def _details(topology) -> dict[str, Any]:
     return {
         **_summary(topology),
-        "diameter": hop_diameter(topology),
+        "diameter": _diameter(topology),
         "description": topology.description,
         "source": topology.source,
         "switch_names": list(topology.switches),
@@ -102,7 +119,8 @@ def show_cmd(topology: str, as_json: bool) -> None:
     out.print(f"[bold]{topo.name}[/bold]  {topo.description}")
     out.print(
         f"ranks {info['ranks']}, switches {info['switches']}, directed links {info['links']}, "
-        f"diameter {info['diameter']} hops, machines {len(topo.machines) or '-'}"
+        f"{_diameter_text(info['diameter'])}{' hops' if info['diameter'] is not None else ''}, "
+        f"machines {len(topo.machines) or '-'}"
     )
     if topo.switches:
         out.print("switches: " + ", ".join(topo.switches))
@@ -127,16 +145,16 @@ def show_cmd(topology: str, as_json: bool) -> None:
 @guarded
 def validate_cmd(file: str, as_json: bool) -> None:
     """Check a topology file (exit 0 with a summary, exit 2 with the problem)."""
-    from synth.topology.io import hop_diameter, load_topology
+    from synth.topology.io import load_topology
 
     topo = load_topology(file)
-    info = {"ok": True, "file": str(topo.source or file), **_summary(topo), "diameter": hop_diameter(topo)}
+    info = {"ok": True, "file": str(topo.source or file), **_summary(topo), "diameter": _diameter(topo)}
     if as_json:
         emit_json(info)
     else:
         click.echo(
             f"ok: {info['file']}: {topo.name}, {topo.num_ranks} ranks, {len(topo.switches)} switches, "
-            f"{len(topo.links)} directed links, diameter {info['diameter']}"
+            f"{len(topo.links)} directed links, {_diameter_text(info['diameter'])}"
         )
 
 
@@ -235,12 +253,12 @@ def generate_cmd(kind: str, n: int | None, dims: str | None, dim: int | None, bw
 def _write_topology(topo, output: str | None, as_json: bool, extra: dict | None = None, tail: str = "") -> None:
     """Write ``topo`` to ``output`` (or print its YAML) and report it, as text or ``--json`` (``extra`` keys
     added); a topology that would shadow a built-in name with other content is refused first."""
-    from synth.topology.io import check_not_shadowing, dump_topology, hop_diameter, save_topology
+    from synth.topology.io import check_not_shadowing, dump_topology, save_topology
 
     check_not_shadowing(topo)   # on stdout too: the text is written to a file next
     if output:
         save_topology(topo, output)
-    info = {**_summary(topo), "diameter": hop_diameter(topo), "output": output, **(extra or {})}
+    info = {**_summary(topo), "diameter": _diameter(topo), "output": output, **(extra or {})}
     if as_json:
         if not output:
             from synth.topology.io import topology_to_dict
@@ -249,7 +267,7 @@ def _write_topology(topo, output: str | None, as_json: bool, extra: dict | None 
         emit_json(info)
     elif output:
         click.echo(f"wrote {output}: {topo.name}, {topo.num_ranks} ranks, {len(topo.switches)} switches, "
-                   f"{len(topo.links)} directed links, diameter {info['diameter']}{tail}")
+                   f"{len(topo.links)} directed links, {_diameter_text(info['diameter'])}{tail}")
     else:
         click.echo(dump_topology(topo), nl=False)
 

@@ -30,19 +30,23 @@ def command(prog: str, collective: str | None, root: int | None, runtime: str | 
 
     from synth.errors import SynthError
     from synth.fileio import read_input_text
-    from synth.program.load import load_program_format
-    from synth.runtimes import loader_errors
+    from synth.program.load import parse_program_text
+    from synth.runtimes import loader_errors, shared_loader_errors
     from synth.units import parse_size
     from synth.verification import verify
 
     if size is not None and runtime is None:
         raise SynthError("verify -s/--size needs --runtime (the runtime whose selection rule is checked)")
-    program, fmt = load_program_format(prog)
+    text = read_input_text(prog, "program file")    # read once: PROG may be a FIFO
+    program, fmt = parse_program_text(text, prog)
     program = name_collective(program, collective, root, prog)
     result = verify(program, None, msccl_limits=fmt == "xml", runtime=runtime)  # XML must load in the runtimes
-    if runtime is not None and fmt == "xml":   # what synth's reader fills in or normalises, as the loader sees it
-        size_b = parse_size(size) if size is not None else None
-        raw = [f"runtime {runtime}: {e}" for e in loader_errors(runtime, read_input_text(prog, "program file"), size_b)]
+    if fmt == "xml":   # what synth's reader fills in or normalises, as the loaders see it
+        if runtime is not None:
+            size_b = parse_size(size) if size is not None else None
+            raw = [f"runtime {runtime}: {e}" for e in loader_errors(runtime, text, size_b)]
+        else:
+            raw = list(shared_loader_errors(text))
         if raw:
             result = replace(result, ok=False, errors=[*raw, *result.errors])
     if as_json:

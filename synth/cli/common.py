@@ -111,6 +111,12 @@ def guarded(func: Callable) -> Callable:
         except KeyboardInterrupt:
             click.echo("error: interrupted", err=True)
             sys.exit(2)
+        except MemoryError:     # past synth's stated limits, the machine's memory (or a ulimit) is the last one
+            if _debug_enabled():
+                raise
+            click.echo("error: out of memory: the input is too large for the memory available to synth "
+                       "(docs/cli.md lists synth's size limits)", err=True)
+            sys.exit(2)
         except Exception as exc:  # unexpected: still one line unless --debug
             if _debug_enabled():
                 raise

@@ -18,11 +18,16 @@ def load_program(path: str | os.PathLike) -> Program:
 def load_program_format(path: str | os.PathLike) -> tuple[Program, str]:
     """``load_program`` and the format it read: ``"xml"``, ``"json"`` or ``"sccl"`` (an msccl-tools algorithm);
     verify holds XML to the runtimes."""
+    p = Path(path)
+    return parse_program_text(read_input_text(p, "program file"), p)
+
+
+def parse_program_text(text: str, path: str | os.PathLike) -> tuple[Program, str]:
+    """:func:`load_program_format` of a file's ``text`` already read (a FIFO can be read only once)."""
     from synth.program.json_io import program_from_json
     from synth.program.msccl_xml import program_from_xml
 
     p = Path(path)
-    text = read_input_text(p, "program file")
     ext = p.suffix.lower()
     head = text.lstrip()[:1]
     if ext == ".xml" or (ext != ".json" and head == "<"):

@@ -22,9 +22,9 @@ Node = int | str
 
 #: Most ranks, and most switches, in a generated topology (the file schema's ranks maximum).
 MAX_NODES = 1_000_000
-#: Most link entries a generator may add: fully-connected 4473 is about this; a bigger request
-#: would take minutes and gigabytes before failing anywhere else.
-MAX_LINK_ENTRIES = 10_000_000
+#: Most link entries a generator may add (fully-connected 1414 is about this): past it the file would be
+#: larger than synth reads back (32 MiB of JSON, docs/topology.md), so fail before building it.
+MAX_LINK_ENTRIES = 1_000_000
 
 
 class _Builder:
@@ -34,16 +34,16 @@ class _Builder:
         if num_ranks > MAX_NODES or len(switches) > MAX_NODES:
             raise SynthError(f"{num_ranks} ranks and {len(switches)} switches: the limit is {MAX_NODES} of each")
         self.num_ranks = num_ranks
-        self.switches = tuple(switches)
+        self.switches = list(switches)     # appended to: a tuple rebuilt per switch was quadratic
         self._ids = {name: num_ranks + k for k, name in enumerate(self.switches)}
         self._entries: list[tuple[int, int, float, float, bool]] = []
 
     def add_switch(self, name: str) -> str:
         if name not in self._ids:
             if len(self.switches) >= MAX_NODES:
-                raise SynthError(f"more than {MAX_NODES} switches")
+                raise SynthError(f"more than {MAX_NODES:,} switches: the limit of a generated topology")
             self._ids[name] = self.num_ranks + len(self.switches)
-            self.switches = (*self.switches, name)
+            self.switches.append(name)
         return name
 
     def _id(self, node: Node) -> int:
@@ -62,7 +62,7 @@ class _Builder:
             name=name,
             num_ranks=self.num_ranks,
             links=merge_links(self._entries, fail),
-            switches=self.switches,
+            switches=tuple(self.switches),
             machines=tuple(tuple(int(r) for r in m) for m in machines),
             description=description,
         )
@@ -320,7 +320,8 @@ def boxes_on_ib(boxes: Sequence[Box], ib_switches: int = 1, *, name: str = "boxe
     ib_switches = _check_count(ib_switches, "IB switches")
     if not boxes:
         raise SynthError("boxes_on_ib needs at least one box")
-    specs = [_checked_box(box, ib_switches) for box in boxes]
+    checked: dict[int, Box] = {}    # a box repeated (the CLI's --boxes N) is checked once
+    specs = [checked.get(id(box)) or checked.setdefault(id(box), _checked_box(box, ib_switches)) for box in boxes]
     total = sum(spec.per_box for spec in specs)
     b = _Builder(total)
     uplinks: list[tuple[Node, int, float, float]] = []  # (NIC or rank, IB switch, bw, alpha): linked once ib* exist

@@ -335,6 +335,9 @@ def topology_to_dict(topology: Topology) -> dict[str, Any]:
 # text <-> document
 
 
+_RESOLVED_TAGS = 1 << 16     # distinct scalar texts whose implicit tag the YAML loader remembers
+
+
 def _yaml_loader():
     import yaml
 
@@ -342,6 +345,24 @@ def _yaml_loader():
 
     class StrictLoader(base):
         """Safe YAML that rejects duplicate keys instead of silently keeping the last one."""
+
+        def __init__(self, stream: str) -> None:
+            super().__init__(stream)
+            self._tags: dict[tuple[str, tuple[bool, bool]], str] = {}
+
+        def resolve(self, kind, value, implicit):  # noqa: ANN001, ANN202 (PyYAML's signature)
+            # The implicit tag of a plain scalar depends only on its text (SafeLoader has no path resolvers),
+            # and a topology repeats a few texts ("src", "bw", rank numbers) many times: regex matching each
+            # one took most of the load time of a large file (200k links: 6 s of 11).
+            if kind is not yaml.ScalarNode or self.yaml_path_resolvers:
+                return super().resolve(kind, value, implicit)
+            key = (value, implicit)
+            tag = self._tags.get(key)
+            if tag is None:
+                tag = super().resolve(kind, value, implicit)
+                if len(self._tags) < _RESOLVED_TAGS:
+                    self._tags[key] = tag
+            return tag
 
     def construct_mapping(loader, node, deep=False):
         seen = set()
@@ -453,15 +474,27 @@ def _format_of(path: Path) -> str | None:
     return None
 
 
+#: Largest topology file read (docs/topology.md): ~1.5M link entries in JSON, ~30 bytes of memory per byte.
+MAX_TOPOLOGY_BYTES = 32 * 2**20
+#: Largest YAML topology file (~125k link entries): PyYAML's node graph takes up to ~180 bytes of memory
+#: and 1.6 µs of CPU per byte, so the densest 4 MiB file loads in ~750 MB and ~7 s (JSON: 30x faster).
+MAX_YAML_TOPOLOGY_BYTES = 4 * 2**20
+
+
 def read_topology_file(path: str | os.PathLike) -> Topology:
     from synth.fileio import read_input_text
 
     path = Path(path)
     source = str(path)
-    text = read_input_text(path, "topology file")
+    text = read_input_text(path, "topology file", MAX_TOPOLOGY_BYTES)
     if not text.strip():
         raise _fail(source, "", "empty file (expected a YAML or JSON topology)")
-    doc = decode_text(text, source, _format_of(path))
+    fmt = _format_of(path) or ("json" if text.lstrip().startswith("{") else "yaml")
+    if fmt == "yaml" and len(text) > MAX_YAML_TOPOLOGY_BYTES:
+        raise _fail(source, "", f"a YAML topology file holds at most {MAX_YAML_TOPOLOGY_BYTES // 2**20} MiB (its parse "
+                                f"takes ~180 bytes of memory per byte); write it as JSON (up to "
+                                f"{MAX_TOPOLOGY_BYTES // 2**20} MiB)")
+    doc = decode_text(text, source, fmt)
     from synth.topology.importers import topology_from_msccl
     from synth.topology.msccl_tools import is_msccl_object
 
@@ -514,7 +547,28 @@ def dump_topology(topology: Topology, fmt: str = "yaml") -> str:
     doc = topology_to_dict(topology)
     _check_texts(doc, topology.source or "topology")  # never write what load_topology would reject
     if fmt == "json":
-        return json.dumps(doc, indent=2) + "\n"
+        return _readable_size(json.dumps(doc, indent=2) + "\n", fmt, topology.name)
+    # PyYAML's writer takes ~60 µs per link: first a lower bound from compact JSON (a YAML link entry is at
+    # most 4 bytes shorter: no quotes around keys and names, but "- " and a space after each ":" and ",")
+    least = len(json.dumps(doc, separators=(",", ":")).encode("utf-8")) - 4 * len(doc["links"])
+    if least > MAX_YAML_TOPOLOGY_BYTES:
+        _readable_size("", fmt, topology.name, least)
+    return _readable_size(_yaml_text(doc), fmt, topology.name)
+
+
+def _readable_size(text: str, fmt: str, name: str, size: int | None = None) -> str:
+    """``text``, unless it is larger than :func:`read_topology_file` reads (``size``: known larger already)."""
+    limit = MAX_TOPOLOGY_BYTES if fmt == "json" else MAX_YAML_TOPOLOGY_BYTES
+    size = len(text.encode("utf-8")) if size is None else size
+    if size > limit:
+        hint = "write it as .json (up to 32 MiB)" if fmt == "yaml" else "generate a smaller topology"
+        raise SynthError(f"topology {name!r} would be {size / 2**20:.1f} MiB or more of {fmt.upper()}, more than the "
+                         f"{limit // 2**20} MiB synth reads back (docs/topology.md); {hint}")
+    return text
+
+
+def _yaml_text(doc: dict[str, Any]) -> str:
+    """The YAML of a topology document: one flow-style mapping per link."""
     import yaml
 
     class Dumper(yaml.SafeDumper):
