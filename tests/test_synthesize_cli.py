@@ -338,3 +338,34 @@ def test_progress_names_each_method_run_and_the_best_gap_so_far():
 def test_no_progress_line_without_a_terminal(tmp_path):
     res = invoke("synthesize", "-t", "ring-8", "-c", "allgather", "-s", "1MiB", "-o", str(tmp_path / "a.xml"))
     assert res.exit_code == 0 and "running" not in res.output
+
+
+def test_a_program_over_an_msccl_limit_is_written_as_json_and_refused_as_xml_naming_the_limit(tmp_path):
+    """Issue 31's "limits that say so": 8192 chunks per piece put output offsets past the runtimes' int16 range
+    (a pinned --chunks is never reduced), so no MSCCL runtime loads the program; the JSON program still verifies
+    and simulates, and the XML export exits 2 naming the limit, the rank and the step."""
+    args = ("synthesize", "-t", "dgx1", "-c", "allgather", "-m", "ring", "--chunks", "8192", "-s", "1GiB")
+    res = invoke(*args, "-o", str(tmp_path / "ring.xml"))
+    assert res.exit_code == 2
+    assert "int16 offset limit" in res.output and "rank 0" in res.output and ".json" in res.output
+    assert not (tmp_path / "ring.xml").exists()
+    res = invoke(*args, "-o", str(tmp_path / "ring.json"), "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert any("no MSCCL runtime loads this program" in note for note in doc["notes"])
+    program = load_program(tmp_path / "ring.json")
+    assert program.nchunksperloop == 8 * 8192 and verify(program).ok
+
+
+def test_a_kept_program_over_a_limit_says_so(monkeypatch):
+    """A method's only program over an MSCCL limit is kept (its JSON program runs) and the result says that no
+    runtime loads it."""
+    import synth.pipeline as pipeline
+
+    topology = gen.ring(8)
+    base = synthesize(topology, "allgather", 2**20, "ring")
+    over = replace(base.schedule, notes={**base.schedule.notes, "over_limits": "a test limit"})
+    monkeypatch.setattr(pipeline, "_fitted", lambda spec, inst: (over, base.program, None, "a test limit"))
+    result = synthesize(topology, "allgather", 2**20, "ring")
+    assert result.schedule.notes.get("over_limits") == "a test limit"
+    assert any("no MSCCL runtime loads this program" in note for note in result.notes)

@@ -40,6 +40,7 @@ import numpy as np
 
 from synth.collectives import COLLECTIVES, Collective, CollectiveKind
 from synth.errors import SynthError
+from synth.limits import check_transfer_count
 from synth.schedule import Schedule, Transfer
 from synth.synthesis.base import Instance, MethodSpec, SynthOptions, deadline_of, time_limit_error
 from synth.topology.model import Topology
@@ -493,6 +494,8 @@ def synthesize(inst: Instance) -> Schedule:
     t0 = time.perf_counter()
     coll = effective_collective(collective, options)
     check_supported(coll)
+    check_transfer_count(coll.min_transfers, f"{coll.name} on {coll.num_ranks} ranks in {coll.chunk_factor} "
+                         "chunks needs at least")
     tries = int(options.extra.get("greedy_tries", 4))
     try:
         transfers, phases = _plan_phases(topology, coll, size_bytes, options, tries, deadline_of(options))

@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 
 from synth.collectives import Collective
 from synth.errors import SynthError
+from synth.limits import check_transfer_count
 from synth.schedule import Schedule, Transfer
 from synth.synthesis.base import MAX_CHANNELS, MAX_STEP_CHUNKS, MAX_STEPS_PER_TB, Instance, MethodSpec, SynthOptions
 from synth.synthesis.timing import KeyOrderTimer
@@ -369,6 +370,7 @@ def _line_schedule(topology: Topology, collective: Collective, size_bytes: float
                       root=collective.root, inplace=collective.inplace)
     if coll.inplace and name == "alltoall":
         raise SynthError("ring alltoall relays through the ranks and needs an out-of-place buffer")
+    check_transfer_count(coll.min_transfers, f"{name} on {n} ranks in {coll.chunk_factor} chunks needs at least")
     timer = KeyOrderTimer(topology, routes, coll.chunk_bytes(size_bytes))
     C = coll.chunk_factor
     pos = {rank: i for i, rank in enumerate(line)}
@@ -482,6 +484,7 @@ def ring_schedule(topology: Topology, collective: Collective, size_bytes: float,
 
     def timed(c: int, build: bool = False) -> tuple[float, Collective, list[Transfer]]:
         coll = Collective(name, n, c, root=collective.root, inplace=collective.inplace)
+        check_transfer_count(coll.min_transfers, f"{name} on {n} ranks in {c} chunks needs at least")
         makespan, transfers = _ring_transfers(topology, coll, rings, weights, routes, size_bytes, build)
         return makespan, coll, transfers
 
