@@ -11,7 +11,7 @@ from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.lower_bounds import compute_bounds
 from synth.pipeline import synthesize
-from synth.synthesis.base import SynthOptions
+from synth.synthesis.base import Instance, SynthOptions
 from synth.synthesis.spantree import apportion
 from synth.synthesis.spantree import synthesize as spantree
 from synth.topology.generators import mesh, random_regular, torus
@@ -147,14 +147,14 @@ def test_spantree_allreduce_verifies_and_beats_reduce_scatter_plus_allgather(mak
 
 def test_spantree_refuses_switches_and_other_collectives():
     with pytest.raises(SynthError, match="without switches"):
-        spantree(load_topology("dgx-a100-2node"), Collective("allreduce", 16), GIB, SynthOptions())
+        spantree(Instance(load_topology("dgx-a100-2node"), Collective("allreduce", 16), GIB, SynthOptions()))
     with pytest.raises(SynthError, match="supports allreduce"):
-        spantree(mesh([2, 2]), Collective("allgather", 4), GIB, SynthOptions())
+        spantree(Instance(mesh([2, 2]), Collective("allgather", 4), GIB, SynthOptions()))
 
 
 def test_spantree_honours_chunks():
     topology = mesh([3, 3], bw=50.0)
-    schedule = spantree(topology, Collective("allreduce", 9), GIB, SynthOptions(chunks=64))
+    schedule = spantree(Instance(topology, Collective("allreduce", 9), GIB, SynthOptions(chunks=64)))
     assert schedule.collective.chunk_factor == 64
     # every chunk is reduced over N-1 edges and broadcast back over them
     assert len(schedule.transfers) == 64 * 2 * 8
