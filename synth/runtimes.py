@@ -216,7 +216,41 @@ def shared_loader_errors(xml_text: str) -> Iterator[str]:
         root = ET.fromstring(xml_text)
     except ET.ParseError as exc:
         raise SynthError(f"not well-formed XML ({exc})") from None
+    yield from parser_text_errors(xml_text)
     yield from _missing_attributes(root, dict(root.attrib), [runtime_profile(name) for name in RUNTIMES])
+
+
+# Both loaders read XML with the same hand-written tokenizer (msccl-executor-nccl c6f6b36
+# src/misc/msccl/msccl_parser.cc:104-156, mscclXmlGetNode; microsoft/msccl b23e9cd src/graph/xml.cc:106-158,
+# xmlGetNode): between elements only ' ', '\n' and '\r' are skipped, anything but '<' then is refused
+# ("expecting '<'"), "<!--" starts a comment, and any other element name is read as a tag whose attributes
+# must end in '>' ("expected >"), so a "<?xml ...?>" declaration is refused.
+_BETWEEN = re.compile(r"[ \n\r]*")
+_PARSER_LINES = "msccl_parser.cc:107-113, xml.cc:109-115"
+
+
+def parser_text_errors(xml_text: str) -> Iterator[str]:
+    """What the runtimes' tokenizer refuses that an XML parser accepts: text or a tab between elements, or a
+    ``<?...?>`` declaration (the first problem only: the loader stops there)."""
+    pos, end = 0, len(xml_text)
+    while True:
+        pos = _BETWEEN.match(xml_text, pos).end()
+        if pos >= end:
+            return
+        if xml_text[pos] != "<":
+            yield (f"character {xml_text[pos]!r} at offset {pos} between elements: both runtimes' XML readers "
+                   f"skip only spaces and line breaks there ({_PARSER_LINES})")
+            return
+        if xml_text.startswith("<!--", pos):
+            close = xml_text.find("-->", pos + 4)
+            pos = end if close < 0 else close + 3
+            continue
+        if xml_text.startswith("<?", pos):
+            yield (f"an XML declaration or processing instruction (<?...?>) at offset {pos}: both runtimes' XML "
+                   "readers refuse it (msccl_parser.cc:151-154, xml.cc:154-157: expected '>')")
+            return
+        close = xml_text.find(">", pos)
+        pos = end if close < 0 else close + 1
 
 
 def _missing_attributes(root: ET.Element, attrs: Mapping[str, str], profiles: list[RuntimeProfile]) -> Iterator[str]:

@@ -737,6 +737,22 @@ def test_a_missing_required_attribute_fails_verify(tmp_path, tag, key):
         assert f"lacks {key}" in result.stderr and RUNTIMES[needs].read_at(tag, key) in result.stderr
 
 
+@pytest.mark.parametrize(("edit", "needle"), [
+    (lambda text: '<?xml version="1.0"?>\n' + text, "<?...?>"),
+    (lambda text: text.replace("\n<", "\n\t<", 1), "'\\t'"),
+])
+def test_what_the_runtimes_tokenizer_refuses_fails_verify(tmp_path, edit, needle):
+    """Both loaders tokenize XML by hand: an XML declaration, or a tab between elements, is refused there
+    though any XML parser (synth's too) reads it; plain verify must fail such a file (exit 1), and a comment,
+    which the tokenizer skips, must not."""
+    base = _program_base()
+    result = run_synth("verify", write(tmp_path, "p.xml", edit(base)))
+    assert_clean(result, (1,))
+    assert needle in result.stderr and "msccl_parser.cc" in result.stderr, result.stderr
+    commented = base.replace("\n<", "\n<!-- a comment, with <tags> and 'quotes' -->\n<", 1)
+    assert run_synth("verify", write(tmp_path, "c.xml", commented)).returncode == 0
+
+
 def test_required_attributes_cite_one_line_each():
     from synth.runtime_limits import EXECUTOR, MSCCL
 
