@@ -25,7 +25,7 @@ def test_every_collective_is_correct(name, topo):
     schedule = synthesize(Instance(topo, coll, 1 << 20, SynthOptions()))
     check_schedule(schedule, topo)
     assert schedule.predicted_time_us == pytest.approx(schedule.makespan)
-    assert schedule.notes["status"] == "heuristic"
+    assert "status" not in schedule.notes    # the pipeline alone decides a program's status
 
 
 def test_chunks_option_and_deterministic_seed():

@@ -505,7 +505,7 @@ def synthesize(inst: Instance) -> Schedule:
     makespan = max((t.end for t in transfers), default=0.0)
     return Schedule(coll, topology.name, tuple(transfers), method="greedy", size_bytes=float(size_bytes),
                     predicted_time_us=makespan,
-                    notes={"status": "heuristic", "tries": min((p.tries for p in phases), default=tries),
+                    notes={"tries": min((p.tries for p in phases), default=tries),
                            "seed": options.seed,
                            "synthesis_s": time.perf_counter() - t0})
 
