@@ -22,7 +22,7 @@ from synth.collectives import RUNTIME_ELEMENT_BYTES, Collective, canonical_name,
 from synth.errors import SynthError, TimeLimitReached
 from synth.limits import check_rank_count, check_route_switches, check_transfer_count
 from synth.program.ir import Program
-from synth.runtime_limits import runtime_profile
+from synth.runtime_limits import MAX_STEPS_PER_TB, runtime_profile
 from synth.runtimes import scratch_bytes
 from synth.schedule import Schedule
 from synth.solvers import SOLVERS
@@ -174,27 +174,45 @@ def _fitted(spec: MethodSpec, inst: Instance) -> tuple[Schedule, Program, int | 
     and the rank (issue 31's "limits that say so")."""
     chosen = None
     over: tuple[Schedule, Program, str] | None = None
+    first: tuple[Schedule, _DoesNotLower] | None = None   # the first schedule the lowering refused
     while True:
         try:
             schedule = _run_method(spec, inst)
         except TimeLimitReached:
             raise
         except SynthError:
-            if over is None:
+            if over is None and first is None:
                 raise
-            return over[0], over[1], None, over[2]
+            return _over_limits(inst, spec.name, over, first)
         try:
             return schedule, _program(inst, spec.name, schedule), chosen, None
         except _DoesNotLower as exc:
             if over is None and exc.program is not None:
                 over = (schedule, exc.program, str(exc))
+            first = first or (schedule, exc)
             factor = schedule.collective.chunk_factor
             if (inst.options.chunks is not None and chosen is None) or factor <= 1:
-                if over is None:
-                    raise
-                return over[0], over[1], None, over[2]
+                return _over_limits(inst, spec.name, over, first)
             chosen = chosen or factor
             inst = inst.with_options(replace(inst.options, chunks=factor // 2))
+
+
+def _over_limits(inst: Instance, method: str, over: tuple[Schedule, Program, str] | None,
+                 first: tuple[Schedule, _DoesNotLower] | None) -> tuple[Schedule, Program, None, str]:
+    """The program kept over an MSCCL limit: the first verified one, or else the first schedule lowered with
+    threadblocks of any length (the lowering spreads a connection over at most 32 channels of 64 steps, an MSCCL
+    limit the JSON program does not have); the first refusal when neither exists."""
+    if over is not None:
+        return over[0], over[1], None, over[2]
+    assert first is not None
+    schedule, refusal = first
+    try:
+        program = _program(inst, method, schedule, max_steps_per_tb=UNLIMITED_STEPS)
+    except _DoesNotLower as exc:
+        if exc.program is None:
+            raise refusal from None
+        return schedule, exc.program, None, str(refusal)
+    return schedule, program, None, str(refusal)
 
 
 def _run_method(spec: MethodSpec, inst: Instance) -> Schedule:
@@ -225,7 +243,10 @@ class _DoesNotLower(SynthError):
         self.program = program
 
 
-def _program(inst: Instance, method: str, schedule: Schedule) -> Program:
+UNLIMITED_STEPS = 1 << 30   # steps per threadblock when a program is lowered for its JSON form only
+
+
+def _program(inst: Instance, method: str, schedule: Schedule, max_steps_per_tb: int = MAX_STEPS_PER_TB) -> Program:
     """``schedule`` checked against the request, lowered, verified and held to MSCCL's limits; the program
     records the fabric the schedule carries."""
     from synth.program.lower import lower
@@ -241,7 +262,7 @@ def _program(inst: Instance, method: str, schedule: Schedule) -> Program:
                          f"(used {coll.chunk_factor})")
     name = f"{coll.name}-{method}-{inst.topology.name}"
     try:
-        program = lower(schedule, name=name).with_(fabric=schedule.fabric)
+        program = lower(schedule, name=name, max_steps_per_tb=max_steps_per_tb).with_(fabric=schedule.fabric)
     except SynthError as exc:
         raise _DoesNotLower(f"method {method}: {exc}") from None
     result = verify(program, coll)

@@ -303,11 +303,11 @@ def _refusing_more_than(limit: int, monkeypatch) -> list[int]:
 
     real, asked = pipeline._program, []
 
-    def program(inst, method, schedule):
+    def program(inst, method, schedule, **kwargs):
         asked.append(schedule.collective.chunk_factor)
         if schedule.collective.chunk_factor > limit:
             raise pipeline._DoesNotLower(f"method {method}: lowering: too many steps")
-        return real(inst, method, schedule)
+        return real(inst, method, schedule, **kwargs)
 
     monkeypatch.setattr(pipeline, "_program", program)
     return asked
@@ -368,4 +368,31 @@ def test_a_kept_program_over_a_limit_says_so(monkeypatch):
     monkeypatch.setattr(pipeline, "_fitted", lambda spec, inst: (over, base.program, None, "a test limit"))
     result = synthesize(topology, "allgather", 2**20, "ring")
     assert result.schedule.notes.get("over_limits") == "a test limit"
+    assert any("no MSCCL runtime loads this program" in note for note in result.notes)
+
+
+def _unspreadable_ring(inst):
+    """A one-chunk-per-step ring allgather: each connection carries 7 x C steps (no step merges chunks)."""
+    from synth.schedule import Schedule, Transfer
+
+    coll, n = inst.collective, inst.collective.num_ranks
+    out = [Transfer(float(t), t + 1.0, coll.contribution(q, k), (q + t) % n, (q + t + 1) % n)
+           for q in range(n) for t in range(n - 1) for k in range(coll.chunk_factor)]
+    return Schedule(coll, inst.topology.name, tuple(out), method="unspreadable", size_bytes=inst.size_bytes,
+                    predicted_time_us=n - 1.0)
+
+
+def test_a_schedule_the_lowering_cannot_spread_over_msccl_channels_is_kept_as_a_json_program(monkeypatch):
+    """Where a connection needs more steps than MSCCL's 32 channels x 64 steps hold (here 7 x 300 = 2100) and no
+    smaller count is possible (a pinned --chunks), the program is lowered with longer threadblocks: it verifies
+    and simulates, and the result says no MSCCL runtime loads it."""
+    import synth.synthesis.registry as registry
+
+    spec = MethodSpec("unspreadable", _unspreadable_ring, frozenset({"allgather"}), "test double")
+    monkeypatch.setattr(registry, "get_method", lambda name: spec)
+    result = synthesize(gen.ring(8), "allgather", 1 << 30, "unspreadable", SynthOptions(chunks=300))
+    why = result.schedule.notes["over_limits"]
+    assert "channel" in why and "--chunks" in why
+    assert verify(result.program, result.collective).ok
+    assert max(len(tb.steps) for gpu in result.program.gpus for tb in gpu.threadblocks) > 64
     assert any("no MSCCL runtime loads this program" in note for note in result.notes)
