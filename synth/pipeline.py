@@ -174,7 +174,7 @@ def _fitted(spec: MethodSpec, inst: Instance) -> tuple[Schedule, Program, int | 
     and the rank (issue 31's "limits that say so")."""
     chosen = None
     over: tuple[Schedule, Program, str] | None = None
-    first: tuple[Schedule, _DoesNotLower] | None = None   # the first schedule the lowering refused
+    first: tuple[Instance, Schedule, _DoesNotLower] | None = None   # the first schedule the lowering refused
     while True:
         try:
             schedule = _run_method(spec, inst)
@@ -183,29 +183,29 @@ def _fitted(spec: MethodSpec, inst: Instance) -> tuple[Schedule, Program, int | 
         except SynthError:
             if over is None and first is None:
                 raise
-            return _over_limits(inst, spec.name, over, first)
+            return _over_limits(spec.name, over, first)
         try:
             return schedule, _program(inst, spec.name, schedule), chosen, None
         except _DoesNotLower as exc:
             if over is None and exc.program is not None:
                 over = (schedule, exc.program, str(exc))
-            first = first or (schedule, exc)
+            first = first or (inst, schedule, exc)
             factor = schedule.collective.chunk_factor
             if (inst.options.chunks is not None and chosen is None) or factor <= 1:
-                return _over_limits(inst, spec.name, over, first)
+                return _over_limits(spec.name, over, first)
             chosen = chosen or factor
             inst = inst.with_options(replace(inst.options, chunks=factor // 2))
 
 
-def _over_limits(inst: Instance, method: str, over: tuple[Schedule, Program, str] | None,
-                 first: tuple[Schedule, _DoesNotLower] | None) -> tuple[Schedule, Program, None, str]:
+def _over_limits(method: str, over: tuple[Schedule, Program, str] | None,
+                 first: tuple[Instance, Schedule, _DoesNotLower] | None) -> tuple[Schedule, Program, None, str]:
     """The program kept over an MSCCL limit: the first verified one, or else the first schedule lowered with
     threadblocks of any length (the lowering spreads a connection over at most 32 channels of 64 steps, an MSCCL
     limit the JSON program does not have); the first refusal when neither exists."""
     if over is not None:
         return over[0], over[1], None, over[2]
     assert first is not None
-    schedule, refusal = first
+    inst, schedule, refusal = first   # the request as first made: later ones pinned halved chunk counts
     try:
         program = _program(inst, method, schedule, max_steps_per_tb=UNLIMITED_STEPS)
     except _DoesNotLower as exc:

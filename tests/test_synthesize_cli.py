@@ -396,3 +396,24 @@ def test_a_schedule_the_lowering_cannot_spread_over_msccl_channels_is_kept_as_a_
     assert verify(result.program, result.collective).ok
     assert max(len(tb.steps) for gpu in result.program.gpus for tb in gpu.threadblocks) > 64
     assert any("no MSCCL runtime loads this program" in note for note in result.notes)
+
+
+def _unspreadable_or_refusing(inst):
+    """Chooses 300 chunks per piece itself, and refuses any other count (as a forest allreduce refuses a count
+    that is not a multiple of its ranks)."""
+    if inst.options.chunks is not None and inst.options.chunks != 300:
+        raise SynthError(f"--chunks {inst.options.chunks}: this method needs 300")
+    coll = replace(inst.collective, chunk_factor=300)
+    return _unspreadable_ring(replace(inst, collective=coll))
+
+
+def test_a_method_that_refuses_the_halved_count_keeps_its_first_program(monkeypatch):
+    """The halving retry asks for 150 chunks, which the method refuses: the program at its own 300 stands, lowered
+    for its JSON form (1024-rank allreduce on 128 A100 boxes: the ring at 0.10 of the bound was all that was left)."""
+    import synth.synthesis.registry as registry
+
+    spec = MethodSpec("refusing", _unspreadable_or_refusing, frozenset({"allgather"}), "test double")
+    monkeypatch.setattr(registry, "get_method", lambda name: spec)
+    result = synthesize(gen.ring(8), "allgather", 1 << 30, "refusing")
+    assert result.collective.chunk_factor == 300 and "over_limits" in result.schedule.notes
+    assert verify(result.program, result.collective).ok
