@@ -211,7 +211,7 @@ def _over_limits(method: str, over: tuple[Schedule, Program, str] | None,
     except _DoesNotLower as exc:
         if exc.program is None:
             raise refusal from None
-        return schedule, exc.program, None, str(refusal)
+        program = exc.program
     return schedule, program, None, str(refusal)
 
 

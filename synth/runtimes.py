@@ -185,6 +185,7 @@ def loader_errors(runtime: str | RuntimeProfile, xml_text: str, size_bytes: int 
         root = ET.fromstring(xml_text)
     except ET.ParseError as exc:
         raise SynthError(f"not well-formed XML ({exc})") from None
+    yield from parser_text_errors(xml_text)
     attrs = dict(root.attrib)
     where = f"{profile.repo}"
     if len(attrs) > profile.max_attributes:

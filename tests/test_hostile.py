@@ -749,6 +749,10 @@ def test_what_the_runtimes_tokenizer_refuses_fails_verify(tmp_path, edit, needle
     result = run_synth("verify", write(tmp_path, "p.xml", edit(base)))
     assert_clean(result, (1,))
     assert needle in result.stderr and "msccl_parser.cc" in result.stderr, result.stderr
+    for runtime in ("msccl-executor", "msccl"):   # each runtime's own check refuses it too
+        result = run_synth("verify", "--runtime", runtime, write(tmp_path, "p.xml", edit(base)))
+        assert_clean(result, (1,))
+        assert needle in result.stderr, result.stderr
     commented = base.replace("\n<", "\n<!-- a comment, with <tags> and 'quotes' -->\n<", 1)
     assert run_synth("verify", write(tmp_path, "c.xml", commented)).returncode == 0
 
