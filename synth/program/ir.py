@@ -68,6 +68,36 @@ class Gpu:
         return {"i": self.i_chunks, "o": self.o_chunks, "s": self.s_chunks}[buffer]
 
 
+SWITCH_OPS = ("reduce", "multicast")
+
+
+@dataclass(frozen=True)
+class SwitchOp:
+    """One in-network operation of a switch (JSON program version 2 only; docs/programs.md).
+
+    ``reduce``: takes the next message from every rank of ``srcs`` on connection (rank, switch, ``chan``),
+    sums them element-wise and sends the sum to every rank of ``dsts``. ``multicast``: ``srcs`` is one
+    rank; its next message goes to every rank of ``dsts``. Messages are ``cnt`` chunks. Ranks take part
+    with ordinary ``s``/``r`` steps on a threadblock whose peer is the switch (peer id ``num_ranks + k``
+    for ``program.switches[k]``). An op runs once all its messages have arrived; on each connection the
+    k-th message is matched with the k-th op (in list order) that names that rank.
+    """
+
+    type: str
+    srcs: tuple[int, ...]
+    dsts: tuple[int, ...]
+    cnt: int = 1
+    chan: int = 0
+
+
+@dataclass(frozen=True)
+class SwitchProgram:
+    """The operations one switch of the fabric (by name) performs, in order."""
+
+    name: str
+    ops: tuple[SwitchOp, ...] = ()
+
+
 @dataclass(frozen=True)
 class Program:
     name: str
@@ -87,12 +117,19 @@ class Program:
     size_bytes: float | None = None
     chunk_bytes: float | None = None
     predicted_time_us: float | None = None
+    # in-network steps (NVLS/SHARP); a program with any cannot be written as MSCCL XML
+    switches: tuple[SwitchProgram, ...] = ()
     # not compared: the same steps are the same program wherever they came from
     fabric: Fabric | None = field(default=None, compare=False)
     extra: dict = field(default_factory=dict, compare=False)
 
     def with_(self, **changes) -> Program:
         return replace(self, **changes)
+
+    def switch_peer(self, peer: int) -> SwitchProgram | None:
+        """The switch program a threadblock peer id names (``num_ranks + k``), or None for a rank peer."""
+        k = peer - self.num_ranks
+        return self.switches[k] if 0 <= k < len(self.switches) else None
 
     def num_steps(self) -> int:
         return sum(len(tb.steps) for gpu in self.gpus for tb in gpu.threadblocks)

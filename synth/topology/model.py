@@ -1,7 +1,9 @@
-"""Topology IR: ranks, forwarding-only switches, and directed α-β links (plain data).
+"""Topology IR: ranks, switches, and directed α-β links (plain data).
 
 Node ids are dense integers: ranks are ``0..num_ranks-1`` and switch ``k`` is ``num_ranks + k``.
 Links are directed and merged: parallel entries of a file add their bandwidth (docs/topology.md).
+A switch forwards; one that declares :class:`SwitchFeatures` may also reduce or multicast in the
+network (NVLS, SHARP).
 """
 
 from __future__ import annotations
@@ -26,6 +28,29 @@ class Link:
 
 
 @dataclass(frozen=True)
+class SwitchFeatures:
+    """What a switch does besides forwarding (docs/topology.md, "In-network reduction").
+
+    ``reduce``: it sums the messages its members send it for one reduction and sends the result on
+    (NVSwitch NVLS multimem, InfiniBand SHARP), paying ``reduce_alpha`` µs once per reduction and moving
+    at most ``reduce_bw`` GB/s through its reduction engine. ``multicast``: one message in, a copy out on
+    every link named by the operation.
+    """
+
+    reduce: bool = False
+    multicast: bool = False
+    reduce_alpha: float = 0.0
+    reduce_bw: float = math.inf
+
+    @property
+    def plain(self) -> bool:
+        return not (self.reduce or self.multicast)
+
+
+NO_FEATURES = SwitchFeatures()
+
+
+@dataclass(frozen=True)
 class Topology:
     name: str
     num_ranks: int
@@ -33,6 +58,8 @@ class Topology:
     switches: tuple[str, ...] = ()
     machines: tuple[tuple[int, ...], ...] = ()
     description: str = ""
+    # In-network features by switch name; only switches that do more than forward are listed.
+    features: tuple[tuple[str, SwitchFeatures], ...] = ()
     # Provenance only (not part of equality): the file it came from.
     source: str | None = field(default=None, compare=False)
 
@@ -49,6 +76,17 @@ class Topology:
 
     def is_switch(self, node: int) -> bool:
         return self.num_ranks <= node < self.num_nodes
+
+    def switch_features(self, node: int) -> SwitchFeatures:
+        """The in-network features of switch ``node`` (plain forwarding for a rank or an undeclared switch)."""
+        if not self.is_switch(node):
+            return NO_FEATURES
+        return dict(self.features).get(self.switches[node - self.num_ranks], NO_FEATURES)
+
+    @property
+    def reducing_switches(self) -> tuple[int, ...]:
+        """Node ids of the switches that can reduce in the network."""
+        return tuple(self.node_id(name) for name, f in self.features if f.reduce)
 
     def node_name(self, node: int) -> int | str:
         """The file-level name: the rank integer or the switch name."""
@@ -74,6 +112,10 @@ class Topology:
         links = sorted((link.src, link.dst, float(link.bw), float(link.alpha)) for link in self.links)
         doc = {"format": "synth-fabric/1", "ranks": self.num_ranks, "switches": list(self.switches),
                "links": [list(link) for link in links]}
+        if self.features:  # only then: a fabric without in-network features keeps its hash
+            doc["features"] = {name: [f.reduce, f.multicast, float(f.reduce_alpha),
+                                      f.reduce_bw if math.isfinite(f.reduce_bw) else None]
+                               for name, f in sorted(self.features)}
         text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -153,7 +195,8 @@ class Topology:
         if all(new is old for new, old in zip(links, self.links)):
             return self
         return Topology(name=self.name, num_ranks=self.num_ranks, links=tuple(links), switches=self.switches,
-                        machines=self.machines, description=self.description, source=self.source)
+                        machines=self.machines, description=self.description, features=self.features,
+                        source=self.source)
 
     def reversed(self) -> Topology:
         """The same fabric with every link turned around (reducescatter is allgather reversed)."""
@@ -164,6 +207,7 @@ class Topology:
             switches=self.switches,
             machines=self.machines,
             description=self.description,
+            features=self.features,
             source=self.source,
         )
 
