@@ -103,6 +103,11 @@ def reference_topologies() -> dict[str, Topology]:
             description="NVIDIA DGX A100: 8 A100 <-> one NVSwitch at 300 GB/s each way, alpha 0.7 us "
                         "(docs/topology.md).",
         ),
+        gen.star(
+            8, 450, 0.7, switch="nvswitch", name="dgx-h100", machines=box8,
+            description="NVIDIA DGX H100: 8 H100 <-> one NVSwitch at 450 GB/s each way, alpha 0.7 us (one box of "
+                        "dgx-h100-2node; docs/topology.md).",
+        ),
         _a100_nodes(2),
         _a100_nodes(4),
         gen.boxes_behind_nics(
