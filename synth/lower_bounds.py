@@ -615,24 +615,37 @@ def _rounds(n: int, degree: int) -> int:
 
 
 def latency_bound_us(topology: Topology, collective: Collective) -> tuple[float, dict]:
-    """Latency lower bound: max(shortest-path bound, port-aware round bound).
+    """Latency lower bound: max(shortest-path bound, port-round bound).
 
     Shortest path: data from u reaches v no sooner than the α-weighted shortest u→v path (every hop
     of a route pays its α, docs/cost-model.md). Over the pairs that must communicate: all ordered rank pairs for
     the all-to-all-dependent collectives; root→v for broadcast/scatter; u→root for reduce/gather.
 
-    Port-aware rounds (the SCCL/TE-CCL argument, Cai et al. PPoPP'21 §3; Liu et al. SIGCOMM'24):
-    let a = the smallest α-distance between two distinct ranks (every rank-to-rank transfer lasts
-    ≥ a) and D = the largest number of out-links of a rank (a link to a switch counts once: it
-    carries one transfer at a time). Let f(t) be the most ranks that can hold any byte that
-    originated at one rank by time t. A transfer finishing in (t-a, t] started by t-a, so its sender
-    was informed by t-a; a link finishes at most one transfer in any window of length a (transfers on
-    it are serialized and each lasts ≥ a). Hence f(t) ≤ (D+1)·f(t-a) and f(t) = 1 for t < a, so
-    f(t) ≤ (D+1)^⌊t/a⌋ and spreading one rank's data to N ranks needs ``T ≥ ⌈log_{D+1} N⌉ · a``.
-    The mirrored argument with in-links bounds how fast one rank can depend on N inputs. We apply the
-    out-form to collectives where one rank's data must reach all ranks (allgather, alltoall,
-    allreduce, reducescatter, broadcast, scatter) and the in-form where a rank must depend on all
-    ranks (all of those except broadcast/scatter, plus reduce/gather).
+    Port rounds (the round argument of SCCL, Cai et al. PPoPP'21 §3, with the port model of TACCL,
+    Shah et al. NSDI'23, and TE-CCL, Liu et al. SIGCOMM'24, where a rank's link into a switch is a
+    link of its own). A rank's *ports* are its out-links (a link to a switch counts once: whatever
+    the switch then fans out to, that port carries one transfer at a time, docs/cost-model.md rule 3);
+    D = the most ports of any rank. Every rank-to-rank transfer lasts at least
+    a = min_{u≠v} dist_α(u, v), the smallest α-weighted rank-to-rank distance: behind a switch the full
+    rank→switch→rank α of both hops (dgx-a100: 2 × 0.7 = 1.4 µs), since a circuit pays every hop's α
+    (rule 4) and a switch holds no data between them.
+
+    Claim: spreading one rank's data to all N ranks takes ``T ≥ ⌈log_{D+1} N⌉ · a``.
+    Proof: let f(t) be the most ranks holding anything derived from that data by time t; f(t) = 1 for
+    t < a. A rank that first holds it in (t−a, t] got it by a transfer that finished there, so
+    started by t−a, from a rank that held it by t−a. Each of that sender's ports is serialized and
+    each transfer on it lasts ≥ a, so each port finishes at most one transfer in a window of length
+    a: f(t) ≤ f(t−a) + D·f(t−a) = (D+1)·f(t−a), hence f(t) ≤ (D+1)^⌊t/a⌋ and f(T) ≥ N needs
+    ⌊T/a⌋ ≥ ⌈log_{D+1} N⌉. The mirrored argument over in-ports (D = the most in-links of a rank)
+    bounds how fast one rank can depend on N inputs (a reduction chain, or all-gathered pieces).
+    We apply the out-form to collectives where one rank's data must reach all ranks (allgather,
+    alltoall, allreduce, reducescatter, broadcast, scatter) and the in-form where a rank must depend
+    on all ranks (all of those except broadcast/scatter, plus reduce/gather).
+
+    Tightness behind one switch (N a power of two, one port per rank): recursive doubling meets it up
+    to the bytes' serialization, log2 N rounds of one port transfer each (allgather 1 KB on dgx-a100:
+    bound 4.2 µs, recursive doubling 4.203 µs; allreduce by plain recursive doubling 4.21 µs). It is
+    not a sum with the bandwidth bound (``time_bound = max``), so at sizes where both matter it is loose.
     """
     n = topology.num_ranks
     if n < 2:

@@ -30,9 +30,13 @@ Algorithms:
 - ``rdh`` (Thakur, Rabenseifner & Gropp, "Optimization of collective communication operations in
   MPICH", IJHPCA 2005): allgather by recursive doubling (log2 N steps, the data doubles each step),
   reducescatter by recursive halving, allreduce by Rabenseifner's algorithm (halving RS then
-  doubling AG). For N not a power of two, P = 2^⌊log2 N⌋ core ranks run the algorithm and each of
-  the N-P extra ranks folds into a core partner first (sends its data, reducing) and is unfolded at
-  the end (receives the result). On a fully connected fabric allgather takes
+  doubling AG); where the α-β estimate over the butterfly's routes favours it (short messages, MPICH's
+  choice), allreduce by plain recursive doubling instead: log2 P steps, each exchanging and reducing the
+  whole buffer, log2(P)·(α + S/bw) against Rabenseifner's 2·log2(P)·α + 2(P-1)/P·S/bw
+  (``options.extra['rdh_allreduce']`` = ``auto`` / ``halving`` / ``doubling`` picks; the schedule's
+  ``notes['variant']`` says which ran). For N not a power of two, P = 2^⌊log2 N⌋ core ranks run the
+  algorithm and each of the N-P extra ranks folds into a core partner first (sends its data,
+  reducing) and is unfolded at the end (receives the result). On a fully connected fabric allgather takes
   log2(N)·α + (N-1)/N·S/bw. On boxed fabrics the box index fills the low butterfly bits, so the
   rounds that cross boxes are the ones that move the least data.
 - ``direct``: all-pairs for alltoall and allgather: in round d = 1..N-1 rank r sends its piece for
@@ -545,10 +549,12 @@ def _rdh(inst: Instance) -> Schedule:
         else:
             raise SynthError(f"rdh does not apply to {topology.name!r}: the butterfly's partner pairs do not embed "
                              "in the fabric's links and switch routes")
+    variant = _rdh_allreduce_variant(topology, routes, place, bits, size_bytes, options) if name == "allreduce" \
+        else None
     if options.chunks is not None:
         chunks = options.chunks
     else:
-        chunks = p if name == "allreduce" else 1
+        chunks = p if variant == "halving" else 1
     coll = Collective(name, n, chunks, root=collective.root, inplace=collective.inplace)
     plan = Plan(topology, coll, size_bytes, "rdh", options)
     C = chunks
@@ -574,6 +580,20 @@ def _rdh(inst: Instance) -> Schedule:
                 have[i] = snapshot[i] + snapshot[i ^ b]
         for e in range(extras):
             send(1 + len(bits), e, p + e, [c for c in have[e] if c not in piece[p + e]], False)
+    elif variant == "doubling":
+        total = list(range(C))
+        for e in range(extras):
+            send(0, p + e, e, total, True)
+        for s, b in enumerate(bits):     # every core rank exchanges its whole partial sum, both reduce
+            # each send carries the partial sum as it was before this round's receive (no double count)
+            before = {i: sorted({d for c in total for d in into[(i, c)]}) for i in range(p)}
+            arrived = [(i ^ b, plan.send(1 + s, place[i], place[i ^ b], total, True, 0, before[i]))
+                       for i in range(p)]
+            for j, moves in arrived:
+                for c in total:
+                    into[(j, c)] = into[(j, c)] + moves
+        for e in range(extras):
+            send(1 + len(bits), e, p + e, total, False)
     elif name in ("reducescatter", "allreduce"):
         if name == "reducescatter":
             block = {i: [place[i] * C + k for k in range(C)] for i in range(p)}
@@ -611,7 +631,33 @@ def _rdh(inst: Instance) -> Schedule:
                 send(level + len(bits), e, p + e, total, False)
     else:  # pragma: no cover - guarded by the MethodSpec
         raise SynthError(f"rdh does not support {name}")
-    return plan.schedule("rdh", size_bytes, {"core": p, "extras": extras, "placement": place})
+    notes = {"core": p, "extras": extras, "placement": place}
+    if variant is not None:
+        notes["variant"] = variant
+    return plan.schedule("rdh", size_bytes, notes)
+
+
+def _rdh_allreduce_variant(topology: Topology, routes: dict[Pair, tuple[int, ...]], place: Sequence[int],
+                           bits: Sequence[int], size_bytes: float, options: SynthOptions) -> str:
+    """``halving`` (Rabenseifner) or ``doubling`` (plain recursive doubling) for an allreduce of SIZE S
+    over P = 2^len(bits) core ranks, by the α-β estimate with α the largest route α and bw the smallest
+    route bandwidth over the butterfly's pairs (Thakur, Rabenseifner & Gropp 2005, §4.4):
+
+        doubling = log2(P)·(α + S/bw),   halving = 2·log2(P)·α + 2·(P−1)/P·S/bw;
+
+    doubling only where strictly faster. ``options.extra['rdh_allreduce']`` forces either."""
+    forced = str(options.extra.get("rdh_allreduce", "auto"))
+    if forced not in ("auto", "halving", "doubling"):
+        raise SynthError(f"rdh_allreduce must be auto, halving or doubling, got {forced!r}")
+    if forced != "auto" or not bits:
+        return forced if forced != "auto" else "halving"
+    p = 1 << len(bits)
+    pairs = [(place[i], place[i ^ b]) for i in range(p) for b in bits]
+    bw, alpha = _route_cost(topology, routes, pairs)
+    per_byte = 1.0 / (bw * 1e3)
+    doubling = len(bits) * (alpha + size_bytes * per_byte)
+    halving = 2 * len(bits) * alpha + 2 * (p - 1) / p * size_bytes * per_byte
+    return "doubling" if doubling < halving else "halving"
 
 
 # ---- direct: all pairs ----------------------------------------------------------------------------

@@ -18,6 +18,17 @@ virtual link with the path's Σα and min bw (:func:`synth.synthesis.greedy.virt
 enters a switch leaves it in the same epoch. Capacity is enforced on every *physical* link of the
 route: at most one virtual link that uses physical link l is active per epoch.
 
+**Port model** (``options.extra['milp_ports']``: ``auto`` (default) = on behind switches when latency-bound,
+``on``, ``off``; :func:`port_model_on`). A rank's switch port is a physical link like any other, so
+the capacity rows below already serialize its transfers, but one epoch transfer may batch m_j chunks
+for one α only if they are one run of consecutive chunk ids: an MSCCL step moves contiguous chunks
+(docs/cost-model.md rule 2), and scattered ones become several port transfers, each paying the full
+rank→switch→rank α. Without this the model counts one α where the program pays several (dgx-a100, 1 KB
+allgather: 3 epochs in the model, 8.4 µs after decoding, 2× recursive doubling). With it,
+:func:`_one_run` adds the rows, the warm starts are re-placed to obey them (:func:`port_replay`) and
+recursive doubling (:func:`butterfly`) joins them as a warm start; where it meets the epoch lower bound
+(N a power of two, one port per rank: log2 N epochs) it is optimal in the model without a solve.
+
 **Variables** (all binary; pruned, see below):
 x[c,j,k] chunk c crosses virtual link j in epoch k; y[j,k] link j is active in epoch k;
 h[c,r,k] rank r holds c at the start of epoch k (k = 0..K); done[k] every postcondition holds at
@@ -224,6 +235,83 @@ def epoch_greedy(vl: VirtualLinks, problem: CopyProblem, ep: Epochs, dd: np.ndar
     raise SynthError("milp: epoch greedy did not finish")
 
 
+def run_batches(problem: CopyProblem, sends: list[tuple[int, int, int]]) -> list[list[tuple[int, int, int]]]:
+    """The sends of each (link, epoch) batch cut into runs of consecutive chunk ids, in (epoch, link,
+    first id) order: the transfers an MSCCL lowering makes of them (docs/cost-model.md rule 2)."""
+    ids = problem.chunk_ids
+    batches: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
+    for c, j, k in sends:
+        batches.setdefault((k, j), []).append((c, j, k))
+    out = []
+    for key in sorted(batches):
+        run: list[tuple[int, int, int]] = []
+        for send in sorted(batches[key], key=lambda t: ids[t[0]]):
+            if run and ids[send[0]] != ids[run[-1][0]] + 1:
+                out.append(run)
+                run = []
+            run.append(send)
+        out.append(run)
+    return out
+
+
+def port_replay(vl: VirtualLinks, problem: CopyProblem,
+                sends: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """Port model: re-place an epoch schedule so that every (link, epoch) batch is one run of
+    consecutive chunk ids. Runs keep their order; each goes to the earliest epoch, not before its
+    own, in which its sender holds all its chunks and no physical link of its route is taken."""
+    n = problem.num_ranks
+    big = np.iinfo(np.int64).max
+    arrive = np.full((problem.num_chunks, n), big, dtype=np.int64)
+    for c, src in enumerate(problem.sources):
+        arrive[c, list(src)] = 0
+    taken: set[tuple[int, int]] = set()
+    out = []
+    for run in run_batches(problem, sends):
+        j = run[0][1]
+        u, v = int(vl.src[j]), int(vl.dst[j])
+        live = [c for c, _j, _k in run if arrive[c, v] == big]
+        if not live:
+            continue
+        hops = [int(p) for p in vl.phys[j] if p >= 0]
+        k = max([run[0][2]] + [int(arrive[c, u]) for c in live])
+        while any((p, k) in taken for p in hops):
+            k += 1
+        taken.update((p, k) for p in hops)
+        for c in live:
+            arrive[c, v] = k + 1
+            out.append((c, j, k))
+    return out
+
+
+def butterfly(vl: VirtualLinks, problem: CopyProblem, ep: Epochs) -> list[tuple[int, int, int]] | None:
+    """Recursive doubling in the epoch model (the port model's warm start): in epoch s rank i sends
+    every chunk it holds to i XOR 2^s (Thakur, Rabenseifner & Gropp, IJHPCA 2005, allgather by
+    recursive doubling). Applies to N a power of two where every chunk has one source and must reach
+    every rank, every pair (i, i XOR 2^s) has a virtual link and every batch is one run of
+    consecutive chunk ids within m_j; None otherwise."""
+    n = problem.num_ranks
+    if n < 2 or n & (n - 1):
+        return None
+    if any(len(src) != 1 or len(set(src) | set(dst)) != n for src, dst in zip(problem.sources, problem.dests)):
+        return None
+    link = {(int(a), int(b)): j for j, (a, b) in enumerate(zip(vl.src.tolist(), vl.dst.tolist()))}
+    hold = [{c for c, src in enumerate(problem.sources) if src[0] == r} for r in range(n)]
+    ids = problem.chunk_ids
+    sends = []
+    for k in range(n.bit_length() - 1):
+        for i in range(n):
+            p = i ^ (1 << k)
+            j = link.get((i, p))
+            if j is None:
+                return None
+            batch = sorted((c for c in hold[i] if c not in hold[p]), key=lambda c: ids[c])
+            if len(batch) > ep.batch[j] or any(ids[b] != ids[a] + 1 for a, b in zip(batch, batch[1:])):
+                return None
+            sends += [(c, j, k) for c in batch]
+        hold = [hold[i] | hold[i ^ (1 << k)] for i in range(n)]
+    return sends
+
+
 def _finish_epoch(problem: CopyProblem, arrive: np.ndarray) -> int:
     last = 0
     for c, dests in enumerate(problem.dests):
@@ -299,11 +387,11 @@ class Built:
 
 def build_model(vl: VirtualLinks, problem: CopyProblem, ep: Epochs, horizon: int, lb: int,
                 dist: np.ndarray, dd: np.ndarray, start: list[tuple[int, int, int]] | None = None,
-                shortest: bool = True) -> Built:
+                shortest: bool = True, ports: bool = False) -> Built:
     """The time-expanded MILP of the module docstring (TE-CCL, Liu et al., SIGCOMM'24) as a
     :class:`synth.solvers.Model`: the pruned binaries x, h, y, done, then one constraint family per
     step below (each step's docstring gives its rows), the objective min Σ_{k<K} (1 − done[k]), and
-    the warm start."""
+    the warm start. ``ports``: the port model's one-run rows (:func:`_one_run`)."""
     from synth.solvers import Model
 
     K = horizon
@@ -322,10 +410,11 @@ def build_model(vl: VirtualLinks, problem: CopyProblem, ep: Epochs, horizon: int
     _batching(rows, ep, v, K)
     _physical_capacity(rows, vl, v, K)
     _completion(model, rows, reach, v, K, lb)
+    runs = _one_run(model, rows, problem, v) if ports else None
     rows.add_to(model)
     model.set_objective(done, -1.0, "min", offset=float(K))
     if start is not None:
-        _warm_start(model, vl, problem, reach, v, K, start)
+        _warm_start(model, vl, problem, reach, v, K, start, runs)
     return Built(model, x_keys, x_col, K, lb, model.num_vars)
 
 
@@ -532,10 +621,43 @@ def _completion(model: Model, rows: _Rows, reach: _Reach, v: _Vars, horizon: int
                  np.concatenate([np.arange(m), np.arange(m)]), np.full(m, -math.inf), np.zeros(m))
 
 
+def _one_run(model: Model, rows: _Rows, problem: CopyProblem, v: _Vars) -> tuple[np.ndarray, np.ndarray]:
+    """Port model: a (link, epoch) batch is one contiguous run of chunk ids, so it pays one α.
+
+    The epoch model lets a virtual link carry up to m_j chunks per epoch for one α, but an MSCCL step
+    moves contiguous chunks only (docs/cost-model.md rule 2), so a batch of scattered chunks becomes
+    several transfers that serialize on the rank's switch port, each paying the full route α (the
+    continuous-time decoder, :func:`compact`, charges exactly that). With r[c,j,k] ∈ [0, 1] marking
+    "c starts a run" (c' = the chunk whose id is id(c) − 1):
+
+        r[c,j,k] ≥ x[c,j,k] − x[c',j,k]   (r ≥ x where c' has no send variable),
+        Σ_c r[c,j,k] ≤ y[j,k],
+
+    a batch with two runs has two starts and is infeasible; one run needs Σ r = 1. Returns the r
+    columns and, per send, the index of its predecessor's send (−1: none), for the warm start."""
+    x_keys = v.x_keys
+    nx = len(x_keys)
+    index = {(int(c), int(j), int(k)): i for i, (c, j, k) in enumerate(x_keys.tolist())}
+    by_id = {int(cid): c for c, cid in enumerate(problem.chunk_ids)}
+    pred_chunk = np.array([by_id.get(int(cid) - 1, -1) for cid in problem.chunk_ids], dtype=np.int64)
+    pred = np.array([index.get((int(pred_chunk[c]), j, k), -1) if pred_chunk[c] >= 0 else -1
+                     for c, j, k in x_keys.tolist()], dtype=np.int64)
+    r_col = model.add_vars(nx, 0.0, 1.0)
+    has = np.flatnonzero(pred >= 0)
+    ids = np.arange(nx)
+    rows.add(np.concatenate([v.x_col, r_col, v.x_col[pred[has]]]),
+             np.concatenate([np.ones(nx), -np.ones(nx), -np.ones(len(has))]),
+             np.concatenate([ids, ids, has]), np.full(nx, -math.inf), np.zeros(nx))
+    ny = len(v.jk)
+    rows.add(np.concatenate([r_col, v.y_col]), np.concatenate([np.ones(nx), -np.ones(ny)]),
+             np.concatenate([v.x_y, np.arange(ny)]), np.full(ny, -math.inf), np.zeros(ny))
+    return r_col, pred
+
+
 def _warm_start(model: Model, vl: VirtualLinks, problem: CopyProblem, reach: _Reach, v: _Vars, horizon: int,
-                start: list[tuple[int, int, int]]) -> None:
-    """Give the solver ``start`` (sends (chunk, link, epoch)) as x, y, the h it implies and done;
-    nothing when a send lies outside the pruned model."""
+                start: list[tuple[int, int, int]], runs: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+    """Give the solver ``start`` (sends (chunk, link, epoch)) as x, y, the h it implies, done and (port
+    model) the run starts; nothing when a send lies outside the pruned model."""
     nc, n = reach.src_set.shape
     values = np.zeros(model.num_vars)
     arrive = np.full((nc, n), horizon + 1, dtype=np.int64)
@@ -553,6 +675,10 @@ def _warm_start(model: Model, vl: VirtualLinks, problem: CopyProblem, reach: _Re
     values[v.h_idx[live & held]] = 1.0
     finish = _finish_epoch(problem, arrive)
     values[v.done[finish:]] = 1.0
+    if runs is not None:
+        r_col, pred = runs
+        x = values[v.x_col]
+        values[r_col] = np.maximum(0.0, x - np.where(pred >= 0, x[np.maximum(pred, 0)], 0.0))
     model.set_start(np.arange(model.num_vars), values)
 
 
@@ -658,8 +784,19 @@ class PhaseResult:
     notes: dict
 
 
+def port_model_on(options: SynthOptions, switched: bool, ep: Epochs) -> bool:
+    """Whether the port model (:func:`_one_run`, :func:`port_replay`, :func:`butterfly`) is used:
+    ``options.extra['milp_ports']`` = ``on`` / ``off``, or ``auto`` (default): on a fabric with
+    switches when latency-bound (the epoch batches several chunks, m0 > 1), where one α per port
+    transfer decides the time; elsewhere the model is as before."""
+    mode = str(options.extra.get("milp_ports", "auto"))
+    if mode not in ("auto", "on", "off"):
+        raise SynthError(f"milp_ports must be auto, on or off, got {mode!r}")
+    return mode == "on" or (mode == "auto" and switched and ep.m0 > 1)
+
+
 def solve_phase(vl: VirtualLinks, problem: CopyProblem, chunk_bytes: float, options: SynthOptions,
-                time_limit: float | None, work_limit: float | None = None) -> PhaseResult:
+                time_limit: float | None, work_limit: float | None = None, switched: bool = False) -> PhaseResult:
     from synth.solvers import solve
 
     t0 = time.perf_counter()
@@ -668,17 +805,25 @@ def solve_phase(vl: VirtualLinks, problem: CopyProblem, chunk_bytes: float, opti
     greedy = best_greedy(vl, problem, chunk_bytes, options.seed, int(options.extra.get("greedy_tries", 4)), dist)
     ep = choose_epochs(vl, chunk_bytes, problem.num_chunks, options.extra.get("tau_us"),
                        max_batch=problem.num_ranks)
+    ports = port_model_on(options, switched, ep)
     warm = clean_sends(vl, problem, replay(vl, problem, greedy, ep, dd))
     batched = clean_sends(vl, problem, epoch_greedy(vl, problem, ep, dd, options.seed))
+    if ports:   # every warm start obeys one run per batch; recursive doubling joins them
+        warm = clean_sends(vl, problem, port_replay(vl, problem, warm))
+        batched = clean_sends(vl, problem, port_replay(vl, problem, batched))
     if _epochs_of(vl, problem, batched) < _epochs_of(vl, problem, warm):
         warm = batched
+    doubling = butterfly(vl, problem, ep) if ports else None
+    if doubling is not None and _epochs_of(vl, problem, doubling) < _epochs_of(vl, problem, warm):
+        warm = clean_sends(vl, problem, doubling)
     warm_sends = warm
     horizon = max(1, _epochs_of(vl, problem, warm_sends))
     lb = min(lower_bound_epochs(vl, problem, ep, dist), horizon)
     notes = {"tau_us": ep.tau, "epoch_batch": ep.m0, "horizon_epochs": horizon, "lb_epochs": lb,
              "greedy_time_us": greedy.makespan, "warm_start_us": horizon * ep.tau,
              "switch_model": "rank-to-rank virtual links over switch routes (path α sum, min bw); "
-                             "every physical hop carries one transfer per epoch"}
+                             "every physical hop carries one transfer per epoch"
+                             + ("; port model: one run of consecutive chunks per transfer" if ports else "")}
     if lb >= horizon and options.extra.get("milp_shortcut", True):
         # the greedy schedule meets the lower bound: optimal without a solver call
         plan, groups = sends_to_plan(vl, ep, chunk_bytes, warm_sends)
@@ -692,7 +837,7 @@ def solve_phase(vl: VirtualLinks, problem: CopyProblem, chunk_bytes: float, opti
                                         > ROUTE_PRUNE_ABOVE)
     notes["routes"] = ("single-destination chunks on shortest paths only" if shortest else "all routes")
     built = build_model(vl, problem, ep, horizon, lb, dist, dd, start=warm if use_start else None,
-                        shortest=shortest)
+                        shortest=shortest, ports=ports)
     notes["warm_start"] = bool(built.model.start)
     notes.update(model_vars=built.model.num_vars, model_rows=built.model.num_rows,
                  build_s=time.perf_counter() - t0)
@@ -794,17 +939,19 @@ def synthesize(inst: Instance) -> Schedule:
             limit = None if options.time_limit is None else options.time_limit / 2
             work = options.work_limit / 2
             rvl = virtual_links(topology.reversed())
-            rs = solve_phase(rvl, problem, chunk_bytes, options, limit, work)
+            switched = bool(topology.switches)
+            rs = solve_phase(rvl, problem, chunk_bytes, options, limit, work, switched)
             transfers += plan_transfers(rvl, problem, rs.plan, reverse=True, groups=rs.groups)
             vl = virtual_links(topology)
-            ag = solve_phase(vl, problem, chunk_bytes, options, limit, work)
+            ag = solve_phase(vl, problem, chunk_bytes, options, limit, work, switched)
             transfers += plan_transfers(vl, problem, ag.plan, reverse=False, offset=rs.plan.makespan,
                                         groups=ag.groups, group_base=len(rs.groups) and int(rs.groups.max()) + 1)
             phases = [("reducescatter", rs), ("allgather", ag)]
         else:
             problem, reverse = copy_problem(coll)
             vl = virtual_links(topology.reversed() if reverse else topology)
-            res = solve_phase(vl, problem, chunk_bytes, options, options.time_limit, options.work_limit)
+            res = solve_phase(vl, problem, chunk_bytes, options, options.time_limit, options.work_limit,
+                              bool(topology.switches))
             transfers += plan_transfers(vl, problem, res.plan, reverse=reverse, groups=res.groups)
             phases = [(coll.name, res)]
     transfers.sort(key=lambda t: (t.start, t.end, t.chunk, t.src, t.dst))
