@@ -86,6 +86,14 @@ def test_port_model_only_behind_switches_when_latency_bound(ports: str) -> None:
     assert "port model" not in flat.notes["phases"]["allgather"]["switch_model"]
 
 
+@pytest.mark.parametrize("inplace", [False, True])
+def test_out_of_place_reductions_keep_the_model_without_ports(inplace: bool) -> None:
+    """Out of place, partial sums sit in several buffers, so chunk-id runs are not the program's steps."""
+    coll = Collective("reducescatter", 8, inplace=inplace)
+    res = milp.synthesize(Instance(gen.star(8, bw=300, alpha=0.7), coll, KB, SynthOptions()))
+    assert ("port model" in res.notes["phases"]["reducescatter"]["switch_model"]) == inplace
+
+
 def test_bad_port_option_is_one_clear_error() -> None:
     from synth.errors import SynthError
 

@@ -85,6 +85,12 @@ milp      N <= 16 and (alltoall, or latency-bound           30 s     optimal in 
                                                                      allreduce: 10 s each), hence 5 s there
 ========  ===============================================  =======  =====================================
 
+**Small messages behind a switch** (issue 35, ``benchmarks/bench_small.py``). There ``milp`` runs its port
+model (one run of consecutive chunks per port transfer, recursive doubling as a warm start): behind one
+switch with a power-of-two rank count it meets its epoch lower bound without a solve (dgx2 1 KB allgather in
+place: 2.808 µs, 1.003x the bound, where it used to run to its limit), and ``rdh`` does allreduce by plain
+recursive doubling (dgx-a100 1 KB: 4.21 µs, 1.002x, against 8.41 for reduce-scatter + allgather).
+
 **Alltoall chunking.** For bandwidth-bound alltoall on ≤ 8 switchless ranks, ``milp`` is also tried
 with 3, 4 and then 2 chunks per piece (5 s each): splitting a piece lets the MILP route it over several
 paths. 4 is there for the MSCCL runtimes: 3 makes 192 chunks per loop on 8 ranks, which no power-of-two
