@@ -162,3 +162,21 @@ def test_topology_show_lists_in_network_switches(tmp_path):
     plain = json.loads(CliRunner().invoke(cli, ["topology", "show", "dgx-a100", "--json"]).output)
     assert plain["in_network"] == []
     assert "in-network" not in CliRunner().invoke(cli, ["topology", "show", "dgx-a100"]).output
+
+
+# ---- built-ins -------------------------------------------------------------------------------------------
+
+
+def test_in_network_builtins():
+    nvls = load_topology("dgx-h100-nvls")
+    assert nvls.num_ranks == 8 and nvls.switches == ("nvswitch",)
+    assert nvls.features == (("nvswitch", SwitchFeatures(reduce=True, multicast=True)),)
+    assert {(link.bw, link.alpha) for link in nvls.links} == {(450.0, 0.7)} and len(nvls.links) == 16
+    assert "Assumed" in nvls.description
+    sharp, plain = load_topology("dgx-h100-2node-sharp"), load_topology("dgx-h100-2node")
+    assert sharp.links == plain.links and sharp.switches == plain.switches and sharp.machines == plain.machines
+    assert sorted(name for name, f in sharp.features if f.reduce and f.multicast) == [
+        "b0.nvswitch", "b1.nvswitch", "ib0", "ib1"]
+    assert switch_ranks(sharp, sharp.node_id("ib0")) == (0, 2, 4, 6, 8, 10, 12, 14)
+    assert all(not load_topology(name).features for name in builtin_names()
+               if name not in ("dgx-h100-nvls", "dgx-h100-2node-sharp"))
