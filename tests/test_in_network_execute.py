@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 from synth.execution import samples  # noqa: E402
 from synth.execution.plan import ADD, BATCH, compile_plan  # noqa: E402
 from synth.execution.runner import execute_many  # noqa: E402
-from synth.program.ir import SwitchOp, SwitchProgram, collective_of  # noqa: E402
+from synth.program.ir import Gpu, Program, Step, SwitchOp, SwitchProgram, Threadblock, collective_of  # noqa: E402
 
 # verify() learns switch steps on another branch (JSON v2); until then these runs skip it
 RUN = {"iters": 2, "warmup": 1, "verify_first": False, "timeout": 60.0}
@@ -70,3 +70,25 @@ def test_a_switch_op_that_never_gets_its_input_is_a_deadlock():
     plan = compile_plan(waits, collective_of(waits))
     assert any(line.startswith("switch 0 op 2 (multicast) waits for a message from rank 1") for line in plan.stuck)
     assert any("rank 1 tb 0 step 3 (r) waits for a message from switch 0" in line for line in plan.stuck)
+
+
+def _two_switch_allreduce(n: int) -> Program:
+    """Chunk 0 is reduced by switch 0 on channel 0, chunk 1 by switch 1 on channel 1 (two threadblocks per
+    rank): both switches live in the one extra process, and their messages share its connections."""
+    gpus = []
+    for g in range(n):
+        tbs = tuple(Threadblock(k, send=n + k, recv=n + k, chan=k, steps=(Step("s", "i", k, "i", k),
+                                                                            Step("r", "o", k, "o", k)))
+                    for k in range(2))
+        gpus.append(Gpu(g, 2, 2, 0, tbs))
+    ranks = tuple(range(n))
+    switches = tuple(SwitchProgram(f"sw{k}", (SwitchOp("reduce", ranks, ranks, chan=k),)) for k in range(2))
+    return Program(f"two_switch_allreduce_{n}", "allreduce", n, tuple(gpus), chunk_factor=2, switches=switches)
+
+
+def test_two_switches_on_two_channels_execute():
+    prog = _two_switch_allreduce(3)
+    plan = compile_plan(prog, collective_of(prog))
+    assert not plan.stuck and not plan.unmatched_sends and plan.switch_process.rank == 3
+    res = execute_many([prog], size_bytes=2 * 4 * 64, dtype="int64", **RUN)[0]
+    assert res.ok, res.errors
