@@ -92,3 +92,19 @@ def test_two_switches_on_two_channels_execute():
     assert not plan.stuck and not plan.unmatched_sends and plan.switch_process.rank == 3
     res = execute_many([prog], size_bytes=2 * 4 * 64, dtype="int64", **RUN)[0]
     assert res.ok, res.errors
+
+
+@pytest.mark.parametrize(("op", "needle"), [
+    (SwitchOp("multicast", (0, 1), (0, 1)), "a multicast takes one source"),
+    (SwitchOp("reduce", (0, 0), (0, 1)), "srcs must be distinct ranks 0..1"),
+    (SwitchOp("reduce", (0, 1), (0, 2)), "dsts must be distinct ranks 0..1"),
+    (SwitchOp("gather", (0, 1), (0, 1)), "unknown switch op type"),
+])
+def test_switch_ops_the_executor_cannot_run_are_refused(op, needle):
+    from synth.errors import CheckFailed
+    from synth.execution.runner import prepare
+
+    prog = samples.nvls_allreduce(2)
+    bad = replace(prog, switches=(SwitchProgram("nvswitch", (op, *prog.switches[0].ops[1:])),))
+    with pytest.raises(CheckFailed, match=needle):
+        prepare(bad, verify_first=False)

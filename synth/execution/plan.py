@@ -219,6 +219,7 @@ class _Switches:
         for k, ops in enumerate(switches):
             node = n + k
             for j, op in enumerate(ops):
+                _check_op(n, k, j, op)
                 for r in op.srcs:
                     self.in_ops.setdefault((r, node, op.chan), []).append((k, j))
                 for r in op.dsts:
@@ -228,6 +229,20 @@ class _Switches:
         self.taken: dict[tuple[int, int, int], int] = {}   # connection -> messages the switch took
         self.inputs: dict[tuple[int, int], dict[int, Region]] = {}   # (k, j) -> src rank -> temp region
         self.done: set[tuple[int, int]] = set()
+
+
+def _check_op(n: int, k: int, j: int, op: SwitchOp) -> None:
+    """Raise ValueError for a switch op the executor cannot run (the verifier names these too)."""
+    where = f"switch {k} op {j} ({op.type})"
+    if op.type not in ("reduce", "multicast"):
+        raise ValueError(f"{where}: unknown switch op type (reduce or multicast)")
+    if op.type == "multicast" and len(op.srcs) != 1:
+        raise ValueError(f"{where}: a multicast takes one source, got {len(op.srcs)}")
+    if not op.srcs or not op.dsts or op.cnt < 1:
+        raise ValueError(f"{where}: needs srcs, dsts and cnt >= 1")
+    for what, ranks in (("srcs", op.srcs), ("dsts", op.dsts)):
+        if len(set(ranks)) != len(ranks) or not all(0 <= r < n for r in ranks):
+            raise ValueError(f"{where}: {what} must be distinct ranks 0..{n - 1}, got {list(ranks)}")
 
 
 def _where(g: int, t: int, s: int) -> str:
@@ -547,7 +562,7 @@ def _rank_plan(ws: _Waves, g: int, buffers: dict[str, int], last_wave: int,
     for hg, t, i in hang_wave:
         if hg == g:
             st = ws.tbs[g][t].steps[i]
-            hang.append(("recv", ws.tbs[g][t].recv, (len(pool), 0, st.cnt), ws.tbs[g][t].chan))
+            hang.append(("recv", ws.proc(ws.tbs[g][t].recv), (len(pool), 0, st.cnt), ws.tbs[g][t].chan))
     if hang:
         pool.append((max(r[2][2] for r in hang), 1 << 60))
         ops.append((BATCH, tuple(hang)))
