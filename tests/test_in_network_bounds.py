@@ -158,3 +158,19 @@ def test_bounds_cli_shows_both(tmp_path):
     assert res.exit_code == 0 and "host-only" in res.output and "in-network" in res.output
     plain = json.loads(CliRunner().invoke(cli, ["bounds", "-t", "dgx-a100", "-c", "allreduce", "--json"]).output)
     assert "host_only_bound_us" not in plain and "in_network_bound_us" not in plain
+
+
+def test_circuit_capacities_treat_an_in_network_switch_as_an_end():
+    """Ranks feed a switch at 50 GB/s and it sends on at 200: a forwarding switch's transfers run at 50
+    end to end, so the 200 links are capped; a multicasting switch starts its own transfers, so they are not
+    (capping them would make the allgather bound claim 4x too much)."""
+    plain = star([50] * 4, [200] * 4, None).circuit_capacities()
+    assert {link.bw for link in plain.links} == {50.0}
+    copying = star([50] * 4, [200] * 4, SwitchFeatures(multicast=True))
+    assert copying.circuit_capacities() is copying
+    # each rank sends its piece M once at 50 GB/s and the switch copies it: M / 50 is achievable; the
+    # capped fabric's (N-1)·M / 50 is not a bound there
+    b = compute_bounds(copying, "allgather", GiB)
+    assert b.bandwidth_bound_us == pytest.approx(GiB / 4 / (50 * 1e3))
+    assert compute_bounds(star([50] * 4, [200] * 4, None), "allgather", GiB).bandwidth_bound_us == pytest.approx(
+        3 * GiB / 4 / (50 * 1e3))
