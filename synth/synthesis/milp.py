@@ -809,6 +809,7 @@ def synthesize(inst: Instance) -> Schedule:
             phases = [(coll.name, res)]
     transfers.sort(key=lambda t: (t.start, t.end, t.chunk, t.src, t.dst))
     makespan = max((t.end for t in transfers), default=0.0)
+    combined = _combining(inst, options) if coll.name == "allreduce" and coll.num_ranks > 1 else None
     statuses = [p.status for _, p in phases]
     model_optimal = all(s == "optimal" for s in statuses)
     objective = sum(p.objective_us for _, p in phases)
@@ -830,8 +831,31 @@ def synthesize(inst: Instance) -> Schedule:
         notes["decomposition"] = "reducescatter then allgather, each solved exactly"
     if any("fallback" in p.notes for _, p in phases):
         notes["fallback"] = "; ".join(p.notes["fallback"] for _, p in phases if "fallback" in p.notes)
-    return Schedule(coll, topology.name, tuple(transfers), method="milp", size_bytes=float(size_bytes),
-                    predicted_time_us=makespan, notes=notes)
+    composed = Schedule(coll, topology.name, tuple(transfers), method="milp", size_bytes=float(size_bytes),
+                        predicted_time_us=makespan, notes=notes)
+    if combined is None:
+        return composed
+    # both are candidates: the pipeline times each and keeps the faster (synth.pipeline, alternatives)
+    first, second = sorted((combined, composed), key=lambda sc: sc.predicted_time_us)
+    return replace(first, alternatives=(second,))
+
+
+def _combining(inst: Instance, options: SynthOptions) -> Schedule | None:
+    """Allreduce's direct combining candidate (:mod:`synth.synthesis.combining`), or None where it does not apply
+    (``options.extra['milp_combining']`` false, an instance too large for it, or no solution in its budget). It gets
+    a quarter of the work budget and keeps ``--chunks`` as its C (buffer chunks), else C = 1."""
+    from synth.synthesis import combining
+
+    if not options.extra.get("milp_combining", True):
+        return None
+    work = None if options.work_limit is None else options.work_limit / 4
+    sched = combining.best_schedule(inst.topology, inst.collective, inst.size_bytes, chunks=options.chunks,
+                                    work_limit=work, threads=options.threads, seed=options.seed, method="milp",
+                                    time_limit=options.time_limit)
+    if sched is None:
+        return None
+    sched.notes["decomposition"] = "none: direct combining (partial sums exchanged and combined)"
+    return sched
 
 
 METHOD = MethodSpec(

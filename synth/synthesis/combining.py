@@ -1,0 +1,321 @@
+"""Direct combining allreduce: partial sums move and combine (SCCL's combining encoding, Cai et al.,
+"Synthesizing Optimal Collective Algorithms", PPoPP'21, §4; msccl-tools ``path_encoding.py``), on CP-SAT.
+
+**Why.** Every other allreduce in synth is composed: a reduce-scatter, then an allgather, each at least the
+fabric's diameter in steps. A *combining* allreduce lets a rank send its current partial sum of a chunk to a
+peer, which adds it to its own: on DGX-1 one step of exchanges inside each 4-GPU quad (every GPU then holds
+its quad's sum) and one exchange with the partner GPU in the other quad is a complete allreduce in 2 steps,
+where reduce-scatter + allgather needs 4.
+
+**Units (SCCL's (C, S, R) for allreduce).** The buffer of SIZE bytes is split into ``C`` chunks
+(*addresses*); chunk ``a`` of rank ``q`` is contribution ``(a, q)``. As in msccl-tools' ``allreduce``
+collective (N chunks sharing one address, ``chunk_up(C)``), one address is one chunk of SIZE/C bytes. The
+algorithm runs in ``S`` synchronous steps; step ``s`` lasts ``r_s >= 1`` rounds and ``R = Σ r_s``. In one
+round a link of relative bandwidth ``b_e`` (NVLink count on DGX-1, :func:`synth.synthesis.pareto.fabric`)
+carries ``b_e`` addresses: a send carries one address whatever number of contributions its partial sum
+holds (SCCL counts sends per address once per link). Under the α-β model an algorithm costs about
+``S·α + (R/C)·SIZE/bw_unit``.
+
+**Encoding** (one instance (C, S); CP-SAT minimises R, then the number of sends):
+
+- ``h[a,q,r,s]`` rank ``r``'s partial sum of address ``a`` contains ``q``'s contribution after step ``s``
+  (``h[a,q,q,0] = 1``, else 0 at ``s = 0``; 0 wherever the hop distance from ``q`` to ``r`` exceeds ``s``);
+- ``x[a,j,s]`` virtual link ``j = u -> v`` carries ``u``'s partial sum of ``a`` in step ``s``;
+- a send carries *everything* its sender holds (one buffer slot is sent): ``y[a,q,j,s] = x[a,j,s] ∧
+  h[a,q,u,s-1]``;
+- the receiver adds what arrives, and no contribution is ever counted twice (SCCL's "receive a chunk from a
+  unique source" with its rule that chunks at one address travel together):
+  ``h[a,q,v,s] = h[a,q,v,s-1] + Σ_{j into v} y[a,q,j,s]`` (both sides 0/1);
+- postcondition: ``h[a,q,r,S] = 1`` for every address, contributor and rank;
+- bandwidth: for every physical link ``e`` and step ``s``, ``Σ_{a, j over e} x[a,j,s] <= b_e · r_s``.
+
+Reads and writes of one step are ordered by the lowering (a send reads its slot at the step's start, a
+reducing receive writes it at the step's end; docs/programs.md), so simultaneous exchanges are exact.
+
+**Search** (:func:`search`): for each chunk count, ``S`` from the diameter (every contribution must reach
+every rank) upward; each instance minimises R; a larger S is tried only while it could still lower R (it
+stops once ``R = S``, a round per step, or at ``max_steps``). The deterministic CP-SAT budget
+(:func:`synth.solvers.deterministic_search`) is shared by all instances; an instance that runs out keeps its
+best solution, flagged ``feasible``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from synth.collectives import Collective, CollectiveKind
+from synth.errors import SynthError
+from synth.schedule import Schedule, Transfer
+from synth.solvers import deterministic_search
+from synth.topology.model import Topology
+
+# Largest model (send-carrying variables y, summed over addresses, contributors, links and steps) the search
+# builds: dgx1 with C = 1 and S = 2 has 512, hypercube-16 with S = 4 about 16k.
+MAX_CARRY_VARS = 40_000
+DEFAULT_WORK_S = 10.0           # CP-SAT deterministic time for the whole search when none is given
+EXTRA_STEPS = 2                 # steps beyond the diameter the search tries
+
+
+@dataclass(frozen=True)
+class CombiningAlgorithm:
+    """A solved instance: per step its rounds, and the sends ``(step 1..S, address, virtual link)``."""
+
+    chunks: int
+    steps: int
+    rounds: int
+    rounds_per_step: tuple[int, ...]
+    sends: tuple[tuple[int, int, int], ...]
+    status: str          # optimal (R and the send count proved least) | feasible
+    work_s: float        # CP-SAT deterministic time spent
+
+    @property
+    def bandwidth_cost(self) -> Fraction:
+        """R/C in SCCL's units (rounds per buffer chunk)."""
+        return Fraction(self.rounds, self.chunks)
+
+
+def steps_lower_bound(dist: np.ndarray) -> int:
+    """S >= the largest hop distance between two ranks: each contribution must reach every rank, and a send
+    moves a partial sum one hop per step (SCCL's step bound, msccl-tools ``steps_bound.py``, for allreduce)."""
+    return int(dist.max()) if dist.size else 0
+
+
+def carry_vars(fab, chunks: int, steps: int) -> int:
+    """How many y variables the instance has (its size, for :data:`MAX_CARRY_VARS`)."""
+    dist, vl = fab.dist, fab.vl
+    n = dist.shape[0]
+    total = 0
+    for s in range(1, steps + 1):
+        # y[a,q,j,s] exists where q's contribution can be at src_j before step s
+        reach = (dist <= s - 1).sum(axis=0)          # per rank u: contributors that can be there
+        total += int(reach[vl.src].sum())
+    return chunks * total if n else 0
+
+
+def solve_instance(fab, chunks: int, steps: int, *, work_limit: float | None, threads: int | None = None,
+                   seed: int = 0, time_limit: float | None = None) -> tuple[str, CombiningAlgorithm | None]:
+    """Solve one (C, S) instance, least R first, then fewest sends (module docstring).
+
+    ``fab`` is :func:`synth.synthesis.pareto.fabric` of the topology. Returns ("sat" | "unsat" | "unknown",
+    algorithm or None); "sat" carries ``status`` optimal or feasible (budget ran out with a solution)."""
+    from ortools.sat.python import cp_model
+
+    vl, dist = fab.vl, fab.dist
+    n = dist.shape[0]
+    if steps < steps_lower_bound(dist) or chunks < 1:
+        return "unsat", None
+    into = [np.flatnonzero(vl.dst == v).tolist() for v in range(n)]
+    users: dict[int, list[int]] = {}
+    for j in range(vl.count):
+        for e in vl.phys[j]:
+            if e >= 0:
+                users.setdefault(int(e), []).append(j)
+    max_r = chunks * max((len(js) for js in users.values()), default=1)
+    model = cp_model.CpModel()
+    r = [model.new_int_var(1, max_r, f"r{s}") for s in range(1, steps + 1)]
+    x = {(a, j, s): model.new_bool_var(f"x{a}_{j}_{s}")
+         for a in range(chunks) for j in range(vl.count) for s in range(1, steps + 1)}
+    for a in range(chunks):
+        # h[q][v] at the previous step: 1, 0 or a variable
+        prev: list[list[object]] = [[1 if q == v else 0 for v in range(n)] for q in range(n)]
+        for s in range(1, steps + 1):
+            cur: list[list[object]] = [[0] * n for _ in range(n)]
+            for q in range(n):
+                for v in range(n):
+                    carried = []
+                    for j in into[v]:
+                        u = int(vl.src[j])
+                        held = prev[q][u]
+                        if isinstance(held, int):
+                            if held:
+                                carried.append(x[(a, j, s)])
+                            continue
+                        y = model.new_bool_var(f"y{a}_{q}_{j}_{s}")
+                        model.add_implication(y, x[(a, j, s)])
+                        model.add_implication(y, held)
+                        model.add_bool_or([y, x[(a, j, s)].Not(), held.Not()])
+                        carried.append(y)
+                    before = prev[q][v]
+                    if isinstance(before, int) and before:
+                        for c in carried:          # v already counts q: nothing may bring it again
+                            model.add(c == 0)
+                        cur[q][v] = 1
+                        continue
+                    if s == steps:
+                        model.add(sum(carried) + (0 if isinstance(before, int) else before) == 1)
+                        cur[q][v] = 1
+                        continue
+                    if not carried:
+                        cur[q][v] = before
+                        continue
+                    h = model.new_bool_var(f"h{a}_{q}_{v}_{s}")
+                    model.add(h == sum(carried) + (0 if isinstance(before, int) else before))
+                    cur[q][v] = h
+            prev = cur
+    for s in range(1, steps + 1):
+        for e, js in users.items():
+            load = [x[(a, j, s)] for a in range(chunks) for j in js]
+            if len(load) > int(fab.mult[e]):
+                model.add(sum(load) <= int(fab.mult[e]) * r[s - 1])
+    total_sends = len(x)
+    model.minimize(sum(r) * (total_sends + 1) + sum(x.values()))
+    solver = cp_model.CpSolver()
+    deterministic_search(solver.parameters, time_limit, work_limit, threads)
+    solver.parameters.random_seed = int(seed)
+    status = solver.solve(model)
+    spent = float(solver.deterministic_time)
+    if status == cp_model.INFEASIBLE:
+        return "unsat", None
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return "unknown", None
+    sends = tuple(sorted((s, a, j) for (a, j, s), var in x.items() if solver.boolean_value(var)))
+    rps = tuple(int(solver.value(v)) for v in r)
+    algo = CombiningAlgorithm(chunks, steps, sum(rps), rps, sends,
+                              "optimal" if status == cp_model.OPTIMAL else "feasible", spent)
+    check_algorithm(fab, algo)
+    return "sat", algo
+
+
+def check_algorithm(fab, algo: CombiningAlgorithm) -> None:
+    """Independent replay of a combining algorithm: partial sums as contributor sets, every send carrying
+    its sender's whole set as of the step's start; no contribution counted twice, every rank complete, no
+    link over ``b_e · r_s`` addresses in a step."""
+    vl = fab.vl
+    n = fab.dist.shape[0]
+    held = [[{q} for q in range(n)] for _ in range(algo.chunks)]
+    if sum(algo.rounds_per_step) != algo.rounds or min(algo.rounds_per_step, default=1) < 1:
+        raise SynthError("internal: combining rounds do not add up")
+    for step in range(1, algo.steps + 1):
+        snapshot = [[set(h) for h in per] for per in held]
+        load: dict[int, int] = {}
+        for s, a, j in algo.sends:
+            if s != step:
+                continue
+            u, v = int(vl.src[j]), int(vl.dst[j])
+            part = snapshot[a][u]
+            if part & held[a][v]:
+                raise SynthError(f"internal: combining counts contributions {sorted(part & held[a][v])} of "
+                                 f"chunk {a} twice at rank {v} in step {step}")
+            held[a][v] |= part
+            for e in vl.phys[j]:
+                if e >= 0:
+                    load[int(e)] = load.get(int(e), 0) + 1
+        for e, k in load.items():
+            if k > int(fab.mult[e]) * algo.rounds_per_step[step - 1]:
+                raise SynthError(f"internal: combining overloads link {e} in step {step}")
+    for a in range(algo.chunks):
+        for v in range(n):
+            if len(held[a][v]) != n:
+                raise SynthError(f"internal: combining leaves rank {v} short of chunk {a}")
+
+
+def _as_pareto_algorithm(algo: CombiningAlgorithm):
+    from synth.synthesis.pareto import Algorithm
+
+    return Algorithm(algo.chunks, algo.steps, algo.rounds, algo.rounds_per_step, algo.sends, 0.0)
+
+
+def to_schedule(topology: Topology, fab, collective: Collective, algo: CombiningAlgorithm, size_bytes: float,
+                method: str) -> Schedule:
+    """Reducing transfers of each step at ``[T_s, T_s + d_s]``, ``d_s`` the step's α-β time on its busiest
+    link (:func:`synth.synthesis.pareto.step_terms`); ``group`` = step, so a step's contiguous addresses on one
+    link go as one MSCCL step. ``collective`` is the request's allreduce; its chunk count becomes C."""
+    from synth.synthesis.pareto import _duration, step_terms
+
+    coll = Collective(collective.name, collective.num_ranks, algo.chunks, collective.root, collective.inplace)
+    cb = coll.chunk_bytes(size_bytes)
+    terms = step_terms(fab, _as_pareto_algorithm(algo), tuple(range(algo.chunks)))
+    starts = np.concatenate([[0.0], np.cumsum([_duration(t, cb) for t in terms])])
+    transfers = []
+    for s, a, j in algo.sends:
+        u, v = int(fab.vl.src[j]), int(fab.vl.dst[j])
+        transfers.append(Transfer(float(starts[s - 1]), float(starts[s]), a, u, v, True,
+                                  tuple(fab.vl.route[j]), 0, s - 1))
+    transfers.sort(key=lambda t: (t.start, t.end, t.chunk, t.src, t.dst))
+    notes = {"encoding": "combining allreduce (partial sums move and combine; SCCL's combining encoding)",
+             "chunks": algo.chunks, "steps": algo.steps, "rounds": algo.rounds,
+             "bandwidth_cost": f"{algo.bandwidth_cost}", "rounds_per_step": list(algo.rounds_per_step),
+             "step_terms": terms, "unit_GBps": fab.unit_GBps, "combining_status": algo.status}
+    return Schedule(coll, topology.name, tuple(transfers), method=method, size_bytes=float(size_bytes),
+                    predicted_time_us=float(starts[-1]), notes=notes, solver="cp-sat")
+
+
+@dataclass
+class CombiningSearch:
+    """What :func:`search` did: every instance tried and the algorithms found (one per (C, S))."""
+
+    steps_lb: int
+    tried: list[dict]
+    found: list[CombiningAlgorithm]
+    work_s: float
+
+
+def search(topology: Topology, *, chunk_counts: tuple[int, ...] = (1,), max_steps: int | None = None,
+           work_limit: float | None = DEFAULT_WORK_S, threads: int | None = None, seed: int = 0,
+           time_limit: float | None = None, fab=None) -> CombiningSearch:
+    """Solve (C, S) for every C in ``chunk_counts`` and S from the diameter to ``max_steps`` (default diameter
+    + :data:`EXTRA_STEPS`), least R each; a larger S only while R > S at the previous one. Instances above
+    :data:`MAX_CARRY_VARS` are skipped (logged ``too large``). ``work_limit`` is shared (deterministic)."""
+    from synth.synthesis.pareto import fabric
+
+    fab = fab if fab is not None else fabric(topology)
+    lb = steps_lower_bound(fab.dist)
+    top = lb + EXTRA_STEPS if max_steps is None else max_steps
+    tried: list[dict] = []
+    found: list[CombiningAlgorithm] = []
+    spent = 0.0
+    if not np.isfinite(fab.dist).all() or topology.num_ranks < 2:
+        return CombiningSearch(lb, tried, found, spent)
+    for c in chunk_counts:
+        for s in range(max(1, lb), top + 1):
+            left = None if work_limit is None else work_limit - spent
+            if left is not None and left <= 0:
+                tried.append({"chunks": c, "steps": s, "status": "budget spent"})
+                break
+            if carry_vars(fab, c, s) > MAX_CARRY_VARS:
+                tried.append({"chunks": c, "steps": s, "status": "too large"})
+                break
+            t0 = time.perf_counter()
+            status, algo = solve_instance(fab, c, s, work_limit=left, threads=threads, seed=seed,
+                                          time_limit=time_limit)
+            entry = {"chunks": c, "steps": s, "status": status, "solve_s": round(time.perf_counter() - t0, 3)}
+            if algo is not None:
+                spent += algo.work_s
+                entry.update(rounds=algo.rounds, proved=algo.status)
+                found.append(algo)
+            tried.append(entry)
+            if algo is not None and algo.rounds <= s:
+                break
+    return CombiningSearch(lb, tried, found, spent)
+
+
+def predicted_us(fab, algo: CombiningAlgorithm, size_bytes: float) -> float:
+    """α-β time of an algorithm at ``size_bytes`` (step terms summed over steps)."""
+    from synth.synthesis.pareto import _duration, step_terms
+
+    cb = size_bytes / algo.chunks
+    return float(sum(_duration(t, cb) for t in step_terms(fab, _as_pareto_algorithm(algo), tuple(range(algo.chunks)))))
+
+
+def best_schedule(topology: Topology, collective: Collective, size_bytes: float, *, chunks: int | None,
+                  work_limit: float | None, threads: int | None, seed: int, method: str,
+                  time_limit: float | None = None) -> Schedule | None:
+    """The combining allreduce with the least α-β time at ``size_bytes`` (C = ``chunks``, else C = 1), or
+    None where the search found none (too large, or the budget ran out); notes say what was tried."""
+    if collective.name != CollectiveKind.ALLREDUCE:
+        raise SynthError(f"the combining encoding is for allreduce, not {collective.name}")
+    from synth.synthesis.pareto import fabric
+
+    fab = fabric(topology)
+    found = search(topology, chunk_counts=(chunks or 1,), work_limit=work_limit, threads=threads, seed=seed,
+                   time_limit=time_limit, fab=fab)
+    if not found.found:
+        return None
+    best = min(found.found, key=lambda al: (predicted_us(fab, al, size_bytes), al.steps, al.rounds))
+    sched = to_schedule(topology, fab, collective, best, size_bytes, method)
+    sched.notes.update(combining_tried=found.tried, combining_work_s=found.work_s)
+    return sched
