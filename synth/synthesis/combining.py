@@ -58,6 +58,10 @@ from synth.topology.model import Topology
 MAX_CARRY_VARS = 40_000
 DEFAULT_WORK_S = 10.0           # CP-SAT deterministic time for the whole search when none is given
 EXTRA_STEPS = 2                 # steps beyond the diameter the search tries
+# Chunk counts :func:`best_schedule` tries without ``--chunks``: on dgx1 at 1 KB, C = 2 (2 steps, 2 rounds) runs
+# 1.44 us where C = 1 (SCCL's least-steps instance) runs 1.48; larger C only pays at sizes where the composed
+# reduce-scatter + allgather wins anyway.
+DEFAULT_CHUNK_COUNTS = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,7 @@ class CombiningAlgorithm:
     sends: tuple[tuple[int, int, int], ...]
     status: str          # optimal (R and the send count proved least) | feasible
     work_s: float        # CP-SAT deterministic time spent
+    solve_s: float = 0.0  # wall seconds of the build and solve (reported only, never decides anything)
 
     @property
     def bandwidth_cost(self) -> Fraction:
@@ -104,6 +109,7 @@ def solve_instance(fab, chunks: int, steps: int, *, work_limit: float | None, th
     algorithm or None); "sat" carries ``status`` optimal or feasible (budget ran out with a solution)."""
     from ortools.sat.python import cp_model
 
+    t0 = time.perf_counter()
     vl, dist = fab.vl, fab.dist
     n = dist.shape[0]
     if steps < steps_lower_bound(dist) or chunks < 1:
@@ -175,7 +181,8 @@ def solve_instance(fab, chunks: int, steps: int, *, work_limit: float | None, th
     sends = tuple(sorted((s, a, j) for (a, j, s), var in x.items() if solver.boolean_value(var)))
     rps = tuple(int(solver.value(v)) for v in r)
     algo = CombiningAlgorithm(chunks, steps, sum(rps), rps, sends,
-                              "optimal" if status == cp_model.OPTIMAL else "feasible", spent)
+                              "optimal" if status == cp_model.OPTIMAL else "feasible", spent,
+                              time.perf_counter() - t0)
     check_algorithm(fab, algo)
     return "sat", algo
 
@@ -304,14 +311,16 @@ def predicted_us(fab, algo: CombiningAlgorithm, size_bytes: float) -> float:
 def best_schedule(topology: Topology, collective: Collective, size_bytes: float, *, chunks: int | None,
                   work_limit: float | None, threads: int | None, seed: int, method: str,
                   time_limit: float | None = None) -> Schedule | None:
-    """The combining allreduce with the least α-β time at ``size_bytes`` (C = ``chunks``, else C = 1), or
+    """The combining allreduce with the least α-β time at ``size_bytes`` (C = ``chunks``, else each C of
+    :data:`DEFAULT_CHUNK_COUNTS`), or
     None where the search found none (too large, or the budget ran out); notes say what was tried."""
     if collective.name != CollectiveKind.ALLREDUCE:
         raise SynthError(f"the combining encoding is for allreduce, not {collective.name}")
     from synth.synthesis.pareto import fabric
 
     fab = fabric(topology)
-    found = search(topology, chunk_counts=(chunks or 1,), work_limit=work_limit, threads=threads, seed=seed,
+    counts = (chunks,) if chunks else DEFAULT_CHUNK_COUNTS
+    found = search(topology, chunk_counts=counts, work_limit=work_limit, threads=threads, seed=seed,
                    time_limit=time_limit, fab=fab)
     if not found.found:
         return None
