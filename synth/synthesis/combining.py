@@ -16,7 +16,7 @@ carries ``b_e`` addresses: a send carries one address whatever number of contrib
 holds (SCCL counts sends per address once per link). Under the α-β model an algorithm costs about
 ``S·α + (R/C)·SIZE/bw_unit``.
 
-**Encoding** (one instance (C, S); CP-SAT minimises R, then the number of sends):
+**Encoding** (one instance (C, S); CP-SAT minimises R):
 
 - ``h[a,q,r,s]`` rank ``r``'s partial sum of address ``a`` contains ``q``'s contribution after step ``s``
   (``h[a,q,q,0] = 1``, else 0 at ``s = 0``; 0 wherever the hop distance from ``q`` to ``r`` exceeds ``s``);
@@ -27,7 +27,8 @@ holds (SCCL counts sends per address once per link). Under the α-β model an al
   unique source" with its rule that chunks at one address travel together):
   ``h[a,q,v,s] = h[a,q,v,s-1] + Σ_{j into v} y[a,q,j,s]`` (both sides 0/1);
 - postcondition: ``h[a,q,r,S] = 1`` for every address, contributor and rank;
-- bandwidth: for every physical link ``e`` and step ``s``, ``Σ_{a, j over e} x[a,j,s] <= b_e · r_s``.
+- bandwidth: for every physical link ``e`` and step ``s``, ``Σ_{a, j over e} x[a,j,s] <= b_e · r_s``;
+- objective: least ``R = Σ_s r_s`` (SCCL decides each (C, S, R) separately; one minimisation is the same).
 
 Reads and writes of one step are ordered by the lowering (a send reads its slot at the step's start, a
 reducing receive writes it at the step's end; docs/programs.md), so simultaneous exchanges are exact.
@@ -102,11 +103,13 @@ def carry_vars(fab, chunks: int, steps: int) -> int:
 
 
 def solve_instance(fab, chunks: int, steps: int, *, work_limit: float | None, threads: int | None = None,
-                   seed: int = 0, time_limit: float | None = None) -> tuple[str, CombiningAlgorithm | None]:
-    """Solve one (C, S) instance, least R first, then fewest sends (module docstring).
+                   seed: int = 0, time_limit: float | None = None,
+                   work: list[float] | None = None) -> tuple[str, CombiningAlgorithm | None]:
+    """Solve one (C, S) instance, least R (module docstring).
 
     ``fab`` is :func:`synth.synthesis.pareto.fabric` of the topology. Returns ("sat" | "unsat" | "unknown",
-    algorithm or None); "sat" carries ``status`` optimal or feasible (budget ran out with a solution)."""
+    algorithm or None); "sat" carries ``status`` optimal or feasible (budget ran out with a solution). The CP-SAT
+    deterministic time spent is appended to ``work``."""
     from ortools.sat.python import cp_model
 
     t0 = time.perf_counter()
@@ -167,13 +170,16 @@ def solve_instance(fab, chunks: int, steps: int, *, work_limit: float | None, th
             load = [x[(a, j, s)] for a in range(chunks) for j in js]
             if len(load) > int(fab.mult[e]):
                 model.add(sum(load) <= int(fab.mult[e]) * r[s - 1])
-    total_sends = len(x)
-    model.minimize(sum(r) * (total_sends + 1) + sum(x.values()))
+    # least R only: a tie-break on the send count made CP-SAT's proofs 100x slower (dgx-a100, C = 1, S = 2), and
+    # the sends add up to the same C·N·(N-1) contributions received either way
+    model.minimize(sum(r))
     solver = cp_model.CpSolver()
     deterministic_search(solver.parameters, time_limit, work_limit, threads)
     solver.parameters.random_seed = int(seed)
     status = solver.solve(model)
     spent = float(solver.deterministic_time)
+    if work is not None:
+        work.append(spent)
     if status == cp_model.INFEASIBLE:
         return "unsat", None
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -262,24 +268,27 @@ class CombiningSearch:
 
 
 def search(topology: Topology, *, chunk_counts: tuple[int, ...] = (1,), max_steps: int | None = None,
-           work_limit: float | None = DEFAULT_WORK_S, threads: int | None = None, seed: int = 0,
+           steps: tuple[int, ...] | None = None, work_limit: float | None = DEFAULT_WORK_S,
+           instance_limit: float | None = None, threads: int | None = None, seed: int = 0,
            time_limit: float | None = None, fab=None) -> CombiningSearch:
     """Solve (C, S) for every C in ``chunk_counts`` and S from the diameter to ``max_steps`` (default diameter
-    + :data:`EXTRA_STEPS`), least R each; a larger S only while R > S at the previous one. Instances above
-    :data:`MAX_CARRY_VARS` are skipped (logged ``too large``). ``work_limit`` is shared (deterministic)."""
+    + :data:`EXTRA_STEPS`; or exactly the S in ``steps``), least R each; a larger S only while R > S at the
+    previous one. Instances above :data:`MAX_CARRY_VARS` are skipped (logged ``too large``). ``work_limit`` is
+    shared by all instances, ``instance_limit`` (default a quarter of it) caps one; both deterministic."""
     from synth.synthesis.pareto import fabric
 
     fab = fab if fab is not None else fabric(topology)
     lb = steps_lower_bound(fab.dist)
     top = lb + EXTRA_STEPS if max_steps is None else max_steps
+    cap = instance_limit if instance_limit is not None else (None if work_limit is None else work_limit / 4)
     tried: list[dict] = []
     found: list[CombiningAlgorithm] = []
-    spent = 0.0
+    work: list[float] = []
     if not np.isfinite(fab.dist).all() or topology.num_ranks < 2:
-        return CombiningSearch(lb, tried, found, spent)
+        return CombiningSearch(lb, tried, found, 0.0)
     for c in chunk_counts:
-        for s in range(max(1, lb), top + 1):
-            left = None if work_limit is None else work_limit - spent
+        for s in (steps if steps is not None else range(max(1, lb), top + 1)):
+            left = None if work_limit is None else work_limit - sum(work)
             if left is not None and left <= 0:
                 tried.append({"chunks": c, "steps": s, "status": "budget spent"})
                 break
@@ -287,17 +296,17 @@ def search(topology: Topology, *, chunk_counts: tuple[int, ...] = (1,), max_step
                 tried.append({"chunks": c, "steps": s, "status": "too large"})
                 break
             t0 = time.perf_counter()
-            status, algo = solve_instance(fab, c, s, work_limit=left, threads=threads, seed=seed,
-                                          time_limit=time_limit)
+            limit = left if cap is None else (cap if left is None else min(cap, left))
+            status, algo = solve_instance(fab, c, s, work_limit=limit, threads=threads, seed=seed,
+                                          time_limit=time_limit, work=work)
             entry = {"chunks": c, "steps": s, "status": status, "solve_s": round(time.perf_counter() - t0, 3)}
             if algo is not None:
-                spent += algo.work_s
                 entry.update(rounds=algo.rounds, proved=algo.status)
                 found.append(algo)
             tried.append(entry)
             if algo is not None and algo.rounds <= s:
                 break
-    return CombiningSearch(lb, tried, found, spent)
+    return CombiningSearch(lb, tried, found, sum(work))
 
 
 def predicted_us(fab, algo: CombiningAlgorithm, size_bytes: float) -> float:
@@ -311,20 +320,36 @@ def predicted_us(fab, algo: CombiningAlgorithm, size_bytes: float) -> float:
 def best_schedule(topology: Topology, collective: Collective, size_bytes: float, *, chunks: int | None,
                   work_limit: float | None, threads: int | None, seed: int, method: str,
                   time_limit: float | None = None) -> Schedule | None:
-    """The combining allreduce with the least α-β time at ``size_bytes`` (C = ``chunks``, else each C of
-    :data:`DEFAULT_CHUNK_COUNTS`), or
-    None where the search found none (too large, or the budget ran out); notes say what was tried."""
+    """The combining allreduce with the least α-β time at ``size_bytes``, or None where the search found none
+    (too large, infeasible within the steps tried, or the budget ran out); notes say what was tried.
+
+    C = ``chunks``; else C = 1 at every step count :func:`search` tries, then each further count of
+    :data:`DEFAULT_CHUNK_COUNTS` at the step count fastest with C = 1 only (one instance each: more chunks
+    make CP-SAT's proof of the least R much slower, e.g. dgx-a100 C = 2, S = 2)."""
     if collective.name != CollectiveKind.ALLREDUCE:
         raise SynthError(f"the combining encoding is for allreduce, not {collective.name}")
     from synth.synthesis.pareto import fabric
 
     fab = fabric(topology)
     counts = (chunks,) if chunks else DEFAULT_CHUNK_COUNTS
-    found = search(topology, chunk_counts=counts, work_limit=work_limit, threads=threads, seed=seed,
+
+    def fastest(algos: list[CombiningAlgorithm]) -> CombiningAlgorithm:
+        return min(algos, key=lambda al: (predicted_us(fab, al, size_bytes), al.steps, al.rounds))
+
+    first = search(topology, chunk_counts=counts[:1], work_limit=work_limit, threads=threads, seed=seed,
                    time_limit=time_limit, fab=fab)
-    if not found.found:
+    tried, found, spent = list(first.tried), list(first.found), first.work_s
+    if found and len(counts) > 1:
+        # more chunks only at the step count that was fastest with the first count: one instance each
+        left = None if work_limit is None else work_limit - spent
+        more = search(topology, chunk_counts=counts[1:], steps=(fastest(found).steps,), work_limit=left,
+                      instance_limit=None if work_limit is None else work_limit / 4, threads=threads, seed=seed,
+                      time_limit=time_limit, fab=fab)
+        tried += more.tried
+        found += more.found
+        spent += more.work_s
+    if not found:
         return None
-    best = min(found.found, key=lambda al: (predicted_us(fab, al, size_bytes), al.steps, al.rounds))
-    sched = to_schedule(topology, fab, collective, best, size_bytes, method)
-    sched.notes.update(combining_tried=found.tried, combining_work_s=found.work_s)
+    sched = to_schedule(topology, fab, collective, fastest(found), size_bytes, method)
+    sched.notes.update(combining_tried=tried, combining_work_s=spent)
     return sched
