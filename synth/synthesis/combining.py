@@ -30,8 +30,9 @@ holds (SCCL counts sends per address once per link). Under the α-β model an al
 - bandwidth: for every physical link ``e`` and step ``s``, ``Σ_{a, j over e} x[a,j,s] <= b_e · r_s``;
 - objective: least ``R = Σ_s r_s`` (SCCL decides each (C, S, R) separately; one minimisation is the same).
 
-Reads and writes of one step are ordered by the lowering (a send reads its slot at the step's start, a
-reducing receive writes it at the step's end; docs/programs.md), so simultaneous exchanges are exact.
+Reads and writes of one step are ordered by the lowering (:mod:`synth.program.lower`: a send reads its slot at
+the transfer's start, a reducing receive writes it at the end, and dependencies follow that order), so the
+simultaneous exchanges of a step send the partial sums as of the step's start, as the encoding assumes.
 
 **Search** (:func:`search`): for each chunk count, ``S`` from the diameter (every contribution must reach
 every rank) upward; each instance minimises R; a larger S is tried only while it could still lower R (it
