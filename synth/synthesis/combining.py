@@ -27,7 +27,12 @@ holds (SCCL counts sends per address once per link). Under the α-β model an al
   unique source" with its rule that chunks at one address travel together):
   ``h[a,q,v,s] = h[a,q,v,s-1] + Σ_{j into v} y[a,q,j,s]`` (both sides 0/1);
 - postcondition: ``h[a,q,r,S] = 1`` for every address, contributor and rank;
-- bandwidth: for every physical link ``e`` and step ``s``, ``Σ_{a, j over e} x[a,j,s] <= b_e · r_s``;
+- copies (beyond SCCL's encoding, where a partial sum can never reach a rank whose own contribution it holds):
+  ``z[a,j,s]`` sends ``u``'s *complete* sum of ``a`` (``z <= h[a,q,u,s-1]`` for every ``q``) as a plain copy that
+  overwrites ``v``'s partial sum, so ``h[a,q,v,s] = max(h[a,q,v,s-1], y[a,q,·,s], z[a,·->v,s])``; at most one
+  copy into ``v`` per step and none next to a reducing receive there. Reduce-then-broadcast trees need them; on
+  DGX-1 and the small fabrics of the tests the least-steps algorithms do without;
+- bandwidth: reducing sends and copies alike, ``Σ_{a, j over e} (x + z)[a,j,s] <= b_e · r_s``;
 - objective: least ``R = Σ_s r_s`` (SCCL decides each (C, S, R) separately; one minimisation is the same).
 
 Reads and writes of one step are ordered by the lowering (:mod:`synth.program.lower`: a send reads its slot at
@@ -78,6 +83,7 @@ class CombiningAlgorithm:
     status: str          # optimal (R and the send count proved least) | feasible
     work_s: float        # CP-SAT deterministic time spent
     solve_s: float = 0.0  # wall seconds of the build and solve (reported only, never decides anything)
+    copies: tuple[tuple[int, int, int], ...] = ()   # (step, address, virtual link): a complete sum, overwriting
 
     @property
     def bandwidth_cost(self) -> Fraction:
@@ -104,13 +110,14 @@ def carry_vars(fab, chunks: int, steps: int) -> int:
 
 
 def solve_instance(fab, chunks: int, steps: int, *, work_limit: float | None, threads: int | None = None,
-                   seed: int = 0, time_limit: float | None = None,
-                   work: list[float] | None = None) -> tuple[str, CombiningAlgorithm | None]:
+                   seed: int = 0, time_limit: float | None = None, work: list[float] | None = None,
+                   copies: bool = True) -> tuple[str, CombiningAlgorithm | None]:
     """Solve one (C, S) instance, least R (module docstring).
 
     ``fab`` is :func:`synth.synthesis.pareto.fabric` of the topology. Returns ("sat" | "unsat" | "unknown",
     algorithm or None); "sat" carries ``status`` optimal or feasible (budget ran out with a solution). The CP-SAT
-    deterministic time spent is appended to ``work``."""
+    deterministic time spent is appended to ``work``. ``copies=False`` is SCCL's encoding exactly (no copy of a
+    complete sum)."""
     from ortools.sat.python import cp_model
 
     t0 = time.perf_counter()
@@ -129,10 +136,30 @@ def solve_instance(fab, chunks: int, steps: int, *, work_limit: float | None, th
     r = [model.new_int_var(1, max_r, f"r{s}") for s in range(1, steps + 1)]
     x = {(a, j, s): model.new_bool_var(f"x{a}_{j}_{s}")
          for a in range(chunks) for j in range(vl.count) for s in range(1, steps + 1)}
+    z: dict[tuple[int, int, int], object] = {}     # copies of a complete sum
     for a in range(chunks):
         # h[q][v] at the previous step: 1, 0 or a variable
         prev: list[list[object]] = [[1 if q == v else 0 for v in range(n)] for q in range(n)]
         for s in range(1, steps + 1):
+            copy_in: list[list[object]] = [[] for _ in range(n)]
+            if copies:
+                for j in range(vl.count):
+                    u = int(vl.src[j])
+                    held = [prev[q][u] for q in range(n)]
+                    if any(isinstance(h, int) and not h for h in held):
+                        continue                   # u cannot hold the complete sum before step s
+                    zz = model.new_bool_var(f"z{a}_{j}_{s}")
+                    for h in held:
+                        if not isinstance(h, int):
+                            model.add_implication(zz, h)
+                    z[(a, j, s)] = zz
+                    copy_in[int(vl.dst[j])].append(zz)
+                for v in range(n):
+                    if copy_in[v]:
+                        # at most one copy, and none with a reducing receive of the same chunk in the step
+                        model.add_at_most_one(copy_in[v])
+                        for j in into[v]:
+                            model.add(x[(a, j, s)] + sum(copy_in[v]) <= 1)
             cur: list[list[object]] = [[0] * n for _ in range(n)]
             for q in range(n):
                 for v in range(n):
@@ -155,24 +182,28 @@ def solve_instance(fab, chunks: int, steps: int, *, work_limit: float | None, th
                             model.add(c == 0)
                         cur[q][v] = 1
                         continue
+                    old = [] if isinstance(before, int) else [before]
+                    if len(carried) + len(old) > 1:
+                        model.add(sum(carried) + sum(old) <= 1)     # q counted once
+                    terms = old + carried + copy_in[v]
                     if s == steps:
-                        model.add(sum(carried) + (0 if isinstance(before, int) else before) == 1)
+                        model.add_bool_or(terms)       # empty: infeasible, as it should be
                         cur[q][v] = 1
                         continue
-                    if not carried:
+                    if not carried and not copy_in[v]:
                         cur[q][v] = before
                         continue
                     h = model.new_bool_var(f"h{a}_{q}_{v}_{s}")
-                    model.add(h == sum(carried) + (0 if isinstance(before, int) else before))
+                    model.add_max_equality(h, terms)
                     cur[q][v] = h
             prev = cur
     for s in range(1, steps + 1):
         for e, js in users.items():
             load = [x[(a, j, s)] for a in range(chunks) for j in js]
+            load += [z[(a, j, s)] for a in range(chunks) for j in js if (a, j, s) in z]
             if len(load) > int(fab.mult[e]):
                 model.add(sum(load) <= int(fab.mult[e]) * r[s - 1])
-    # least R only: a tie-break on the send count made CP-SAT's proofs 100x slower (dgx-a100, C = 1, S = 2), and
-    # the sends add up to the same C·N·(N-1) contributions received either way
+    # least R only: a tie-break on the send count made CP-SAT's proofs 100x slower (dgx-a100, C = 1, S = 2)
     model.minimize(sum(r))
     solver = cp_model.CpSolver()
     deterministic_search(solver.parameters, time_limit, work_limit, threads)
@@ -186,18 +217,20 @@ def solve_instance(fab, chunks: int, steps: int, *, work_limit: float | None, th
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return "unknown", None
     sends = tuple(sorted((s, a, j) for (a, j, s), var in x.items() if solver.boolean_value(var)))
+    copied = tuple(sorted((s, a, j) for (a, j, s), var in z.items() if solver.boolean_value(var)))
     rps = tuple(int(solver.value(v)) for v in r)
     algo = CombiningAlgorithm(chunks, steps, sum(rps), rps, sends,
                               "optimal" if status == cp_model.OPTIMAL else "feasible", spent,
-                              time.perf_counter() - t0)
+                              time.perf_counter() - t0, copied)
     check_algorithm(fab, algo)
     return "sat", algo
 
 
 def check_algorithm(fab, algo: CombiningAlgorithm) -> None:
-    """Independent replay of a combining algorithm: partial sums as contributor sets, every send carrying
-    its sender's whole set as of the step's start; no contribution counted twice, every rank complete, no
-    link over ``b_e · r_s`` addresses in a step."""
+    """Independent replay of a combining algorithm: partial sums as contributor sets, every reducing send carrying
+    its sender's whole set as of the step's start; no contribution counted twice; a copy only of a complete sum,
+    to a rank that receives no reducing send of that chunk in the step; every rank complete at the end; no link
+    over ``b_e · r_s`` addresses in a step."""
     vl = fab.vl
     n = fab.dist.shape[0]
     held = [[{q} for q in range(n)] for _ in range(algo.chunks)]
@@ -206,6 +239,7 @@ def check_algorithm(fab, algo: CombiningAlgorithm) -> None:
     for step in range(1, algo.steps + 1):
         snapshot = [[set(h) for h in per] for per in held]
         load: dict[int, int] = {}
+        reduced: set[tuple[int, int]] = set()
         for s, a, j in algo.sends:
             if s != step:
                 continue
@@ -215,9 +249,20 @@ def check_algorithm(fab, algo: CombiningAlgorithm) -> None:
                 raise SynthError(f"internal: combining counts contributions {sorted(part & held[a][v])} of "
                                  f"chunk {a} twice at rank {v} in step {step}")
             held[a][v] |= part
-            for e in vl.phys[j]:
-                if e >= 0:
-                    load[int(e)] = load.get(int(e), 0) + 1
+            reduced.add((a, v))
+        for s, a, j in algo.copies:
+            if s != step:
+                continue
+            u, v = int(vl.src[j]), int(vl.dst[j])
+            if len(snapshot[a][u]) != n or (a, v) in reduced:
+                raise SynthError(f"internal: combining copies chunk {a} {u} -> {v} in step {step} from an incomplete "
+                                 "sum or next to a reducing receive")
+            held[a][v] = set(range(n))
+        for s, _a, j in algo.sends + algo.copies:
+            if s == step:
+                for e in vl.phys[j]:
+                    if e >= 0:
+                        load[int(e)] = load.get(int(e), 0) + 1
         for e, k in load.items():
             if k > int(fab.mult[e]) * algo.rounds_per_step[step - 1]:
                 raise SynthError(f"internal: combining overloads link {e} in step {step}")
@@ -230,7 +275,8 @@ def check_algorithm(fab, algo: CombiningAlgorithm) -> None:
 def _as_pareto_algorithm(algo: CombiningAlgorithm):
     from synth.synthesis.pareto import Algorithm
 
-    return Algorithm(algo.chunks, algo.steps, algo.rounds, algo.rounds_per_step, algo.sends, 0.0)
+    return Algorithm(algo.chunks, algo.steps, algo.rounds, algo.rounds_per_step,
+                     tuple(sorted(algo.sends + algo.copies)), 0.0)
 
 
 def to_schedule(topology: Topology, fab, collective: Collective, algo: CombiningAlgorithm, size_bytes: float,
@@ -245,10 +291,11 @@ def to_schedule(topology: Topology, fab, collective: Collective, algo: Combining
     terms = step_terms(fab, _as_pareto_algorithm(algo), tuple(range(algo.chunks)))
     starts = np.concatenate([[0.0], np.cumsum([_duration(t, cb) for t in terms])])
     transfers = []
-    for s, a, j in algo.sends:
-        u, v = int(fab.vl.src[j]), int(fab.vl.dst[j])
-        transfers.append(Transfer(float(starts[s - 1]), float(starts[s]), a, u, v, True,
-                                  tuple(fab.vl.route[j]), 0, s - 1))
+    for reduce, sends in ((True, algo.sends), (False, algo.copies)):
+        for s, a, j in sends:
+            u, v = int(fab.vl.src[j]), int(fab.vl.dst[j])
+            transfers.append(Transfer(float(starts[s - 1]), float(starts[s]), a, u, v, reduce,
+                                      tuple(fab.vl.route[j]), 0, s - 1))
     transfers.sort(key=lambda t: (t.start, t.end, t.chunk, t.src, t.dst))
     notes = {"encoding": "combining allreduce (partial sums move and combine; SCCL's combining encoding)",
              "chunks": algo.chunks, "steps": algo.steps, "rounds": algo.rounds,
