@@ -78,6 +78,32 @@ def test_dgx1_1kb_allreduce_executes(dgx1):
     assert out.ok, out.errors[:3]
 
 
+def test_copies_of_a_complete_sum_reach_what_sccls_encoding_cannot():
+    # on a ring a partial sum can never come back to a rank whose own value it holds (SCCL's encoding, no
+    # copies): no combining allreduce in 4 steps on ring-5; reduce into rank 0 and copy the sum back is one
+    fab = fabric(gen.ring(5))
+    assert combining.solve_instance(fab, 1, 4, work_limit=10.0, copies=False)[0] == "unsat"
+    status, algo = combining.solve_instance(fab, 1, 4, work_limit=10.0)
+    assert status == "sat" and algo is not None and algo.copies and algo.steps == 4
+    index = {(int(u), int(v)): j for j, (u, v) in enumerate(zip(fab.vl.src, fab.vl.dst))}
+    early = combining.CombiningAlgorithm(1, 1, 1, (1,), (), "optimal", 0.0, copies=((1, 0, index[(0, 1)]),))
+    with pytest.raises(SynthError, match="incomplete"):
+        combining.check_algorithm(fab, early)
+
+
+def test_ring6_allreduce_with_copies_is_verified_faster_and_executes():
+    ring6 = gen.ring(6)
+    res = synthesize(ring6, "allreduce", 1000, "milp", inplace=True)
+    composed = synthesize(ring6, "allreduce", 1000, "milp", SynthOptions(extra={"milp_combining": False}))
+    assert res.schedule.notes["encoding"].startswith("combining") and res.time_us < composed.time_us
+    assert any(not t.reduce for t in res.schedule.transfers)   # the complete sum travels as copies
+    pytest.importorskip("torch")
+    from synth.execution.runner import execute
+
+    out = execute(res.program, size_bytes=1000, iters=1, warmup=0)
+    assert out.ok, out.errors[:3]
+
+
 @pytest.mark.parametrize("topology", [gen.ring(4), gen.fully_connected(4), gen.hypercube(3)],
                          ids=lambda t: t.name)
 def test_generated_fabrics_direct_is_verified_and_no_slower_than_composed(topology):

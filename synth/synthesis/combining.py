@@ -64,7 +64,7 @@ from synth.topology.model import Topology
 # builds: dgx1 with C = 1 and S = 2 has 512, hypercube-16 with S = 4 about 16k.
 MAX_CARRY_VARS = 40_000
 DEFAULT_WORK_S = 10.0           # CP-SAT deterministic time for the whole search when none is given
-EXTRA_STEPS = 2                 # steps beyond the diameter the search tries
+EXTRA_STEPS = 2                 # steps beyond the diameter the search tries (at least up to 2·radius)
 # Chunk counts :func:`best_schedule` tries without ``--chunks``: on dgx1 at 1 KB, C = 2 (2 steps, 2 rounds) runs
 # 1.44 us where C = 1 (SCCL's least-steps instance) runs 1.48; larger C only pays at sizes where the composed
 # reduce-scatter + allgather wins anyway.
@@ -95,6 +95,12 @@ def steps_lower_bound(dist: np.ndarray) -> int:
     """S >= the largest hop distance between two ranks: each contribution must reach every rank, and a send
     moves a partial sum one hop per step (SCCL's step bound, msccl-tools ``steps_bound.py``, for allreduce)."""
     return int(dist.max()) if dist.size else 0
+
+
+def feasible_steps(dist: np.ndarray) -> int:
+    """Steps within which a combining allreduce with copies always exists: 2·radius (reduce along a shortest-path
+    tree into a centre, whose every contributor arrives by exactly one path, then copy the sum back down)."""
+    return 2 * int(dist.max(axis=1).min()) if dist.size else 0
 
 
 def carry_vars(fab, chunks: int, steps: int) -> int:
@@ -319,15 +325,16 @@ def search(topology: Topology, *, chunk_counts: tuple[int, ...] = (1,), max_step
            steps: tuple[int, ...] | None = None, work_limit: float | None = DEFAULT_WORK_S,
            instance_limit: float | None = None, threads: int | None = None, seed: int = 0,
            time_limit: float | None = None, fab=None) -> CombiningSearch:
-    """Solve (C, S) for every C in ``chunk_counts`` and S from the diameter to ``max_steps`` (default diameter
-    + :data:`EXTRA_STEPS`; or exactly the S in ``steps``), least R each; a larger S only while R > S at the
-    previous one. Instances above :data:`MAX_CARRY_VARS` are skipped (logged ``too large``). ``work_limit`` is
-    shared by all instances, ``instance_limit`` (default a quarter of it) caps one; both deterministic."""
+    """Solve (C, S) for every C in ``chunk_counts`` and S from the diameter to ``max_steps`` (default: diameter
+    + :data:`EXTRA_STEPS`, at least :func:`feasible_steps`; or exactly the S in ``steps``), least R each; a
+    larger S only while R > S at the previous one. Instances above :data:`MAX_CARRY_VARS` are skipped (logged
+    ``too large``). ``work_limit`` is shared by all instances, ``instance_limit`` (default a quarter of it)
+    caps one; both deterministic."""
     from synth.synthesis.pareto import fabric
 
     fab = fab if fab is not None else fabric(topology)
     lb = steps_lower_bound(fab.dist)
-    top = lb + EXTRA_STEPS if max_steps is None else max_steps
+    top = max(lb + EXTRA_STEPS, feasible_steps(fab.dist)) if max_steps is None else max_steps
     cap = instance_limit if instance_limit is not None else (None if work_limit is None else work_limit / 4)
     tried: list[dict] = []
     found: list[CombiningAlgorithm] = []
