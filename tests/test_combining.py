@@ -136,3 +136,11 @@ def test_combining_refuses_other_collectives(dgx1):
     with pytest.raises(SynthError, match="allreduce"):
         combining.best_schedule(dgx1, Collective("allgather", 8), 1000, chunks=None, work_limit=1.0, threads=None,
                                 seed=0, method="milp")
+
+
+def test_composed_alternative_kept_where_faster_names_its_own_solver():
+    # ring-5: the combining allreduce needs 4 steps (2.04 us), reduce-scatter + allgather simulates 2.016 us
+    res = synthesize(gen.ring(5), "allreduce", 1000, "milp")
+    assert "encoding" not in res.schedule.notes and res.solver == "highs"
+    direct = synthesize(gen.ring(6), "allreduce", 1000, "milp")
+    assert direct.schedule.notes["encoding"].startswith("combining") and direct.solver == "cp-sat"

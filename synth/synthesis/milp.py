@@ -839,6 +839,7 @@ def synthesize(inst: Instance) -> Schedule:
                         predicted_time_us=makespan, notes=notes)
     if combined is None:
         return composed
+    composed = replace(composed, solver=options.solver)     # the combining one is CP-SAT's
     # both are candidates: the pipeline times each and keeps the faster (synth.pipeline, alternatives)
     first, second = sorted((combined, composed), key=lambda sc: sc.predicted_time_us)
     return replace(first, alternatives=(second,))
