@@ -55,9 +55,9 @@ from fractions import Fraction
 import numpy as np
 
 from synth.collectives import Collective, CollectiveKind
-from synth.errors import SynthError
+from synth.errors import SynthError, TimeLimitReached
 from synth.schedule import Schedule, Transfer
-from synth.solvers import deterministic_search
+from synth.solvers import CLOCK_SHARE, cpsat_clock_stopped, deterministic_search
 from synth.topology.model import Topology
 
 # Largest model (send-carrying variables y, summed over addresses, contributors, links and steps) the search
@@ -215,6 +215,13 @@ def solve_instance(fab, chunks: int, steps: int, *, work_limit: float | None, th
     deterministic_search(solver.parameters, time_limit, work_limit, threads)
     solver.parameters.random_seed = int(seed)
     status = solver.solve(model)
+    decided = status in (cp_model.OPTIMAL, cp_model.INFEASIBLE)
+    short_of_work = work_limit is None or solver.deterministic_time < CLOCK_SHARE * work_limit
+    if not decided and time_limit is not None and (short_of_work or cpsat_clock_stopped(solver, decided, time_limit,
+                                                                                       work_limit)):
+        # the wall clock, not the deterministic budget, ended it: fail rather than return a machine-dependent result
+        raise TimeLimitReached(f"combining: the time limit ({time_limit:g} s) ran out before the (C={chunks}, "
+                               f"S={steps}) instance was decided; allow more time")
     spent = float(solver.deterministic_time)
     if work is not None:
         work.append(spent)

@@ -548,7 +548,8 @@ def explore(topology: Topology, collective: Collective | str, *, max_steps: int 
     ``instance_time_limit`` (default a quarter of the budget): an instance still undecided then is
     logged ``unknown`` and treated as not found (the search goes on). ``max_steps`` defaults to
     ``max(8, S_lb + 4)`` steps per phase. Schedules of the Pareto points are timed at
-    ``size_bytes``. ``chunk_counts`` restricts the chunk counts tried (default ``1..max_chunks``).
+    ``size_bytes``. ``chunk_counts`` restricts the chunk counts tried (default ``1..max_chunks``; for allreduce they
+    count buffer chunks, SCCL's C, see the module docstring).
     ``exhaustive`` adds a second pass (:func:`_complete`) that makes the frontier exact for
     ``C <= max_chunks`` and ``S <= max_steps``; SCCL's search alone can miss a point."""
     t_start = time.perf_counter()
