@@ -144,3 +144,16 @@ def test_composed_alternative_kept_where_faster_names_its_own_solver():
     assert "encoding" not in res.schedule.notes and res.solver == "highs"
     direct = synthesize(gen.ring(6), "allreduce", 1000, "milp")
     assert direct.schedule.notes["encoding"].startswith("combining") and direct.solver == "cp-sat"
+
+
+def test_pinned_chunks_replicate_the_one_chunk_algorithm(dgx1):
+    # least R with 8 chunks scatters them over links (an α per run); the 1-chunk algorithm on all 8 at once
+    # pays one α per link and step: 2 x (0.7 + 1000 B / 25 GB/s) = 1.48 us
+    fab = fabric(dgx1)
+    _, one = combining.solve_instance(fab, 1, 2, work_limit=10.0)
+    assert one is not None
+    eight = combining.replicate(fab, one, 8)                   # checked by the replay inside
+    assert (eight.chunks, eight.steps) == (8, 2) and len(eight.sends) == 8 * len(one.sends)
+    assert combining.predicted_us(fab, eight, 1000) == pytest.approx(1.48)
+    res = synthesize(dgx1, "allreduce", 1000, "milp", SynthOptions(chunks=8))
+    assert res.collective.chunk_factor == 8 and res.time_us <= 1.48 + 1e-9

@@ -379,37 +379,64 @@ def predicted_us(fab, algo: CombiningAlgorithm, size_bytes: float) -> float:
     return float(sum(_duration(t, cb) for t in step_terms(fab, _as_pareto_algorithm(algo), tuple(range(algo.chunks)))))
 
 
+def replicate(fab, algo: CombiningAlgorithm, chunks: int) -> CombiningAlgorithm:
+    """``algo`` (one chunk) run on each of ``chunks`` chunks at once: every send carries all chunks, contiguous, so
+    a link pays one α per step as with one chunk; step ``s`` takes ``r_s = max_e ⌈load_e / b_e⌉`` rounds. Its R/C
+    is ``algo``'s or more, so it only pays where α dominates (a pinned ``--chunks`` at small SIZE)."""
+    def spread(sends):
+        return tuple(sorted((s, a, j) for s, _a, j in sends for a in range(chunks)))
+
+    sends, copies = spread(algo.sends), spread(algo.copies)
+    load: dict[tuple[int, int], int] = {}
+    for s, _a, j in sends + copies:
+        for e in fab.vl.phys[j]:
+            if e >= 0:
+                load[(s, int(e))] = load.get((s, int(e)), 0) + 1
+    rps = [1] * algo.steps
+    for (s, e), k in load.items():
+        rps[s - 1] = max(rps[s - 1], -(-k // int(fab.mult[e])))
+    out = CombiningAlgorithm(chunks, algo.steps, sum(rps), tuple(rps), sends, algo.status, 0.0, 0.0, copies)
+    check_algorithm(fab, out)
+    return out
+
+
 def best_schedule(topology: Topology, collective: Collective, size_bytes: float, *, chunks: int | None,
                   work_limit: float | None, threads: int | None, seed: int, method: str,
                   time_limit: float | None = None) -> Schedule | None:
     """The combining allreduce with the least α-β time at ``size_bytes``, or None where the search found none
     (too large, infeasible within the steps tried, or the budget ran out); notes say what was tried.
 
-    C = ``chunks``; else C = 1 at every step count :func:`search` tries, then each further count of
-    :data:`DEFAULT_CHUNK_COUNTS` at the step count fastest with C = 1 only (one instance each: more chunks
-    make CP-SAT's proof of the least R much slower, e.g. dgx-a100 C = 2, S = 2)."""
+    C = 1 at every step count :func:`search` tries; then, without ``chunks``, each further count of
+    :data:`DEFAULT_CHUNK_COUNTS` at the step count fastest with C = 1 only (one instance each: more chunks make
+    CP-SAT's proof of the least R much slower, e.g. dgx-a100 C = 2, S = 2). With ``chunks`` = C > 1 the
+    candidates are C solved at that step count and the fastest C = 1 algorithm replicated to C (:func:`replicate`; the
+    least-R solution scatters chunks over links, one α per run, which at small SIZE costs more than rounds)."""
     if collective.name != CollectiveKind.ALLREDUCE:
         raise SynthError(f"the combining encoding is for allreduce, not {collective.name}")
     from synth.synthesis.pareto import fabric
 
     fab = fabric(topology)
-    counts = (chunks,) if chunks else DEFAULT_CHUNK_COUNTS
+    more_counts = DEFAULT_CHUNK_COUNTS[1:] if not chunks else ((chunks,) if chunks > 1 else ())
 
     def fastest(algos: list[CombiningAlgorithm]) -> CombiningAlgorithm:
         return min(algos, key=lambda al: (predicted_us(fab, al, size_bytes), al.steps, al.rounds))
 
-    first = search(topology, chunk_counts=counts[:1], work_limit=work_limit, threads=threads, seed=seed,
+    first = search(topology, chunk_counts=(1,), work_limit=work_limit, threads=threads, seed=seed,
                    time_limit=time_limit, fab=fab)
     tried, found, spent = list(first.tried), list(first.found), first.work_s
-    if found and len(counts) > 1:
+    if found and more_counts:
         # more chunks only at the step count that was fastest with the first count: one instance each
+        best1 = fastest(found)
         left = None if work_limit is None else work_limit - spent
-        more = search(topology, chunk_counts=counts[1:], steps=(fastest(found).steps,), work_limit=left,
+        more = search(topology, chunk_counts=more_counts, steps=(best1.steps,), work_limit=left,
                       instance_limit=None if work_limit is None else work_limit / 4, threads=threads, seed=seed,
                       time_limit=time_limit, fab=fab)
         tried += more.tried
-        found += more.found
         spent += more.work_s
+        if chunks:
+            found = more.found + [replicate(fab, best1, chunks)]
+        else:
+            found += more.found
     if not found:
         return None
     sched = to_schedule(topology, fab, collective, fastest(found), size_bytes, method)
