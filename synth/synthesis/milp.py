@@ -66,7 +66,8 @@ the reversed topology and the schedule is reversed in time with reducing sends (
 partial after all partials routed through it arrived). Allreduce = that reduce-scatter followed by
 an allgather, each solved optimally in its own MILP (optimal for the decomposition, not jointly).
 Allreduce also gets a *direct combining* candidate (partial sums exchanged and combined in synchronous
-steps, SCCL's combining encoding: :mod:`synth.synthesis.combining`, a quarter of the work budget); the
+steps, SCCL's combining encoding: :mod:`synth.synthesis.combining`, with a quarter of the work limit on top
+of the two phases' halves, so an allreduce may spend 1.25 times it); the
 method returns the one its α-β model predicts faster with the other as an alternative, and the pipeline
 times both (``options.extra['milp_combining'] = False`` leaves only the composed one).
 """
@@ -848,8 +849,8 @@ def synthesize(inst: Instance) -> Schedule:
 def _combining(inst: Instance, options: SynthOptions) -> Schedule | None:
     """Allreduce's direct combining candidate (:mod:`synth.synthesis.combining`), or None where it does not apply
     (``options.extra['milp_combining']`` false, an instance too large for it, or no solution in its budget). It gets
-    a quarter of the work budget and keeps ``--chunks`` as its C (buffer chunks), else tries
-    :data:`synth.synthesis.combining.DEFAULT_CHUNK_COUNTS`."""
+    a quarter of the work limit (the composed phases keep their halves) and keeps ``--chunks`` as its C (buffer
+    chunks), else tries :data:`synth.synthesis.combining.DEFAULT_CHUNK_COUNTS`."""
     from synth.synthesis import combining
 
     if not options.extra.get("milp_combining", True):
