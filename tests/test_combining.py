@@ -157,3 +157,14 @@ def test_pinned_chunks_replicate_the_one_chunk_algorithm(dgx1):
     assert combining.predicted_us(fab, eight, 1000) == pytest.approx(1.48)
     res = synthesize(dgx1, "allreduce", 1000, "milp", SynthOptions(chunks=8))
     assert res.collective.chunk_factor == 8 and res.time_us <= 1.48 + 1e-9
+
+
+def test_recursive_doubling_is_the_fallback_behind_a_switch():
+    # 16 GPUs on one NVSwitch: CP-SAT does not find a 4-step solution in a small budget; recursive doubling (the
+    # solution hint, 16 x 4 exchanges of disjoint partial sums, one round a step) is then the answer
+    fab = fabric(load_topology("dgx2"))
+    assert sum(combining.doubling_hint(fab, 1, 4).values()) == 64
+    status, algo = combining.solve_instance(fab, 1, 4, work_limit=0.05)
+    assert status == "sat" and algo is not None and (algo.steps, algo.rounds) == (4, 4)
+    assert combining.doubling_hint(fabric(gen.ring(6)), 1, 5) == {}       # not a power of two
+    assert combining.doubling_hint(fab, 1, 3) == {}                        # too few steps

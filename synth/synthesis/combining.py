@@ -40,8 +40,10 @@ the transfer's start, a reducing receive writes it at the end, and dependencies 
 simultaneous exchanges of a step send the partial sums as of the step's start, as the encoding assumes.
 
 **Search** (:func:`search`): for each chunk count, ``S`` from the diameter (every contribution must reach
-every rank) upward; each instance minimises R; a larger S is tried only while it could still lower R (it
-stops once ``R = S``, a round per step, or at ``max_steps``). The deterministic CP-SAT budget
+every rank) up to max(diameter + 2, 2·radius, ⌈log2 N⌉); each instance minimises R; a larger S is tried only
+while it could still lower R (it stops once ``R = S``, a round per step). Where N is a power of two and the
+partners exist, recursive doubling is given to CP-SAT as a complete solution hint and is the answer where
+CP-SAT does not reach it in its budget (:func:`doubling_hint`; 16 GPUs on one NVSwitch). The deterministic CP-SAT budget
 (:func:`synth.solvers.deterministic_search`) is shared by all instances; an instance that runs out keeps its
 best solution, flagged ``feasible``.
 """
@@ -103,6 +105,85 @@ def feasible_steps(dist: np.ndarray) -> int:
     return 2 * int(dist.max(axis=1).min()) if dist.size else 0
 
 
+def doubling_hint(fab, chunks: int, steps: int) -> dict[tuple[int, int, int], int]:
+    """Recursive doubling as a solution hint for CP-SAT, ``{(address, vlink, step): 0/1}``, where N is a power of
+    two, ``steps >= log2 N`` and every rank has a virtual link to ``r XOR 2^k`` (switches, full meshes,
+    hypercubes): in step k+1 every rank sends its partial sum of every address to that partner, whose sets are
+    disjoint, and then holds 2^(k+1) contributions. Empty where it does not apply. It only guides the search
+    (behind a 16-GPU switch CP-SAT found no 3- or 4-step solution within 15 units without it)."""
+    vl = fab.vl
+    n = fab.dist.shape[0]
+    rounds = (n - 1).bit_length()
+    if n < 2 or n & (n - 1) or steps < rounds:
+        return {}
+    index = {(int(u), int(v)): j for j, (u, v) in enumerate(zip(vl.src, vl.dst))}
+    hint = {(a, j, s): 0 for a in range(chunks) for j in range(vl.count) for s in range(1, steps + 1)}
+    for k in range(rounds):
+        for r in range(n):
+            j = index.get((r, r ^ (1 << k)))
+            if j is None:
+                return {}
+            for a in range(chunks):
+                hint[(a, j, k + 1)] = 1
+    return hint
+
+
+def _hinted_algorithm(fab, hint: dict[tuple[int, int, int], int], chunks: int, steps: int, work_s: float,
+                      solve_s: float) -> CombiningAlgorithm:
+    """The algorithm a :func:`doubling_hint` spells out (rounds per step from its link loads), replayed by
+    :func:`check_algorithm`; status ``feasible``."""
+    vl = fab.vl
+    sends = tuple(sorted((s, a, j) for (a, j, s), on in hint.items() if on))
+    rps = [1] * steps
+    load: dict[tuple[int, int], int] = {}
+    for s, _a, j in sends:
+        for e in vl.phys[j]:
+            if e >= 0:
+                load[(s, int(e))] = load.get((s, int(e)), 0) + 1
+    for (s, e), k in load.items():
+        rps[s - 1] = max(rps[s - 1], -(-k // int(fab.mult[e])))
+    algo = CombiningAlgorithm(chunks, steps, sum(rps), tuple(rps), sends, "feasible", work_s, solve_s)
+    check_algorithm(fab, algo)
+    return algo
+
+
+def _add_hint(model, fab, hint: dict[tuple[int, int, int], int], x: dict, z: dict, derived: dict, r: list) -> None:
+    """Give CP-SAT a complete solution hint from the sends ``hint`` (:func:`doubling_hint`): the contributor sets
+    it builds (h, y), no copies, and each step's rounds; a partial hint (sends only) did not guide the search."""
+    if not hint:
+        return
+    vl = fab.vl
+    n = fab.dist.shape[0]
+    steps = len(r)
+    chunks = 1 + max(a for a, _j, _s in hint)
+    held = {(a, 0): [{q} for q in range(n)] for a in range(chunks)}
+    for a in range(chunks):
+        for s in range(1, steps + 1):
+            now = [set(h) for h in held[(a, s - 1)]]
+            for j in range(vl.count):
+                if hint.get((a, j, s)):
+                    now[int(vl.dst[j])] |= held[(a, s - 1)][int(vl.src[j])]
+            held[(a, s)] = now
+    for key, var in x.items():
+        model.add_hint(var, hint.get(key, 0))
+    for var in z.values():
+        model.add_hint(var, 0)
+    for var, (kind, a, q, k, s) in derived.items():
+        if kind == "y":
+            on = hint.get((a, k, s), 0) and q in held[(a, s - 1)][int(vl.src[k])]
+        else:
+            on = q in held[(a, s)][k]
+        model.add_hint(var, int(bool(on)))
+    for s, var in enumerate(r, start=1):
+        load: dict[int, int] = {}
+        for (_a, j, t), on in hint.items():
+            if on and t == s:
+                for e in vl.phys[j]:
+                    if e >= 0:
+                        load[int(e)] = load.get(int(e), 0) + 1
+        model.add_hint(var, max([1] + [-(-k // int(fab.mult[e])) for e, k in load.items()]))
+
+
 def carry_vars(fab, chunks: int, steps: int) -> int:
     """How many y variables the instance has (its size, for :data:`MAX_CARRY_VARS`)."""
     dist, vl = fab.dist, fab.vl
@@ -143,6 +224,7 @@ def solve_instance(fab, chunks: int, steps: int, *, work_limit: float | None, th
     x = {(a, j, s): model.new_bool_var(f"x{a}_{j}_{s}")
          for a in range(chunks) for j in range(vl.count) for s in range(1, steps + 1)}
     z: dict[tuple[int, int, int], object] = {}     # copies of a complete sum
+    derived: dict = {}                              # y and h variables -> what they stand for (for hints)
     for a in range(chunks):
         # h[q][v] at the previous step: 1, 0 or a variable
         prev: list[list[object]] = [[1 if q == v else 0 for v in range(n)] for q in range(n)]
@@ -178,6 +260,7 @@ def solve_instance(fab, chunks: int, steps: int, *, work_limit: float | None, th
                                 carried.append(x[(a, j, s)])
                             continue
                         y = model.new_bool_var(f"y{a}_{q}_{j}_{s}")
+                        derived[y] = ("y", a, q, j, s)
                         model.add_implication(y, x[(a, j, s)])
                         model.add_implication(y, held)
                         model.add_bool_or([y, x[(a, j, s)].Not(), held.Not()])
@@ -200,6 +283,7 @@ def solve_instance(fab, chunks: int, steps: int, *, work_limit: float | None, th
                         cur[q][v] = before
                         continue
                     h = model.new_bool_var(f"h{a}_{q}_{v}_{s}")
+                    derived[h] = ("h", a, q, v, s)
                     model.add_max_equality(h, terms)
                     cur[q][v] = h
             prev = cur
@@ -209,6 +293,8 @@ def solve_instance(fab, chunks: int, steps: int, *, work_limit: float | None, th
             load += [z[(a, j, s)] for a in range(chunks) for j in js if (a, j, s) in z]
             if len(load) > int(fab.mult[e]):
                 model.add(sum(load) <= int(fab.mult[e]) * r[s - 1])
+    hint = doubling_hint(fab, chunks, steps)
+    _add_hint(model, fab, hint, x, z, derived, r)
     # least R only: a tie-break on the send count made CP-SAT's proofs 100x slower (dgx-a100, C = 1, S = 2)
     model.minimize(sum(r))
     solver = cp_model.CpSolver()
@@ -227,8 +313,13 @@ def solve_instance(fab, chunks: int, steps: int, *, work_limit: float | None, th
         work.append(spent)
     if status == cp_model.INFEASIBLE:
         return "unsat", None
+    # the hint is a solution: where CP-SAT did not reach it within its budget, it is the answer (as milp keeps
+    # its greedy warm start)
+    fallback = _hinted_algorithm(fab, hint, chunks, steps, spent, time.perf_counter() - t0) if hint else None
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return "unknown", None
+        return ("sat", fallback) if fallback is not None else ("unknown", None)
+    if status == cp_model.FEASIBLE and fallback is not None and fallback.rounds < round(solver.objective_value):
+        return "sat", fallback
     sends = tuple(sorted((s, a, j) for (a, j, s), var in x.items() if solver.boolean_value(var)))
     copied = tuple(sorted((s, a, j) for (a, j, s), var in z.items() if solver.boolean_value(var)))
     rps = tuple(int(solver.value(v)) for v in r)
@@ -341,7 +432,11 @@ def search(topology: Topology, *, chunk_counts: tuple[int, ...] = (1,), max_step
 
     fab = fab if fab is not None else fabric(topology)
     lb = steps_lower_bound(fab.dist)
-    top = max(lb + EXTRA_STEPS, feasible_steps(fab.dist)) if max_steps is None else max_steps
+    n = topology.num_ranks
+    # ceil(log2 N): a rank's partial sum at most doubles per round when it takes one receive a round (behind a
+    # switch port), so one round per step needs that many steps (recursive doubling's count)
+    doubling = max(0, (n - 1).bit_length())
+    top = max(lb + EXTRA_STEPS, feasible_steps(fab.dist), doubling) if max_steps is None else max_steps
     cap = instance_limit if instance_limit is not None else (None if work_limit is None else work_limit / 4)
     tried: list[dict] = []
     found: list[CombiningAlgorithm] = []
