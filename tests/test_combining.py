@@ -66,7 +66,7 @@ def test_dgx1_1kb_allreduce_milp_is_direct_verified_and_within_sccl(dgx1):
     assert res.time_us <= 1.48 + 1e-9                           # SCCL's 2-step shape simulates at 1.48 us
     assert all(t.reduce for t in res.schedule.transfers)
     composed = synthesize(dgx1, "allreduce", 1000, "milp", SynthOptions(extra={"milp_combining": False}))
-    assert "encoding" not in composed.schedule.notes and composed.time_us > 2 * res.time_us - 0.2
+    assert "encoding" not in composed.schedule.notes and composed.time_us > res.time_us   # 2.82 us, 4 steps
 
 
 def test_dgx1_1kb_allreduce_executes(dgx1):
