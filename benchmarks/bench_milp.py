@@ -56,7 +56,9 @@ def bench_instances(args) -> None:
         for coll in args.collectives:
             for size_text in args.sizes:
                 size = parse_size(size_text)
-                options = SynthOptions(solver=args.solver, time_limit=args.time_limit, threads=args.threads)
+                # the time-expanded MILP itself: allreduce's combining candidate (CP-SAT) left out
+                options = SynthOptions(solver=args.solver, time_limit=args.time_limit, threads=args.threads,
+                                       extra={"milp_combining": False})
                 milp, wall, err = run_pipeline(topology, coll, size, "milp", options)
                 greedy, _, gerr = run_pipeline(topology, coll, size, "greedy", options)
                 if milp is None:

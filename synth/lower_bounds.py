@@ -2,7 +2,10 @@
 
 Every bound here is a *lower* bound: no schedule that obeys the cost model (links full duplex, one
 transfer at a time per link direction, switches forward but never store or reduce) can finish
-faster. ``time_bound = max(bandwidth_bound, latency_bound)`` (never their sum).
+faster. ``time_bound = max(bandwidth_bound, latency_bound)`` (never their sum). A fabric whose file
+declares in-network switches (docs/topology.md, "In-network reduction": NVLS, SHARP) gets the bounds that
+stay valid when those switches reduce and multicast (:func:`allreduce_bandwidth_us`,
+:func:`latency_bound_us`), and :func:`compute_bounds` reports the host-only bound beside them.
 
 Notation: N ranks, R the rank set, V all nodes (ranks and switches), b_e the bandwidth of directed
 link e (GB/s), B⁺(S) the total bandwidth of links leaving the node set S, B⁻(S) entering it,
@@ -31,7 +34,7 @@ from __future__ import annotations
 import functools
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 import numpy as np
@@ -78,6 +81,9 @@ class Bounds:
     time_bound_us: float
     algbw_bound_GBps: float
     details: dict = field(default_factory=dict, compare=False)
+    #: Where the fabric has in-network switches: the bound of the same fabric with plain switches (host-only
+    #: schedules); ``time_bound_us`` is then the in-network bound. None on a fabric without them.
+    host_only_bound_us: float | None = None
 
     @property
     def binding(self) -> str:
@@ -95,6 +101,9 @@ class Bounds:
             "time_bound_us": self.time_bound_us,
             "algbw_bound_GBps": self.algbw_bound_GBps,
             "binding": self.binding,
+            **({} if self.host_only_bound_us is None else {
+                "in_network_bound_us": self.time_bound_us,
+                "host_only_bound_us": self.host_only_bound_us}),
             "details": self.details,
         }
 
@@ -478,9 +487,14 @@ def _rank_groups(topology: Topology):
 
 
 # ---- allreduce ------------------------------------------------------------------------------------
+def in_network_nodes(topology: Topology) -> np.ndarray:
+    """Node ids of the switches that reduce or multicast in the network (docs/topology.md)."""
+    return np.array(sorted(topology.node_id(name) for name, f in topology.features if not f.plain), dtype=np.int64)
+
+
 def allreduce_bandwidth_us(topology: Topology, size_bytes: float) -> tuple[float, dict]:
-    """Allreduce bandwidth bound = max of four valid bounds (no in-network reduction: switches
-    cannot reduce, docs/cost-model.md):
+    """Allreduce bandwidth bound = max of the valid bounds below. On a fabric of forwarding switches
+    (docs/cost-model.md) all five hold:
 
     1. reducescatter cut bound (an allreduce output contains a reduce-scatter output);
     2. allgather cut bound (each rank's input must influence every other rank);
@@ -494,6 +508,27 @@ def allreduce_bandwidth_us(topology: Topology, size_bytes: float) -> tuple[float
        per-rank 2(N-1)/N·SIZE/B. The literal per-rank form with min_v B(v) is NOT valid on
        heterogeneous fabrics (a fat hub rank lets thin ranks send only SIZE), so it is not used;
     5. bound 4 on groups of ranks (:func:`group_traffic`).
+
+    **In-network reduction** (switches with ``reduce`` or ``multicast``, docs/topology.md; NVIDIA NVLS on
+    NVSwitch 3, InfiniBand SHARP: Graham et al., "Scalable Hierarchical Aggregation Protocol (SHArP)",
+    COMHPC 2016, §3; Klenk et al., "An In-Network Architecture for Accelerating Shared-Memory
+    Multiprocessor Collectives", ISCA 2020, §3-4). Bounds 1-3 are information arguments, so they hold
+    whatever the switches compute: for a node set S holding a rank and leaving one out, the ranks
+    outside S need the element-wise sum of S's inputs (SIZE bytes that S's complement cannot know), so
+    ``T >= SIZE / B⁺(S)``, and symmetrically ``T >= SIZE / B⁻(S)``; the cut bounds 1 and 2 count, the
+    same way, pieces that must cross. With S = {r} and S = V ∖ {r} bound 3 gives the rank cut
+    ``T >= SIZE / min(B_out(r), B_in(r))`` for every rank r: each rank sends every element of its input
+    into the network at least once and receives every element of the result at least once. That is
+    what NVLS achieves on one NVSwitch (each rank sends SIZE to the switch, which reduces, and receives
+    SIZE by multicast): about half of bound 4's ``2(N-1)/N · SIZE / B``. Bound 4 counts rank-to-rank
+    calls of one-way gossip, which a switch that combines or copies messages voids, so it is dropped;
+    bound 5 stays for a partition whose groups each hold their in-network switches (a box's NVSwitch),
+    since between groups the network then only forwards and each crossing is still one call from one
+    group to one other (a copy sent on k links out of a group is k crossings); a partition with an
+    in-network switch outside every group (a SHARP IB switch between boxes) is skipped. Hence on such
+    a fabric ``T >= max(RS cut, AG cut, SIZE/λ_min, group traffic over partitions that contain every
+    in-network switch)``. The reduction engine's own ``reduce_alpha``/``reduce_bw`` are left out: a
+    schedule need not use the switch, so the bound may not charge it.
     """
     n = topology.num_ranks
     m = size_bytes / n
@@ -507,8 +542,9 @@ def allreduce_bandwidth_us(topology: Topology, size_bytes: float) -> tuple[float
         "reducescatter_cut_us": _us(m * rs.ratio * 1.0, 1.0),
         "allgather_cut_us": _us(m * ag.ratio, 1.0),
         "pair_cut_us": _us(size_bytes, lam),
-        "traffic_us": _us(2 * (n - 1) * size_bytes, min(ranks_out, ranks_in)),
     }
+    if not len(in_network_nodes(topology)):   # gossip calls: void where a switch combines or copies
+        parts["traffic_us"] = _us(2 * (n - 1) * size_bytes, min(ranks_out, ranks_in))
     groups, crossing = group_traffic(topology)
     if groups >= 2:
         parts["group_traffic_us"] = _us(2 * (groups - 1) * size_bytes, crossing)
@@ -539,10 +575,16 @@ def group_traffic(topology: Topology) -> tuple[int, float]:
     partition's bound is ``SIZE / strength``: exactly the time of the packing's reduce + broadcast, which
     therefore is the best bandwidth term any allreduce has there (Tutte / Nash-Williams, 1961; checked
     against every partition of small graphs in tests/test_treepack.py).
+
+    Where the fabric has in-network switches (docs/topology.md), only partitions whose groups hold every
+    one of them count (:func:`allreduce_bandwidth_us`).
     """
     src, dst, bw, _ = topology.arrays
+    inside = in_network_nodes(topology)
     best = (0, 0.0, 0.0)   # (g, B, 2(g-1)/B)
     for label, has_rank in (*_bandwidth_components(topology), *_strongest_partition(topology)):
+        if len(inside) and not has_rank[label[inside]].all():
+            continue   # an in-network switch between groups may combine or copy what crosses
         groups = int(has_rank.sum())
         crossing = label[src] != label[dst]
         leaving = float(bw[crossing & has_rank[label[src]]].sum())
@@ -646,6 +688,12 @@ def latency_bound_us(topology: Topology, collective: Collective) -> tuple[float,
     to the bytes' serialization, log2 N rounds of one port transfer each (allgather 1 KB on dgx-a100:
     bound 4.2 µs, recursive doubling 4.203 µs; allreduce by plain recursive doubling 4.21 µs). It is
     not a sum with the bandwidth bound (``time_bound = max``), so at sizes where both matter it is loose.
+
+    In-network switches (docs/topology.md) void the round argument: one transfer into a switch that
+    multicasts (or reduces and sends the sum to several ranks) informs many ranks at once, and one
+    message out of a reducing switch depends on many inputs (NVLS allreduce on one NVSwitch takes one
+    rank -> switch -> rank path). So the out-form is dropped where a switch multicasts or reduces, the
+    in-form where one reduces; the shortest-path bound holds as it is.
     """
     n = topology.num_ranks
     if n < 2:
@@ -664,15 +712,20 @@ def latency_bound_us(topology: Topology, collective: Collective) -> tuple[float,
     src, dst, _, _ = topology.arrays
     d_out = int(np.bincount(src, minlength=topology.num_nodes)[:n].max())
     d_in = int(np.bincount(dst, minlength=topology.num_nodes)[:n].max())
+    copies = any(not f.plain for _, f in topology.features)
+    combines = any(f.reduce for _, f in topology.features)
     rounds = 0
-    if not shape.to_root:
+    if not shape.to_root and not copies:
         rounds = max(rounds, _rounds(n, d_out))
-    if not shape.from_root:
+    if not shape.from_root and not combines:
         rounds = max(rounds, _rounds(n, d_in))
     port = rounds * a
-    return max(sp, port), {"shortest_path_us": sp, "port_rounds": rounds, "port_round_alpha_us": a,
-                           "port_bound_us": port, "latency_method": "shortest-path" if sp >= port
-                           else "port-rounds"}
+    out = {"shortest_path_us": sp, "port_rounds": rounds, "port_round_alpha_us": a, "port_bound_us": port,
+           "latency_method": "shortest-path" if sp >= port else "port-rounds"}
+    if copies:
+        out["port_rounds_note"] = ("in-network switches: out-form dropped" if not combines
+                                   else "in-network switches: out- and in-form dropped")
+    return max(sp, port), out
 
 
 def clear_caches() -> None:
@@ -684,7 +737,10 @@ def clear_caches() -> None:
 # ---- the entry point ------------------------------------------------------------------------------
 def compute_bounds(topology: Topology, collective: Collective | str, size_bytes: float, *,
                    root: int | None = None) -> Bounds:
-    """Lower bounds for ``collective`` of ``size_bytes`` (SIZE, docs/units.md) on ``topology``."""
+    """Lower bounds for ``collective`` of ``size_bytes`` (SIZE, docs/units.md) on ``topology``.
+
+    Where the fabric has in-network switches the bounds are those valid with them (the module docstring)
+    and ``host_only_bound_us`` is the time bound of the same fabric with plain switches."""
     if isinstance(collective, str):
         collective = Collective(collective, topology.num_ranks, root=root or 0)
     if collective.num_ranks != topology.num_ranks:
@@ -693,6 +749,9 @@ def compute_bounds(topology: Topology, collective: Collective | str, size_bytes:
     if size_bytes <= 0:
         raise SynthError(f"size must be positive, got {size_bytes}")
     check_rank_count(topology.num_ranks, topology.name, "bounds")
+    host_only = None
+    if topology.features:   # the same fabric with plain switches: what host-only schedules can reach
+        host_only = compute_bounds(replace(topology, features=()), collective, size_bytes).time_bound_us
     topology = topology.circuit_capacities()
     n = topology.num_ranks
     name = collective.name
@@ -728,7 +787,9 @@ def compute_bounds(topology: Topology, collective: Collective | str, size_bytes:
                        cut_bw_GBps=res.cut_bw, maxflows=res.flows)
     elif name == "allreduce":
         bw_us, extra = allreduce_bandwidth_us(topology, size_bytes)
-        details.update(bandwidth_method="max(RS cut, AG cut, pair cut, traffic, group traffic)", **extra)
+        method = ("max(RS cut, AG cut, pair cut, group traffic), in-network reduction" if topology.features
+                  else "max(RS cut, AG cut, pair cut, traffic, group traffic)")
+        details.update(bandwidth_method=method, **extra)
     elif name == "alltoall":
         cols = n * len(topology.links)
         if cols <= ALLTOALL_LP_MAX_VARS:
@@ -745,5 +806,8 @@ def compute_bounds(topology: Topology, collective: Collective | str, size_bytes:
         lat_us, lat_details = latency_bound_us(topology, collective)
         details.update(lat_details)
     time_us = max(bw_us, lat_us)
+    if host_only is not None:
+        details["in_network"] = {"switches": [name_ for name_, f in topology.features if not f.plain],
+                                 "host_only_bound_us": host_only, "in_network_bound_us": time_us}
     return Bounds(topology.name, name, n, size_bytes, r if collective.is_rooted else None, bw_us, lat_us,
-                  time_us, algbw_GBps(size_bytes, time_us), details)
+                  time_us, algbw_GBps(size_bytes, time_us), details, host_only_bound_us=host_only)

@@ -458,7 +458,7 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
     gap = (sim.time_us - bound) / sim.time_us if bound is not None and sim.time_us > 0 else None
     return SynthesisResult(
         method=best.method,
-        solver=best.run.solver,
+        solver=best.schedule.solver or best.run.solver,    # a method's alternative may use another solver
         status=status_of(best.run.kind, gap),
         time_us=sim.time_us,
         algbw_GBps=algbw_GBps(size_bytes, sim.time_us),

@@ -69,11 +69,12 @@ def test_bandwidth_bound_allgather_uses_trees_not_milp():
     assert "lp" in _names(load_topology("mi250"), "allgather", 64 * MiB)       # switchless: lp won there
 
 
-def test_alltoall_milp_at_any_size_with_chunk_variants_only_on_small_switchless_fabrics():
+def test_alltoall_milp_at_any_size_and_no_chunk_variants():
+    # milp with 2-4 chunks per piece ran until the wall clock stopped it (HiGHS nodes of seconds each): whether
+    # it finished depended on the machine's load, so auto no longer tries it (module docstring)
     plan = _plan(load_topology("dgx1"), "alltoall", 64 * MiB)
     assert [(c.method, c.chunks) for c in plan] == [
-        ("lp", None), ("ring", None), ("direct", None), ("greedy", None), ("milp", None), ("milp", 3), ("milp", 4),
-        ("milp", 2)]
+        ("lp", None), ("ring", None), ("direct", None), ("greedy", None), ("milp", None)]
     # lp (the concurrent flow's paths) for bandwidth-bound alltoall up to 32 ranks, switches or not
     assert "lp" in _names(load_topology("dgx-a100-4node"), "alltoall", 64 * MiB)
     assert "lp" not in _names(load_topology("dgx1"), "alltoall", 16 * 1024)
@@ -207,13 +208,13 @@ def sleeper(monkeypatch):
 
 def test_each_candidate_gets_its_own_limit(sleeper):
     # a candidate's work limit W is also a wall-clock safety stop of CLOCK_FACTOR * W seconds
-    sleeper(0.2)
+    sleeper(0.03)
     t0 = time.perf_counter()
     res = synthesize(gen.ring(4), "allgather", 2**20, "auto", SynthOptions(time_limit=30))
     wall = time.perf_counter() - t0
     assert [row["method"] for row in res.tried] == ["sleeper", "sleeper", "ring", "sleeper"]
     assert all("time_us" in row for row in res.tried) and res.not_tried == []
-    clock = auto.CLOCK_FACTOR * 0.2
+    clock = auto.CLOCK_FACTOR * 0.03
     assert 3 * clock <= wall < 3 * clock + 10          # three sleeps of the candidate's clock, not 30 s each
 
 

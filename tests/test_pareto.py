@@ -210,8 +210,8 @@ def test_pipeline_method(dgx1):
     assert res.time_us == pytest.approx(res.predicted_time_us, rel=0.05)
     fixed = synthesize(dgx1, "allgather", 1 << 20, "pareto", SynthOptions(time_limit=60, chunks=3))
     assert fixed.collective.chunk_factor == 3 and fixed.schedule.notes["rounds"] == 4
-    with pytest.raises(SynthError, match="multiple"):
-        synthesize(dgx1, "allreduce", 1 << 20, "pareto", SynthOptions(chunks=3))
+    # allreduce --chunks counts buffer chunks (SCCL's C): 3 is not a multiple of the 8 owners, so only the
+    # combining encoding takes it (tests/test_combining.py)
 
 
 # ---- CLI -----------------------------------------------------------------------------------------------

@@ -88,12 +88,12 @@ def test_sccl_allgather_is_as_fast_as_msccl_tools_own_xml_of_it():
 # ---- coll="custom" XML --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("command", [("verify",), ("simulate", "-t", "dgx1"), ("execute", "-s", "1K"),
-                                     ("convert", "-o", "OUT.json")])
+                                     ("convert", "-o", "OUT.json"), ("plot", "-t", "dgx1", "-o", "OUT.png")])
 def test_custom_xml_needs_a_collective(command, tmp_path):
-    args = [a.replace("OUT.json", str(tmp_path / "out.json")) for a in command]
+    args = [a.replace("OUT", str(tmp_path / "out")) for a in command]
     result = _cli(args[0], BROADCAST_XML, *args[1:])
     _one_error_line(result, "coll='custom'", "-c/--collective")
-    assert not (tmp_path / "out.json").exists()
+    assert not list(tmp_path.iterdir())
 
 
 def test_custom_broadcast_verifies_and_simulates_with_c():
@@ -107,6 +107,13 @@ def test_custom_broadcast_verifies_and_simulates_with_c():
     assert result.exit_code == 1 and "holds no data" in result.output
     _one_error_line(_cli("simulate", BROADCAST_XML, "-t", "dgx1", "-c", "broadcast", "--root", "9"), "--root 9")
     _one_error_line(_cli("simulate", BROADCAST_XML, "-t", "dgx1", "-c", "scan"), "unknown collective")
+
+
+def test_custom_broadcast_plots_with_c(tmp_path):
+    out = tmp_path / "gantt.png"
+    result = _cli("plot", BROADCAST_XML, "-t", "dgx1", "-c", "broadcast", "--root", "0", "-s", "1MiB", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_msccl_tools_reduce_xml_writes_its_input():

@@ -233,3 +233,29 @@ def test_limits_pass_on_generated_programs():
 def test_save_rejects_unknown_extension(tmp_path):
     with pytest.raises(SynthError):
         save_program(ring_allgather(3), tmp_path / "p.txt")
+
+
+def _schema_verdict(doc):
+    """The full jsonschema's first error (path, message), as program_from_dict reported it before steps were
+    checked apart."""
+    from synth.program.json_io import _validator, _where
+
+    error = next(iter(sorted(_validator().iter_errors(doc), key=lambda e: list(e.absolute_path))), None)
+    return None if error is None else f"{_where(error.absolute_path)}: {error.message}"
+
+
+@pytest.mark.parametrize("position, value", [
+    (0, "zz"), (1, "x"), (2, 1.5), (2, 2.0), (2, True), (5, None), (6, -2), (7, -2), (8, 2), (8, False), (8, 1.0),
+    (3, 7), (None, "short"), (None, "long"), (None, "dict"),
+])
+def test_fast_step_check_agrees_with_the_schema(position, value):
+    from synth.program.json_io import _schema_error
+
+    doc = program_to_dict(ring_allgather(3))
+    steps = doc["gpus"][1]["threadblocks"][0]["steps"]
+    if position is None:
+        steps[-1] = {"short": steps[-1][:8], "long": [*steps[-1], 0], "dict": {"type": "s"}}[value]
+    else:
+        steps[-1][position] = value
+    assert _schema_error(doc) == _schema_verdict(doc)
+    assert _schema_error(program_to_dict(ring_allgather(3))) is None

@@ -23,11 +23,12 @@ def relabel(topology: Topology, perm: list[int], machines: bool = True) -> Topol
     links = tuple(sorted((Link(to(x.src), to(x.dst), x.bw, x.alpha) for x in topology.links),
                          key=lambda x: (x.src, x.dst)))
     boxes = tuple(tuple(perm[r] for r in box) for box in topology.machines) if machines else ()
-    return Topology(topology.name, topology.num_ranks, links, topology.switches, boxes)
+    return Topology(topology.name, topology.num_ranks, links, topology.switches, boxes, features=topology.features)
 
 
 def without_machines(topology: Topology) -> Topology:
-    return Topology(topology.name, topology.num_ranks, topology.links, topology.switches, ())
+    return Topology(topology.name, topology.num_ranks, topology.links, topology.switches, (),
+                    features=topology.features)
 
 
 @pytest.mark.parametrize("name", builtin_names())

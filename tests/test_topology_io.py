@@ -232,7 +232,7 @@ def test_save_is_atomic_and_leaves_no_temp_files(tmp_path):
 
 EXPECTED_BUILTINS = {
     "dgx1", "ndv2-2node", "dgx2", "dgx-a100", "dgx-a100-2node", "dgx-a100-4node", "dgx-h100", "dgx-h100-2node",
-    "mi250",
+    "mi250", "dgx-h100-nvls", "dgx-h100-2node-sharp",
     "mi250-2node", "torus-4x4", "torus-3x3x3", "mesh-5x5", "hypercube-16", "ring-8", "fully-connected-8",
 }
 

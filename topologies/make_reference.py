@@ -14,8 +14,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from synth.topology import generators as gen
+from synth.topology.checks import with_switch_features
 from synth.topology.io import dump_topology
-from synth.topology.model import Topology
+from synth.topology.model import SwitchFeatures, Topology
 
 HERE = Path(__file__).resolve().parent
 
@@ -74,6 +75,45 @@ def _a100_nodes(boxes: int) -> Topology:
     )
 
 
+# In-network reduction (docs/topology.md, "In-network reduction"). Assumed: the links' alpha already covers the
+# switch's own latency (reduce_alpha 0), and the reduction engine is never the bottleneck (no reduce_bw).
+NVLS = SwitchFeatures(reduce=True, multicast=True)
+SHARP = SwitchFeatures(reduce=True, multicast=True)
+IN_NETWORK_NOTE = ("Assumed: reduce_alpha 0 (the links' alpha covers the switch) and no reduce_bw (the reduction "
+                   "engine is not the bottleneck).")
+
+
+def _h100_2node() -> Topology:
+    return gen.boxes_behind_nics(
+        2, 8, intra="nvswitch", intra_bw=450, intra_alpha=0.7, nics_per_box=8, gpu_nic_bw=50,
+        gpu_nic_alpha=0.0, nic_bw=50, ib_switches=2, ib_alpha=1.0, name="dgx-h100-2node",
+        description=(
+            "2 x DGX H100: per box 8 H100 <-> NVSwitch at 450 GB/s each way; 8 x 50 GB/s NICs per box, "
+            "alpha 1 us on IB (docs/topology.md). Assumed as for dgx-a100-2node: NVSwitch alpha 0.7 us, GPU i <-> "
+            "NIC b<k>.nic<i> 50 GB/s alpha 0, NIC <-> IB switch ib<i % 2>."
+        ),
+    )
+
+
+def _in_network() -> list[Topology]:
+    """``dgx-h100-nvls`` and ``dgx-h100-2node-sharp``: the H100 fabrics with NVLS on the NVSwitches and
+    SHARP on the IB switches."""
+    nvls = gen.star(
+        8, 450, 0.7, switch="nvswitch", name="dgx-h100-nvls", machines=[list(range(8))],
+        description=("NVIDIA DGX H100 with NVLS: 8 H100 <-> one NVSwitch at 450 GB/s each way, alpha 0.7 us "
+                     "(docs/topology.md); the NVSwitch reduces and multicasts in the network (NVLS multimem). "
+                     + IN_NETWORK_NOTE),
+    )
+    two = _h100_2node()
+    sharp = replace(two, name="dgx-h100-2node-sharp", description=(
+        "dgx-h100-2node (2 x DGX H100, 450 GB/s NVSwitch per box, 8 x 50 GB/s NICs per box, alpha 1 us on IB; "
+        "docs/topology.md) with in-network reduction: each box's NVSwitch reduces and multicasts (NVLS), and "
+        "the IB switches ib0, ib1 reduce and send the result back down (SHARP). " + IN_NETWORK_NOTE))
+    features = {name: NVLS for name in two.switches if name.endswith("nvswitch")}
+    features.update({name: SHARP for name in two.switches if name.startswith("ib")})
+    return [with_switch_features(nvls, {"nvswitch": NVLS}), with_switch_features(sharp, features)]
+
+
 def reference_topologies() -> dict[str, Topology]:
     """Every reference topology, by name (the file is ``<name>.yaml``)."""
     box8 = [list(range(8))]
@@ -110,15 +150,8 @@ def reference_topologies() -> dict[str, Topology]:
         ),
         _a100_nodes(2),
         _a100_nodes(4),
-        gen.boxes_behind_nics(
-            2, 8, intra="nvswitch", intra_bw=450, intra_alpha=0.7, nics_per_box=8, gpu_nic_bw=50,
-            gpu_nic_alpha=0.0, nic_bw=50, ib_switches=2, ib_alpha=1.0, name="dgx-h100-2node",
-            description=(
-                "2 x DGX H100: per box 8 H100 <-> NVSwitch at 450 GB/s each way; 8 x 50 GB/s NICs per box, "
-                "alpha 1 us on IB (docs/topology.md). Assumed as for dgx-a100-2node: NVSwitch alpha 0.7 us, GPU i <-> "
-                "NIC b<k>.nic<i> 50 GB/s alpha 0, NIC <-> IB switch ib<i % 2>."
-            ),
-        ),
+        _h100_2node(),
+        *_in_network(),
         gen.from_matrix(
             MI250_XGMI, XGMI_GBPS, MI250_ALPHA, name="mi250", machines=[list(range(16))],
             description=(

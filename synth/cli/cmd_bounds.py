@@ -56,6 +56,11 @@ def command(topology_name: str, collective: str, size: str, root: int, exclude_l
         table.add_row(f"  {key.removesuffix('_us')}", f"{value:.3f}", mark)
     table.add_row("latency", f"{bounds.latency_bound_us:.3f}", str(d.get("latency_method", "")))
     table.add_row("time = max", f"{bounds.time_bound_us:.3f}", f"{bounds.binding}-bound")
+    if bounds.host_only_bound_us is not None:
+        switches = ", ".join(d["in_network"]["switches"])
+        table.add_row("  in-network", f"{bounds.time_bound_us:.3f}", f"the time bound: switches {switches} may "
+                      "reduce/multicast")
+        table.add_row("  host-only", f"{bounds.host_only_bound_us:.3f}", "the same fabric, switches only forward")
     table.add_row("algbw", f"{bounds.algbw_bound_GBps:.3f} GB/s", "SIZE / time bound")
     con = console()
     con.print(table)

@@ -1,10 +1,21 @@
-"""``synth plot [PROG|RESULTS] --kind gantt|links|topology|gaps -o FILE.png [-t T] [-s SIZE] [--json]``."""
+"""``synth plot [PROG|RESULTS] --kind gantt|links|topology|gaps -o FILE.png [-t T] [-s SIZE] [-c C] [--root R]
+[--json]``."""
 
 from __future__ import annotations
 
 import click
 
-from synth.cli.common import emit_json, fabric_arg, guarded, json_option, load_program_arg, load_topology_arg
+from synth.cli.common import (
+    collective_option,
+    emit_json,
+    fabric_arg,
+    guarded,
+    json_option,
+    load_program_arg,
+    load_topology_arg,
+    name_collective,
+    root_option,
+)
 from synth.errors import SynthError
 
 KINDS = ("gantt", "links", "topology", "gaps")
@@ -21,10 +32,12 @@ KINDS = ("gantt", "links", "topology", "gaps")
 @click.option("-t", "--topology", "topology_name", default=None,
               help="Topology name or file (default: the program's own; required for foreign XML).")
 @click.option("-s", "--size", default=None, help="SIZE for gantt/links (default: the program's size, else 1GiB).")
+@collective_option
+@root_option
 @json_option
 @guarded
 def command(source: str | None, kind: str | None, output: str, topology_name: str | None, size: str | None,
-            as_json: bool) -> None:
+            collective: str | None, root: int | None, as_json: bool) -> None:
     """Draw a program (gantt, links), a topology, or the optimality gaps of a sweep table."""
     from synth import plots
     from synth.sweep import is_table
@@ -50,7 +63,7 @@ def command(source: str | None, kind: str | None, output: str, topology_name: st
     else:
         if table:
             raise SynthError(f"{source} is a sweep table; only --kind gaps draws tables")
-        program = load_program_arg(source)
+        program = name_collective(load_program_arg(source), collective, root, source)
         topology = fabric_arg(program, topology_name, source)
         if kind == "topology":
             path = plots.plot_topology(topology, output)

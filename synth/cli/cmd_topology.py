@@ -89,7 +89,21 @@ def _details(topology) -> dict[str, Any]:
             for r in topology.ranks
         ],
         "circuit_capped_links": _capped(topology),
+        "in_network": _in_network(topology),
     }
+
+
+def _in_network(topology) -> list[dict[str, Any]]:
+    """The switches that reduce or multicast in the network (docs/topology.md, "In-network reduction"),
+    with the ranks each serves; ``reduce_bw`` None where the switch sets no limit of its own."""
+    import math
+
+    from synth.topology.checks import switch_ranks
+
+    return [{"switch": name, "reduce": f.reduce, "multicast": f.multicast, "reduce_alpha_us": f.reduce_alpha,
+             "reduce_bw": f.reduce_bw if math.isfinite(f.reduce_bw) else None,
+             "ranks": list(switch_ranks(topology, topology.node_id(name)))}
+            for name, f in topology.features]
 
 
 def _capped(topology) -> list[dict[str, Any]]:
@@ -131,12 +145,30 @@ def show_cmd(topology: str, as_json: bool) -> None:
         neighbours = ", ".join(str(topo.node_name(link.dst)) for link in topo.out_links[r])
         table.add_row(str(r), f"{topo.in_bw(r):g}", f"{topo.out_bw(r):g}", neighbours[:60])
     out.print(table)
+    if info["in_network"]:
+        switches = Table(title="in-network switches")
+        for column in ("switch", "reduce", "multicast", "reduce α (µs)", "reduce bw (GB/s)", "ranks"):
+            switches.add_column(column, justify="left" if column in ("switch", "ranks") else "right")
+        for row in info["in_network"]:
+            bw = "-" if row["reduce_bw"] is None else f"{row['reduce_bw']:g}"
+            switches.add_row(str(row["switch"]), "yes" if row["reduce"] else "no", "yes" if row["multicast"] else "no",
+                             f"{row['reduce_alpha_us']:g}" if row["reduce"] else "-", bw if row["reduce"] else "-",
+                             _rank_list(row["ranks"]))
+        out.print(switches)
     capped = info["circuit_capped_links"]
     if capped:
         first = capped[0]
         out.print(f"{len(capped)} link directions move less than their bandwidth, since a transfer holds its whole "
                   f"route at the route's smallest bandwidth (e.g. {first['src']}->{first['dst']} "
                   f"{first['bw_GBps']:g} -> {first['circuit_GBps']:g} GB/s); bounds and methods count that")
+
+
+def _rank_list(ranks: list[int]) -> str:
+    """``0-7`` for a contiguous run, else the list (cut at 60 characters)."""
+    if ranks and ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 2:
+        return f"{ranks[0]}-{ranks[-1]}"
+    text = ", ".join(map(str, ranks))
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 @command.command(name="validate")

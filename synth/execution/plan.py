@@ -16,6 +16,16 @@ then ``post`` ops (the reductions of ``rrc``/``rrs``/``rrcs``). A send's data is
 posted, not when it logically happens; if the program overwrites the source in between, the plan
 snapshots it into a temporary at the logical send (exact MSCCL semantics, no extra copy otherwise).
 Temporaries (receive-reduce operands, snapshots) are pooled by lifetime.
+
+Switches (``Program.switches``, NVLS/SHARP) run on ONE extra process, index ``num_ranks``, that emulates
+every switch of the program. A rank's send to a switch peer (``num_ranks + k``) is a message to that
+process; the process receives each message as soon as it is sent (it always expects the next message on
+every connection an op names). On connection (rank, switch, chan) the k-th message belongs to the k-th op
+(in list order) of that switch naming the rank among its ``srcs`` with that ``chan``; symmetrically the
+k-th message the switch sends on (switch, rank, chan) comes from the k-th op naming the rank among its
+``dsts``. An op runs after the wait of the wave in which its last input arrived: ``reduce`` sums its
+inputs into a temporary, ``multicast`` forwards its one input; then it sends the result to every ``dsts``
+rank (logical sends, matched with the ranks' receives like any other message).
 """
 
 from __future__ import annotations
@@ -23,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from synth.collectives import Collective
-from synth.program.ir import Gpu, Program, Step, Threadblock
+from synth.program.ir import Gpu, Program, Step, SwitchOp, Threadblock
 
 # A region is (space, start_chunk, cnt); space is a physical buffer name ("i", "o", "s") or an
 # int temporary id (then start is 0).
@@ -53,10 +63,17 @@ class Plan:
     stuck: tuple[str, ...] = ()  # why the simulation could not finish (empty when it did)
     unmatched_sends: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    # the extra process that emulates the program's switches (index = number of ranks), if it has any
+    switch_process: RankPlan | None = None
 
     @property
     def deadlocks(self) -> bool:
         return bool(self.stuck)
+
+    @property
+    def processes(self) -> tuple[RankPlan, ...]:
+        """One plan per process: the ranks, then the switch process where there is one."""
+        return self.ranks + ((self.switch_process,) if self.switch_process is not None else ())
 
 
 @dataclass
@@ -95,13 +112,20 @@ def compile_plan(program: Program, collective: Collective, *, allow_hang: bool =
     n = program.num_ranks
     gpus = {g.id: g for g in program.gpus}
     buffers, aliases = _layout(_used_chunks(gpus, n), collective, n)
-    ws = _Waves({g: {tb.id: tb for tb in gpus[g].threadblocks} for g in gpus}, aliases, n)
+    ws = _Waves({g: {tb.id: tb for tb in gpus[g].threadblocks} for g in gpus}, aliases, n,
+                tuple(sw.ops for sw in program.switches))
     wave, stuck, hang_wave = _run_waves(ws)
     _end_send_temps(ws)
-    unmatched = tuple(f"{m.where} sends to rank {m.dst} on channel {m.chan} but no receive takes it"
-                      for m in ws.msgs if m.match_wave < 0)
+    unmatched = tuple(f"{m.where} sends to {_node(ws, m.dst)} on channel {m.chan} but no "
+                      f"{'switch op' if m.dst >= n else 'receive'} takes it" for m in ws.msgs if m.match_wave < 0)
     rank_plans = tuple(_rank_plan(ws, g, buffers[g], wave, hang_wave if allow_hang else []) for g in range(n))
-    return Plan(program.name, collective, rank_plans, wave + 1, len(ws.msgs), tuple(stuck), unmatched)
+    switch_plan = _rank_plan(ws, n, {}, wave, []) if program.switches else None
+    return Plan(program.name, collective, rank_plans, wave + 1, len(ws.msgs), tuple(stuck), unmatched,
+                switch_process=switch_plan)
+
+
+def _node(ws: _Waves, node: int) -> str:
+    return f"rank {node}" if node < ws.n else f"switch {node - ws.n}"
 
 
 # ---- buffers and aliasing --------------------------------------------------------------------------
@@ -154,10 +178,11 @@ class _Waves:
     """The state of the wave simulation, advanced by :func:`_run_waves`'s steps."""
 
     def __init__(self, tbs: dict[int, dict[int, Threadblock]], aliases: dict[int, dict[str, tuple[str, int]]],
-                 n: int) -> None:
+                 n: int, switches: tuple[tuple[SwitchOp, ...], ...] = ()) -> None:
         self.tbs = tbs
         self.aliases = aliases
         self.n = n
+        self.switches = _Switches(n, switches)
         self.pc = {(g, t): 0 for g in tbs for t in tbs[g]}  # next step of each threadblock
         self.phase = dict.fromkeys(self.pc, 0)  # 1: receive part done, send part pending
         self.pending_src: dict[tuple[int, int], Region] = {}  # (g, t) -> data to forward
@@ -165,12 +190,59 @@ class _Waves:
         self.sendq: dict[tuple[int, int, int], list[_Msg]] = {}  # connection -> messages sent on it
         self.recvd: dict[tuple[int, int, int], int] = {}  # connection -> messages received on it
         self.msgs: list[_Msg] = []
-        self.temps: dict[int, list[_Temp]] = {g: [] for g in range(n)}
-        # per rank, per wave: pre ops, comm (msgs), post ops
-        self.pre: dict[int, dict[int, list]] = {g: {} for g in range(n)}
-        self.comm: dict[int, dict[int, list]] = {g: {} for g in range(n)}
-        self.post: dict[int, dict[int, list]] = {g: {} for g in range(n)}
+        # per process (the ranks, then the switch process n), per wave: pre ops, comm (msgs), post ops
+        procs = range(n + 1)
+        self.temps: dict[int, list[_Temp]] = {g: [] for g in procs}
+        self.pre: dict[int, dict[int, list]] = {g: {} for g in procs}
+        self.comm: dict[int, dict[int, list]] = {g: {} for g in procs}
+        self.post: dict[int, dict[int, list]] = {g: {} for g in procs}
         self.inflight: dict[int, list[_Msg]] = {g: [] for g in range(n)}  # sent, not yet waited
+        for conn, slots in self.switches.out_slots.items():   # the switches' sends: one slot per op, in order
+            self.sendq[conn] = [None] * slots
+
+    def proc(self, node: int) -> int:
+        """The process of a node: a rank's own, or the switch process for every switch."""
+        return min(node, self.n)
+
+
+class _Switches:
+    """Which op of which switch each message to or from a switch belongs to (module docstring)."""
+
+    def __init__(self, n: int, switches: tuple[tuple[SwitchOp, ...], ...]) -> None:
+        self.n = n
+        self.ops = switches
+        # (rank, switch node, chan) -> [(switch k, op j), ...] in list order: the k-th message's op
+        self.in_ops: dict[tuple[int, int, int], list[tuple[int, int]]] = {}
+        # (switch k, op j, rank) -> slot of the op's message on connection (switch node, rank, chan)
+        self.out_slot: dict[tuple[int, int, int], int] = {}
+        self.out_slots: dict[tuple[int, int, int], int] = {}
+        for k, ops in enumerate(switches):
+            node = n + k
+            for j, op in enumerate(ops):
+                _check_op(n, k, j, op)
+                for r in op.srcs:
+                    self.in_ops.setdefault((r, node, op.chan), []).append((k, j))
+                for r in op.dsts:
+                    conn = (node, r, op.chan)
+                    self.out_slot[(k, j, r)] = self.out_slots.get(conn, 0)
+                    self.out_slots[conn] = self.out_slots.get(conn, 0) + 1
+        self.taken: dict[tuple[int, int, int], int] = {}   # connection -> messages the switch took
+        self.inputs: dict[tuple[int, int], dict[int, Region]] = {}   # (k, j) -> src rank -> temp region
+        self.done: set[tuple[int, int]] = set()
+
+
+def _check_op(n: int, k: int, j: int, op: SwitchOp) -> None:
+    """Raise ValueError for a switch op the executor cannot run (the verifier names these too)."""
+    where = f"switch {k} op {j} ({op.type})"
+    if op.type not in ("reduce", "multicast"):
+        raise ValueError(f"{where}: unknown switch op type (reduce or multicast)")
+    if op.type == "multicast" and len(op.srcs) != 1:
+        raise ValueError(f"{where}: a multicast takes one source, got {len(op.srcs)}")
+    if not op.srcs or not op.dsts or op.cnt < 1:
+        raise ValueError(f"{where}: needs srcs, dsts and cnt >= 1")
+    for what, ranks in (("srcs", op.srcs), ("dsts", op.dsts)):
+        if len(set(ranks)) != len(ranks) or not all(0 <= r < n for r in ranks):
+            raise ValueError(f"{where}: {what} must be distinct ranks 0..{n - 1}, got {list(ranks)}")
 
 
 def _where(g: int, t: int, s: int) -> str:
@@ -220,11 +292,13 @@ def _run_waves(ws: _Waves) -> tuple[int, list[str], list[tuple[int, int, int]]]:
         progressed = _run_local(ws, wave)
         matched = _match_receives(ws)
         _post_messages(ws, matched, wave)
+        taken = _switch_receives(ws, wave)
         # the wave's wait completes these sends: their sources are free again
         for g in range(ws.n):
             ws.inflight[g] = [m for m in ws.inflight[g] if m.match_wave < 0]
         _finish_receives(ws, matched, wave)
-        if not (progressed or matched):
+        ran = _run_switch_ops(ws, wave)
+        if not (progressed or matched or taken or ran):
             stuck, hang_wave = _diagnose(ws)
             break
         wave += 1
@@ -276,7 +350,7 @@ def _match_receives(ws: _Waves) -> list[tuple[int, int, int, _Msg]]:
         conn = (tb.recv, g, tb.chan)
         k = ws.recvd.get(conn, 0)
         queue = ws.sendq.get(conn, [])
-        if k < len(queue):
+        if k < len(queue) and queue[k] is not None:   # a switch's k-th message may not be sent yet
             ws.recvd[conn] = k + 1
             matched.append((g, t, i, queue[k]))
     return matched
@@ -294,9 +368,66 @@ def _post_messages(ws: _Waves, matched: list[tuple[int, int, int, _Msg]], wave: 
             m.target = (_new_temp(ws, g, st.cnt, wave), 0, st.cnt)
         m.match_wave = wave
         _write(ws, g, m.target)
-        ws.comm[m.src].setdefault(wave, []).append(m)
+        ws.comm[ws.proc(m.src)].setdefault(wave, []).append(m)
         if m.dst != m.src:
-            ws.comm[m.dst].setdefault(wave, []).append(m)
+            ws.comm[ws.proc(m.dst)].setdefault(wave, []).append(m)
+
+
+def _switch_receives(ws: _Waves, wave: int) -> bool:
+    """The switch process takes every message sent to a switch that an op of it expects, into a temporary
+    of that op's; whether it took any."""
+    sw = ws.switches
+    n = ws.n
+    took = False
+    for conn, ops in sw.in_ops.items():
+        queue = ws.sendq.get(conn, [])
+        k = sw.taken.get(conn, 0)
+        while k < min(len(queue), len(ops)):
+            m = queue[k]
+            s_k, j = ops[k]
+            op = sw.ops[s_k][j]
+            if m.cnt != op.cnt:
+                raise ValueError(f"{m.where} sends {m.cnt} chunks but op {j} of switch {s_k} ({op.type}) takes "
+                                 f"{op.cnt}")
+            m.target = (_new_temp(ws, n, op.cnt, wave), 0, op.cnt)
+            m.match_wave = wave
+            sw.inputs.setdefault((s_k, j), {})[m.src] = m.target
+            ws.comm[m.src].setdefault(wave, []).append(m)
+            ws.comm[n].setdefault(wave, []).append(m)
+            k += 1
+            took = True
+        sw.taken[conn] = k
+    return took
+
+
+def _run_switch_ops(ws: _Waves, wave: int) -> bool:
+    """After the wave's wait: every switch op whose inputs have all arrived runs (reduce: sum into a
+    temporary; multicast: its one input) and sends the result to each of its ``dsts``; whether any ran."""
+    sw = ws.switches
+    n = ws.n
+    ran = False
+    for (k, j), got in sorted(sw.inputs.items()):
+        op = sw.ops[k][j]
+        if (k, j) in sw.done or len(got) < len(op.srcs):
+            continue
+        parts = [got[r] for r in op.srcs]
+        for part in parts:
+            ws.temps[n][part[0]].end = wave
+        if len(parts) == 1:
+            result = parts[0]
+        else:
+            result = (_new_temp(ws, n, op.cnt, wave), 0, op.cnt)
+            ws.post[n].setdefault(wave, []).append((ADD, result, parts[0], parts[1]))
+            for part in parts[2:]:
+                ws.post[n].setdefault(wave, []).append((ADD, result, result, part))
+        node = n + k
+        for r in op.dsts:
+            m = _Msg(len(ws.msgs), node, r, op.chan, op.cnt, result, wave, f"switch {k} op {j} ({op.type})")
+            ws.msgs.append(m)
+            ws.sendq[(node, r, op.chan)][sw.out_slot[(k, j, r)]] = m
+        sw.done.add((k, j))
+        ran = True
+    return ran
 
 
 def _finish_receives(ws: _Waves, matched: list[tuple[int, int, int, _Msg]], wave: int) -> None:
@@ -339,18 +470,31 @@ def _diagnose(ws: _Waves) -> tuple[list[str], list[tuple[int, int, int]]]:
         if not _dep_ok(ws, g, st):
             stuck.append(f"{_where(g, t, i)} ({st.type}) waits for tb {st.depid} step {st.deps}")
         elif st.receives and ws.phase[(g, t)] == 0:
-            stuck.append(f"{_where(g, t, i)} ({st.type}) waits for a message from rank {tb.recv} "
+            stuck.append(f"{_where(g, t, i)} ({st.type}) waits for a message from {_node(ws, tb.recv)} "
                          f"on channel {tb.chan} that is never sent")
             hang_wave.append((g, t, i))
+    sw = ws.switches
+    for k, ops in enumerate(sw.ops):
+        for j, op in enumerate(ops):
+            missing = [r for r in op.srcs if r not in sw.inputs.get((k, j), {})]
+            if (k, j) not in sw.done and missing:
+                stuck.append(f"switch {k} op {j} ({op.type}) waits for a message from rank "
+                             f"{', '.join(map(str, missing[:4]))} on channel {op.chan} that is never sent")
     return stuck, hang_wave
 
 
 def _end_send_temps(ws: _Waves) -> None:
     """Temporaries of rrs forwards end when their message is posted; snapshots likewise."""
+    ended: set[tuple[int, int]] = set()
     for m in ws.msgs:
         end = m.match_wave if m.match_wave >= 0 else 1 << 60
         if isinstance(m.source[0], int):
-            ws.temps[m.src][m.source[0]].end = end
+            temp = ws.temps[ws.proc(m.src)][m.source[0]]
+            if m.src >= ws.n and (m.src, m.source[0]) in ended:   # a switch sends one result to many ranks
+                temp.end = max(temp.end, end)
+            else:
+                temp.end = end
+                ended.add((m.src, m.source[0]))
         if m.snap_temp is not None:
             ws.temps[m.src][m.snap_temp].end = end
 
@@ -398,10 +542,10 @@ def _emit_ops(ws: _Waves, g: int, slot_of: dict[int, int], last_wave: int) -> li
         for m in sorted(ws.comm[g].get(w, ()), key=lambda x: x.id):
             if m.src == m.dst:
                 batch.append(("self", g, (_fix(m.target, slot_of), _data_of(m, slot_of)), m.chan))
-            elif m.src == g:
-                batch.append(("send", m.dst, _data_of(m, slot_of), m.chan))
+            elif ws.proc(m.src) == g:
+                batch.append(("send", ws.proc(m.dst), _data_of(m, slot_of), m.chan))
             else:
-                batch.append(("recv", m.src, _fix(m.target, slot_of), m.chan))
+                batch.append(("recv", ws.proc(m.src), _fix(m.target, slot_of), m.chan))
         if batch:
             ops.append((BATCH, tuple(batch)))
         for op in ws.post[g].get(w, ()):
@@ -418,9 +562,9 @@ def _rank_plan(ws: _Waves, g: int, buffers: dict[str, int], last_wave: int,
     for hg, t, i in hang_wave:
         if hg == g:
             st = ws.tbs[g][t].steps[i]
-            hang.append(("recv", ws.tbs[g][t].recv, (len(pool), 0, st.cnt), ws.tbs[g][t].chan))
+            hang.append(("recv", ws.proc(ws.tbs[g][t].recv), (len(pool), 0, st.cnt), ws.tbs[g][t].chan))
     if hang:
         pool.append((max(r[2][2] for r in hang), 1 << 60))
         ops.append((BATCH, tuple(hang)))
-    return RankPlan(g, buffers, ws.aliases[g], tuple(c for c, _ in pool), tuple(ops),
-                    sum(1 for m in ws.msgs if g in (m.src, m.dst)))
+    return RankPlan(g, buffers, ws.aliases.get(g, {}), tuple(c for c, _ in pool), tuple(ops),
+                    sum(1 for m in ws.msgs if g in (ws.proc(m.src), ws.proc(m.dst))))

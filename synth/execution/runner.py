@@ -5,7 +5,11 @@ Launch modes:
   (``torch.multiprocessing.start_processes(start_method="fork")``, ``file://`` rendezvous,
   ``GLOO_SOCKET_IFNAME=lo``: 8 ranks start in about 2 s); nccl spawns them (CUDA cannot fork).
 - torchrun: when RANK/WORLD_SIZE/LOCAL_RANK are set, this process is one rank of that world
-  (multi-node); the world size must equal the program's ranks; rank 0 reports.
+  (multi-node); the world size must equal the program's ranks (plus one, below); rank 0 reports.
+
+A program with in-network steps (``Program.switches``, NVLS/SHARP) runs with ONE extra process, after
+the ranks, that emulates every switch (:mod:`synth.execution.plan`); it holds no collective buffers and
+takes no part in the timing or the check.
 
 Timing: every iteration starts after a barrier; a rank's time is from the barrier to its last op;
 an iteration's time is the slowest rank's; ``time_us`` is the median over the timed iterations
@@ -140,6 +144,8 @@ def execute_many(programs: list[Program], *, backend: str = "gloo", size_bytes: 
     world = programs[0].num_ranks
     if any(p.num_ranks != world for p in programs):
         raise SynthError("programs run together must have the same number of ranks")
+    ranks = world
+    world += 1 if any(p.switches for p in programs) else 0   # the switch process (module docstring)
     plans, elems, actual, notes = [], [], [], []
     for p in programs:
         plan = prepare(p, verify_first=verify_first)
@@ -156,8 +162,9 @@ def execute_many(programs: list[Program], *, backend: str = "gloo", size_bytes: 
         if not torch.cuda.is_available():
             raise SynthError("backend nccl needs CUDA GPUs; none is available (use --backend gloo)")
         if torchrun_world() is None and torch.cuda.device_count() < world:
-            raise SynthError(f"backend nccl runs one rank per GPU: the program has {world} ranks but this machine "
-                             f"has {torch.cuda.device_count()} GPUs (use torchrun across machines, or gloo)")
+            extra = " + 1 switch process" if world > ranks else ""
+            raise SynthError(f"backend nccl runs one rank per GPU: the program has {ranks} ranks{extra} but this "
+                             f"machine has {torch.cuda.device_count()} GPUs (use torchrun across machines, or gloo)")
     job = Job(tuple(plans), tuple(elems), dtype=dtype, backend=backend, iters=iters, warmup=warmup, seed=seed,
               timeout_s=timeout, baselines=tuple(baselines or ()))
     tr = torchrun_world()
@@ -166,6 +173,7 @@ def execute_many(programs: list[Program], *, backend: str = "gloo", size_bytes: 
     else:
         per_rank, leader = _run_local(job, world, timeout, plans), True
     results = []
+    per_rank = per_rank[:ranks]   # the switch process is neither timed nor checked
     for pi, (plan, p) in enumerate(zip(plans, programs)):
         rank_results = [r[pi] for r in per_rank]
         t_s = median_of_max([r["times_s"] for r in rank_results])
@@ -180,7 +188,7 @@ def execute_many(programs: list[Program], *, backend: str = "gloo", size_bytes: 
         if "baseline_times_s" in rank_results[0]:
             base = median_of_max([r["baseline_times_s"] for r in rank_results]) * 1e6
         results.append(ExecResult(
-            ok=not errors, backend=backend, ranks=world, time_us=t_us, algbw_GBps=alg,
+            ok=not errors, backend=backend, ranks=ranks, time_us=t_us, algbw_GBps=alg,
             busbw_GBps=alg * coll.busbw_factor, errors=errors, program=p.name, collective=coll.name,
             size_bytes=actual[pi], chunk_elems=elems[pi], dtype=dtype, iters=iters, warmup=warmup,
             times_us=times_us, waves=plan.waves, messages=plan.messages, notes=notes[pi],
@@ -241,7 +249,8 @@ def _run_local(job: Job, world: int, timeout: float, plans: list[Plan]) -> list[
             why = payloads.get(r, {}).get("error") or (
                 f"killed by signal {-code} (out of memory? try a smaller --size)" if code is not None and code < 0
                 else f"exit code {code}")
-            raise CheckFailed(f"rank {r} failed: {why}")
+            who = f"rank {r}" if r < plans[0].collective.num_ranks else f"the switch process ({r})"
+            raise CheckFailed(f"{who} failed: {why}")
         return [payloads[r]["plans"] for r in range(world)]
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
@@ -250,7 +259,10 @@ def _run_local(job: Job, world: int, timeout: float, plans: list[Plan]) -> list[
 def _run_torchrun(job: Job, world: int, tr: tuple[int, int, int], timeout: float) -> tuple[list[list[dict]], bool]:
     rank, size, local_rank = tr
     if size != world:
-        raise SynthError(f"torchrun world size is {size} but the program has {world} ranks; "
+        ranks = job.plans[0].collective.num_ranks
+        needs = f"needs {world} processes (its {ranks} ranks + 1 switch process)" if world > ranks else \
+            f"has {world} ranks"
+        raise SynthError(f"torchrun world size is {size} but the program {needs}; "
                          f"launch exactly {world} processes in total")
 
     def expire() -> None:

@@ -9,7 +9,7 @@ dependencies and in-place aliasing appear in at least one of them.
 
 from __future__ import annotations
 
-from synth.program.ir import Gpu, Program, Step, Threadblock
+from synth.program.ir import Gpu, Program, Step, SwitchOp, SwitchProgram, Threadblock
 
 
 class _Builder:
@@ -208,6 +208,29 @@ SAMPLES = {
     "gather": direct_gather,
     "scatter": direct_scatter,
 }
+
+
+def nvls_allreduce(n: int, chunks: int = 2) -> Program:
+    """In-network allreduce through one switch (NVLS: reduce in the switch, then multicast), ``chunks``
+    chunks per rank (>= 2). Every rank sends each input chunk to the switch (peer ``n``) and receives each
+    result chunk from it. Chunks ``0..chunks-2``: one ``reduce`` op each, result to every rank. The last
+    chunk: a ``reduce`` op whose result goes to rank 0 only; rank 0 sends it back to the switch, whose
+    ``multicast`` op sends it to every other rank. So both op types, several ops per connection (FIFO) and
+    a rank that feeds the switch twice appear in it."""
+    if chunks < 2 or n < 2:
+        raise ValueError("nvls_allreduce needs n >= 2 and chunks >= 2")
+    ranks = tuple(range(n))
+    ops = [SwitchOp("reduce", ranks, ranks) for _ in range(chunks - 1)]
+    ops += [SwitchOp("reduce", ranks, (0,)), SwitchOp("multicast", (0,), ranks[1:])]
+    gpus = []
+    for g in ranks:
+        steps = [Step("s", "i", k, "i", k) for k in range(chunks)]
+        steps += [Step("r", "o", k, "o", k) for k in range(chunks)]
+        if g == 0:
+            steps.append(Step("s", "o", chunks - 1, "o", chunks - 1))
+        gpus.append(Gpu(g, chunks, chunks, 0, (Threadblock(0, send=n, recv=n, steps=tuple(steps)),)))
+    return Program(f"nvls_allreduce_{n}", "allreduce", n, tuple(gpus), chunk_factor=chunks,
+                   switches=(SwitchProgram("nvswitch", tuple(ops)),))
 
 
 def sample_program(collective: str, n: int) -> Program:

@@ -51,15 +51,18 @@ class _Runner:
         from synth.execution import reference
 
         self.torch = torch
-        rp = plan.ranks[rank]
         self.coll = plan.collective
+        # the process after the ranks emulates the switches (plan.py); a plan without switches leaves it idle
+        self.switch = rank >= self.coll.num_ranks
+        processes = plan.processes
+        rp = processes[rank] if rank < len(processes) else None
         self.rank, self.elems, self.dtype, self.device, self.seed = rank, elems, dtype, device, seed
         self.nccl = backend == "nccl"
-        self.bufs = {b: torch.empty(c * elems, dtype=dtype, device=device) for b, c in rp.buffers.items()}
-        self.temps = [torch.empty(c * elems, dtype=dtype, device=device) for c in rp.temps]
-        self.aliases = rp.aliases
+        self.bufs = {b: torch.empty(c * elems, dtype=dtype, device=device) for b, c in rp.buffers.items()} if rp else {}
+        self.temps = [torch.empty(c * elems, dtype=dtype, device=device) for c in rp.temps] if rp else []
+        self.aliases = rp.aliases if rp else {}
         ops = []
-        for op in rp.ops:
+        for op in (rp.ops if rp else ()):
             if op[0] == COPY:
                 dst, src = op[1], op[2]
                 ops.append((0, self.view(dst), self.view(src), _overlaps(dst, src)))
@@ -77,9 +80,11 @@ class _Runner:
                     p2p.append((kind == "send", peer, self.view(reg), tag))
                 ops.append((2, p2p, local))
         self.ops = ops
+        self.poison = reference.poison(dtype)
+        if self.switch:
+            return
         self.inputs = reference.make_inputs(self.coll, rank, elems, dtype, seed).to(device)
         self.input_view = self.view(self._resolve("i", 0, self.coll.input_chunks))
-        self.poison = reference.poison(dtype)
 
     def _resolve(self, buf: str, off: int, cnt: int) -> tuple:
         if buf in self.aliases:
@@ -93,6 +98,8 @@ class _Runner:
         return base[start * self.elems:(start + cnt) * self.elems]
 
     def reset(self) -> None:
+        if self.switch:
+            return
         for buf in self.bufs.values():
             buf.fill_(self.poison)
         self.input_view.copy_(self.inputs)
@@ -128,6 +135,8 @@ class _Runner:
     def check(self) -> list[str]:
         from synth.execution import reference
 
+        if self.switch:
+            return []
         out = self._resolve("o", 0, self.coll.output_chunks)
 
         def slot(k: int):

@@ -13,7 +13,7 @@ from functools import lru_cache
 from importlib import resources
 
 from synth.errors import SynthError
-from synth.program.ir import Fabric, Gpu, Program, Step, Threadblock
+from synth.program.ir import BUFFERS, STEP_TYPES, Fabric, Gpu, Program, Step, Threadblock
 
 FORMAT = "synth-program"
 VERSION = 1
@@ -109,15 +109,73 @@ def _where(path) -> str:
     return "/".join(str(p) for p in path) or "(top level)"
 
 
+def _first_error(instance, validator) -> tuple[list, str] | None:
+    error = next(iter(sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path))), None)
+    return None if error is None else (list(error.absolute_path), error.message)
+
+
+@lru_cache(maxsize=1)
+def _step_validator():
+    import jsonschema
+
+    schema = program_schema()
+    return jsonschema.validators.validator_for(schema)({**schema["$defs"]["step"], "$defs": schema["$defs"]})
+
+
+_STEP_TYPES = frozenset(STEP_TYPES)
+_BUFFERS = frozenset(BUFFERS)
+
+
+def _plain_step(step) -> bool:
+    """The common well-formed step, checked without jsonschema (which costs ~250 µs a step); anything else
+    goes to the schema for its verdict and message."""
+    if type(step) is not list or len(step) != 9:
+        return False
+    kind, srcbuf, srcoff, dstbuf, dstoff, cnt, depid, deps, hasdep = step
+    return (kind in _STEP_TYPES and srcbuf in _BUFFERS and dstbuf in _BUFFERS and type(srcoff) is int
+            and type(dstoff) is int and type(cnt) is int and type(depid) is int and depid >= -1
+            and type(deps) is int and deps >= -1 and type(hasdep) is int and hasdep in (0, 1))
+
+
+def _schema_error(doc: dict) -> str | None:
+    """``PATH: message`` of the first schema violation, or None. The document without its step arrays goes
+    through jsonschema; the steps are checked by :func:`_plain_step` and only odd ones by the schema."""
+    gpus = doc.get("gpus")
+    step_lists = []
+    skeleton = doc
+    if isinstance(gpus, list) and all(isinstance(g, dict) and isinstance(g.get("threadblocks"), list) for g in gpus):
+        new_gpus = []
+        for gi, g in enumerate(gpus):
+            tbs = []
+            for ti, tb in enumerate(g["threadblocks"]):
+                if isinstance(tb, dict) and isinstance(tb.get("steps"), list):
+                    step_lists.append((gi, ti, tb["steps"]))
+                    tb = {**tb, "steps": []}
+                tbs.append(tb)
+            new_gpus.append({**g, "threadblocks": tbs})
+        skeleton = {**doc, "gpus": new_gpus}
+    found = _first_error(skeleton, _validator())
+    if found is not None:
+        return f"{_where(found[0])}: {found[1]}"
+    for gi, ti, steps in step_lists:
+        for si, step in enumerate(steps):
+            if not _plain_step(step):
+                found = _first_error(step, _step_validator())
+                if found is not None:
+                    path = ["gpus", gi, "threadblocks", ti, "steps", si, *found[0]]
+                    return f"{_where(path)}: {found[1]}"
+    return None
+
+
 def program_from_dict(doc, source: str = "<json>") -> Program:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise SynthError(f"{source}: not a synth JSON program (missing \"format\": \"{FORMAT}\")")
     if doc.get("version") != VERSION:
         raise SynthError(f"{source}: JSON program version {doc.get('version')!r} is not supported "
                          f"(this synth reads version {VERSION})")
-    error = next(iter(sorted(_validator().iter_errors(doc), key=lambda e: list(e.absolute_path))), None)
+    error = _schema_error(doc)
     if error is not None:
-        raise SynthError(f"{source}: invalid JSON program at {_where(error.absolute_path)}: {error.message}")
+        raise SynthError(f"{source}: invalid JSON program at {error}")
     gpus = []
     for g in doc["gpus"]:
         tbs = tuple(Threadblock(id=tb["id"], send=tb["send"], recv=tb["recv"], chan=tb["chan"],

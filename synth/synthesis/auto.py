@@ -91,25 +91,26 @@ switch with a power-of-two rank count it meets its epoch lower bound without a s
 place: 2.808 µs, 1.003x the bound, where it used to run to its limit), and ``rdh`` does allreduce by plain
 recursive doubling (dgx-a100 1 KB: 4.21 µs, 1.002x, against 8.41 for reduce-scatter + allgather).
 
-**Alltoall chunking.** For bandwidth-bound alltoall on ≤ 8 switchless ranks, ``milp`` is also tried
-with 3, 4 and then 2 chunks per piece (5 s each): splitting a piece lets the MILP route it over several
-paths. 4 is there for the MSCCL runtimes: 3 makes 192 chunks per loop on 8 ranks, which no power-of-two
-buffer divides, and ``auto`` prefers a program the runtime runs at SIZE (4 chunks: 1.048x, 2: 1.130x).
-dgx1 alltoall 64 MiB (5 s limit each): 1 chunk 1.130x bound (0.2 s), 2 chunks 1.130x, 3
-chunks 1.0125x (9 s wall), 4 chunks 1.048x; ring-8: 1.003x / 1.006x. On 16 ranks and behind
-switches extra chunks never helped (dgx2 1.021x -> 1.042x, dgx-a100 1.050x -> 1.100x, mi250
-1.320x -> 1.330x, ndv2-2node 1.062x -> 1.054x at twice the time), so they are not tried there.
-``--chunks`` given by the user is used for every candidate instead.
+**Alltoall chunking.** ``auto`` no longer tries ``milp`` with 2, 3 and 4 chunks per piece on small
+switchless alltoalls. HiGHS' work limit is a node count and one node of those models can take seconds, so
+the runs lasted until the wall-clock stop (dgx1 64 MiB, 3 chunks: 75 s on the loaded development machine,
+4 chunks cut at 100 s): whether they finished depended on the machine's load. They never changed the
+result: ``lp`` gives 1.016x on dgx1 (3 chunks 1.0125x, which no power-of-two buffer divides, so the
+runtime-runnable lp program is kept; 4 chunks 1.048x) and 1.003x on ring-8; auto takes 1.7 s instead of
+110 s there. ``--chunks`` given by the user is used for every candidate instead.
 
 **Budgets are deterministic work.** The same topology, collective, SIZE and options give the same
 program on an idle and on a loaded machine. A candidate's "limit" above is deterministic solver work
 (``SynthOptions.work_limit``: CP-SAT deterministic time on a fixed worker count, branch-and-bound
 nodes; :mod:`synth.solvers`), never seconds of wall clock. The wall clock is only a *safety stop*:
 ``--time-limit`` (none unless the user gives one) bounds the whole plan, and a candidate with a work
-limit also stops after ``CLOCK_FACTOR`` times it in seconds (a HiGHS root node has no deterministic
-bound). A candidate that a clock stops reports ``not_tried`` with the reason and its program is not
-used; once ``--time-limit`` runs out, every later candidate reports ``not_tried`` too (never a
-silently different program). ``SynthesisResult.not_tried`` lists them for ``--json`` and the table.
+limit also stops after ``CLOCK_FACTOR`` (20) times it in seconds: a stop for a hang (a HiGHS root
+node has no deterministic bound), far enough that a loaded machine never reaches it (at 2× a MILP
+given 30 s of deterministic work was cut on the 2-core development machine beside a test suite, and
+`synth tune` then wrote a different program set than on an idle machine). A candidate that a clock
+stops reports ``not_tried`` with the reason and its program is not used; once ``--time-limit`` runs
+out, every later candidate reports ``not_tried`` too (never a silently different program).
+``SynthesisResult.not_tried`` lists them for ``--json`` and the table.
 
 **Early stop.** The pipeline stops the plan once the best verified program is within
 ``CLOSE_ENOUGH`` (1 %) of the lower bound of :func:`synth.lower_bounds.compute_bounds`: no later candidate
@@ -128,15 +129,13 @@ from synth.synthesis.base import BANDWIDTH_PIECE, Instance, SynthOptions  # noqa
 from synth.synthesis.registry import METHODS, registered
 
 MIN_START_S = 0.5            # a candidate is not started with less than this left of --time-limit
-CLOCK_FACTOR = 2.0           # a candidate with a work limit W stops (not_tried) after CLOCK_FACTOR * W s
+CLOCK_FACTOR = 20.0          # a candidate with a work limit W stops (not_tried) after CLOCK_FACTOR * W s
 TREE_METHODS = ("multiring", "spantree", "trees", "lp")   # first where the case is bandwidth-bound (expected quality)
 BASELINE_MAX_RANKS = 64      # baselines (and ring first) up to this scale
 SPANTREE_MAX_RANKS = 128     # spanning-tree allreduce (switchless): its packing LP takes ~10 s at 128 ranks
 GREEDY_MAX_RANKS = 256       # greedy at every size and collective up to this scale
 EXACT_TREES_SLOW = 128       # trees' exact packing is skipped above this ...
 LARGE_TREES = 256            # ... up to where its fast scale path starts (trees.LARGE_RANKS)
-ALLTOALL_EXTRA_CHUNKS = (3, 4, 2)
-ALLTOALL_EXTRA_LIMIT_S = 5.0
 CLOSE_ENOUGH = 0.01          # stop once the best program is within 1 % of the lower bound
 SWITCHED_ALLTOALL_RANKS = 512  # bandwidth-bound alltoall behind switches: direct, no greedy, up to here ...
 SWITCHED_ALLTOALL_LP_RANKS = 128  # ... and lp up to here (32 boxes: 0.734 of the bound in 74 s, direct 0.914)
@@ -243,9 +242,8 @@ def candidates(inst: Instance) -> list[str]:
 
 
 def plan(inst: Instance) -> list[Candidate]:
-    """:func:`candidates` in order of expected quality, with each one's work limit and the alltoall chunk
-    variants (module docstring). Names without a rule (tests, plug-ins) run with no limit of their own."""
-    options = inst.options
+    """:func:`candidates` in order of expected quality, with each one's work limit (module docstring).
+    Names without a rule (tests, plug-ins) run with no limit of their own."""
     out: list[Candidate] = []
     names = candidates(inst)
     # Above BASELINE_MAX_RANKS the ring runs only if nothing else produced a program: 256-rank torus,
@@ -259,9 +257,6 @@ def plan(inst: Instance) -> list[Candidate]:
         rule = next((r for r in rules() if r.method == name), None)
         limit = rule.limit(inst) if rule is not None else None
         out.append(Candidate(name, limit, fallback=demote and name == "ring"))
-        if (name == "milp" and options.chunks is None and inst.collective.name == "alltoall"
-                and inst.bandwidth_bound and inst.ranks <= 8 and not inst.switches):
-            out += [Candidate("milp", ALLTOALL_EXTRA_LIMIT_S, c) for c in ALLTOALL_EXTRA_CHUNKS]
     return out
 
 

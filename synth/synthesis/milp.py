@@ -80,6 +80,11 @@ What the solver proved about the epoch model is kept in ``notes['model_status']`
 the reversed topology and the schedule is reversed in time with reducing sends (each rank sends its
 partial after all partials routed through it arrived). Allreduce = that reduce-scatter followed by
 an allgather, each solved optimally in its own MILP (optimal for the decomposition, not jointly).
+Allreduce also gets a *direct combining* candidate (partial sums exchanged and combined in synchronous
+steps, SCCL's combining encoding: :mod:`synth.synthesis.combining`, with a quarter of the work limit on top
+of the two phases' halves, so an allreduce may spend 1.25 times it); the
+method returns the one its α-β model predicts faster with the other as an alternative, and the pipeline
+times both (``options.extra['milp_combining'] = False`` leaves only the composed one).
 """
 
 from __future__ import annotations
@@ -963,6 +968,7 @@ def synthesize(inst: Instance) -> Schedule:
             phases = [(coll.name, res)]
     transfers.sort(key=lambda t: (t.start, t.end, t.chunk, t.src, t.dst))
     makespan = max((t.end for t in transfers), default=0.0)
+    combined = _combining(inst, options) if coll.name == "allreduce" and coll.num_ranks > 1 else None
     statuses = [p.status for _, p in phases]
     model_optimal = all(s == "optimal" for s in statuses)
     objective = sum(p.objective_us for _, p in phases)
@@ -984,8 +990,33 @@ def synthesize(inst: Instance) -> Schedule:
         notes["decomposition"] = "reducescatter then allgather, each solved exactly"
     if any("fallback" in p.notes for _, p in phases):
         notes["fallback"] = "; ".join(p.notes["fallback"] for _, p in phases if "fallback" in p.notes)
-    return Schedule(coll, topology.name, tuple(transfers), method="milp", size_bytes=float(size_bytes),
-                    predicted_time_us=makespan, notes=notes)
+    composed = Schedule(coll, topology.name, tuple(transfers), method="milp", size_bytes=float(size_bytes),
+                        predicted_time_us=makespan, notes=notes)
+    if combined is None:
+        return composed
+    composed = replace(composed, solver=options.solver)     # the combining one is CP-SAT's
+    # both are candidates: the pipeline times each and keeps the faster (synth.pipeline, alternatives)
+    first, second = sorted((combined, composed), key=lambda sc: sc.predicted_time_us)
+    return replace(first, alternatives=(second,))
+
+
+def _combining(inst: Instance, options: SynthOptions) -> Schedule | None:
+    """Allreduce's direct combining candidate (:mod:`synth.synthesis.combining`), or None where it does not apply
+    (``options.extra['milp_combining']`` false, an instance too large for it, or no solution in its budget). It gets
+    a quarter of the work limit (the composed phases keep their halves) and keeps ``--chunks`` as its C (buffer
+    chunks), else tries :data:`synth.synthesis.combining.DEFAULT_CHUNK_COUNTS`."""
+    from synth.synthesis import combining
+
+    if not options.extra.get("milp_combining", True):
+        return None
+    work = None if options.work_limit is None else options.work_limit / 4
+    sched = combining.best_schedule(inst.topology, inst.collective, inst.size_bytes, chunks=options.chunks,
+                                    work_limit=work, threads=options.threads, seed=options.seed, method="milp",
+                                    time_limit=options.time_limit)
+    if sched is None:
+        return None
+    sched.notes["decomposition"] = "none: direct combining (partial sums exchanged and combined)"
+    return sched
 
 
 METHOD = MethodSpec(

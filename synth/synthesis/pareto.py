@@ -39,8 +39,24 @@ non-decreasing order at one fixed rank (symmetry breaking: any solution can be r
 ReduceScatter and Reduce are solved as their non-combining dual
 (broadcast of each output chunk from its owner) on the reversed topology. The dual's sends are
 inverted: a copy ``u -> v`` in dual step ``s`` becomes a reducing send ``v -> u`` in step ``S+1-s``.
-Allreduce has no dual (SCCL's "CNR"): it is a ReduceScatter followed by an Allgather, each solved with
-the same (C, S, R), which gives (C, 2S, 2R).
+
+**Allreduce** has no dual (every rank is a root of every address), and two encodings are searched, their
+points reported in SCCL's units for allreduce: **C = chunks of the whole buffer** (SCCL's addresses, SIZE/C
+bytes each; msccl-tools' ``allreduce`` collective chunked up C times), S steps, R rounds of one such chunk per
+``b_e`` of link.
+
+- *direct combining* (:mod:`synth.synthesis.combining`, SCCL's combining encoding): partial sums move and
+  combine; a point is its (C, S, R) as solved.
+- *composed*: a ReduceScatter followed by an Allgather, each solved with the same per-phase instance
+  (c chunks per reduce-scatter owner, s steps, r rounds). Its buffer has C = N·c chunks of the same size as
+  the phases' chunks, so the point is (N·c, 2s, 2r) and its R/C is 2r/(N·c). (synth before issue 35 printed
+  (c, 2s, 2r): R/C N times too large against SCCL's.)
+
+The two are merged into one frontier and pruned together. ``--chunks C`` for allreduce counts buffer chunks:
+the combining encoding uses C, the composed one c = C/N where N divides C. The step and rounds-per-chunk lower
+bounds printed for allreduce are the ones that hold for both: the fabric's diameter (every contribution
+reaches every rank) and :func:`cut_rounds_per_chunk` of allreduce (synth's allreduce bandwidth bound in
+round units).
 
 **Frontier (msccl-tools ``strategies.solve_all_latency_bandwidth_tradeoffs``).** Lower bounds first:
 ``S >= S_lb`` (the largest hop distance from a chunk's sources to a destination) and ``R/C >= ρ``,
@@ -434,6 +450,15 @@ def algorithm_from_steps(fab: Fabric, problem: CopyProblem, steps: list[tuple[in
 
 
 # ---- collectives -> copy problems --------------------------------------------------------------------
+def sccl_point(collective: Collective, key: tuple[int, int, int], phases: int) -> tuple[int, int, int]:
+    """A per-phase (c, s, r) in SCCL's units for the collective (module docstring): allreduce's composed
+    instance is (N·c, 2s, 2r) (c chunks per reduce-scatter owner, N·c of the buffer); others are unchanged."""
+    c, s, r = key
+    if collective.name == "allreduce" and phases == 2:
+        return collective.num_ranks * c, 2 * s, 2 * r
+    return c, phases * s, phases * r
+
+
 def _base_collective(collective: Collective, chunks: int) -> Collective:
     c = chunks * collective.num_ranks if collective.name == "allreduce" else chunks
     return Collective(collective.name, collective.num_ranks, c, collective.root, collective.inplace)
@@ -523,7 +548,8 @@ def explore(topology: Topology, collective: Collective | str, *, max_steps: int 
     ``instance_time_limit`` (default a quarter of the budget): an instance still undecided then is
     logged ``unknown`` and treated as not found (the search goes on). ``max_steps`` defaults to
     ``max(8, S_lb + 4)`` steps per phase. Schedules of the Pareto points are timed at
-    ``size_bytes``. ``chunk_counts`` restricts the chunk counts tried (default ``1..max_chunks``).
+    ``size_bytes``. ``chunk_counts`` restricts the chunk counts tried (default ``1..max_chunks``; for allreduce they
+    count buffer chunks, SCCL's C, see the module docstring).
     ``exhaustive`` adds a second pass (:func:`_complete`) that makes the frontier exact for
     ``C <= max_chunks`` and ``S <= max_steps``; SCCL's search alone can miss a point."""
     t_start = time.perf_counter()
@@ -552,7 +578,9 @@ def explore(topology: Topology, collective: Collective | str, *, max_steps: int 
         rpc_lb = max(rpc_lb, rounds_per_chunk_lower_bound(f, problem, None if time_limit is None else time_limit / 4))
     for name in (("reducescatter", "allgather") if collective.name == "allreduce" else (collective.name,)):
         rpc_lb = max(rpc_lb, cut_rounds_per_chunk(topology, name, collective.root, fab.unit_GBps))
+    allreduce = collective.name == "allreduce"
     exp = Exploration(topology.name, collective.name, scale * steps_lb, scale * rpc_lb, fab.unit_GBps, fab.exact)
+    user_max_steps = max_steps
     phase_max_steps = max_steps // scale if max_steps is not None else max(DEFAULT_MAX_STEPS, steps_lb + 4)
     max_steps = scale * phase_max_steps if max_steps is None else max_steps
     per_instance = instance_time_limit if instance_time_limit is not None else (
@@ -566,9 +594,22 @@ def explore(topology: Topology, collective: Collective | str, *, max_steps: int 
     def left() -> float | None:
         return None if time_limit is None else time_limit - sum(work)
 
-    if steps_lb > phase_max_steps:
+    combined: list = []
+    composed_counts = chunk_counts
+    if allreduce:
+        # SCCL's units (module docstring): chunk counts are buffer chunks; the composed search takes C/N per owner
+        exp.steps_lb = min(exp.steps_lb, combining_steps_lb(fab))
+        exp.rounds_per_chunk_lb = cut_rounds_per_chunk(topology, "allreduce", 0, fab.unit_GBps)
+        combined = _combining_points(topology, fab, chunk_counts or list(range(1, max_chunks + 1)), user_max_steps,
+                                     None if time_limit is None else time_limit / 4, threads, seed, work, exp)
+        n = collective.num_ranks
+        if chunk_counts is not None:
+            composed_counts = [c // n for c in chunk_counts if c % n == 0]
+            if not composed_counts:
+                exp.stopped = f"no chunk count divisible by the {n} ranks for reduce-scatter + allgather"
+    if steps_lb > phase_max_steps and not exp.stopped:
         exp.stopped = f"every algorithm needs at least {scale * steps_lb} steps (> max steps {max_steps})"
-    for chunks in ([] if exp.stopped else (chunk_counts or range(1, max_chunks + 1))):
+    for chunks in ([] if exp.stopped else (composed_counts or range(1, max_chunks + 1))):
         rounds = max(math.ceil(rpc_lb * chunks), steps_lb)
         done = False
         while not done and not exp.stopped:
@@ -594,6 +635,8 @@ def explore(topology: Topology, collective: Collective | str, *, max_steps: int 
                 took = time.perf_counter() - t0
                 exp.tried.append({"chunks": chunks, "steps": scale * steps, "rounds": scale * rounds,
                                   "status": status, "solve_s": round(took, 3)})
+                if allreduce:
+                    exp.tried[-1]["encoding"] = "composed"   # chunks per owner until the end of the search
                 if status == "sat":
                     found.append((chunks, steps, rounds))
                     algos[(chunks, steps, rounds)] = (phase_algos, coll, phs, took)
@@ -611,21 +654,62 @@ def explore(topology: Topology, collective: Collective | str, *, max_steps: int 
             break
         if done and Fraction(found[-1][2], found[-1][0]) <= rpc_lb:
             exp.bandwidth_optimal = True
-            exp.stopped = "bandwidth-optimal algorithm found"
+            exp.stopped = ("bandwidth-optimal algorithm found" if not allreduce
+                           else "reduce-scatter + allgather at their bandwidth bound")
             break
     if not exp.stopped:
         exp.stopped = f"reached max chunks {max_chunks}"
     if exhaustive and exp.stopped != "time limit" and chunk_counts is None:
         _complete(exp, found, algos, fab, rfab, collective, steps_lb, rpc_lb, phase_max_steps, max_chunks,
                   scale, left, threads, seed, per_instance, work)
-    for key in prune_pareto(found):
+    # every candidate in the collective's SCCL units: (C, S, R) -> how to build its schedule
+    makers: dict[tuple[int, int, int], tuple[float, object]] = {}
+    for key in found:
         phase_algos, coll, phs, took = algos[key]
-        c, s, r = key
-        schedule = to_schedule(topology, fab, rfab, coll, phs, phase_algos, size_bytes, (c, scale * s, scale * r))
-        exp.points.append(ParetoPoint(c, scale * s, scale * r, took, schedule))
+        unit_key = sccl_point(collective, key, scale)
+        makers.setdefault(unit_key, (took, lambda k=unit_key, a=algos[key]: to_schedule(
+            topology, fab, rfab, a[1], a[2], a[0], size_bytes, k)))
+    for algo in combined:
+        from synth.synthesis import combining
+
+        unit_key = (algo.chunks, algo.steps, algo.rounds)
+        makers.setdefault(unit_key, (algo.solve_s, lambda a=algo: combining.to_schedule(
+            topology, fab, collective, a, size_bytes, "pareto")))
+    for key in prune_pareto(list(makers)):
+        took, make = makers[key]
+        exp.points.append(ParetoPoint(*key, took, make()))
     exp.points.sort(key=lambda p: (p.steps, p.bandwidth_cost))
+    if allreduce:
+        for t in exp.tried:
+            if t.get("encoding") == "composed":
+                t["chunks"] *= collective.num_ranks
+        exp.bandwidth_optimal = any(p.bandwidth_cost <= exp.rounds_per_chunk_lb for p in exp.points)
     exp.total_s = time.perf_counter() - t_start
     return exp
+
+
+def combining_steps_lb(fab: Fabric) -> int:
+    """Least steps of a combining allreduce: the diameter (:func:`synth.synthesis.combining.steps_lower_bound`)."""
+    from synth.synthesis import combining
+
+    return combining.steps_lower_bound(fab.dist)
+
+
+def _combining_points(topology: Topology, fab: Fabric, chunk_counts: list[int], max_steps: int | None,
+                      budget: float | None, threads: int | None, seed: int, work: list[float],
+                      exp: Exploration) -> list:
+    """Allreduce's direct combining instances (:func:`synth.synthesis.combining.search`, least R per (C, S)),
+    within ``budget`` deterministic time charged to ``work``; logged in ``exp.tried``."""
+    from synth.synthesis import combining
+
+    res = combining.search(topology, chunk_counts=tuple(chunk_counts), max_steps=max_steps, work_limit=budget,
+                           threads=threads, seed=seed, fab=fab)
+    work.append(res.work_s)
+    for t in res.tried:
+        exp.tried.append({**t, "encoding": "combining"})
+        if t["status"] not in ("sat", "unsat", "too large", "budget spent"):
+            exp.undecided += 1
+    return res.found
 
 
 def _complete(exp: Exploration, found: list[tuple[int, int, int]], algos: dict, fab: Fabric, rfab: Fabric | None,
@@ -635,7 +719,8 @@ def _complete(exp: Exploration, found: list[tuple[int, int, int]], algos: dict, 
     below the best ratio found with at most S steps, smallest first; the first feasible one is the
     least bandwidth cost for S. SCCL stops a chunk count at its least R, so it never tries e.g. a
     larger R with fewer steps at that C, which can be Pareto-optimal."""
-    tried = {(t["chunks"], t["steps"] // scale, t["rounds"] // scale) for t in exp.tried}
+    tried = {(t["chunks"], t["steps"] // scale, t["rounds"] // scale) for t in exp.tried
+             if t.get("encoding") != "combining"}
     top = min(max_steps, max((s for _, s, _ in found), default=0))
     for steps in range(steps_lb, top + 1):
         best = min((Fraction(r, c) for c, s, r in found if s <= steps), default=None)
@@ -659,6 +744,8 @@ def _complete(exp: Exploration, found: list[tuple[int, int, int]], algos: dict, 
             tried.add((c, steps, r))
             exp.tried.append({"chunks": c, "steps": scale * steps, "rounds": scale * r, "status": status,
                               "solve_s": round(took, 3), "pass": "exhaustive"})
+            if collective.name == "allreduce":
+                exp.tried[-1]["encoding"] = "composed"
             if status == "sat":
                 found.append((c, steps, r))
                 algos[(c, steps, r)] = (phase_algos, coll, phs, took)
@@ -785,13 +872,7 @@ def synthesize(inst: Instance) -> Schedule:
     ``options.extra`` may set ``max_steps``, ``max_chunks``, ``assume_monotonic`` and ``exhaustive``."""
     topology, collective, size_bytes, options = inst.topology, inst.collective, inst.size_bytes, inst.options
     extra = options.extra or {}
-    chunks = options.chunks
-    if chunks and collective.name == "allreduce":
-        # --chunks counts allreduce buffer chunks; SCCL's C counts chunks per reduce-scatter owner
-        if chunks % collective.num_ranks:
-            raise SynthError(f"pareto allreduce needs --chunks to be a multiple of the {collective.num_ranks} "
-                             f"ranks (C chunks per owner), got {chunks}")
-        chunks //= collective.num_ranks
+    chunks = options.chunks      # allreduce: buffer chunks (SCCL's C), module docstring
     exp = explore(topology, collective, max_steps=extra.get("max_steps"),
                   max_chunks=int(extra.get("max_chunks", DEFAULT_MAX_CHUNKS)),
                   time_limit=options.work_limit if options.work_limit is not None else DEFAULT_TIME_LIMIT,

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Iterable
 
 from synth.errors import SynthError
-from synth.topology.model import Link, Topology
+from synth.topology.model import Link, SwitchFeatures, Topology
 
 
 def _fail(source: str, where: str, problem: str) -> SynthError:
@@ -109,8 +109,74 @@ def hop_diameter(topology: Topology, block: int = 512) -> int:
     return int(best)
 
 
+def switch_ranks(topology: Topology, switch: int) -> tuple[int, ...]:
+    """The ranks that have a link to ``switch`` and a link from it, directly or through other switches only
+    (no other rank on the way): the ranks an in-network operation of ``switch`` can serve."""
+
+    def reached(forward: bool) -> set[int]:
+        found: set[int] = set()
+        seen = {switch}
+        stack = [switch]
+        while stack:
+            node = stack.pop()
+            for link in (topology.out_links[node] if forward else topology.in_links[node]):
+                other = link.dst if forward else link.src
+                if other in seen:
+                    continue
+                seen.add(other)
+                if topology.is_rank(other):
+                    found.add(other)
+                else:
+                    stack.append(other)
+        return found
+
+    return tuple(sorted(reached(True) & reached(False)))
+
+
+def canonical_features(switches: tuple[str, ...],
+                       features: Iterable[tuple[str, SwitchFeatures]]) -> tuple[tuple[str, SwitchFeatures], ...]:
+    """``features`` as :attr:`Topology.features` holds them: plain switches left out, in the order of
+    ``switches`` (names not in ``switches`` last, for :func:`check_topology` to refuse)."""
+    order = {name: k for k, name in enumerate(switches)}
+    kept = {name: f for name, f in features if not f.plain}
+    return tuple(sorted(kept.items(), key=lambda item: (order.get(item[0], len(order)), item[0])))
+
+
+def with_switch_features(topology: Topology, features: Iterable[tuple[str, SwitchFeatures]] | dict,
+                         source: str | None = None) -> Topology:
+    """``topology`` with in-network ``features`` by switch name (docs/topology.md, "In-network reduction"),
+    canonical and checked as a file would be."""
+    from dataclasses import replace
+
+    items = features.items() if isinstance(features, dict) else features
+    return check_topology(replace(topology, features=canonical_features(topology.switches, items)), source)
+
+
+def _check_features(topology: Topology, source: str) -> None:
+    """In-network features name switches of the fabric, have sane numbers, and serve two ranks at least."""
+    index = {name: k for k, name in enumerate(topology.switches)}
+    if list(topology.features) != list(canonical_features(topology.switches, topology.features)):
+        raise _fail(source, "switches", "in-network features must be listed once per switch, in switch order")
+    for name, f in topology.features:
+        if name not in index:
+            raise _fail(source, "switches", f"in-network features for unknown switch {name!r}")
+        where = f"switches[{index[name]}]"
+        if not (math.isfinite(f.reduce_alpha) and f.reduce_alpha >= 0):
+            raise _fail(source, f"{where}.reduce_alpha", f"must be a finite number >= 0 (µs), got {f.reduce_alpha!r}")
+        if not f.reduce_bw > 0:   # inf: no limit of its own
+            raise _fail(source, f"{where}.reduce_bw", f"must be > 0 (GB/s), got {f.reduce_bw!r}")
+        if not f.reduce and (f.reduce_alpha != 0 or math.isfinite(f.reduce_bw)):
+            raise _fail(source, where, f"reduce_alpha and reduce_bw need reduce: true on switch {name!r}")
+        served = switch_ranks(topology, topology.num_ranks + index[name])
+        if len(served) < 2:
+            what = "reducing" if f.reduce else "multicast"
+            raise _fail(source, where, f"{what} switch {name!r} has links to and from {len(served)} rank(s) "
+                                       f"(directly or through switches); it needs at least 2")
+
+
 def check_topology(topology: Topology, source: str | None = None) -> Topology:
-    """Graph-level checks: no isolated switch; every rank reaches every other rank."""
+    """Graph-level checks: no isolated switch; every rank reaches every other rank; in-network features
+    (docs/topology.md, "In-network reduction") name switches that serve at least two ranks."""
     source = source or topology.source or topology.name
     touched = set()
     for link in topology.links:
@@ -126,4 +192,6 @@ def check_topology(topology: Topology, source: str | None = None) -> Topology:
             "links",
             f"rank {pair[0]} cannot reach rank {pair[1]} (every rank must reach every other rank)",
         )
+    if topology.features:
+        _check_features(topology, source)
     return topology

@@ -12,7 +12,8 @@ the edits:
 - ``exclude_ranks``: removes those ranks and every link they touch, and renumbers the remaining ranks
   densely in their old order (``rank_map`` maps old -> new); a collective then runs over the remaining ranks.
 
-Switches left without any link are dropped. Every failure -- an unknown node, a pair with no link, a
+Switches left without any link are dropped; the others keep their in-network features (a reducing switch
+left with fewer than two ranks is refused, as in a file). Every failure -- an unknown node, a pair with no link, a
 factor out of range, a fabric left disconnected -- is one :class:`SynthError` line.
 
 :func:`degradation_of` recognises a fabric as a degraded copy of another by content alone (same ranks and
@@ -184,7 +185,7 @@ def degrade_topology(topology: Topology, edits: FabricEdits) -> Degraded:
     topology file would be; it raises :class:`SynthError` (one line) where an edit names no node or link,
     a factor is out of (0, 1], a rank is excluded twice or too many ranks go, or the fabric is left with a
     rank that cannot reach another (through switches and ranks, as the file check requires)."""
-    from synth.topology.io import parse_topology
+    from synth.topology.io import parse_topology, switch_entries
 
     removed: dict[tuple[int, int], None] = {}
     for src, dst in edits.exclude_links:
@@ -242,7 +243,7 @@ def degrade_topology(topology: Topology, edits: FabricEdits) -> Degraded:
         "name": name,
         "description": _description(topology, parts),
         "ranks": topology.num_ranks - len(excluded),
-        **({"switches": switches} if switches else {}),
+        **({"switches": switch_entries(topology, switches)} if switches else {}),
         **({"machines": [[rank_map[r] for r in m if rank_map[r] is not None] for m in topology.machines
                          if any(rank_map[r] is not None for r in m)]} if topology.machines else {}),
         "links": [{"src": name_of(link.src), "dst": name_of(link.dst), "bw": link.bw, "alpha": link.alpha,

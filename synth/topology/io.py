@@ -24,8 +24,8 @@ from typing import Any
 
 from synth.errors import SynthError
 from synth.topology.builtin import builtin_names, builtin_path
-from synth.topology.checks import check_topology, hop_diameter, merge_links
-from synth.topology.model import Topology
+from synth.topology.checks import canonical_features, check_topology, hop_diameter, merge_links
+from synth.topology.model import SwitchFeatures, Topology
 
 __all__ = [
     "load_topology",
@@ -38,6 +38,7 @@ __all__ = [
     "merge_links",
     "provenance",
     "check_not_shadowing",
+    "switch_entries",
 ]
 
 _YAML_SUFFIXES = {".yaml", ".yml"}
@@ -218,8 +219,39 @@ def _check_texts(doc: dict, source: str) -> None:
     _check_text(doc["name"], "name", source, MAX_NAME_CHARS)
     if "description" in doc:  # line breaks and tabs are fine in free text
         _check_text(doc["description"], "description", source, MAX_DESCRIPTION_CHARS, allowed="\n\t")
-    for k, name in enumerate(doc.get("switches", ())):
-        _check_text(name, f"switches[{k}]", source, MAX_NAME_CHARS)
+    for k, entry in enumerate(doc.get("switches", ())):
+        if isinstance(entry, dict):
+            _check_text(entry["name"], f"switches[{k}].name", source, MAX_NAME_CHARS)
+        else:
+            _check_text(entry, f"switches[{k}]", source, MAX_NAME_CHARS)
+
+
+_FEATURE_KEYS = ("reduce", "multicast", "reduce_alpha", "reduce_bw")
+
+
+def _switches(doc: dict, source: str) -> tuple[tuple[str, ...], list[tuple[str, SwitchFeatures]]]:
+    """The switch names, and the in-network features of those written as mappings (docs/topology.md,
+    "In-network reduction"); the schema already checked the types and ranges."""
+    names: list[str] = []
+    features: list[tuple[str, SwitchFeatures]] = []
+    first: dict[str, int] = {}
+    for k, entry in enumerate(doc.get("switches", ())):
+        name = entry["name"] if isinstance(entry, dict) else entry
+        if name in first:
+            raise _fail(source, f"switches[{k}]", f"switch {name!r} is already switches[{first[name]}]")
+        first[name] = k
+        names.append(name)
+        if not isinstance(entry, dict):
+            continue
+        for key in ("reduce_alpha", "reduce_bw"):
+            if key in entry and not math.isfinite(float(entry[key])):
+                raise _fail(source, f"switches[{k}].{key}", f"must be a finite number, got {entry[key]!r}")
+        if not entry.get("reduce", False) and ("reduce_alpha" in entry or "reduce_bw" in entry):
+            raise _fail(source, f"switches[{k}]", f"reduce_alpha and reduce_bw need reduce: true on switch {name!r}")
+        features.append((name, SwitchFeatures(
+            reduce=entry.get("reduce", False), multicast=entry.get("multicast", False),
+            reduce_alpha=float(entry.get("reduce_alpha", 0.0)), reduce_bw=float(entry.get("reduce_bw", math.inf)))))
+    return tuple(names), features
 
 
 def parse_topology(doc: Any, source: str = "<topology>") -> Topology:
@@ -230,7 +262,7 @@ def parse_topology(doc: Any, source: str = "<topology>") -> Topology:
     _check_texts(doc, source)
 
     num_ranks = int(doc["ranks"])
-    switches = tuple(doc.get("switches", ()))
+    switches, features = _switches(doc, source)
     switch_ids = {name: num_ranks + k for k, name in enumerate(switches)}
     defaults = doc.get("defaults", {})
 
@@ -278,6 +310,7 @@ def parse_topology(doc: Any, source: str = "<topology>") -> Topology:
         switches=switches,
         machines=tuple(machines),
         description=doc.get("description", ""),
+        features=canonical_features(switches, features),
         source=source,
     )
     return check_topology(topology, source)
@@ -288,6 +321,29 @@ def _number(value: float) -> int | float:
     return int(value) if float(value).is_integer() and abs(value) < 2**53 else float(value)
 
 
+def switch_entries(topology: Topology, names: Iterable[str]) -> list[str | dict[str, Any]]:
+    """The file form of switches ``names`` of ``topology``: each a plain name, or a mapping with its
+    in-network features (docs/topology.md, "In-network reduction")."""
+    if not topology.features:
+        return list(names)
+    featured = dict(topology.features)
+    return [_switch_entry(name, featured[name]) if name in featured else name for name in names]
+
+
+def _switch_entry(name: str, features: SwitchFeatures) -> dict[str, Any]:
+    """A switch with in-network features as a mapping; only the keys that differ from the defaults."""
+    entry: dict[str, Any] = {"name": name}
+    if features.reduce:
+        entry["reduce"] = True
+    if features.multicast:
+        entry["multicast"] = True
+    if features.reduce_alpha:
+        entry["reduce_alpha"] = _number(features.reduce_alpha)
+    if math.isfinite(features.reduce_bw):
+        entry["reduce_bw"] = _number(features.reduce_bw)
+    return entry
+
+
 def topology_to_dict(topology: Topology) -> dict[str, Any]:
     """The file form of a topology: a link pair with equal (bw, α) both ways becomes one
     undirected entry; a common bw or α moves to ``defaults``."""
@@ -296,7 +352,7 @@ def topology_to_dict(topology: Topology) -> dict[str, Any]:
         doc["description"] = topology.description
     doc["ranks"] = topology.num_ranks
     if topology.switches:
-        doc["switches"] = list(topology.switches)
+        doc["switches"] = switch_entries(topology, topology.switches)
     if topology.machines:
         doc["machines"] = [list(m) for m in topology.machines]
 
@@ -585,7 +641,7 @@ def _yaml_text(doc: dict[str, Any]) -> str:
     )
     Dumper.add_representer(FlowSeq, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True))
     if "switches" in doc:
-        doc["switches"] = FlowSeq(doc["switches"])
+        doc["switches"] = FlowSeq(FlowMap(s) if isinstance(s, dict) else s for s in doc["switches"])
     if "machines" in doc:
         doc["machines"] = [FlowSeq(m) for m in doc["machines"]]
     if "defaults" in doc:

@@ -176,15 +176,16 @@ class Topology:
     def circuit_capacities(self) -> Topology:
         """The same fabric with each link's bandwidth capped at the widest rank-to-rank path through it.
 
-        Under the cost model of docs/cost-model.md a transfer holds every link of its route and moves at the route's
-        smallest bandwidth, and a link carries one transfer at a time. So link ``(u, v)`` never moves
-        data faster than ``min(b_uv, W_in(u), W_out(v))``, with ``W_in(u)`` the largest bottleneck of
-        a path from any rank to ``u`` and ``W_out(v)`` from ``v`` to any rank (both unbounded at a
-        rank). Capping ``b_uv`` there leaves every route's smallest bandwidth, hence every transfer's
-        duration, as it was: programs, the simulator and the verifier cannot tell the two fabrics
-        apart, and a fluid bound on the capped one is a valid, tighter bound on the original (a
-        200 GB/s leaf uplink fed by 50 GB/s rank links moves at most 50 GB/s). Returns ``self``
-        where nothing is capped; links no rank-to-rank path crosses keep their bandwidth.
+        Under the cost model of docs/cost-model.md a transfer holds every link of its route and moves at the
+        route's smallest bandwidth, and a link carries one transfer at a time. So link ``(u, v)`` never moves
+        data faster than ``min(b_uv, W_in(u), W_out(v))``, with ``W_in(u)`` the largest bottleneck of a path
+        from any rank to ``u`` and ``W_out(v)`` from ``v`` to any rank (both unbounded at a rank). A switch
+        that reduces or multicasts (:class:`SwitchFeatures`) ends the transfers into it and starts those of
+        what it sends on, so it counts as an end like a rank. Capping ``b_uv`` there leaves every route's
+        smallest bandwidth, hence every transfer's duration, as it was: programs, the simulator and the
+        verifier cannot tell the two fabrics apart, and a fluid bound on the capped one is a valid, tighter
+        bound on the original (a 200 GB/s leaf uplink fed by 50 GB/s rank links moves at most 50 GB/s).
+        Returns ``self`` where nothing is capped; links no rank-to-rank path crosses keep their bandwidth.
         """
         into = _widest_from_ranks(self, incoming=True)
         out_of = _widest_from_ranks(self, incoming=False)
@@ -214,11 +215,15 @@ class Topology:
 
 def _widest_from_ranks(topology: Topology, incoming: bool) -> list[float]:
     """Per node, the largest bottleneck bandwidth of a path from any rank to it (``incoming``) or
-    from it to any rank; ``inf`` at ranks, which start and end every path. Max-min Dijkstra."""
+    from it to any rank; ``inf`` at ranks, which start and end every path, and at in-network switches,
+    which start and end transfers too. Max-min Dijkstra."""
     import heapq
 
-    width = [math.inf if topology.is_rank(v) else 0.0 for v in range(topology.num_nodes)]
-    heap = [(-math.inf, v) for v in topology.ranks]
+    ends = list(topology.ranks) + [topology.node_id(name) for name, f in topology.features if not f.plain]
+    width = [0.0] * topology.num_nodes
+    for v in ends:
+        width[v] = math.inf
+    heap = [(-math.inf, v) for v in ends]
     done = [False] * topology.num_nodes
     while heap:
         negative, u = heapq.heappop(heap)
