@@ -1,0 +1,230 @@
+"""``nvls``: collectives reduced inside the network, by a switch that sums (NVSwitch NVLS multimem,
+InfiniBand SHARP; issue 35, docs/programs.md "Switch steps").
+
+The programs use a program's ``switches`` (:class:`~synth.program.ir.SwitchOp`) and are built here directly:
+the schedule IR (rank-to-rank transfers) has no in-network steps, so the schedule carries its program ready-made
+(``Schedule.program``) and the pipeline verifies and times it as any other. One switch ``X`` that reduces and has
+a link to and from every rank ("the reducing switch") is used; each rank runs one threadblock whose send and recv
+peer is ``X`` (channel 0).
+
+- **allreduce** (reduce-to-switch then multicast, pipelined): the buffer is cut into ``C`` chunks; every rank
+  sends chunk ``j`` to ``X``, whose op ``j`` is ``reduce(srcs = all ranks, dsts = all ranks)``: the sum goes back
+  to every rank. Each rank sends SIZE and receives SIZE once, the NVLS bound (one send and one receive of SIZE per
+  rank). Under the α-β model (docs/cost-model.md) with one link ``bw`` and ``α`` each way,
+  ``T(C) ≈ (C + 1)·α + (1 + 1/C)·SIZE/bw`` (plus the engine's ``reduce_alpha + SIZE/(C·reduce_bw)`` once in the
+  pipeline fill), minimised near ``C* = sqrt(SIZE / (α·bw))``; the count is the fastest *simulated* one among a
+  few around ``C*`` (deterministic).
+- **reducescatter** (in-switch reduce to the owner): op (k, q) is ``reduce(srcs = all ranks but q, dsts = [q])``
+  on chunk ``k`` of piece ``q``; the owner adds its own piece as it receives the sum (``rrc``). Each rank sends
+  (N-1)/N·SIZE and receives SIZE/N.
+- **NCCL's NVLS allreduce** (:func:`nccl_nvls_program`, the ``nccl`` baseline where NCCL would use NVLS): a
+  reduce-scatter by ``multimem.ld_reduce`` then an allgather by ``multimem.st``: chunk ``j`` belongs to rank
+  ``j mod N``; op ``reduce(srcs = all, dsts = [owner])`` (channel 0) then ``multicast(srcs = [owner], dsts = the
+  others)`` (channel 1), the owner forwarding each reduced piece as it arrives. Each rank sends (1 + 1/N)·SIZE.
+
+Multi-box composition (NVLS in the box + SHARP or rails across boxes, NCCL's NVLS+tree) is not built: the
+method refuses fabrics whose reducing switch does not reach every rank.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from synth.collectives import Collective, runtime_divides
+from synth.errors import SynthError
+from synth.program.ir import Gpu, Program, Step, SwitchOp, SwitchProgram, Threadblock
+from synth.schedule import Schedule
+from synth.synthesis.base import AutoRule, Instance, MethodSpec
+from synth.topology.model import Topology
+
+MAX_CHUNKS = 4096        # the largest chunk count the search considers
+
+
+def reducing_switch(topology: Topology, multicast: bool = False) -> int | None:
+    """The first reducing switch (node id; with ``multicast``, one that also multicasts) linked to and from
+    every rank, or None."""
+    for node in topology.reducing_switches:
+        if multicast and not topology.switch_features(node).multicast:
+            continue
+        if all(topology.link(r, node) is not None and topology.link(node, r) is not None for r in topology.ranks):
+            return node
+    return None
+
+
+def not_applicable(topology: Topology, collective: str, multicast: bool = False) -> str | None:
+    """Why ``nvls`` does not apply (None when it does)."""
+    if topology.num_ranks < 2:
+        return "nvls needs at least 2 ranks"
+    if not topology.reducing_switches:
+        return (f"nvls does not apply to {topology.name}: no switch declares in-network reduction "
+                "(reduce: true, docs/topology.md)")
+    if reducing_switch(topology, multicast) is None:
+        need = "reduces and multicasts" if multicast else "reduces"
+        return (f"nvls does not apply to {topology.name}: no switch that {need} has a link to and from every "
+                f"rank (multi-box in-network composition is not implemented) for {collective}")
+    return None
+
+
+def _tb(send: int, steps: list[Step]) -> Threadblock:
+    return Threadblock(id=0, send=send, recv=send, chan=0, steps=tuple(steps))
+
+
+def _program(name: str, coll: Collective, gpus: list[Gpu], switch: str, ops: list[SwitchOp],
+             nchannels: int = 1) -> Program:
+    return Program(name=name, collective=str(coll.name), num_ranks=coll.num_ranks, gpus=tuple(gpus),
+                   nchannels=nchannels,
+                   inplace=coll.inplace, nchunksperloop=coll.size_chunks, chunk_factor=coll.chunk_factor,
+                   switches=(SwitchProgram(switch, tuple(ops)),))
+
+
+def allreduce_program(n: int, chunks: int, switch: str, inplace: bool = False) -> Program:
+    """Pipelined reduce-to-switch + multicast allreduce (module docstring): op j = reduce(all -> all) of chunk j."""
+    coll = Collective("allreduce", n, chunks, inplace=inplace)
+    everyone = tuple(range(n))
+    ops = [SwitchOp("reduce", everyone, everyone, 1, 0) for _ in range(chunks)]
+    gpus = []
+    for r in range(n):
+        steps = [Step("s", "i", j, "i", j) for j in range(chunks)]
+        steps += [Step("r", "o", 0, "o", j) for j in range(chunks)]
+        gpus.append(Gpu(r, chunks, chunks, 0, (_tb(n, steps),)))
+    return _program(f"allreduce-nvls-{n}x{chunks}", coll, gpus, switch, ops)
+
+
+def reducescatter_program(n: int, chunks: int, switch: str, inplace: bool = False) -> Program:
+    """In-switch reducescatter (module docstring): op (k, q) = reduce(all but q -> [q]) of chunk k of piece q."""
+    coll = Collective("reducescatter", n, chunks, inplace=inplace)
+    order = [(k, q) for k in range(chunks) for q in range(n)]
+    ops = [SwitchOp("reduce", tuple(r for r in range(n) if r != q), (q,), 1, 0) for _, q in order]
+    gpus = []
+    for r in range(n):
+        steps = [Step("s", "i", q * chunks + k, "i", q * chunks + k) for k, q in order if q != r]
+        steps += [Step("rrc", "i", r * chunks + k, "o", k) for k in range(chunks)]
+        gpus.append(Gpu(r, n * chunks, chunks, 0, (_tb(n, steps),)))
+    return _program(f"reducescatter-nvls-{n}x{chunks}", coll, gpus, switch, ops)
+
+
+def nccl_nvls_program(n: int, chunks: int, switch: str, inplace: bool = False) -> Program:
+    """NCCL's NVLS allreduce (module docstring): per chunk j, reduce(all -> [j mod N]) then multicast from j mod N
+    to the others. ``chunks`` must be a multiple of N."""
+    if chunks % n:
+        raise SynthError(f"NCCL's NVLS allreduce shards the buffer over the {n} ranks: {chunks} chunks is not a "
+                         f"multiple of {n}")
+    coll = Collective("allreduce", n, chunks, inplace=inplace)
+    everyone = tuple(range(n))
+    ops = [SwitchOp("reduce", everyone, (j % n,), 1, 0) for j in range(chunks)]
+    ops += [SwitchOp("multicast", (j % n,), tuple(r for r in range(n) if r != j % n), 1, 1) for j in range(chunks)]
+    gpus = []
+    for r in range(n):
+        own = [j for j in range(chunks) if j % n == r]
+        # tb 0 sends the input (channel 0), tb 1 receives the reduced shard, tb 2 multicasts each piece of it as
+        # soon as it is in (channel 1, after tb 1's step), tb 3 receives the other shards
+        tbs = (Threadblock(0, n, -1, 0, tuple(Step("s", "i", j, "i", j) for j in range(chunks))),
+               Threadblock(1, -1, n, 0, tuple(Step("r", "o", 0, "o", j, hasdep=True) for j in own)),
+               Threadblock(2, n, -1, 1, tuple(Step("s", "o", j, "o", 0, depid=1, deps=k)
+                                              for k, j in enumerate(own))),
+               Threadblock(3, -1, n, 1, tuple(Step("r", "o", 0, "o", j) for j in range(chunks) if j % n != r)))
+        gpus.append(Gpu(r, chunks, chunks, 0, tbs))
+    return _program(f"allreduce-nccl-nvls-{n}x{chunks}", coll, gpus, switch, ops, nchannels=2)
+
+
+BUILDERS = {"allreduce": allreduce_program, "reducescatter": reducescatter_program}
+
+
+def _candidates(topology: Topology, node: int, size_bytes: float, step: int, per_chunk: int,
+                runtime_chunks: bool) -> list[int]:
+    """Chunk counts to simulate: multiples of ``step`` around the minimiser of the pipeline's α-β time with the
+    slowest rank<->switch link's α and bw. A rank sends ``m = per_chunk - 1`` (reducescatter: N-1, the owner's
+    piece stays) or 1 (allreduce) messages per count and the last op's result, SIZE/(per_chunk·C), trails:
+    ``T(C) ≈ m·C·α + SIZE/(per_chunk·C·bw) + const``, so ``C* = sqrt(SIZE / (per_chunk·m·α·bw))``, which is
+    ``sqrt(SIZE/(α·bw))`` for allreduce (module docstring). With ``runtime_chunks`` each is moved to the nearest
+    count whose ``per_chunk``·C chunks divide the SIZE buffer (an MSCCL runtime's rule, kept for the same
+    buffers) where one lies within a factor 2."""
+    links = [topology.link(r, node) for r in topology.ranks] + [topology.link(node, r) for r in topology.ranks]
+    alpha = max(link.alpha for link in links if link is not None)
+    bw = min(link.bw for link in links if link is not None) * 1e3   # bytes per µs
+    top = max(1, MAX_CHUNKS // step)
+    messages = max(1, per_chunk - 1)
+    star = math.sqrt(size_bytes / (per_chunk * messages * alpha * bw)) / step if alpha > 0 else top
+    raw = {max(1, min(top, round(star * f))) for f in (0.5, 0.71, 0.85, 1.0, 1.2, 1.41, 2.0)}
+    if runtime_chunks:
+        raw = {_dividing(c, top, lambda k: runtime_divides(per_chunk * k * step, size_bytes)) for c in raw}
+    return sorted(c * step for c in raw)
+
+
+def _dividing(c: int, top: int, divides) -> int:
+    """The count nearest ``c`` (within a factor 2, at most ``top``; the smaller on ties) that ``divides``, else c."""
+    for d in range(0, c + 1):
+        for k in (c - d, c + d):
+            if 1 <= k <= top and c / 2 <= k <= 2 * c and divides(k):
+                return k
+    return c
+
+
+def best_program(inst: Instance, builder, step: int = 1, tag: str = "nvls") -> tuple[Program, float, dict]:
+    """The fastest simulated program of ``builder`` over the candidate chunk counts (or ``--chunks``):
+    (program, simulated µs, notes). Ties go to the fewer chunks."""
+    from synth.simulation import simulate
+
+    topology, coll = inst.topology, inst.collective
+    node = reducing_switch(topology, multicast=builder is nccl_nvls_program)
+    assert node is not None
+    name = topology.node_name(node)
+    pinned = inst.options.chunks
+    if pinned is not None:
+        counts = [pinned]
+    else:
+        per_chunk = coll.size_chunks // coll.chunk_factor   # chunks per count: N for reducescatter, else 1
+        counts = _candidates(topology, node, inst.size_bytes, step, per_chunk, inst.options.runtime_chunks)
+    best = None
+    timed = {}
+    for c in counts:
+        program = builder(topology.num_ranks, c, str(name), coll.inplace)
+        t = simulate(program, topology, inst.size_bytes, record_events=False).time_us
+        timed[c] = t
+        if best is None or t < best[1]:
+            best = (program, t, c)
+    program, t, c = best
+    return program, t, {"switch": name, "chunks_tried": {str(k): v for k, v in sorted(timed.items())},
+                        "chunks": c, "algorithm": tag}
+
+
+def schedule_of(inst: Instance, program: Program, time_us: float, method: str, notes: dict) -> Schedule:
+    """A schedule that carries its ready-made program (no rank-to-rank transfers: the steps are in-network)."""
+    coll = replace(inst.collective, chunk_factor=program.chunk_factor or 1)
+    return Schedule(coll, inst.topology.name, (), method=method, size_bytes=inst.size_bytes,
+                    predicted_time_us=time_us, notes=notes, program=program.with_(predicted_time_us=time_us))
+
+
+def synthesize(inst: Instance) -> Schedule:
+    """The in-network program of ``inst``'s collective on its reducing switch (module docstring)."""
+    name = str(inst.collective.name)
+    reason = not_applicable(inst.topology, name)
+    if reason is not None:
+        raise SynthError(reason)
+    if name not in BUILDERS:   # pragma: no cover - guarded by the MethodSpec
+        raise SynthError(f"nvls does not support {name}")
+    program, t, notes = best_program(inst, BUILDERS[name])
+    return schedule_of(inst, program, t, "nvls", notes)
+
+
+def nccl_nvls(inst: Instance) -> Schedule | None:
+    """NCCL's NVLS allreduce on ``inst`` (None where NCCL has no NVLS there: no switch that reduces and
+    multicasts reaches every rank, or not an allreduce)."""
+    if str(inst.collective.name) != "allreduce" or not_applicable(inst.topology, "allreduce", True) is not None:
+        return None
+    n = inst.topology.num_ranks
+    if inst.options.chunks is not None and inst.options.chunks % n:
+        return None
+    program, t, notes = best_program(inst, nccl_nvls_program, step=n, tag="nccl-nvls")
+    return schedule_of(inst, program, t, "nccl", notes)
+
+
+def _applies(inst: Instance) -> bool:
+    return not_applicable(inst.topology, str(inst.collective.name)) is None
+
+
+METHOD = MethodSpec("nvls", synthesize, frozenset(BUILDERS),
+                    "in-network reduction (NVLS/SHARP): pipelined reduce-to-switch + multicast allreduce, "
+                    "in-switch reducescatter; fabrics with a reducing switch linked to every rank",
+                    auto=AutoRule(when=_applies))
