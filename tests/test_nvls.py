@@ -81,6 +81,36 @@ def test_refuses_fabrics_without_a_reducing_switch():
         synthesize(two_boxes, "allreduce", GIB, "nvls")
 
 
+def boxes(count: int):
+    """``count`` boxes of 8 ranks on an NVLS NVSwitch each (450 GB/s, α 0.7), one 50 GB/s NIC a rank to ib0."""
+    box = gen.Box(per_box=8, intra="nvswitch", intra_bw=BW, intra_alpha=ALPHA, nic_bw=50.0, ib_alpha=2.0)
+    topo = gen.boxes_on_ib([box] * count, name=f"nvls-boxes-{count}")
+    return replace(topo, features=tuple((f"b{k}.nvswitch", NVLS) for k in range(count)))
+
+
+@pytest.mark.parametrize("count", [2, 3])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_multi_box_allreduce_composes_boxes_and_a_rail_chain(count, inplace):
+    topo = boxes(count)
+    result = synthesize(topo, "allreduce", 1 << 20, "nvls", SynthOptions(chunks=16), inplace=inplace)
+    program = result.program
+    assert [sw.name for sw in program.switches] == [f"b{k}.nvswitch" for k in range(count)]
+    assert verify(program, topology=topo).ok
+    with pytest.raises(SynthError, match="not a multiple of 8"):
+        synthesize(topo, "allreduce", 1 << 20, "nvls", SynthOptions(chunks=12))
+    with pytest.raises(SynthError, match="no switch that reduces has a link to and from every rank for "
+                                         "reducescatter"):
+        synthesize(topo, "reducescatter", 1 << 20, "nvls")
+
+
+def test_two_box_allreduce_sends_a_shard_over_each_nic():
+    topo = boxes(2)
+    result = synthesize(topo, "allreduce", GIB, "nvls")
+    nic_floor = GIB / 8 / (50.0 * 1e3)   # every rank's NIC carries its shard (SIZE/8) out and the peer's in
+    assert nic_floor < result.time_us < 1.2 * nic_floor
+    assert result.time_us < synthesize(topo, "allreduce", GIB, "hierarchical").time_us
+
+
 def test_the_program_is_json_only_and_deterministic():
     topo = nvls_box(4)
     a = synthesize(topo, "allreduce", 1e6, "nvls").program

@@ -22,20 +22,29 @@ peer is ``X`` (channel 0).
   ``j mod N``; op ``reduce(srcs = all, dsts = [owner])`` (channel 0) then ``multicast(srcs = [owner], dsts = the
   others)`` (channel 1), the owner forwarding each reduced piece as it arrives. Each rank sends (1 + 1/N)·SIZE.
 
-Multi-box composition (NVLS in the box + SHARP or rails across boxes, NCCL's NVLS+tree) is not built: the
-method refuses fabrics whose reducing switch does not reach every rank.
+- **Multi-box allreduce** (NCCL's NVLS+tree, :func:`boxes_program`), where no one switch reaches every rank but
+  every box (the ranks linked to and from one switch that reduces and multicasts) has its own, the boxes are
+  equal and together hold every rank: chunk ``j`` belongs to local index ``g = j mod L`` (L ranks a box). In each
+  box a reduce op sums chunk ``j`` to its owner; the owners of ``j`` in the B boxes (a rail) allreduce it along a
+  chain over the host routes (reduce up to box 0's owner, ``rrs`` on the way, then broadcast down, ``rcs``); each
+  owner then multicasts the total to its box. Per rank: SIZE to the switch, SIZE/L up and down the chain,
+  SIZE/L multicast, SIZE back: the inter-box traffic is SIZE/L per rank, as in NCCL's NVLS+tree.
+
+SHARP across boxes (an InfiniBand switch reducing for the NICs) is not built: the chain runs on the host
+routes even where the IB switch declares ``reduce``. Reducescatter needs one switch linked to every rank.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 from synth.collectives import Collective, runtime_divides
 from synth.errors import SynthError
 from synth.program.ir import Gpu, Program, Step, SwitchOp, SwitchProgram, Threadblock
 from synth.schedule import Schedule
-from synth.synthesis.base import AutoRule, Instance, MethodSpec
+from synth.synthesis.base import Instance, MethodSpec
 from synth.topology.model import Topology
 
 MAX_CHUNKS = 4096        # the largest chunk count the search considers
@@ -52,6 +61,25 @@ def reducing_switch(topology: Topology, multicast: bool = False) -> int | None:
     return None
 
 
+def box_switches(topology: Topology) -> tuple[tuple[int, tuple[int, ...]], ...] | None:
+    """(switch node, its ranks) per box for the multi-box composition (module docstring), ordered by first rank;
+    None unless at least two switches that reduce and multicast each link a box of ranks both ways and the boxes
+    are disjoint, of equal size, and cover every rank."""
+    boxes = []
+    for node in topology.reducing_switches:
+        if not topology.switch_features(node).multicast:
+            continue
+        members = tuple(r for r in topology.ranks
+                        if topology.link(r, node) is not None and topology.link(node, r) is not None)
+        if members:
+            boxes.append((node, members))
+    boxes.sort(key=lambda box: box[1])
+    covered = [r for _, members in boxes for r in members]
+    if len(boxes) < 2 or sorted(covered) != list(topology.ranks) or len({len(m) for _, m in boxes}) != 1:
+        return None
+    return tuple(boxes)
+
+
 def not_applicable(topology: Topology, collective: str, multicast: bool = False) -> str | None:
     """Why ``nvls`` does not apply (None when it does)."""
     if topology.num_ranks < 2:
@@ -59,10 +87,14 @@ def not_applicable(topology: Topology, collective: str, multicast: bool = False)
     if not topology.reducing_switches:
         return (f"nvls does not apply to {topology.name}: no switch declares in-network reduction "
                 "(reduce: true, docs/topology.md)")
+    if reducing_switch(topology, multicast) is None and collective == "allreduce" and box_switches(topology):
+        return None
     if reducing_switch(topology, multicast) is None:
         need = "reduces and multicasts" if multicast else "reduces"
+        boxes = " (nor, for allreduce, equal boxes that each have one that reduces and multicasts)" \
+            if collective == "allreduce" else ""
         return (f"nvls does not apply to {topology.name}: no switch that {need} has a link to and from every "
-                f"rank (multi-box in-network composition is not implemented) for {collective}")
+                f"rank{boxes} for {collective}")
     return None
 
 
@@ -128,6 +160,65 @@ def nccl_nvls_program(n: int, chunks: int, switch: str, inplace: bool = False) -
     return _program(f"allreduce-nccl-nvls-{n}x{chunks}", coll, gpus, switch, ops, nchannels=2)
 
 
+def boxes_program(boxes: tuple[tuple[str, tuple[int, ...]], ...], n: int, chunks: int,
+                  inplace: bool = False) -> Program:
+    """Multi-box allreduce (module docstring): ``boxes`` are (switch name, its ranks) in box order; ``chunks``
+    a multiple of the box size L. Switch ``k`` of the program is box ``k``'s (peer ``n + k``)."""
+    size = len(boxes[0][1])
+    if chunks % size:
+        raise SynthError(f"the multi-box allreduce gives each of a box's {size} ranks a shard: {chunks} chunks is "
+                         f"not a multiple of {size}")
+    coll = Collective("allreduce", n, chunks, inplace=inplace)
+    switches, gpus = [], {}
+    for b, (name, members) in enumerate(boxes):
+        owner_of = {j: members[j % size] for j in range(chunks)}
+        ops = [SwitchOp("reduce", members, (owner_of[j],), 1, 0) for j in range(chunks)]
+        ops += [SwitchOp("multicast", (owner_of[j],), tuple(r for r in members if r != owner_of[j]), 1, 1)
+                for j in range(chunks)]
+        switches.append(SwitchProgram(name, tuple(ops)))
+        for g, r in enumerate(members):
+            gpus[r] = _box_rank(n + b, b, g, [box[1] for box in boxes], r, chunks)
+    return Program(name=f"allreduce-nvls-boxes-{n}x{chunks}", collective="allreduce", num_ranks=n,
+                   gpus=tuple(gpus[r] for r in range(n)), inplace=inplace, nchannels=2,
+                   nchunksperloop=coll.size_chunks, chunk_factor=chunks, switches=tuple(switches))
+
+
+def _box_rank(switch: int, b: int, g: int, boxes: list[tuple[int, ...]], r: int, chunks: int) -> Gpu:
+    """Rank ``r``, local index ``g`` of box ``b``: tb 0 sends its input to the box switch (channel 0), tb 1
+    receives its shards' box sums, tb 2 runs the chain up (towards box 0), tb 3 down, tb 4 multicasts the totals
+    (channel 1, each after its chunk's last chain step), tb 5 receives the other shards' totals."""
+    size, last = len(boxes[0]), len(boxes) - 1
+    own = [j for j in range(chunks) if j % size == g]
+    up_peer = boxes[b - 1][g] if b > 0 else -1        # towards box 0
+    down_peer = boxes[b + 1][g] if b < last else -1   # away from box 0
+    box_sum = [Step("r", "o", 0, "o", j, hasdep=True) for j in own]
+    if b == 0:   # the chain's head: adds the rail's sum to its own, then sends the total down
+        up = [Step("rrc", "o", j, "o", j, depid=1, deps=k, hasdep=True) for k, j in enumerate(own)]
+        down = [Step("s", "o", j, "o", 0, depid=2, deps=k) for k, j in enumerate(own)]
+        done = 2
+    elif b < last:   # the chain's middle: adds its box sum on the way up, keeps and forwards the total down
+        up = [Step("rrs", "o", j, "o", 0, depid=1, deps=k) for k, j in enumerate(own)]
+        down = [Step("rcs", "o", 0, "o", j, hasdep=True) for j in own]
+        done = 3
+    else:   # the chain's tail: sends its box sum up, receives the total
+        up = [Step("s", "o", j, "o", 0, depid=1, deps=k) for k, j in enumerate(own)]
+        down = [Step("r", "o", 0, "o", j, hasdep=True) for j in own]
+        done = 3
+    if b == 0 and last == 0:   # one box: no chain
+        up, down, done = [], [], 1
+    tbs = [Threadblock(0, switch, -1, 0, tuple(Step("s", "i", j, "i", j) for j in range(chunks))),
+           Threadblock(1, -1, switch, 0, tuple(box_sum))]
+    if up:
+        tbs.append(Threadblock(2, up_peer, down_peer, 0, tuple(up)))
+        tbs.append(Threadblock(3, down_peer, up_peer, 1, tuple(down)))
+    tid = len(tbs)
+    tbs.append(Threadblock(tid, switch, -1, 1, tuple(Step("s", "o", j, "o", 0, depid=done, deps=k)
+                                                     for k, j in enumerate(own))))
+    tbs.append(Threadblock(tid + 1, -1, switch, 1, tuple(Step("r", "o", 0, "o", j)
+                                                         for j in range(chunks) if j % size != g)))
+    return Gpu(r, chunks, chunks, 0, tuple(tbs))
+
+
 BUILDERS = {"allreduce": allreduce_program, "reducescatter": reducescatter_program}
 
 
@@ -161,15 +252,15 @@ def _dividing(c: int, top: int, divides) -> int:
     return c
 
 
-def best_program(inst: Instance, builder, step: int = 1, tag: str = "nvls") -> tuple[Program, float, dict]:
-    """The fastest simulated program of ``builder`` over the candidate chunk counts (or ``--chunks``):
-    (program, simulated µs, notes). Ties go to the fewer chunks."""
+def best_program(inst: Instance, build: Callable[[int], Program], node: int, step: int = 1,
+                 tag: str = "nvls") -> tuple[Program, float, dict]:
+    """The fastest simulated program ``build(chunks)`` over the candidate chunk counts (or ``--chunks``), with
+    the links of switch ``node`` as the model's, doubling (halving) past the largest (smallest) count while that
+    end is the fastest (the model's link need not be the bottleneck, e.g. NICs between boxes): (program,
+    simulated µs, notes). Ties go to the fewer chunks. Deterministic: simulated times only."""
     from synth.simulation import simulate
 
     topology, coll = inst.topology, inst.collective
-    node = reducing_switch(topology, multicast=builder is nccl_nvls_program)
-    assert node is not None
-    name = topology.node_name(node)
     pinned = inst.options.chunks
     if pinned is not None:
         counts = [pinned]
@@ -177,16 +268,24 @@ def best_program(inst: Instance, builder, step: int = 1, tag: str = "nvls") -> t
         per_chunk = coll.size_chunks // coll.chunk_factor   # chunks per count: N for reducescatter, else 1
         counts = _candidates(topology, node, inst.size_bytes, step, per_chunk, inst.options.runtime_chunks)
     best = None
-    timed = {}
-    for c in counts:
-        program = builder(topology.num_ranks, c, str(name), coll.inplace)
+    timed: dict[int, float] = {}
+    todo = list(counts)
+    while todo:
+        c = todo.pop(0)
+        program = build(c)
         t = simulate(program, topology, inst.size_bytes, record_events=False).time_us
         timed[c] = t
-        if best is None or t < best[1]:
+        if best is None or t < best[1] or (t == best[1] and c < best[2]):
             best = (program, t, c)
+        if not todo and pinned is None:   # the best at an end of the range: go on past it while it improves
+            low, high = min(timed), max(timed)
+            if best[2] == high and 2 * high <= MAX_CHUNKS and len(timed) > 1:
+                todo.append(2 * high)
+            elif best[2] == low and low // 2 >= step and (low // 2) % step == 0 and len(timed) > 1:
+                todo.append(low // 2)
     program, t, c = best
-    return program, t, {"switch": name, "chunks_tried": {str(k): v for k, v in sorted(timed.items())},
-                        "chunks": c, "algorithm": tag}
+    return program, t, {"switches": [sw.name for sw in program.switches],
+                        "chunks_tried": {str(k): v for k, v in sorted(timed.items())}, "chunks": c, "algorithm": tag}
 
 
 def schedule_of(inst: Instance, program: Program, time_us: float, method: str, notes: dict) -> Schedule:
@@ -204,7 +303,16 @@ def synthesize(inst: Instance) -> Schedule:
         raise SynthError(reason)
     if name not in BUILDERS:   # pragma: no cover - guarded by the MethodSpec
         raise SynthError(f"nvls does not support {name}")
-    program, t, notes = best_program(inst, BUILDERS[name])
+    topology, n, inplace = inst.topology, inst.topology.num_ranks, inst.collective.inplace
+    node = reducing_switch(topology)
+    if node is not None:
+        switch = str(topology.node_name(node))
+        program, t, notes = best_program(inst, lambda c: BUILDERS[name](n, c, switch, inplace), node)
+    else:   # allreduce over boxes, each with its own switch (not_applicable checked them)
+        boxes = box_switches(topology)
+        named = tuple((str(topology.node_name(sw)), members) for sw, members in boxes)
+        program, t, notes = best_program(inst, lambda c: boxes_program(named, n, c, inplace), boxes[0][0],
+                                         step=len(boxes[0][1]), tag="nvls-boxes")
     return schedule_of(inst, program, t, "nvls", notes)
 
 
@@ -213,18 +321,16 @@ def nccl_nvls(inst: Instance) -> Schedule | None:
     multicasts reaches every rank, or not an allreduce)."""
     if str(inst.collective.name) != "allreduce" or not_applicable(inst.topology, "allreduce", True) is not None:
         return None
-    n = inst.topology.num_ranks
+    topology, n, inplace = inst.topology, inst.topology.num_ranks, inst.collective.inplace
     if inst.options.chunks is not None and inst.options.chunks % n:
         return None
-    program, t, notes = best_program(inst, nccl_nvls_program, step=n, tag="nccl-nvls")
+    node = reducing_switch(topology, multicast=True)
+    switch = str(topology.node_name(node))
+    program, t, notes = best_program(inst, lambda c: nccl_nvls_program(n, c, switch, inplace), node, step=n,
+                                     tag="nccl-nvls")
     return schedule_of(inst, program, t, "nccl", notes)
 
 
-def _applies(inst: Instance) -> bool:
-    return not_applicable(inst.topology, str(inst.collective.name)) is None
-
-
 METHOD = MethodSpec("nvls", synthesize, frozenset(BUILDERS),
-                    "in-network reduction (NVLS/SHARP): pipelined reduce-to-switch + multicast allreduce, "
-                    "in-switch reducescatter; fabrics with a reducing switch linked to every rank",
-                    auto=AutoRule(when=_applies))
+                    "in-network reduction (NVLS/SHARP): pipelined reduce-to-switch + multicast allreduce (one switch, "
+                    "or one per box and rail chains), in-switch reducescatter")
