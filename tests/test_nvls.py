@@ -3,6 +3,7 @@ algorithm in the ``nccl`` baseline, and ``auto`` trying it only where a switch r
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -148,3 +149,24 @@ def test_nccl_baseline_runs_nvls_on_an_nvls_switch():
     assert synthesize(topo, "allreduce", GIB, "nvls").time_us < result.time_us
     reduce_only = nvls_box(features=SwitchFeatures(reduce=True))   # NCCL's NVLS needs multicast as well
     assert synthesize(reduce_only, "allreduce", GIB, "nccl").schedule.notes["nccl_algorithm"] != "nvls"
+
+
+def test_cli_synthesize_writes_json_and_refuses_xml(tmp_path, monkeypatch):
+    # until topology files declare switch features (docs/topology.md), the CLI gets the fabric from a stand-in
+    from click.testing import CliRunner
+
+    import synth.cli.cmd_synthesize as cmd
+    from synth.cli import cli
+
+    monkeypatch.setattr(cmd, "load_topology_arg", lambda name: nvls_box(4))
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "p.json"
+    res = CliRunner().invoke(cli, ["synthesize", "-t", "nvls-4", "-c", "allreduce", "-s", "1MiB", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert json.loads(out.read_text())["version"] == 2
+    res = CliRunner().invoke(cli, ["synthesize", "-t", "nvls-4", "-c", "allreduce", "-s", "1MiB", "-o", "p.xml"])
+    assert res.exit_code == 2
+    assert "MSCCL XML cannot express in-network steps" in res.output and not (tmp_path / "p.xml").exists()
+    res = CliRunner().invoke(cli, ["synthesize", "-t", "nvls-4", "-c", "allreduce", "-s", "1MiB"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "nvls-4-allreduce-nvls.json").exists()
