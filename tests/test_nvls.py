@@ -112,6 +112,30 @@ def test_two_box_allreduce_sends_a_shard_over_each_nic():
     assert result.time_us < synthesize(topo, "allreduce", GIB, "hierarchical").time_us
 
 
+def sharp_boxes(count: int):
+    """``count`` NVLS boxes whose ranks also link straight to ``ib0`` (50 GB/s), an IB switch with SHARP."""
+    box = gen.Box(per_box=8, intra="nvswitch", intra_bw=BW, intra_alpha=ALPHA, nics=0, nic_bw=50.0, ib_alpha=2.0)
+    topo = gen.boxes_on_ib([box] * count, name=f"sharp-boxes-{count}")
+    sharp = SwitchFeatures(reduce=True, reduce_alpha=1.0)
+    return replace(topo, features=tuple((f"b{k}.nvswitch", NVLS) for k in range(count)) + (("ib0", sharp),))
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+def test_sharp_joins_the_boxes_where_the_ranks_reach_it(inplace):
+    topo = sharp_boxes(3)
+    result = synthesize(topo, "allreduce", 1 << 20, "nvls", SynthOptions(chunks=16), inplace=inplace)
+    assert [sw.name for sw in result.program.switches] == ["b0.nvswitch", "b1.nvswitch", "b2.nvswitch", "ib0"]
+    assert verify(result.program, topology=topo).ok
+    shapes = result.schedule.notes["shapes_tried"]   # the one-switch program over ib0 was simulated too
+    assert set(shapes) == {"nvls", "nvls-boxes-sharp"} and result.time_us == min(shapes.values())
+
+
+def test_sharp_allreduce_time_does_not_grow_with_the_boxes():
+    times = [synthesize(sharp_boxes(count), "allreduce", GIB, "nvls").time_us for count in (2, 4)]
+    nic_floor = GIB / 8 / (50.0 * 1e3)
+    assert times[0] == pytest.approx(times[1], rel=0.01) and nic_floor < times[1] < 1.2 * nic_floor
+
+
 def test_the_program_is_json_only_and_deterministic():
     topo = nvls_box(4)
     a = synthesize(topo, "allreduce", 1e6, "nvls").program

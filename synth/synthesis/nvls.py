@@ -30,8 +30,12 @@ peer is ``X`` (channel 0).
   owner then multicasts the total to its box. Per rank: SIZE to the switch, SIZE/L up and down the chain,
   SIZE/L multicast, SIZE back: the inter-box traffic is SIZE/L per rank, as in NCCL's NVLS+tree.
 
-SHARP across boxes (an InfiniBand switch reducing for the NICs) is not built: the chain runs on the host
-routes even where the IB switch declares ``reduce``. Reducescatter needs one switch linked to every rank.
+  Where a switch that reduces is linked to every rank besides (SHARP on an InfiniBand switch the ranks reach
+  directly), the rail's owners reduce there instead of along the chain (``reduce(rail -> rail)``), and the
+  single-switch program on it is simulated too: the fastest is kept.
+
+SHARP behind NIC switch nodes (ranks that reach the IB switch only through a NIC node) is not used: an op's
+members need a link to the switch (docs/programs.md). Reducescatter needs one switch linked to every rank.
 """
 
 from __future__ import annotations
@@ -71,7 +75,7 @@ def box_switches(topology: Topology) -> tuple[tuple[int, tuple[int, ...]], ...] 
             continue
         members = tuple(r for r in topology.ranks
                         if topology.link(r, node) is not None and topology.link(node, r) is not None)
-        if members:
+        if 0 < len(members) < topology.num_ranks:   # one linked to every rank is no box (it may join them)
             boxes.append((node, members))
     boxes.sort(key=lambda box: box[1])
     covered = [r for _, members in boxes for r in members]
@@ -161,9 +165,11 @@ def nccl_nvls_program(n: int, chunks: int, switch: str, inplace: bool = False) -
 
 
 def boxes_program(boxes: tuple[tuple[str, tuple[int, ...]], ...], n: int, chunks: int,
-                  inplace: bool = False) -> Program:
+                  inplace: bool = False, cross: str | None = None) -> Program:
     """Multi-box allreduce (module docstring): ``boxes`` are (switch name, its ranks) in box order; ``chunks``
-    a multiple of the box size L. Switch ``k`` of the program is box ``k``'s (peer ``n + k``)."""
+    a multiple of the box size L. Switch ``k`` of the program is box ``k``'s (peer ``n + k``). With ``cross``
+    (a switch that reduces, linked to every rank: SHARP) the rail's owners reduce chunk ``j`` there
+    (op ``reduce(rail -> rail)``, peer ``n + B``) instead of along the chain."""
     size = len(boxes[0][1])
     if chunks % size:
         raise SynthError(f"the multi-box allreduce gives each of a box's {size} ranks a shard: {chunks} chunks is "
@@ -177,7 +183,13 @@ def boxes_program(boxes: tuple[tuple[str, tuple[int, ...]], ...], n: int, chunks
                 for j in range(chunks)]
         switches.append(SwitchProgram(name, tuple(ops)))
         for g, r in enumerate(members):
-            gpus[r] = _box_rank(n + b, b, g, [box[1] for box in boxes], r, chunks)
+            if cross is None:
+                gpus[r] = _box_rank(n + b, b, g, [box[1] for box in boxes], r, chunks)
+            else:
+                gpus[r] = _sharp_rank(n + b, n + len(boxes), g, size, r, chunks)
+    if cross is not None:
+        rails = [tuple(box[1][j % size] for box in boxes) for j in range(chunks)]
+        switches.append(SwitchProgram(cross, tuple(SwitchOp("reduce", rail, rail, 1, 0) for rail in rails)))
     return Program(name=f"allreduce-nvls-boxes-{n}x{chunks}", collective="allreduce", num_ranks=n,
                    gpus=tuple(gpus[r] for r in range(n)), inplace=inplace, nchannels=2,
                    nchunksperloop=coll.size_chunks, chunk_factor=chunks, switches=tuple(switches))
@@ -217,6 +229,20 @@ def _box_rank(switch: int, b: int, g: int, boxes: list[tuple[int, ...]], r: int,
     tbs.append(Threadblock(tid + 1, -1, switch, 1, tuple(Step("r", "o", 0, "o", j)
                                                          for j in range(chunks) if j % size != g)))
     return Gpu(r, chunks, chunks, 0, tuple(tbs))
+
+
+def _sharp_rank(switch: int, cross: int, g: int, size: int, r: int, chunks: int) -> Gpu:
+    """Rank ``r``, local index ``g``, with a SHARP switch between the boxes: as :func:`_box_rank`, but tb 2 sends
+    each box sum of its shards to the cross switch (after its box sum) and tb 3 receives the rail's totals, which
+    tb 4 multicasts in the box as each arrives."""
+    own = [j for j in range(chunks) if j % size == g]
+    tbs = (Threadblock(0, switch, -1, 0, tuple(Step("s", "i", j, "i", j) for j in range(chunks))),
+           Threadblock(1, -1, switch, 0, tuple(Step("r", "o", 0, "o", j, hasdep=True) for j in own)),
+           Threadblock(2, cross, -1, 0, tuple(Step("s", "o", j, "o", 0, depid=1, deps=k) for k, j in enumerate(own))),
+           Threadblock(3, -1, cross, 0, tuple(Step("r", "o", 0, "o", j, hasdep=True) for j in own)),
+           Threadblock(4, switch, -1, 1, tuple(Step("s", "o", j, "o", 0, depid=3, deps=k) for k, j in enumerate(own))),
+           Threadblock(5, -1, switch, 1, tuple(Step("r", "o", 0, "o", j) for j in range(chunks) if j % size != g)))
+    return Gpu(r, chunks, chunks, 0, tbs)
 
 
 BUILDERS = {"allreduce": allreduce_program, "reducescatter": reducescatter_program}
@@ -305,14 +331,20 @@ def synthesize(inst: Instance) -> Schedule:
         raise SynthError(f"nvls does not support {name}")
     topology, n, inplace = inst.topology, inst.topology.num_ranks, inst.collective.inplace
     node = reducing_switch(topology)
+    boxes = box_switches(topology) if name == "allreduce" else None
+    found = []   # (time, program, notes) of each shape that applies; the fastest simulated is kept
     if node is not None:
         switch = str(topology.node_name(node))
-        program, t, notes = best_program(inst, lambda c: BUILDERS[name](n, c, switch, inplace), node)
-    else:   # allreduce over boxes, each with its own switch (not_applicable checked them)
-        boxes = box_switches(topology)
+        found.append(best_program(inst, lambda c: BUILDERS[name](n, c, switch, inplace), node)[::-1])
+    if boxes is not None:   # allreduce over boxes, each with its own switch, joined by SHARP or rail chains
         named = tuple((str(topology.node_name(sw)), members) for sw, members in boxes)
-        program, t, notes = best_program(inst, lambda c: boxes_program(named, n, c, inplace), boxes[0][0],
-                                         step=len(boxes[0][1]), tag="nvls-boxes")
+        cross = None if node is None else str(topology.node_name(node))
+        found.append(best_program(inst, lambda c: boxes_program(named, n, c, inplace, cross), boxes[0][0],
+                                  step=len(named[0][1]),
+                                  tag="nvls-boxes-sharp" if cross else "nvls-boxes-chain")[::-1])
+    notes, t, program = min(found, key=lambda f: f[1])
+    if len(found) > 1:
+        notes = {**notes, "shapes_tried": {f[0]["algorithm"]: f[1] for f in found}}
     return schedule_of(inst, program, t, "nvls", notes)
 
 
