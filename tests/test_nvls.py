@@ -194,3 +194,11 @@ def test_cli_synthesize_writes_json_and_refuses_xml(tmp_path, monkeypatch):
     res = CliRunner().invoke(cli, ["synthesize", "-t", "nvls-4", "-c", "allreduce", "-s", "1MiB"])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "nvls-4-allreduce-nvls.json").exists()
+
+
+def test_nccl_baseline_on_boxes_is_nvls_tree_or_a_host_algorithm():
+    result = synthesize(boxes(2), "allreduce", GIB, "nccl")
+    assert result.schedule.notes["nccl_algorithm"] == "nvls"
+    assert result.schedule.notes["algorithm"] == "nccl-nvls-tree" and verify(result.program).ok
+    plain = synthesize(replace(boxes(2), features=(("ib0", SwitchFeatures(reduce=True)),)), "allreduce", GIB, "nccl")
+    assert plain.schedule.notes["nccl_algorithm"] in ("ring", "dbt") and not plain.program.switches

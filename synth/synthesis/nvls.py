@@ -349,17 +349,27 @@ def synthesize(inst: Instance) -> Schedule:
 
 
 def nccl_nvls(inst: Instance) -> Schedule | None:
-    """NCCL's NVLS allreduce on ``inst`` (None where NCCL has no NVLS there: no switch that reduces and
-    multicasts reaches every rank, or not an allreduce)."""
-    if str(inst.collective.name) != "allreduce" or not_applicable(inst.topology, "allreduce", True) is not None:
-        return None
+    """NCCL's NVLS allreduce on ``inst``: on one switch that reduces and multicasts for every rank,
+    :func:`nccl_nvls_program`; over boxes that each have one, NVLS in the box and the rail chain between boxes
+    (:func:`boxes_program`, NCCL's NVLS_TREE, whose tree over two boxes is this chain; over more it is a double
+    binary tree, which this chain stands in for). None where neither applies, or not an allreduce."""
     topology, n, inplace = inst.topology, inst.topology.num_ranks, inst.collective.inplace
-    if inst.options.chunks is not None and inst.options.chunks % n:
+    if str(inst.collective.name) != "allreduce" or n < 2:
         return None
     node = reducing_switch(topology, multicast=True)
-    switch = str(topology.node_name(node))
-    program, t, notes = best_program(inst, lambda c: nccl_nvls_program(n, c, switch, inplace), node, step=n,
-                                     tag="nccl-nvls")
+    if node is not None:
+        if inst.options.chunks is not None and inst.options.chunks % n:
+            return None
+        switch = str(topology.node_name(node))
+        program, t, notes = best_program(inst, lambda c: nccl_nvls_program(n, c, switch, inplace), node, step=n,
+                                         tag="nccl-nvls")
+        return schedule_of(inst, program, t, "nccl", notes)
+    boxes = box_switches(topology)
+    if boxes is None or (inst.options.chunks is not None and inst.options.chunks % len(boxes[0][1])):
+        return None
+    named = tuple((str(topology.node_name(sw)), members) for sw, members in boxes)
+    program, t, notes = best_program(inst, lambda c: boxes_program(named, n, c, inplace), boxes[0][0],
+                                     step=len(named[0][1]), tag="nccl-nvls-tree")
     return schedule_of(inst, program, t, "nccl", notes)
 
 
