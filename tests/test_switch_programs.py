@@ -153,7 +153,7 @@ def test_counts_links_and_features_are_checked_against_the_fabric():
     assert _first_error(program, topology=plain) == ("switch switch: the program gives it reduce ops but the fabric "
                                                      "star-4 does not declare reduce: true for it")
     cut = replace(featured(), links=tuple(link for link in featured().links if (link.src, link.dst) != (4, 2)))
-    assert "op 0: dst rank 2 has no link to the switch in the fabric" in _first_error(program, topology=cut)
+    assert "op 0: dst rank 2 has no link from the switch in the fabric" in _first_error(program, topology=cut)
     renamed = replace(program, switches=(SwitchProgram("nvs", program.switches[0].ops),))
     assert "switch nvs: not a switch of the fabric star-4 (switch)" in _first_error(renamed, topology=featured())
 
@@ -210,3 +210,18 @@ def test_simulation_refuses_a_switch_that_does_not_reduce():
         simulate(allreduce(), featured(features=SwitchFeatures(multicast=True)), 1e6)
     with pytest.raises(SynthError, match="switch 'nvs' is not a switch of topology"):
         simulate(allreduce().with_(switches=(SwitchProgram("nvs", allreduce().switches[0].ops),)), featured(), 1e6)
+
+
+def test_multicast_needs_the_feature_and_a_src_link():
+    n = 3
+    # rank 0 multicasts its chunk to 1 and 2 (a broadcast through the switch)
+    gpus = (Gpu(0, 1, 1, 0, (Threadblock(0, n, -1, 0, (Step("s", "i", 0, "i", 0),)),)),
+            *(Gpu(r, 1, 1, 0, (Threadblock(0, -1, n, 0, (Step("r", "o", 0, "o", 0),)),)) for r in (1, 2)))
+    program = Program("bcast", "broadcast", n, gpus, chunk_factor=1, nchunksperloop=1,
+                      switches=(SwitchProgram("switch", (SwitchOp("multicast", (0,), (1, 2), 1, 0),)),))
+    assert verify(program, topology=featured(n)).errors == ["rank 0 output slot 0: holds no data, expected input "
+                                                            "slot 0 of ranks [0]; never written by any step"]
+    reduce_only = featured(n, features=SwitchFeatures(reduce=True))
+    assert "does not declare multicast: true" in _first_error(program, topology=reduce_only)
+    cut = replace(featured(n), links=tuple(link for link in featured(n).links if (link.src, link.dst) != (0, 3)))
+    assert "op 0: src rank 0 has no link to the switch in the fabric" in _first_error(program, topology=cut)

@@ -122,7 +122,7 @@ def _fabric_checks(program: Program, k: int, topology: Topology, err: Errors) ->
                                     ("dst", op.dsts, lambda m: topology.link(node, m))):
             missing = [m for m in members if isinstance(m, int) and 0 <= m < program.num_ranks and link(m) is None]
             if missing:
-                way = "from" if role == "src" else "to"
+                way = "to" if role == "src" else "from"   # a src sends to the switch, a dst receives from it
                 err.add(f"switch {sw.name} op {j}: {role} rank {missing[0]} has no link {way} the switch in the "
                         f"fabric {topology.name}")
                 return
