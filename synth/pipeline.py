@@ -261,14 +261,22 @@ def _program(inst: Instance, method: str, schedule: Schedule, max_steps_per_tb: 
         raise SynthError(f"internal: method {method} ignored --chunks {options.chunks} "
                          f"(used {coll.chunk_factor})")
     name = f"{coll.name}-{method}-{inst.topology.name}"
-    try:
-        program = lower(schedule, name=name, max_steps_per_tb=max_steps_per_tb).with_(fabric=schedule.fabric)
-    except SynthError as exc:
-        raise _DoesNotLower(f"method {method}: {exc}") from None
-    result = verify(program, coll)
+    if schedule.program is not None:   # in-network steps: the method built the program (JSON only, no MSCCL XML)
+        size = float(inst.size_bytes)
+        program = schedule.program.with_(name=name, topology=inst.topology.name, size_bytes=size,
+                                         chunk_bytes=coll.chunk_bytes(size), extra={"method": method},
+                                         fabric=schedule.fabric)
+    else:
+        try:
+            program = lower(schedule, name=name, max_steps_per_tb=max_steps_per_tb).with_(fabric=schedule.fabric)
+        except SynthError as exc:
+            raise _DoesNotLower(f"method {method}: {exc}") from None
+    result = verify(program, coll, topology=inst.topology)
     if not result.ok:
         first = result.errors[0] if result.errors else "unknown error"
         raise SynthError(f"internal: method {method} produced an invalid program: {first}")
+    if program.switches:   # no MSCCL runtime loads it: its XML export refuses (msccl_xml.switch_steps_problem)
+        return program
     try:
         from synth.program.msccl_xml import check_runtime_limits
     except ImportError:  # pragma: no cover - formats stage always present in a release

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from synth.collectives import Collective
 
 if TYPE_CHECKING:
+    from synth.program.ir import Program
     from synth.topology.identity import Fabric
 
 
@@ -56,6 +57,9 @@ class Schedule:
     # the identity of the fabric it was made for (name, content hash, source: synth.topology.identity); the
     # pipeline sets it from the request (synth.synthesis.base.Instance), and the program written records it
     fabric: Fabric | None = field(default=None, compare=False, repr=False)
+    # a program built by the method itself, for steps a Transfer cannot say (in-network reduction,
+    # synth.synthesis.nvls): the pipeline verifies and times it instead of lowering ``transfers``
+    program: Program | None = field(default=None, compare=False, repr=False)
 
     @property
     def makespan(self) -> float:

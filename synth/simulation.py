@@ -22,7 +22,14 @@ Cost model (docs/cost-model.md):
   A routed transfer pays every hop's α plus ``b`` / (the smallest bw on the route), and holds every
   link of the route for its whole duration (circuit-style, docs/cost-model.md), so it starts when all of
   them are free;
-- local steps (``cpy``, ``re``, ``nop``) take no time: the model prices communication only.
+- local steps (``cpy``, ``re``, ``nop``) take no time: the model prices communication only;
+- in-network steps (a program's ``switches``, docs/programs.md "Switch steps"): a rank's message to a
+  switch uses the rank->switch link (α + bytes/bw, booked as any transfer). A switch op starts once all
+  its messages have arrived; a ``reduce`` then uses the switch's reduction engine for
+  ``reduce_alpha + bytes / reduce_bw`` (:class:`~synth.topology.model.SwitchFeatures`; the engine is a
+  resource that serves one op at a time, booked like a link); then it sends one message to each dst over
+  the switch->dst link (each booked as any transfer, FIFO per connection (switch, dst, chan)). A
+  ``multicast`` is the same without the engine.
 
 Step semantics (see :mod:`synth.program.ir`): each threadblock runs its steps in order; a step is
 ready when the previous step of its threadblock and its dependency (``depid``/``deps``) have
@@ -285,7 +292,7 @@ def _simulate(program: Program, topology: Topology, size_bytes: float | None, ch
     router = Router(topology)
     flat = _flatten(program, router)
     graph = _link_steps(program, flat)
-    run = _run_events(graph, len(topology.links), chunk, record_events)
+    run = _run_events(graph, len(topology.links) + len(flat.engines), chunk, record_events)
     _check_finished(program, flat.owner, run.fin)
     makespan = max(run.fin, default=0.0)
     algbw = algbw_GBps(size, makespan)
@@ -294,7 +301,7 @@ def _simulate(program: Program, topology: Topology, size_bytes: float | None, ch
         time_us=makespan,
         algbw_GBps=algbw,
         busbw_GBps=algbw * coll.busbw_factor,
-        transfers=sum(len(v) for v in flat.sends_on.values()),
+        transfers=sum(len(v) for key, v in flat.sends_on.items() if key not in flat.engine_conns),
         link_utilization=utilization,
         events=events,
         size_bytes=size,
@@ -318,6 +325,9 @@ class _Flat:
     recvs_on: dict[tuple[int, int, int], list[int]] = field(default_factory=dict)
     tb_start: dict[tuple[int, int], int] = field(default_factory=dict)  # (rank, tb id) -> its first step
     tb_len: dict[tuple[int, int], int] = field(default_factory=dict)
+    engines: list[str] = field(default_factory=list)  # reduction engines, booked as links after the real ones
+    engine_conns: set[tuple[int, int, int]] = field(default_factory=set)  # their pseudo connections (not counted)
+    fanout: dict[int, list[int]] = field(default_factory=dict)  # switch op gate step -> its sends to the dsts
 
 
 def _flatten(program: Program, router: Router) -> _Flat:
@@ -329,13 +339,96 @@ def _flatten(program: Program, router: Router) -> _Flat:
             raise SynthError(f"program {program.name!r}: gpu id {rank} is not a rank")
         for tb in gpu.threadblocks:
             _flatten_threadblock(program, router, flat, rank, tb)
+    if program.switches:
+        _flatten_switches(program, router, flat)
     return flat
+
+
+def _switch_node(program: Program, router: Router, k: int) -> int:
+    """The fabric node of ``program.switches[k]`` (by name), or SynthError."""
+    name = program.switches[k].name
+    topology = router.topology
+    if name not in topology.switches:
+        raise SynthError(f"program {program.name!r}: switch {name!r} is not a switch of topology {topology.name!r}")
+    return topology.node_id(name)
+
+
+def _direct_route(program: Program, router: Router, flat: _Flat, src: int, dst: int) -> int:
+    """Index in ``flat.routes`` of the one-link route between a rank and a switch (SynthError without a link)."""
+    ridx = flat.route_index.get((src, dst), -1)
+    if ridx < 0:
+        lid = router.link_ids.get((src, dst))
+        if lid is None:
+            topo = router.topology
+            raise SynthError(f"program {program.name!r}: topology {topo.name!r} has no link "
+                             f"{topo.node_name(src)}->{topo.node_name(dst)} for an in-network step")
+        ridx = flat.route_index[(src, dst)] = len(flat.routes)
+        flat.routes.append(((lid,), router.alpha[lid], router.bw[lid]))
+    return ridx
+
+
+def _flatten_switches(program: Program, router: Router, flat: _Flat) -> None:
+    """Append every switch op as steps (after all rank steps, so a program without switches is unchanged).
+
+    Per op: a gate step that waits for its messages (one per src; it is the "receive" of each connection
+    (src, switch node, chan) in op order), for a reduce with a cost first an engine step (a transfer on the
+    switch's engine pseudo-link, its own pseudo connection), then one send step per dst (connection
+    (switch node, dst, chan), in op order) released by the gate.
+    """
+    n = program.num_ranks
+    owner = flat.owner
+    num_links = len(router.topology.links)
+    for k, sw in enumerate(program.switches):
+        node = _switch_node(program, router, k)
+        features = router.topology.switch_features(node)
+        engine = -1
+        if features.reduce and (features.reduce_alpha > 0 or features.reduce_bw != float("inf")):
+            engine = len(flat.routes)
+            flat.routes.append(((num_links + len(flat.engines),), float(features.reduce_alpha),
+                                features.reduce_bw * 1e3))
+            flat.engines.append(f"{sw.name}(reduce)")
+        engine_key = (node, node, -1 - k)
+        for j, op in enumerate(sw.ops):
+            if op.type == "reduce" and not features.reduce or op.type == "multicast" and not features.multicast:
+                raise SynthError(f"program {program.name!r}: switch {sw.name!r} op {j} is a {op.type} but the "
+                                 f"topology does not declare {op.type} on it")
+            for m in (*op.srcs, *op.dsts):
+                if not 0 <= m < n:
+                    raise SynthError(f"program {program.name!r}: switch {sw.name!r} op {j} names {m}, not a rank")
+            first = len(owner)   # the step the srcs' messages go to
+            if op.type == "reduce" and engine >= 0:   # engine step, then the gate it "sends" to
+                flat.engine_conns.add(engine_key)
+                flat.sends_on.setdefault(engine_key, []).append(first)
+                flat.recvs_on.setdefault(engine_key, []).append(first + 1)
+                _append(flat, (node, -1 - k, j), len(op.srcs), engine, op.cnt)
+                _append(flat, (node, -1 - k, j), 1, -1, op.cnt)
+            else:
+                _append(flat, (node, -1 - k, j), len(op.srcs), -1, op.cnt)
+            gate = len(owner) - 1
+            for src in op.srcs:
+                flat.recvs_on.setdefault((src, node, op.chan), []).append(first)
+            fan = flat.fanout[gate] = []
+            for dst in op.dsts:
+                fan.append(len(owner))
+                flat.sends_on.setdefault((node, dst, op.chan), []).append(len(owner))
+                _append(flat, (node, -1 - k, j), 1, _direct_route(program, router, flat, node, dst), op.cnt)
+
+
+def _append(flat: _Flat, owner: tuple[int, int, int], need: int, route: int, cnt: int) -> None:
+    """One switch step: it ends no threadblock (``nxt`` -1) and waits for ``need`` prerequisites."""
+    flat.owner.append(owner)
+    flat.nxt.append(-1)
+    flat.need.append(need)
+    flat.send_route.append(route)
+    flat.cnt.append(cnt)
 
 
 def _send_route(program: Program, router: Router, flat: _Flat, rank: int, tb: Threadblock) -> int:
     """Index in ``flat.routes`` of the route from ``rank`` to ``tb``'s send peer (-1 when it has none)."""
     if tb.send < 0:
         return -1
+    if program.switch_peer(tb.send) is not None:
+        return _direct_route(program, router, flat, rank, _switch_node(program, router, tb.send - program.num_ranks))
     if tb.send == rank or not 0 <= tb.send < program.num_ranks:
         raise SynthError(f"program {program.name!r}: rank {rank} tb {tb.id} sends to "
                          f"invalid peer {tb.send}")
@@ -344,6 +437,14 @@ def _send_route(program: Program, router: Router, flat: _Flat, rank: int, tb: Th
         ridx = flat.route_index[(rank, tb.send)] = len(flat.routes)
         flat.routes.append(router.route(rank, tb.send))
     return ridx
+
+
+def _peer_node(program: Program, router: Router, peer: int) -> int:
+    """The fabric node a threadblock peer names: a rank itself, ``num_ranks + k`` the node of ``switches[k]``."""
+    if peer < program.num_ranks or not program.switches:
+        return peer
+    k = peer - program.num_ranks
+    return _switch_node(program, router, k) if k < len(program.switches) else peer
 
 
 def _flatten_threadblock(program: Program, router: Router, flat: _Flat, rank: int, tb: Threadblock) -> None:
@@ -356,8 +457,8 @@ def _flatten_threadblock(program: Program, router: Router, flat: _Flat, rank: in
     flat.tb_len[(rank, tb.id)] = len(tb.steps)
     ridx = _send_route(program, router, flat, rank, tb)
     # Connection step lists, fetched once per threadblock (an empty one matches nothing).
-    send_list = flat.sends_on.setdefault((rank, tb.send, tb.chan), [])
-    recv_list = flat.recvs_on.setdefault((tb.recv, rank, tb.chan), [])
+    send_list = flat.sends_on.setdefault((rank, _peer_node(program, router, tb.send), tb.chan), [])
+    recv_list = flat.recvs_on.setdefault((_peer_node(program, router, tb.recv), rank, tb.chan), [])
     owner, nxt, need, send_route, cnt = flat.owner, flat.nxt, flat.need, flat.send_route, flat.cnt
     last = len(tb.steps) - 1
     for i, step in enumerate(tb.steps):
@@ -401,6 +502,8 @@ def _reverse_deps(program: Program, flat: _Flat) -> list[list[int] | None]:
             revdep[base + deps] = [g]
         else:
             lst.append(g)
+    for gate, fan in flat.fanout.items():   # a switch op's gate releases its sends to the dsts
+        revdep[gate] = fan
     return revdep
 
 
@@ -543,15 +646,25 @@ def _check_finished(program: Program, owner: list[tuple[int, int, int]], fin: li
     """Raise when some step never ran (the program deadlocks), naming the first few."""
     stuck = [g for g in range(len(fin)) if fin[g] < 0]
     if stuck:
-        examples = ", ".join("rank {} tb {} step {}".format(*owner[g]) for g in stuck[:3])
+        examples = ", ".join(_step_label(program, owner[g]) for g in stuck[:3])
         raise SynthError(f"program {program.name!r} deadlocks: {len(stuck)} of {len(fin)} steps never run "
                          f"(first: {examples})")
 
 
+def _step_label(program: Program, owner: tuple[int, int, int]) -> str:
+    """How errors name a step: ``rank r tb t step s``, or ``switch NAME op j`` for an in-network step."""
+    node, tb, step = owner
+    if tb < 0:   # switch steps are owned by (switch node, -1 - k, op index) for program.switches[k]
+        return f"switch {program.switches[-1 - tb].name} op {step}"
+    return f"rank {node} tb {tb} step {step}"
+
+
 def _link_report(router: Router, flat: _Flat, run: _Run, makespan: float) -> tuple[dict[str, float], list[Event]]:
     """(busy fraction of the makespan per link name, the recorded transfers as :data:`Event` s)."""
-    link_names = [router.link_name(i) for i in range(len(run.link_busy))]
-    utilization = {link_names[i]: (busy / makespan if makespan > 0 else 0.0) for i, busy in enumerate(run.link_busy)}
+    real = len(router.topology.links)   # the reduction engines after them are no links
+    link_names = [router.link_name(i) for i in range(real)] + flat.engines
+    utilization = {link_names[i]: (busy / makespan if makespan > 0 else 0.0)
+                   for i, busy in enumerate(run.link_busy[:real])}
     events: list[Event] = []
     if run.starts is not None:
         starts, fin = run.starts, run.fin

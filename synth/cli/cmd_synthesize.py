@@ -27,9 +27,10 @@ from synth.errors import SynthError
 from synth.solvers import SOLVERS
 
 
-def _default_output(topology: str, collective: str, method: str) -> str:
+def _default_output(topology: str, collective: str, method: str, json_only: bool = False) -> str:
+    """``TOPOLOGY-COLLECTIVE-METHOD.xml``, or ``.json`` for a program MSCCL XML cannot hold (switch steps)."""
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{topology}-{collective}-{method}")
-    return f"{stem}.xml"
+    return f"{stem}.json" if json_only else f"{stem}.xml"
 
 
 @click.command("synthesize")
@@ -129,7 +130,7 @@ def command(topology_name: str | None, collective: str | None, size: str, method
                            max_scratch=parse_scratch_budget(max_scratch, size_bytes))
     with _progress(enabled=not as_json) as progress:
         result = synthesize(topology, name, size_bytes, method, options, root, inplace=inplace, progress=progress)
-    path = output or _default_output(topology.name, name, result.method)
+    path = output or _default_output(topology.name, name, result.method, json_only=bool(result.program.switches))
     program = replace(result.program, min_bytes=size_range[0], max_bytes=size_range[1])
     over_limits = result.schedule.notes.get("over_limits")
     if over_limits is not None and path.lower().endswith(".xml"):

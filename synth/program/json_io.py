@@ -13,10 +13,26 @@ from functools import lru_cache
 from importlib import resources
 
 from synth.errors import SynthError
-from synth.program.ir import BUFFERS, STEP_TYPES, Fabric, Gpu, Program, Step, Threadblock
+from synth.program.ir import (
+    BUFFERS,
+    STEP_TYPES,
+    SWITCH_OPS,
+    Fabric,
+    Gpu,
+    Program,
+    Step,
+    SwitchOp,
+    SwitchProgram,
+    Threadblock,
+)
 
 FORMAT = "synth-program"
 VERSION = 1
+# Version 2 adds the top-level ``switches`` (in-network steps, docs/programs.md "Switch steps"); a program
+# without switches is written as version 1, byte for byte as before.
+SWITCH_VERSION = 2
+VERSIONS = (VERSION, SWITCH_VERSION)
+SWITCH_OP_FIELDS = ("type", "srcs", "dsts", "cnt", "chan")
 STEP_FIELDS = ("type", "srcbuf", "srcoff", "dstbuf", "dstoff", "cnt", "depid", "deps", "hasdep")
 
 
@@ -57,7 +73,8 @@ def program_to_dict(program: Program) -> dict:
         return [st.type, st.srcbuf, st.srcoff, st.dstbuf, st.dstoff, st.cnt, st.depid, st.deps, int(st.hasdep)]
 
     doc = {
-        "format": FORMAT, "version": VERSION, "name": program.name, "collective": program.collective,
+        "format": FORMAT, "version": SWITCH_VERSION if program.switches else VERSION,
+        "name": program.name, "collective": program.collective,
         "num_ranks": program.num_ranks, "root": program.root, "inplace": program.inplace,
         "proto": program.proto, "nchannels": program.nchannels, "nchunksperloop": program.nchunksperloop,
         "min_bytes": program.min_bytes, "max_bytes": program.max_bytes, "topology": program.topology,
@@ -71,6 +88,9 @@ def program_to_dict(program: Program) -> dict:
                                     "steps": [step(st) for st in tb.steps]} for tb in g.threadblocks]}
                  for g in program.gpus],
     }
+    if program.switches:
+        doc["switches"] = [{"name": sw.name, "ops": [[op.type, list(op.srcs), list(op.dsts), op.cnt, op.chan]
+                                                      for op in sw.ops]} for sw in program.switches]
     return doc
 
 
@@ -170,9 +190,12 @@ def _schema_error(doc: dict) -> str | None:
 def program_from_dict(doc, source: str = "<json>") -> Program:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise SynthError(f"{source}: not a synth JSON program (missing \"format\": \"{FORMAT}\")")
-    if doc.get("version") != VERSION:
+    if doc.get("version") not in VERSIONS or isinstance(doc.get("version"), bool):
         raise SynthError(f"{source}: JSON program version {doc.get('version')!r} is not supported "
-                         f"(this synth reads version {VERSION})")
+                         f"(this synth reads versions {VERSION} and {SWITCH_VERSION})")
+    if "switches" in doc and doc["version"] != SWITCH_VERSION:
+        raise SynthError(f"{source}: \"switches\" needs \"version\": {SWITCH_VERSION} (in-network steps, "
+                         "docs/programs.md)")
     error = _schema_error(doc)
     if error is not None:
         raise SynthError(f"{source}: invalid JSON program at {error}")
@@ -188,6 +211,9 @@ def program_from_dict(doc, source: str = "<json>") -> Program:
     if ids != list(range(doc["num_ranks"])):
         raise SynthError(f"{source}: num_ranks={doc['num_ranks']} but gpu ids are {ids} "
                          f"(expected 0..{doc['num_ranks'] - 1} in order)")
+    switches = _switches_from_doc(doc, source)
+    if doc["version"] == SWITCH_VERSION:
+        _check_switch_peers(gpus, doc["num_ranks"], switches, source)
     return Program(
         name=doc["name"], collective=doc["collective"], num_ranks=doc["num_ranks"], gpus=tuple(gpus),
         inplace=doc.get("inplace", False), proto=doc.get("proto", "Simple"), nchannels=doc.get("nchannels", 1),
@@ -195,8 +221,61 @@ def program_from_dict(doc, source: str = "<json>") -> Program:
         max_bytes=doc.get("max_bytes", 0), topology=doc.get("topology"), chunk_factor=doc.get("chunk_factor"),
         size_bytes=doc.get("size_bytes"), chunk_bytes=doc.get("chunk_bytes"),
         predicted_time_us=doc.get("predicted_time_us"), extra=doc.get("extra", {}),
-        fabric=_fabric_from_dict(doc["fabric"], source) if "fabric" in doc else None,
+        fabric=_fabric_from_dict(doc["fabric"], source) if "fabric" in doc else None, switches=switches,
     )
+
+
+def _switches_from_doc(doc: dict, source: str) -> tuple[SwitchProgram, ...]:
+    """The ``switches`` entry (schema-checked already): names unique, ops well formed, members ranks."""
+    n = doc["num_ranks"]
+    switches, seen = [], set()
+    for k, sw in enumerate(doc.get("switches", ())):
+        where = f"{source}: switches/{k} ({sw['name']!r})"
+        if sw["name"] in seen:
+            raise SynthError(f"{where}: switch named twice")
+        seen.add(sw["name"])
+        ops = []
+        for j, (typ, srcs, dsts, cnt, chan) in enumerate(sw["ops"]):
+            problem = switch_op_problem(SwitchOp(typ, tuple(srcs), tuple(dsts), cnt, chan), n)
+            if problem:
+                raise SynthError(f"{where} op {j}: {problem}")
+            ops.append(SwitchOp(typ, tuple(srcs), tuple(dsts), cnt, chan))
+        switches.append(SwitchProgram(sw["name"], tuple(ops)))
+    return tuple(switches)
+
+
+def switch_op_problem(op: SwitchOp, num_ranks: int) -> str | None:
+    """Why one switch op is malformed (None when it is not): type, members (distinct ranks), cnt, chan."""
+    if op.type not in SWITCH_OPS:
+        return f"unknown op type {op.type!r} (expected one of {', '.join(SWITCH_OPS)})"
+    for role, members in (("srcs", op.srcs), ("dsts", op.dsts)):
+        if not members:
+            return f"{role} is empty"
+        bad = [m for m in members if isinstance(m, bool) or not isinstance(m, int) or not 0 <= m < num_ranks]
+        if bad:
+            return f"{role} member {bad[0]!r} is not a rank (0..{num_ranks - 1})"
+        if len(set(members)) != len(members):
+            return f"{role} names a rank twice ({list(members)})"
+    if op.type == "multicast" and len(op.srcs) != 1:
+        return f"a multicast has one src, not {len(op.srcs)}"
+    if isinstance(op.cnt, bool) or not isinstance(op.cnt, int) or op.cnt < 1:
+        return f"cnt={op.cnt!r} must be at least 1"
+    if isinstance(op.chan, bool) or not isinstance(op.chan, int) or op.chan < 0:
+        return f"chan={op.chan!r} must be a channel (int >= 0)"
+    return None
+
+
+def _check_switch_peers(gpus: list[Gpu], n: int, switches: tuple[SwitchProgram, ...], source: str) -> None:
+    """In a version 2 program a threadblock peer >= num_ranks names ``switches[peer - num_ranks]``: it must exist."""
+    top = n + len(switches) - 1
+    for g in gpus:
+        for tb in g.threadblocks:
+            for role, peer in (("send", tb.send), ("recv", tb.recv)):
+                if peer > top:
+                    named = (f"nor a switch ({n}..{top}, the {len(switches)} of \"switches\")" if switches
+                             else "and the program names no switches")
+                    raise SynthError(f"{source}: gpu {g.id} tb {tb.id}: {role} peer {peer} is not a rank "
+                                     f"(0..{n - 1}) {named}")
 
 
 def program_from_json(text: str, source: str = "<json>") -> Program:

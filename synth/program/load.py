@@ -59,10 +59,11 @@ def save_program(program: Program, path: str | os.PathLike, coll_spelling: str |
     ``runtime`` (``msccl-executor`` or ``msccl``, :mod:`synth.runtime_limits`) writes that runtime's
     attribute set and ``coll`` spelling (``coll_spelling`` None) and checks its limits."""
     from synth.program.json_io import program_to_json
-    from synth.program.msccl_xml import check_runtime_limits, program_to_xml
+    from synth.program.msccl_xml import check_no_switch_steps, check_runtime_limits, program_to_xml
 
     p = Path(path)
     if p.suffix.lower() == ".xml":
+        check_no_switch_steps(program)
         program = _selectable(program, runtime)
         if check_limits:
             check_runtime_limits(program, runtime=runtime)

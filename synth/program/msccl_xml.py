@@ -107,13 +107,37 @@ def fabric_from_comment(text: str) -> Fabric | None:
     return Fabric(name=unquote(name), sha256=sha256, source=unquote(source))
 
 
+def switch_steps_problem(program: Program) -> str | None:
+    """Why ``program`` cannot be MSCCL XML because of its in-network steps (None when it has none).
+
+    MSCCL XML has no element for a switch's reduce or multicast (NVLS/SHARP, docs/programs.md "Switch
+    steps"), and its peers are ranks only, so such a program exists only as a version 2 JSON program."""
+    if not program.switches:
+        return None
+    reduces = sum(op.type == "reduce" for sw in program.switches for op in sw.ops)
+    multicasts = sum(op.type == "multicast" for sw in program.switches for op in sw.ops)
+    names = ", ".join(sw.name for sw in program.switches)
+    plural = "es" if len(program.switches) > 1 else ""
+    return (f"MSCCL XML cannot express in-network steps ({reduces} reduce and {multicasts} multicast ops on "
+            f"switch{plural} {names}); write a .json program")
+
+
+def check_no_switch_steps(program: Program) -> None:
+    """Raise the one-line SynthError of :func:`switch_steps_problem`, if any."""
+    problem = switch_steps_problem(program)
+    if problem is not None:
+        raise SynthError(problem)
+
+
 def program_to_xml(program: Program, coll_spelling: str | None = "reduce_scatter",
                    runtime: str | RuntimeProfile | None = None) -> str:
     """MSCCL XML text of ``program`` (one element per line, double-quoted attributes).
 
-    With ``runtime`` (a :class:`synth.runtime_limits.RuntimeProfile` or its name), the ``<algo>`` attributes
+    A program with switch steps is refused (:func:`switch_steps_problem`). With ``runtime`` (a
+    :class:`synth.runtime_limits.RuntimeProfile` or its name), the ``<algo>`` attributes
     are that runtime's set (``RuntimeProfile.attributes``) and ``coll`` its spelling, unless ``coll_spelling``
     overrides it; without, the executor's set with ``coll_spelling`` (the writer's historical default)."""
+    check_no_switch_steps(program)
     profile = runtime_profile(runtime) if runtime is not None else None
     if profile is not None:
         if profile.coll(program.collective) is None:
@@ -305,6 +329,10 @@ def runtime_limit_errors(program: Program, msccl: bool = True,
     profile = runtime_profile(runtime) if runtime is not None else None
     limits = profile or EXECUTOR
     n = program.num_ranks
+    switch_problem = switch_steps_problem(program) if msccl else None
+    if switch_problem is not None:
+        yield switch_problem
+    top = n + (0 if msccl else len(program.switches))   # JSON: peers n.. name the program's switches
     yield from _algo_errors(program, msccl, profile)
     for gpu in program.gpus:
         r = gpu.id
@@ -325,8 +353,9 @@ def runtime_limit_errors(program: Program, msccl: bool = True,
             for peer, role in ((tb.send, "send"), (tb.recv, "recv")):
                 if peer == r:
                     yield f"{where} has {role} peer equal to itself"
-                elif peer < -1 or peer >= n:
-                    yield f"{where} has {role} peer {peer}, not a rank (0..{n - 1})"
+                elif peer < -1 or peer >= top:
+                    switches = f" or one of its {top - n} switches ({n}..{top - 1})" if top > n else ""
+                    yield f"{where} has {role} peer {peer}, not a rank (0..{n - 1}){switches}"
             if not 0 <= tb.chan < max(program.nchannels, 1) or (msccl and tb.chan >= limits.max_channels):
                 yield (f"{where} uses channel {tb.chan}, outside 0..{program.nchannels - 1}"
                        f" (at most {limits.max_channels} channels; --max-trees)")

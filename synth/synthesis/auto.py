@@ -20,6 +20,10 @@ dgx-a100-2node, mi250, ndv2-2node × allgather, allreduce × 1 KB, 1 MB, 64 MB, 
 ========  ===============================================  =======  =====================================
 method    tried when                                        limit    why (measured)
 ========  ===============================================  =======  =====================================
+nvls      a switch declares reduce: true (first); never on     -        in-network reduction halves the bytes
+          other fabrics                                              per rank: 8 ranks on one 450 GB/s
+                                                                     NVSwitch, 1 GiB allreduce 1.035x
+                                                                     SIZE/bw (hosts: >= 1.75x)
 ring      always; first up to 64 ranks, above that last     -        verified fallback everywhere; optimal
           and only if nothing else produced a program                on dgx1 at 64 MB/1 GB (gap 1.3 %/0.1 %);
                                                                      256-rank torus 1 KB allgather: 41 s
@@ -151,6 +155,12 @@ class Rule:
         return self.limit_s(inst) if callable(self.limit_s) else self.limit_s
 
 
+def _in_network(inst: Instance) -> bool:
+    """Some switch reduces in the network (issue 35): ``nvls`` is tried (it says why where its shapes do not
+    fit). False on every fabric without ``reduce: true``, so nothing changes there."""
+    return inst.ranks >= 2 and bool(inst.topology.reducing_switches)
+
+
 def _small(inst: Instance) -> bool:
     return inst.ranks <= BASELINE_MAX_RANKS
 
@@ -191,6 +201,7 @@ def _milp_limit(inst: Instance) -> float:
 # Execution order = row order (cheapest first), the tree methods first where bandwidth-bound; above
 # BASELINE_MAX_RANKS ``ring`` moves to the end as a fallback (see ``plan``).
 RULES: tuple[Rule, ...] = (
+    Rule("nvls", _in_network),
     Rule("ring", lambda i: True),
     Rule("multiring", lambda i: i.bandwidth_bound and i.ranks <= GREEDY_MAX_RANKS),
     Rule("spantree", lambda i: i.bandwidth_bound and not i.switches and i.ranks <= SPANTREE_MAX_RANKS),
@@ -252,7 +263,8 @@ def plan(inst: Instance) -> list[Candidate]:
     if demote:
         names = [n for n in names if n != "ring"] + ["ring"]
     if inst.bandwidth_bound:   # the expected winners first (module docstring)
-        names = [n for n in names if n in TREE_METHODS] + [n for n in names if n not in TREE_METHODS]
+        first = ("nvls", *TREE_METHODS)
+        names = [n for n in names if n in first] + [n for n in names if n not in first]
     for name in names:
         rule = next((r for r in rules() if r.method == name), None)
         limit = rule.limit(inst) if rule is not None else None

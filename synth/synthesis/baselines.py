@@ -51,7 +51,10 @@ Algorithms:
   and takes the smallest; we do the same with the α-β predictions of its two algorithms: for
   allreduce the faster of ``ring`` and ``dbt`` (so tree for small sizes, ring for large ones),
   ``ring`` for allgather, reducescatter, broadcast and reduce, and ``direct`` for alltoall (NCCL has
-  no alltoall algorithm; users post all-pairs send/recv).
+  no alltoall algorithm; users post all-pairs send/recv). Where a switch reduces and multicasts for every
+  rank (NVSwitch NVLS), allreduce may also be NCCL's NVLS algorithm (reduce-scatter by ``multimem.ld_reduce``,
+  allgather by ``multimem.st``: :func:`synth.synthesis.nvls.nccl_nvls_program`), taken where its simulated
+  time is the smallest.
 """
 
 from __future__ import annotations
@@ -876,6 +879,12 @@ def _nccl(inst: Instance) -> Schedule:
             tree = None
         if tree is not None and tree.predicted_time_us < schedule.predicted_time_us:
             choice, schedule = "dbt", tree
+        if inst.topology.reducing_switches:   # NVLS, where a switch reduces and multicasts for every rank
+            from synth.synthesis.nvls import nccl_nvls
+
+            nvls = nccl_nvls(inst)
+            if nvls is not None and nvls.predicted_time_us < schedule.predicted_time_us:
+                choice, schedule = "nvls", nvls
     notes = dict(schedule.notes)
     notes["nccl_algorithm"] = choice
     return replace(schedule, method="nccl", notes=notes)
@@ -891,5 +900,5 @@ HIERARCHICAL = MethodSpec("hierarchical", _hierarchical, frozenset({"allreduce",
                           "multi-box: intra-box rings, inter-box rings over NIC rails, intra-box again")
 NCCL = MethodSpec("nccl", _nccl, frozenset({"allreduce", "allgather", "reducescatter", "broadcast", "reduce",
                                             "alltoall"}),
-                  "what NCCL runs: ring or double binary tree by α-β time (allreduce), ring otherwise, "
+                  "what NCCL runs: ring, double binary tree or NVLS by α-β time (allreduce), ring otherwise, "
                   "all-pairs alltoall")

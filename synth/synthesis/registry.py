@@ -31,6 +31,7 @@ _ENTRIES: dict[str, str] = {
     "direct": "synth.synthesis.baselines:DIRECT",
     "hierarchical": "synth.synthesis.baselines:HIERARCHICAL",
     "nccl": "synth.synthesis.baselines:NCCL",
+    "nvls": "synth.synthesis.nvls:METHOD",
 }
 
 

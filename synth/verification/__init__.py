@@ -38,6 +38,7 @@ from synth.collectives import Collective, canonical_name
 from synth.errors import SynthError
 from synth.gcpause import gc_paused
 from synth.program.ir import Program, collective_of
+from synth.topology.model import Topology
 from synth.verification.common import MAX_ERRORS, RACE_CHECK_BUDGET, Errors, merge_errors
 from synth.verification.conditions import (
     expected_values,
@@ -50,6 +51,7 @@ from synth.verification.execution import blocked, execute, leftovers
 from synth.verification.layout import layout
 from synth.verification.races import race_check
 from synth.verification.structure import structure
+from synth.verification.switches import EMPTY_PLAN, switch_plan, switch_structure
 
 __all__ = ["MAX_ERRORS", "RACE_CHECK_BUDGET", "VerifyResult", "expected_values", "iter_expected_values",
            "resolve_collective", "run_passes", "verify"]
@@ -82,15 +84,25 @@ def resolve_collective(program: Program, collective: Collective | str | None = N
 
 
 def run_passes(program: Program, coll: Collective, max_errors: int = MAX_ERRORS, races: bool = True,
-               keep_input: bool = True) -> list[Errors]:
-    """Every verification pass, in order, on ``program`` as ``coll``; each pass's errors."""
+               keep_input: bool = True, topology: Topology | None = None) -> list[Errors]:
+    """Every verification pass, in order, on ``program`` as ``coll``; each pass's errors. ``topology``: the fabric
+    its switch steps are checked against (default: the one the program embeds, if any)."""
     lay = layout(program, coll)
     fill_inputs(coll, lay)
     found = [input_writes(program, coll, keep_input, max_errors)]
     st = structure(program, lay, max_errors)
     found.append(st.errors)
+    plan = EMPTY_PLAN
+    if program.switches:
+        if topology is None and program.fabric is not None:
+            topology = program.fabric.topology
+        sw_errors = switch_structure(program, st.tbs, topology, max_errors)
+        found.append(sw_errors)
+        if sw_errors:   # the run would only repeat them
+            return found
+        plan = switch_plan(program)
     if st.complete:
-        ex = execute(program, st, races, max_errors)
+        ex = execute(program, st, races, max_errors, plan)
         found += [ex.errors, blocked(st, ex, max_errors), leftovers(st, ex, max_errors),
                   race_check(lay, st, ex, max_errors), postcondition(coll, lay, st.tbs, max_errors)]
     return found
@@ -98,7 +110,7 @@ def run_passes(program: Program, coll: Collective, max_errors: int = MAX_ERRORS,
 
 def verify(program: Program, collective: Collective | str | None = None, max_errors: int = MAX_ERRORS,
            races: bool = True, msccl_limits: bool = False, keep_input: bool = True,
-           runtime: str | None = None) -> VerifyResult:
+           runtime: str | None = None, topology: Topology | None = None) -> VerifyResult:
     """Check that ``program`` implements ``collective`` (default: the one it declares) and cannot deadlock.
 
     Also checks the structure the MSCCL runtimes' loaders require (dense threadblock ids, channels, ...;
@@ -106,7 +118,9 @@ def verify(program: Program, collective: Collective | str | None = None, max_err
     capacity limits too. A program that breaks them is reported without being executed, since the runtimes
     would not load it and its sizes may be unusable. An out-of-place program that writes its input buffer is
     an error unless ``keep_input`` is false (docs/programs.md, "Input buffer"). ``runtime`` (``msccl-executor``
-    or ``msccl``) holds it to that runtime's limits and collectives (implies ``msccl_limits``). Raises
+    or ``msccl``) holds it to that runtime's limits and collectives (implies ``msccl_limits``). In-network steps
+    (``program.switches``) are checked against ``topology``, or the fabric the program embeds (docs/programs.md,
+    "Switch steps"); a program with them fails ``msccl_limits`` (MSCCL XML cannot express them). Raises
     SynthError only when the collective itself is unknown or inconsistent with the program.
     """
     from synth.program.msccl_xml import runtime_limit_errors
@@ -117,5 +131,5 @@ def verify(program: Program, collective: Collective | str | None = None, max_err
     if errors:
         return VerifyResult(ok=False, collective=coll.name, ranks=program.num_ranks, errors=errors)
     with gc_paused():   # one symbolic value per chunk slot and step record, none in a cycle
-        errors = merge_errors(run_passes(program, coll, max_errors, races, keep_input), max_errors)
+        errors = merge_errors(run_passes(program, coll, max_errors, races, keep_input, topology), max_errors)
     return VerifyResult(ok=not errors, collective=coll.name, ranks=program.num_ranks, errors=errors)

@@ -27,28 +27,35 @@ from synth.verification.common import (
     step_name,
 )
 from synth.verification.structure import Structure
+from synth.verification.switches import EMPTY_PLAN, SwitchPlan, SwitchRun
 
 
 @dataclass(frozen=True)
 class Execution:
     """Where the run stopped: each threadblock's next step, the messages left on each connection, and the
-    executed trace (g, step, sending g or -1, its step or -1) for the race check (None: not recorded)."""
+    executed trace (g, step, sending g or -1, its step or -1) for the race check (None: not recorded). A message
+    a switch op sent is traced with sending g ``-2 - op id``; ``switches`` is the switches' run (None without)."""
 
     errors: Errors
     pc: tuple[int, ...]
     fifos: dict[tuple, deque]
     trace: list[tuple[int, int, int, int]] | None
+    switches: SwitchRun | None = None
 
 
-def execute(program: Program, st: Structure, races: bool, max_errors: int) -> Execution:
+def execute(program: Program, st: Structure, races: bool, max_errors: int,
+            plan: SwitchPlan = EMPTY_PLAN) -> Execution:
     """Execute on a worklist: each threadblock runs until it blocks, and is woken by what it waits for."""
     ntb = len(st.tbs)
     small = ntb * program.num_steps() <= RACE_CHECK_BUDGET
     run = _Machine(st, races and small, max_errors)
+    if program.switches:
+        run.switches = SwitchRun(program, plan, run.fifos, run.err)
+        run.num_ranks = program.num_ranks
     work = deque(range(ntb))
     while work:
         run.advance(work.popleft(), work)
-    return Execution(run.err, tuple(run.pc), run.fifos, run.trace)
+    return Execution(run.err, tuple(run.pc), run.fifos, run.trace, run.switches)
 
 
 class _Machine:
@@ -62,6 +69,8 @@ class _Machine:
         self.dep_wait: dict[tuple, list] = {}
         self.conn_wait: dict[tuple, int] = {}
         self.trace: list | None = [] if trace else None
+        self.switches: SwitchRun | None = None
+        self.num_ranks = 1 << 62   # peers from here on are switches (set by execute when there are any)
 
     def advance(self, g: int, work: deque) -> None:
         """Run threadblock ``g`` from its pc until it blocks or ends; queue the threadblocks it wakes."""
@@ -75,6 +84,7 @@ class _Machine:
         skey = (r, tb.send, tb.chan)
         rq = fifos.get(rkey)
         sq = fifos.get(skey)
+        to_switch = tb.send >= self.num_ranks
         while p < nsteps:
             kind, rcv, snd, cnt, sarr, soff, darr, dwr, doff, dep = recs[p]
             if dep is not None and pc[dep[0]] <= dep[1]:
@@ -119,7 +129,9 @@ class _Machine:
                         out = tuple(res)
             if snd:
                 sq.append((out, cnt, g, p))
-                if skey in conn_wait:
+                if to_switch:
+                    self.to_switch(skey, work)
+                elif skey in conn_wait:
                     work.append(conn_wait.pop(skey))
             if trace is not None:
                 trace.append((g, p, sg, sp if sg >= 0 else -1))
@@ -129,11 +141,23 @@ class _Machine:
                 work.extend(dep_wait.pop((g, p - 1)))
         pc[g] = p
 
+    def to_switch(self, key: tuple, work: deque) -> None:
+        """A message to a switch: the switch takes it; receivers of results it sends are woken."""
+        woken: list = []
+        self.switches.deliver(key, woken)
+        for out in woken:
+            if out in self.conn_wait:
+                work.append(self.conn_wait.pop(out))
+
     def count_mismatch(self, inc: tuple, cnt: int, mcnt: int, g: int, p: int, sg: int, sp: int) -> tuple:
         """A receive whose cnt differs from its send's: reported; the message padded or cut to ``cnt``."""
-        sr, stb = self.tbs[sg]
-        self.err.add(f"{step_name(self.tbs, g, p)}: receives cnt={cnt} but the matching send, rank {sr} tb "
-                     f"{stb.id} step {sp}, has cnt={mcnt}")
+        if sg < 0:   # from a switch op
+            sender = self.switches.plan.name(self.switches.program, -2 - sg)
+        else:
+            sr, stb = self.tbs[sg]
+            sender = f"rank {sr} tb {stb.id} step {sp}"
+        self.err.add(f"{step_name(self.tbs, g, p)}: receives cnt={cnt} but the matching send, {sender}, "
+                     f"has cnt={mcnt}")
         return (inc + (None,) * cnt)[:cnt]
 
     def combine(self, kind: int, inc, src: list, darr: list, doff: int, cnt: int, g: int, p: int) -> list:
@@ -194,6 +218,8 @@ def wait_reason(st: Structure, ex: Execution, g: int) -> tuple[str, int | None]:
     d = st.deps[g][pc[g]]
     if d is not None and pc[d[0]] <= d[1]:
         return f"waits for {step_name(tbs, *d)}", d[0]
+    if ex.switches is not None and tb.recv >= ex.switches.program.num_ranks:
+        return _switch_wait(st, ex, g)
     sender = st.conns.sender.get((tb.recv, r, tb.chan))
     if sender is None:
         return (f"waits for a message from rank {tb.recv} on channel {tb.chan}, but no threadblock there sends "
@@ -202,6 +228,26 @@ def wait_reason(st: Structure, ex: Execution, g: int) -> tuple[str, int | None]:
         return (f"waits for a message from rank {tb.recv} tb {tbs[sender][1].id} on channel {tb.chan}, "
                 "which has finished: receives outnumber sends on this connection"), None
     return f"waits for a message from {step_name(tbs, sender, pc[sender])} (blocked)", sender
+
+
+def _switch_wait(st: Structure, ex: Execution, g: int) -> tuple[str, int | None]:
+    """Why threadblock ``g`` waits for a switch: the op it waits for lacks messages (from whom), or none comes."""
+    run = ex.switches
+    r, tb = st.tbs[g]
+    key = (tb.recv, r, tb.chan)
+    name = run.program.switches[tb.recv - run.program.num_ranks].name
+    ops = run.plan.out_of.get(key, ())
+    at = run.emitted.get(key, 0)
+    if at >= len(ops):
+        return (f"waits for a message from switch {name} on channel {tb.chan}, but no further op of it sends to "
+                f"rank {r} there: receives outnumber ops"), None
+    op_id = ops[at]
+    _, _, op = run.plan.ops[op_id]
+    missing = [s for s in op.srcs if s not in run.inputs[op_id]]
+    on = next((st.conns.sender[k] for s in missing
+               if (k := (s, tb.recv, op.chan)) in st.conns.sender), None)
+    return (f"waits for {run.plan.name(run.program, op_id)}, which lacks messages from ranks "
+            f"{fmt_ranks(missing)}"), on
 
 
 def wait_cycles(blocked: list[int], waits_on: dict[int, int]) -> list[list[int]]:
@@ -224,10 +270,22 @@ def wait_cycles(blocked: list[int], waits_on: dict[int, int]) -> list[list[int]]
 def leftovers(st: Structure, ex: Execution, max_errors: int) -> Errors:
     """Messages sent and never received."""
     err = Errors(max_errors)
+    run = ex.switches
     for (src, dst, chan), q in ex.fifos.items():
         if q:
             _, _, g, s = q[0]
+            if g < 0:   # a switch op's result
+                err.add(f"{run.plan.name(run.program, -2 - g)}: its result to rank {dst} on channel {chan} is never "
+                        f"received ({len(q)} message(s) left)")
+                continue
             err_where = step_name(st.tbs, g, s)
+            if run is not None and dst >= run.program.num_ranks:
+                err.add(f"{err_where}: message to switch {run.program.switches[dst - run.program.num_ranks].name} "
+                        f"on channel {chan} is taken by no op ({len(q)} message(s) more than the ops naming rank "
+                        f"{src} as a src there)")
+                continue
             err.add(f"{err_where}: message to rank {dst} on channel {chan} is never received "
                     f"({len(q)} message(s) left on connection {src}->{dst})")
+    if run is not None:
+        err.extend(run.unfired(max_errors))
     return err

@@ -41,6 +41,9 @@ def race_check(lay: Layout, st: Structure, ex: Execution, max_errors: int) -> Er
             np.maximum(v, snaps[dep], out=v)
         if sg >= 0:
             np.maximum(v, snaps[(sg, sp)], out=v)
+        elif sg <= -2:   # a switch op's result: ordered after every message the op took
+            for send in ex.switches.senders[-2 - sg]:
+                np.maximum(v, snaps[send], out=v)
         v[g] = p + 1
         kind, _, snd, cnt, sarr, soff, darr, _, doff, _ = st.records[g][p]
         if kind != NOP:

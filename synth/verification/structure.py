@@ -43,7 +43,7 @@ def structure(program: Program, lay: Layout, max_errors: int) -> Structure:
         err.add(f"program has num_ranks={n} but gpu ids {[g.id for g in program.gpus]}")
         return Structure(err, False)
     tbs, gindex = index_threadblocks(program, err)
-    conns = connections(n, tbs, err)
+    conns = connections(n, tbs, err, len(program.switches))
     deps, records, depended = compile_steps(program, lay, tbs, gindex, conns, err)
     check_hasdep(tbs, depended, err)
     return Structure(err, True, tbs, gindex, conns, deps, records)
@@ -63,8 +63,9 @@ def index_threadblocks(program: Program, err: Errors) -> tuple[tuple, dict[tuple
     return tuple(tbs), gindex
 
 
-def connections(n: int, tbs: tuple, err: Errors) -> Connections:
-    """The sending and receiving threadblock of every connection (src, dst, channel); bad peers flagged."""
+def connections(n: int, tbs: tuple, err: Errors, switches: int = 0) -> Connections:
+    """The sending and receiving threadblock of every connection (src, dst, channel); bad peers flagged. Peers
+    ``n .. n + switches - 1`` are the program's switches (docs/programs.md, "Switch steps")."""
     sender: dict[tuple, int] = {}
     receiver: dict[tuple, int] = {}
     send_ok, recv_ok = [], []
@@ -73,9 +74,10 @@ def connections(n: int, tbs: tuple, err: Errors) -> Connections:
         ok_peer = {}
         for peer, role, table, key in ((tb.send, "send", sender, (r, tb.send, tb.chan)),
                                        (tb.recv, "recv", receiver, (tb.recv, r, tb.chan))):
-            good = 0 <= peer < n and peer != r and tb.chan >= 0
+            good = 0 <= peer < n + switches and peer != r and tb.chan >= 0
             if peer != -1 and not good:
-                err.add(f"{where}: {role} peer {peer} is not another rank (0..{n - 1}, not {r}) "
+                also = f" nor a switch ({n}..{n + switches - 1})" if switches else ""
+                err.add(f"{where}: {role} peer {peer} is not another rank (0..{n - 1}, not {r}){also} "
                         f"or channel {tb.chan} is negative")
             if good:
                 if key in table:
