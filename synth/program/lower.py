@@ -251,11 +251,19 @@ def _copy_placement(coll: Collective, layout: Layout, tr: _Transfers, arrival: n
         mine = origin == rank
         code = np.where(mine, ib, np.where(dest >= 0, ob, S_BUF))
         off = np.where(mine, io, np.where(dest >= 0, oo, -1))
-        return code, off
+        return code, off, (mine & (dest >= 0), ob, oo)
 
-    s_code, s_off = home(tr.src, tr.chunk)
-    r_code, r_off = home(tr.dst, tr.chunk)
+    s_code, s_off, (own_out, s_ob, s_oo) = home(tr.src, tr.chunk)
+    r_code, r_off, _ = home(tr.dst, tr.chunk)
     if not coll.inplace:
+        # a message that carries the origin's own chunk with relayed ones (recursive doubling) reads the own
+        # chunk from its output slot, where the local cpy at the start put it: the message stays one step
+        # (one α) instead of an input step and an output step
+        grouped = tr.group >= 0
+        message = tr.src * (int(tr.group.max(initial=0)) + 1) + tr.group
+        mixed = np.isin(message, message[grouped & (s_code == O_BUF)]) & grouped & own_out
+        s_code = np.where(mixed, s_ob, s_code)
+        s_off = np.where(mixed, s_oo, s_off)
         # a relay route through the chunk's origin (rdh where the butterfly does not embed) hands the
         # origin its own chunk back: it lands in scratch, the input stays intact (and still serves sends)
         back = tr.dst == coll.chunk_origin(tr.chunk)
