@@ -12,7 +12,8 @@ from synth.errors import SynthError
 from synth.pipeline import synthesize
 from synth.synthesis import combining
 from synth.synthesis.base import SynthOptions
-from synth.synthesis.pareto import explore, fabric
+from synth.synthesis.pareto import explore
+from synth.synthesis.steps import fabric
 from synth.topology import generators as gen
 from synth.topology.io import load_topology
 

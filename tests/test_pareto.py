@@ -12,10 +12,8 @@ from click.testing import CliRunner
 from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.synthesis.pareto import (
-    bandwidth_unit,
     check_algorithm,
     explore,
-    fabric,
     pareto_frontier,
     plan_for,
     predicted_time_us,
@@ -23,6 +21,7 @@ from synth.synthesis.pareto import (
     solve_instance,
     steps_lower_bound,
 )
+from synth.synthesis.steps import bandwidth_unit, fabric
 from synth.topology.generators import ring
 from synth.topology.io import load_topology
 

@@ -11,7 +11,7 @@ where reduce-scatter + allgather needs 4.
 (*addresses*); chunk ``a`` of rank ``q`` is contribution ``(a, q)``. As in msccl-tools' ``allreduce``
 collective (N chunks sharing one address, ``chunk_up(C)``), one address is one chunk of SIZE/C bytes. The
 algorithm runs in ``S`` synchronous steps; step ``s`` lasts ``r_s >= 1`` rounds and ``R = Σ r_s``. In one
-round a link of relative bandwidth ``b_e`` (NVLink count on DGX-1, :func:`synth.synthesis.pareto.fabric`)
+round a link of relative bandwidth ``b_e`` (NVLink count on DGX-1, :func:`synth.synthesis.steps.fabric`)
 carries ``b_e`` addresses: a send carries one address whatever number of contributions its partial sum
 holds (SCCL counts sends per address once per link). Under the α-β model an algorithm costs about
 ``S·α + (R/C)·SIZE/bw_unit``.
@@ -201,7 +201,7 @@ def solve_instance(fab, chunks: int, steps: int, *, work_limit: float | None, th
                    copies: bool = True) -> tuple[str, CombiningAlgorithm | None]:
     """Solve one (C, S) instance, least R (module docstring).
 
-    ``fab`` is :func:`synth.synthesis.pareto.fabric` of the topology. Returns ("sat" | "unsat" | "unknown",
+    ``fab`` is :func:`synth.synthesis.steps.fabric` of the topology. Returns ("sat" | "unsat" | "unknown",
     algorithm or None); "sat" carries ``status`` optimal or feasible (budget ran out with a solution). The CP-SAT
     deterministic time spent is appended to ``work``. ``copies=False`` is SCCL's encoding exactly (no copy of a
     complete sum)."""
@@ -377,7 +377,7 @@ def check_algorithm(fab, algo: CombiningAlgorithm) -> None:
 
 
 def _as_pareto_algorithm(algo: CombiningAlgorithm):
-    from synth.synthesis.pareto import Algorithm
+    from synth.synthesis.steps import Algorithm
 
     return Algorithm(algo.chunks, algo.steps, algo.rounds, algo.rounds_per_step,
                      tuple(sorted(algo.sends + algo.copies)), 0.0)
@@ -386,14 +386,14 @@ def _as_pareto_algorithm(algo: CombiningAlgorithm):
 def to_schedule(topology: Topology, fab, collective: Collective, algo: CombiningAlgorithm, size_bytes: float,
                 method: str) -> Schedule:
     """Reducing transfers of each step at ``[T_s, T_s + d_s]``, ``d_s`` the step's α-β time on its busiest
-    link (:func:`synth.synthesis.pareto.step_terms`); ``group`` = step, so a step's contiguous addresses on one
+    link (:func:`synth.synthesis.steps.step_terms`); ``group`` = step, so a step's contiguous addresses on one
     link go as one MSCCL step. ``collective`` is the request's allreduce; its chunk count becomes C."""
-    from synth.synthesis.pareto import _duration, step_terms
+    from synth.synthesis.steps import step_duration, step_terms
 
     coll = Collective(collective.name, collective.num_ranks, algo.chunks, collective.root, collective.inplace)
     cb = coll.chunk_bytes(size_bytes)
     terms = step_terms(fab, _as_pareto_algorithm(algo), tuple(range(algo.chunks)))
-    starts = np.concatenate([[0.0], np.cumsum([_duration(t, cb) for t in terms])])
+    starts = np.concatenate([[0.0], np.cumsum([step_duration(t, cb) for t in terms])])
     transfers = []
     for reduce, sends in ((True, algo.sends), (False, algo.copies)):
         for s, a, j in sends:
@@ -428,7 +428,7 @@ def search(topology: Topology, *, chunk_counts: tuple[int, ...] = (1,), max_step
     larger S only while R > S at the previous one. Instances above :data:`MAX_CARRY_VARS` are skipped (logged
     ``too large``). ``work_limit`` is shared by all instances, ``instance_limit`` (default a quarter of it)
     caps one; both deterministic."""
-    from synth.synthesis.pareto import fabric
+    from synth.synthesis.steps import fabric
 
     fab = fab if fab is not None else fabric(topology)
     lb = steps_lower_bound(fab.dist)
@@ -468,10 +468,11 @@ def search(topology: Topology, *, chunk_counts: tuple[int, ...] = (1,), max_step
 
 def predicted_us(fab, algo: CombiningAlgorithm, size_bytes: float) -> float:
     """α-β time of an algorithm at ``size_bytes`` (step terms summed over steps)."""
-    from synth.synthesis.pareto import _duration, step_terms
+    from synth.synthesis.steps import step_duration, step_terms
 
     cb = size_bytes / algo.chunks
-    return float(sum(_duration(t, cb) for t in step_terms(fab, _as_pareto_algorithm(algo), tuple(range(algo.chunks)))))
+    terms = step_terms(fab, _as_pareto_algorithm(algo), tuple(range(algo.chunks)))
+    return float(sum(step_duration(t, cb) for t in terms))
 
 
 def replicate(fab, algo: CombiningAlgorithm, chunks: int) -> CombiningAlgorithm:
@@ -508,7 +509,7 @@ def best_schedule(topology: Topology, collective: Collective, size_bytes: float,
     least-R solution scatters chunks over links, one α per run, which at small SIZE costs more than rounds)."""
     if collective.name != CollectiveKind.ALLREDUCE:
         raise SynthError(f"the combining encoding is for allreduce, not {collective.name}")
-    from synth.synthesis.pareto import fabric
+    from synth.synthesis.steps import fabric
 
     fab = fabric(topology)
     more_counts = DEFAULT_CHUNK_COUNTS[1:] if not chunks else ((chunks,) if chunks > 1 else ())

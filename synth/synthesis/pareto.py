@@ -90,11 +90,15 @@ from synth.solvers import deterministic_search
 from synth.synthesis.base import Instance, MethodSpec
 from synth.synthesis.greedy import (
     CopyProblem,
-    VirtualLinks,
     allreduce_owners,
     copy_problem,
-    hop_distances,
-    virtual_links,
+)
+from synth.synthesis.steps import (
+    Algorithm,
+    Fabric,
+    fabric,
+    step_duration,
+    step_terms,
 )
 from synth.topology.model import Topology
 
@@ -104,58 +108,6 @@ DEFAULT_MAX_STEPS = 8
 DEFAULT_MAX_CHUNKS = 8
 DEFAULT_TIME_LIMIT = 120.0    # CP-SAT deterministic time for the whole search (about seconds)
 LP_ITERATIONS_PER_WORK_S = 20_000   # simplex iterations per unit of the rounds bound's budget
-_MAX_MULTIPLICITY = 64     # largest b_e accepted for an exact bandwidth unit
-
-
-# ---- fabric: relative link bandwidths -----------------------------------------------------------
-@dataclass(frozen=True)
-class Fabric:
-    """Virtual links over a topology plus each physical link's multiplicity ``b_e`` of ``unit_GBps``."""
-
-    vl: VirtualLinks
-    mult: np.ndarray           # (num physical links,) int, b_e
-    unit_GBps: float
-    exact: bool                # False when bandwidths are not multiples of one unit (b_e rounded down)
-    dist: np.ndarray           # (N, N) hop distances over virtual links
-
-
-def bandwidth_unit(bws: np.ndarray) -> tuple[float, np.ndarray, bool]:
-    """The largest ``unit`` (GB/s) dividing every bandwidth, with ``b_e = bw_e / unit``.
-
-    Tries ``min(bw) / k`` for k = 1..16; if none divides all bandwidths into multiplicities of at most
-    ``_MAX_MULTIPLICITY``, falls back to ``unit = min(bw)`` and ``b_e = max(1, floor(bw_e / unit))``
-    (a conservative model, flagged ``exact=False``)."""
-    low = float(bws.min())
-    for k in range(1, 17):
-        unit = low / k
-        ratio = bws / unit
-        mult = np.rint(ratio)
-        if np.all(np.abs(ratio - mult) <= 1e-6 * ratio) and mult.max() <= _MAX_MULTIPLICITY:
-            return unit, mult.astype(np.int64), True
-    return low, np.maximum(1, np.floor(bws / low + 1e-9)).astype(np.int64), False
-
-
-def direct_first_links(topology: Topology) -> VirtualLinks:
-    """One virtual link per ordered rank pair: the direct link where there is one (as SCCL and the
-    simulator use it), else the switch route of :func:`synth.synthesis.greedy.virtual_links`."""
-    vl = virtual_links(topology)
-    index = {(link.src, link.dst): i for i, link in enumerate(topology.links)}
-    alpha, bw, phys = vl.alpha.copy(), vl.bw.copy(), vl.phys.copy()
-    routes = list(vl.route)
-    for j, (u, v) in enumerate(zip(vl.src.tolist(), vl.dst.tolist())):
-        link = topology.link(u, v)
-        if link is not None and routes[j]:
-            alpha[j], bw[j], routes[j] = link.alpha, link.bw, ()
-            phys[j] = -1
-            phys[j, 0] = index[(u, v)]
-    return VirtualLinks(vl.src, vl.dst, alpha, bw, tuple(routes), phys, vl.num_phys)
-
-
-def fabric(topology: Topology) -> Fabric:
-    vl = direct_first_links(topology)
-    _, _, bw, _ = topology.arrays
-    unit, mult, exact = bandwidth_unit(np.asarray(bw, dtype=float))
-    return Fabric(vl, mult, unit, exact, hop_distances(vl, topology.num_ranks))
 
 
 def _phys_users(fab: Fabric) -> list[list[int]]:
@@ -282,18 +234,6 @@ def cut_rounds_per_chunk(topology: Topology, name: str, root: int, unit_GBps: fl
 
 
 # ---- one instance --------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Algorithm:
-    """A solved instance: per step its rounds, and the sends ``(step 1..S, problem chunk, virtual link)``."""
-
-    chunks: int
-    steps: int
-    rounds: int
-    rounds_per_step: tuple[int, ...]
-    sends: tuple[tuple[int, int, int], ...]
-    solve_s: float
-
-
 def chunked_problem(problem: CopyProblem, chunks: int, chunk_ids: tuple[int, ...] | None = None) -> CopyProblem:
     """Split every chunk of a C = 1 copy problem into ``chunks`` interchangeable chunks (chunk i*C + k)."""
     sources = tuple(s for s in problem.sources for _ in range(chunks))
@@ -777,43 +717,10 @@ def pareto_frontier(topology: Topology, collective_name: str | Collective, max_s
 
 
 # ---- schedules --------------------------------------------------------------------------------------
-def step_terms(fab: Fabric, algo: Algorithm, chunk_ids: tuple[int, ...]) -> list[list[tuple[float, float]]]:
-    """Per step, one ``(a, b)`` per physical link used: the link is busy ``a + b · chunk_bytes`` µs.
-
-    α-β model of docs/cost-model.md: the sends of one virtual link in a step go as one transfer per run of contiguous
-    chunk ids (lowering merges those into one MSCCL step), each paying the route's α, and every
-    transfer holds each physical link of its route, so ``a = Σ α`` and ``b = Σ chunks / bw``. A step
-    lasts as long as its busiest link: ``max (a + b · chunk_bytes)``, which is at most SCCL's
-    ``α + r_s · chunk_bytes / bw_unit`` when each link sends one transfer per step."""
-    per: dict[tuple[int, int], list[int]] = {}
-    for s, c, j in algo.sends:
-        per.setdefault((s, j), []).append(chunk_ids[c])
-    load: dict[tuple[int, int], list[float]] = {}
-    for (s, j), ids in per.items():
-        ids.sort()
-        runs = 1 + sum(1 for x, y in zip(ids, ids[1:]) if y != x + 1)
-        a = runs * float(fab.vl.alpha[j])
-        b = len(ids) / (float(fab.vl.bw[j]) * 1e3)
-        for e in fab.vl.phys[j]:
-            if e >= 0:
-                acc = load.setdefault((s, int(e)), [0.0, 0.0])
-                acc[0] += a
-                acc[1] += b
-    out: list[list[tuple[float, float]]] = [[] for _ in range(algo.steps)]
-    for (s, _e), (a, b) in sorted(load.items()):
-        if (a, b) not in out[s - 1]:
-            out[s - 1].append((a, b))
-    return out
-
-
-def _duration(terms: list[tuple[float, float]], chunk_bytes: float) -> float:
-    return max((a + b * chunk_bytes for a, b in terms), default=0.0)
-
-
 def predicted_time_us(point: ParetoPoint, size_bytes: float) -> float:
     """The point's α-β time at ``size_bytes`` (:func:`step_terms`, summed over steps)."""
     cb = point.schedule.collective.chunk_bytes(size_bytes)
-    return float(sum(_duration(t, cb) for t in point.schedule.notes["step_terms"]))
+    return float(sum(step_duration(t, cb) for t in point.schedule.notes["step_terms"]))
 
 
 def to_schedule(topology: Topology, fab: Fabric, rfab: Fabric | None, coll: Collective,
@@ -831,7 +738,7 @@ def to_schedule(topology: Topology, fab: Fabric, rfab: Fabric | None, coll: Coll
         f = rfab if reverse else fab
         assert f is not None
         terms = step_terms(f, algo, problem.chunk_ids)
-        dur = [_duration(t, cb) for t in terms]
+        dur = [step_duration(t, cb) for t in terms]
         order = list(range(algo.steps))
         if reverse:
             order = order[::-1]                    # dual step s runs as primal step S+1-s
