@@ -24,12 +24,15 @@ Cost model (docs/cost-model.md):
   them are free;
 - local steps (``cpy``, ``re``, ``nop``) take no time: the model prices communication only;
 - in-network steps (a program's ``switches``, docs/programs.md "Switch steps"): a rank's message to a
-  switch uses the rank->switch link (α + bytes/bw, booked as any transfer). A switch op starts once all
-  its messages have arrived; a ``reduce`` then uses the switch's reduction engine for
-  ``reduce_alpha + bytes / reduce_bw`` (:class:`~synth.topology.model.SwitchFeatures`; the engine is a
-  resource that serves one op at a time, booked like a link); then it sends one message to each dst over
-  the switch->dst link (each booked as any transfer, FIFO per connection (switch, dst, chan)). A
-  ``multicast`` is the same without the engine.
+  switch uses the rank->switch link (α + bytes/bw, booked as any transfer). A ``reduce`` then uses the
+  switch's reduction engine for ``reduce_alpha + bytes / reduce_bw`` (:class:`~synth.topology.model.SwitchFeatures`;
+  the engine is a resource that serves one op at a time, booked like a link); then it sends one message to
+  each dst over the switch->dst link (each booked as any transfer, FIFO per connection (switch, dst, chan)).
+  A ``multicast`` is the same without the engine. The switch works cut-through, as a routed transfer
+  does (it holds its whole route at once): a stage inside the switch (engine, sends to the dsts) may
+  start once the first bytes of every message it takes have arrived (the message's start + its α), and
+  it never ends before the last bytes have arrived plus its own α (its start is held back until
+  ``last arrival - bytes / its bw``). NVSwitch NVLS and SHARP reduce packets in flight in the same way.
 
 Step semantics (see :mod:`synth.program.ir`): each threadblock runs its steps in order; a step is
 ready when the previous step of its threadblock and its dependency (``depid``/``deps``) have
@@ -328,6 +331,7 @@ class _Flat:
     engines: list[str] = field(default_factory=list)  # reduction engines, booked as links after the real ones
     engine_conns: set[tuple[int, int, int]] = field(default_factory=set)  # their pseudo connections (not counted)
     fanout: dict[int, list[int]] = field(default_factory=dict)  # switch op gate step -> its sends to the dsts
+    cut_through: set[int] = field(default_factory=set)  # switch-internal receive steps (engine, gate)
 
 
 def _flatten(program: Program, router: Router) -> _Flat:
@@ -396,7 +400,9 @@ def _flatten_switches(program: Program, router: Router, flat: _Flat) -> None:
                 if not 0 <= m < n:
                     raise SynthError(f"program {program.name!r}: switch {sw.name!r} op {j} names {m}, not a rank")
             first = len(owner)   # the step the srcs' messages go to
+            flat.cut_through.add(first)
             if op.type == "reduce" and engine >= 0:   # engine step, then the gate it "sends" to
+                flat.cut_through.add(first + 1)
                 flat.engine_conns.add(engine_key)
                 flat.sends_on.setdefault(engine_key, []).append(first)
                 flat.recvs_on.setdefault(engine_key, []).append(first + 1)
@@ -540,6 +546,7 @@ class _Graph(NamedTuple):
     route_links: list[tuple[int, ...]]  # per route: its link ids, summed α (µs), bottleneck bw (bytes/µs)
     route_alpha: list[float]
     route_bw: list[float]
+    cut_through: frozenset[int]  # receive steps inside a switch: messages count from their first bytes
 
 
 def _link_steps(program: Program, flat: _Flat) -> _Graph:
@@ -547,7 +554,8 @@ def _link_steps(program: Program, flat: _Flat) -> _Graph:
     revdep = _reverse_deps(program, flat)
     conn_of, matched = _match_connections(program, flat)
     return _Graph(flat.nxt, flat.need, flat.cnt, flat.send_route, matched, conn_of, revdep, len(flat.sends_on),
-                  [r[0] for r in flat.routes], [r[1] for r in flat.routes], [r[2] for r in flat.routes])
+                  [r[0] for r in flat.routes], [r[1] for r in flat.routes], [r[2] for r in flat.routes],
+                  frozenset(flat.cut_through))
 
 
 @dataclass(frozen=True)
@@ -562,8 +570,12 @@ class _Run:
 
 def _run_events(graph: _Graph, num_links: int, chunk: float, record_events: bool) -> _Run:
     """Run the steps in dependency order, placing each transfer on its route (module docstring)."""
-    nxt, need, cnt, send_route, matched, conn_of, revdep, num_conns, route_links, route_alpha, route_bw = graph
+    (nxt, need, cnt, send_route, matched, conn_of, revdep, num_conns, route_links, route_alpha, route_bw,
+     cut_through) = graph
     need = list(need)  # counted down as prerequisites finish
+    # cut-through switch stages: when the last bytes of their input arrive (0: none); a stage's send starts no
+    # earlier than that minus its own data time, so it never ends before its input has all arrived
+    tail: dict[int, float] = {}
     ready, fin = [0.0] * len(nxt), [-1.0] * len(nxt)
     starts: list[float] | None = [0.0] * len(nxt) if record_events else None
     link_free, link_busy = [0.0] * num_links, [0.0] * num_links  # per link: end of its last booking, µs booked
@@ -581,6 +593,8 @@ def _run_events(graph: _Graph, num_links: int, chunk: float, record_events: bool
             g = stack.pop()
             t = ready[g]
             if send_route[g] >= 0:
+                if tail and g in tail:
+                    t = max(t, tail[g] - cnt[g] * chunk / route_bw[send_route[g]])
                 heappush(heap, (t, seq, g))
                 seq += 1
                 continue
@@ -617,7 +631,12 @@ def _run_events(graph: _Graph, num_links: int, chunk: float, record_events: bool
                 starts[g] = start
                 order.append(g)
             x = matched[g]  # the message arrives
-            if t > ready[x]:
+            if cut_through and x in cut_through:   # a switch stage goes on from the first bytes
+                tail[x] = max(tail.get(x, 0.0), end)
+                first_bytes = start + route_alpha[r]
+                if first_bytes > ready[x]:
+                    ready[x] = first_bytes
+            elif t > ready[x]:
                 ready[x] = t
             need[x] = left = need[x] - 1
             if not left:
@@ -633,6 +652,9 @@ def _run_events(graph: _Graph, num_links: int, chunk: float, record_events: bool
                 stack.append(x)
         deps = revdep[g]
         if deps is not None:
+            if tail and g in tail and g in cut_through:   # a gate hands its input's last arrival to its fan-out
+                for x in deps:
+                    tail[x] = max(tail.get(x, 0.0), tail[g])
             for x in deps:
                 if t > ready[x]:
                     ready[x] = t

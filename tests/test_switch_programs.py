@@ -181,28 +181,33 @@ def test_race_check_follows_switch_edges():
 
 # ---- simulation -----------------------------------------------------------------------------------------
 def test_switch_ops_are_timed_on_the_links_and_the_engine():
+    """Cut-through (simulation docstring): a stage inside the switch starts on its input's first bytes and ends no
+    earlier than its input's last bytes plus its own α."""
     size = 8e6
     program = allreduce(chunks=1)
-    link = ALPHA + size / (BW * 1e3)
+    data = size / (BW * 1e3)
     t = simulate(program, featured(), size).time_us
-    assert t == pytest.approx(2 * link)   # in on the rank->switch link, out on the switch->rank links
+    assert t == pytest.approx(2 * ALPHA + data)   # in on the rank->switch link, out as the bytes come in
     engine = SwitchFeatures(reduce=True, reduce_alpha=3.0, reduce_bw=200.0)
+    slow = size / 200e3
+    assert slow > data
+    # the engine (slower than the links) starts at the first bytes in and sets the pace: out ends its α after it
+    engine_end = ALPHA + 3.0 + slow
     t2 = simulate(program, featured(features=engine), size).time_us
-    assert t2 == pytest.approx(2 * link + 3.0 + size / 200e3)
-    two = allreduce(chunks=2)   # the engine serves one op at a time: op 1 (its chunk in at 2 legs) waits for op 0
-    chunk = size / 2
-    leg, red = ALPHA + chunk / (BW * 1e3), 3.0 + chunk / 200e3
-    assert red > leg
-    assert simulate(two, featured(features=engine), size).time_us == pytest.approx(leg + red + red + leg)
+    assert t2 == pytest.approx(engine_end + ALPHA)
+    two = allreduce(chunks=2)   # the engine serves one op at a time: op 1 waits for op 0 on it
+    red = 3.0 + slow / 2
+    assert simulate(two, featured(features=engine), size).time_us == pytest.approx(ALPHA + 2 * red + ALPHA)
 
 
 def test_pipelined_switch_allreduce_nears_size_over_bw():
     size = float(1 << 30)
-    t = simulate(allreduce(8, chunks=58), featured(8), size).time_us
     ideal = size / (BW * 1e3)
-    model = 59 * ALPHA + (1 + 1 / 58) * ideal
-    assert t == pytest.approx(model, rel=1e-3)
-    assert 1.0 < t / ideal < 1.04
+    t = simulate(allreduce(8, chunks=58), featured(8), size).time_us
+    assert t == pytest.approx(59 * ALPHA + ideal, rel=1e-9)   # 58 α on each uplink, the last chunk's way out
+    one = simulate(allreduce(8, chunks=1), featured(8), size).time_us
+    assert one == pytest.approx(2 * ALPHA + ideal, rel=1e-9)  # cut-through: no pipeline needed
+    assert 1.0 < one / ideal < 1.001
 
 
 def test_simulation_refuses_a_switch_that_does_not_reduce():

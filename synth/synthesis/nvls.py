@@ -10,10 +10,11 @@ peer is ``X`` (channel 0).
 - **allreduce** (reduce-to-switch then multicast, pipelined): the buffer is cut into ``C`` chunks; every rank
   sends chunk ``j`` to ``X``, whose op ``j`` is ``reduce(srcs = all ranks, dsts = all ranks)``: the sum goes back
   to every rank. Each rank sends SIZE and receives SIZE once, the NVLS bound (one send and one receive of SIZE per
-  rank). Under the α-β model (docs/cost-model.md) with one link ``bw`` and ``α`` each way,
-  ``T(C) ≈ (C + 1)·α + (1 + 1/C)·SIZE/bw`` (plus the engine's ``reduce_alpha + SIZE/(C·reduce_bw)`` once in the
-  pipeline fill), minimised near ``C* = sqrt(SIZE / (α·bw))``; the count is the fastest *simulated* one among a
-  few around ``C*`` (deterministic).
+  rank). The simulator's switch is cut-through (docs/cost-model.md): with one link ``bw`` and ``α`` each way
+  ``T(C) ≈ (C + 1)·α + SIZE/bw``, so one chunk is best on one switch (dgx-h100-nvls 1 GiB: 2387.5 µs against the
+  bound's 2386.1); pipelines across boxes (the rail chain) still want several. The count is the fastest
+  *simulated* one among a few around a store-and-forward estimate ``C* = sqrt(SIZE / (α·bw))``, widened while an
+  end of the range wins (deterministic).
 - **reducescatter** (in-switch reduce to the owner): op (k, q) is ``reduce(srcs = all ranks but q, dsts = [q])``
   on chunk ``k`` of piece ``q``; the owner adds its own piece as it receives the sum (``rrc``). Each rank sends
   (N-1)/N·SIZE and receives SIZE/N.
