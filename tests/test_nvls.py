@@ -50,7 +50,6 @@ def test_allreduce_1gib_is_near_size_over_bw_and_half_the_host_bound():
 
 
 def test_builtin_dgx_h100_nvls_allreduce_by_default_within_2_percent_of_the_in_network_bound():
-
     topo = load_topology("dgx-h100-nvls")
     result = synthesize(topo, "allreduce", GIB, "auto")
     bounds = compute_bounds(topo, "allreduce", GIB)
