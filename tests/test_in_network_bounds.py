@@ -39,11 +39,18 @@ def test_plain_builtins_report_no_in_network_bound(name):
     assert "port_rounds_note" not in b.details and "traffic_us" in b.details["components_us"]
 
 
-def test_reduce_false_is_the_plain_fabric():
-    plain = load_topology("dgx-a100")
-    off = parse_topology({**topology_to_dict(plain), "switches": [{"name": "nvswitch", "reduce": False}]}, "off")
-    assert off == plain and off.sha256 == plain.sha256
-    for c in COLLECTIVES:
+@pytest.mark.parametrize("name", PLAIN)
+def test_reduce_false_is_the_plain_fabric(name):
+    """Every switch of a built-in written as ``{name, reduce: false, multicast: false}`` is the same fabric: equal
+    topology (so every method, bound and program is the same function of it), equal hash, equal bounds."""
+    plain = load_topology(name)
+    doc = topology_to_dict(plain)
+    if "switches" in doc:
+        doc["switches"] = [{"name": sw, "reduce": False, "multicast": False} for sw in doc["switches"]]
+    off = parse_topology(doc, "off")
+    assert off == plain and off.sha256 == plain.sha256 and off.features == ()
+    collectives = COLLECTIVES if name == "dgx-a100" else ("allreduce",)
+    for c in collectives:
         assert json.dumps(compute_bounds(off, c, GiB).as_dict()) == json.dumps(compute_bounds(plain, c, GiB).as_dict())
 
 
