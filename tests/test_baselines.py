@@ -29,6 +29,11 @@ def run(method: str, topology, name: str, size: float = MiB, *, root: int = 0, i
         chunks: int | None = None):
     coll = Collective(name, topology.num_ranks, root=root, inplace=inplace)
     schedule = METHODS[method].run(Instance(topology, coll, size, SynthOptions(chunks=chunks)))
+    if schedule.program is not None:   # in-network steps (NVLS): the method's own program, no transfers to lower
+        program = schedule.program
+        result = verify(program, schedule.collective, topology=topology)
+        assert result.ok, result.errors[:3]
+        return schedule, program, simulate(program, topology, size, record_events=False)
     check_schedule(schedule, topology)          # independent data-flow + link check
     program = lower(schedule)
     result = verify(program, schedule.collective)
