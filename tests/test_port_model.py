@@ -152,6 +152,7 @@ def test_1kb_milp_and_auto_beat_recursive_doubling_and_msccl_examples(fabric: st
     assert np.isclose(bound.latency_bound_us, (topology.num_ranks.bit_length() - 1) * 2 * alpha)
     # out of place (the CLI's default): a message with the origin's own chunk and relayed ones is one step, read
     # from the output where the local copy put it, so the default program is as fast as in place
-    default = {m: synthesize(fabric, collective, KB, m).time_us for m in ("auto", "milp")}
+    default = {m: synthesize(fabric, collective, KB, m).time_us for m in ("auto", "milp", "rdh")}
+    assert default["rdh"] <= rdh + TOL   # rdh's own message cuts follow the same placement (baselines._loc)
     assert default["auto"] <= min([rdh, *others.values()]) + TOL
     assert default["milp"] <= min(others.values()) + TOL

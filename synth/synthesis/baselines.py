@@ -170,10 +170,12 @@ def _loc(coll: Collective, dests: dict[int, dict[int, int]], rank: int, chunk: i
     if coll.is_reduction:
         return ("i", chunk)
     origin, slot = coll.split_contribution(chunk)
+    dest = dests[chunk].get(rank)
     if rank == origin:
+        if not coll.inplace and dest is not None:   # lowering sends it from there beside relayed chunks
+            return ("o", dest)
         alias = coll.alias(rank, "i")
         return (alias[0], alias[1] + slot) if alias else ("i", slot)
-    dest = dests[chunk].get(rank)
     return ("o", dest) if dest is not None else ("s", chunk)
 
 
