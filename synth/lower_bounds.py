@@ -489,7 +489,7 @@ def _rank_groups(topology: Topology):
 # ---- allreduce ------------------------------------------------------------------------------------
 def in_network_nodes(topology: Topology) -> np.ndarray:
     """Node ids of the switches that reduce or multicast in the network (docs/topology.md)."""
-    return np.array(sorted(topology.node_id(name) for name, f in topology.features if not f.plain), dtype=np.int64)
+    return np.array(topology.in_network_switches, dtype=np.int64)
 
 
 def allreduce_bandwidth_us(topology: Topology, size_bytes: float) -> tuple[float, dict]:
@@ -543,7 +543,7 @@ def allreduce_bandwidth_us(topology: Topology, size_bytes: float) -> tuple[float
         "allgather_cut_us": _us(m * ag.ratio, 1.0),
         "pair_cut_us": _us(size_bytes, lam),
     }
-    if not len(in_network_nodes(topology)):   # gossip calls: void where a switch combines or copies
+    if not topology.in_network_switches:   # gossip calls: void where a switch combines or copies
         parts["traffic_us"] = _us(2 * (n - 1) * size_bytes, min(ranks_out, ranks_in))
     groups, crossing = group_traffic(topology)
     if groups >= 2:
@@ -712,7 +712,7 @@ def latency_bound_us(topology: Topology, collective: Collective) -> tuple[float,
     src, dst, _, _ = topology.arrays
     d_out = int(np.bincount(src, minlength=topology.num_nodes)[:n].max())
     d_in = int(np.bincount(dst, minlength=topology.num_nodes)[:n].max())
-    copies = any(not f.plain for _, f in topology.features)
+    copies = bool(topology.in_network_switches)
     combines = any(f.reduce for _, f in topology.features)
     rounds = 0
     if not shape.to_root and not copies:

@@ -90,6 +90,27 @@ class SwitchOp:
     chan: int = 0
 
 
+def switch_op_problem(op: SwitchOp, num_ranks: int) -> str | None:
+    """Why one switch op is malformed (None when it is not): type, members (distinct ranks), cnt, chan."""
+    if op.type not in SWITCH_OPS:
+        return f"unknown op type {op.type!r} (expected one of {', '.join(SWITCH_OPS)})"
+    for role, members in (("srcs", op.srcs), ("dsts", op.dsts)):
+        if not members:
+            return f"{role} is empty"
+        bad = [m for m in members if isinstance(m, bool) or not isinstance(m, int) or not 0 <= m < num_ranks]
+        if bad:
+            return f"{role} member {bad[0]!r} is not a rank (0..{num_ranks - 1})"
+        if len(set(members)) != len(members):
+            return f"{role} names a rank twice ({list(members)})"
+    if op.type == "multicast" and len(op.srcs) != 1:
+        return f"a multicast has one src, not {len(op.srcs)}"
+    if isinstance(op.cnt, bool) or not isinstance(op.cnt, int) or op.cnt < 1:
+        return f"cnt={op.cnt!r} must be at least 1"
+    if isinstance(op.chan, bool) or not isinstance(op.chan, int) or op.chan < 0:
+        return f"chan={op.chan!r} must be a channel (int >= 0)"
+    return None
+
+
 @dataclass(frozen=True)
 class SwitchProgram:
     """The operations one switch of the fabric (by name) performs, in order."""

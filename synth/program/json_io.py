@@ -16,7 +16,6 @@ from synth.errors import SynthError
 from synth.program.ir import (
     BUFFERS,
     STEP_TYPES,
-    SWITCH_OPS,
     Fabric,
     Gpu,
     Program,
@@ -24,6 +23,7 @@ from synth.program.ir import (
     SwitchOp,
     SwitchProgram,
     Threadblock,
+    switch_op_problem,
 )
 
 FORMAT = "synth-program"
@@ -236,33 +236,13 @@ def _switches_from_doc(doc: dict, source: str) -> tuple[SwitchProgram, ...]:
         seen.add(sw["name"])
         ops = []
         for j, (typ, srcs, dsts, cnt, chan) in enumerate(sw["ops"]):
-            problem = switch_op_problem(SwitchOp(typ, tuple(srcs), tuple(dsts), cnt, chan), n)
+            op = SwitchOp(typ, tuple(srcs), tuple(dsts), cnt, chan)
+            problem = switch_op_problem(op, n)
             if problem:
                 raise SynthError(f"{where} op {j}: {problem}")
-            ops.append(SwitchOp(typ, tuple(srcs), tuple(dsts), cnt, chan))
+            ops.append(op)
         switches.append(SwitchProgram(sw["name"], tuple(ops)))
     return tuple(switches)
-
-
-def switch_op_problem(op: SwitchOp, num_ranks: int) -> str | None:
-    """Why one switch op is malformed (None when it is not): type, members (distinct ranks), cnt, chan."""
-    if op.type not in SWITCH_OPS:
-        return f"unknown op type {op.type!r} (expected one of {', '.join(SWITCH_OPS)})"
-    for role, members in (("srcs", op.srcs), ("dsts", op.dsts)):
-        if not members:
-            return f"{role} is empty"
-        bad = [m for m in members if isinstance(m, bool) or not isinstance(m, int) or not 0 <= m < num_ranks]
-        if bad:
-            return f"{role} member {bad[0]!r} is not a rank (0..{num_ranks - 1})"
-        if len(set(members)) != len(members):
-            return f"{role} names a rank twice ({list(members)})"
-    if op.type == "multicast" and len(op.srcs) != 1:
-        return f"a multicast has one src, not {len(op.srcs)}"
-    if isinstance(op.cnt, bool) or not isinstance(op.cnt, int) or op.cnt < 1:
-        return f"cnt={op.cnt!r} must be at least 1"
-    if isinstance(op.chan, bool) or not isinstance(op.chan, int) or op.chan < 0:
-        return f"chan={op.chan!r} must be a channel (int >= 0)"
-    return None
 
 
 def _check_switch_peers(gpus: list[Gpu], n: int, switches: tuple[SwitchProgram, ...], source: str) -> None:

@@ -22,7 +22,7 @@ method    tried when                                        limit    why (measur
 ========  ===============================================  =======  =====================================
 nvls      a switch declares reduce: true (first); never on     -        in-network reduction halves the bytes
           other fabrics                                              per rank: 8 ranks on one 450 GB/s
-                                                                     NVSwitch, 1 GiB allreduce 1.035x
+                                                                     NVSwitch, 1 GiB allreduce 1.0006x
                                                                      SIZE/bw (hosts: >= 1.75x)
 ring      always; first up to 64 ranks, above that last     -        verified fallback everywhere; optimal
           and only if nothing else produced a program                on dgx1 at 64 MB/1 GB (gap 1.3 %/0.1 %);

@@ -85,6 +85,12 @@ def box_switches(topology: Topology) -> tuple[tuple[int, tuple[int, ...]], ...] 
     return tuple(boxes)
 
 
+def named_boxes(boxes: tuple[tuple[int, tuple[int, ...]], ...],
+                topology: Topology) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """:func:`box_switches` with each switch by its name (what a program's switch steps name)."""
+    return tuple((str(topology.node_name(sw)), members) for sw, members in boxes)
+
+
 def not_applicable(topology: Topology, collective: str, multicast: bool = False) -> str | None:
     """Why ``nvls`` does not apply (None when it does)."""
     if topology.num_ranks < 2:
@@ -92,15 +98,13 @@ def not_applicable(topology: Topology, collective: str, multicast: bool = False)
     if not topology.reducing_switches:
         return (f"nvls does not apply to {topology.name}: no switch declares in-network reduction "
                 "(reduce: true, docs/topology.md)")
-    if reducing_switch(topology, multicast) is None and collective == "allreduce" and box_switches(topology):
+    if reducing_switch(topology, multicast) is not None or (collective == "allreduce" and box_switches(topology)):
         return None
-    if reducing_switch(topology, multicast) is None:
-        need = "reduces and multicasts" if multicast else "reduces"
-        boxes = " (nor, for allreduce, equal boxes that each have one that reduces and multicasts)" \
-            if collective == "allreduce" else ""
-        return (f"nvls does not apply to {topology.name}: no switch that {need} has a link to and from every "
-                f"rank{boxes} for {collective}")
-    return None
+    need = "reduces and multicasts" if multicast else "reduces"
+    boxes = " (nor, for allreduce, equal boxes that each have one that reduces and multicasts)" \
+        if collective == "allreduce" else ""
+    return (f"nvls does not apply to {topology.name}: no switch that {need} has a link to and from every "
+            f"rank{boxes} for {collective}")
 
 
 def _tb(send: int, steps: list[Step]) -> Threadblock:
@@ -338,7 +342,7 @@ def synthesize(inst: Instance) -> Schedule:
         switch = str(topology.node_name(node))
         found.append(best_program(inst, lambda c: BUILDERS[name](n, c, switch, inplace), node)[::-1])
     if boxes is not None:   # allreduce over boxes, each with its own switch, joined by SHARP or rail chains
-        named = tuple((str(topology.node_name(sw)), members) for sw, members in boxes)
+        named = named_boxes(boxes, topology)
         cross = None if node is None else str(topology.node_name(node))
         found.append(best_program(inst, lambda c: boxes_program(named, n, c, inplace, cross), boxes[0][0],
                                   step=len(named[0][1]),
@@ -368,7 +372,7 @@ def nccl_nvls(inst: Instance) -> Schedule | None:
     boxes = box_switches(topology)
     if boxes is None or (inst.options.chunks is not None and inst.options.chunks % len(boxes[0][1])):
         return None
-    named = tuple((str(topology.node_name(sw)), members) for sw, members in boxes)
+    named = named_boxes(boxes, topology)
     program, t, notes = best_program(inst, lambda c: boxes_program(named, n, c, inplace), boxes[0][0],
                                      step=len(named[0][1]), tag="nccl-nvls-tree")
     return schedule_of(inst, program, t, "nccl", notes)

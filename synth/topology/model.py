@@ -81,7 +81,16 @@ class Topology:
         """The in-network features of switch ``node`` (plain forwarding for a rank or an undeclared switch)."""
         if not self.is_switch(node):
             return NO_FEATURES
-        return dict(self.features).get(self.switches[node - self.num_ranks], NO_FEATURES)
+        return self._features_by_name.get(self.switches[node - self.num_ranks], NO_FEATURES)
+
+    @cached_property
+    def _features_by_name(self) -> dict[str, SwitchFeatures]:
+        return dict(self.features)
+
+    @property
+    def in_network_switches(self) -> tuple[int, ...]:
+        """Node ids, ascending, of the switches that reduce or multicast in the network."""
+        return tuple(sorted(self.node_id(name) for name, f in self.features if not f.plain))
 
     @property
     def reducing_switches(self) -> tuple[int, ...]:
@@ -219,7 +228,7 @@ def _widest_from_ranks(topology: Topology, incoming: bool) -> list[float]:
     which start and end transfers too. Max-min Dijkstra."""
     import heapq
 
-    ends = list(topology.ranks) + [topology.node_id(name) for name, f in topology.features if not f.plain]
+    ends = [*topology.ranks, *topology.in_network_switches]
     width = [0.0] * topology.num_nodes
     for v in ends:
         width[v] = math.inf

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from synth.program.ir import RECEIVES, SENDS, Program, SwitchOp
+from synth.program.ir import RECEIVES, SENDS, Program, SwitchOp, switch_op_problem
 from synth.topology.model import Topology
 from synth.verification.common import Errors, describe, fmt_ranks, ranks_of
 
@@ -61,8 +61,6 @@ def switch_plan(program: Program) -> SwitchPlan:
 
 def switch_structure(program: Program, tbs: tuple, topology: Topology | None, max_errors: int) -> Errors:
     """The structural checks of the module docstring, one line each."""
-    from synth.program.json_io import switch_op_problem
-
     err = Errors(max_errors)
     if not program.switches:
         return err
