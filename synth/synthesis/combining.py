@@ -60,6 +60,7 @@ from synth.collectives import Collective, CollectiveKind
 from synth.errors import SynthError, TimeLimitReached
 from synth.schedule import Schedule, Transfer
 from synth.solvers import CLOCK_SHARE, cpsat_clock_stopped, deterministic_search
+from synth.synthesis.steps import Algorithm, fabric, step_duration, step_terms
 from synth.topology.model import Topology
 
 # Largest model (send-carrying variables y, summed over addresses, contributors, links and steps) the search
@@ -377,7 +378,6 @@ def check_algorithm(fab, algo: CombiningAlgorithm) -> None:
 
 
 def _as_pareto_algorithm(algo: CombiningAlgorithm):
-    from synth.synthesis.steps import Algorithm
 
     return Algorithm(algo.chunks, algo.steps, algo.rounds, algo.rounds_per_step,
                      tuple(sorted(algo.sends + algo.copies)), 0.0)
@@ -388,7 +388,6 @@ def to_schedule(topology: Topology, fab, collective: Collective, algo: Combining
     """Reducing transfers of each step at ``[T_s, T_s + d_s]``, ``d_s`` the step's α-β time on its busiest
     link (:func:`synth.synthesis.steps.step_terms`); ``group`` = step, so a step's contiguous addresses on one
     link go as one MSCCL step. ``collective`` is the request's allreduce; its chunk count becomes C."""
-    from synth.synthesis.steps import step_duration, step_terms
 
     coll = Collective(collective.name, collective.num_ranks, algo.chunks, collective.root, collective.inplace)
     cb = coll.chunk_bytes(size_bytes)
@@ -428,7 +427,6 @@ def search(topology: Topology, *, chunk_counts: tuple[int, ...] = (1,), max_step
     larger S only while R > S at the previous one. Instances above :data:`MAX_CARRY_VARS` are skipped (logged
     ``too large``). ``work_limit`` is shared by all instances, ``instance_limit`` (default a quarter of it)
     caps one; both deterministic."""
-    from synth.synthesis.steps import fabric
 
     fab = fab if fab is not None else fabric(topology)
     lb = steps_lower_bound(fab.dist)
@@ -468,7 +466,6 @@ def search(topology: Topology, *, chunk_counts: tuple[int, ...] = (1,), max_step
 
 def predicted_us(fab, algo: CombiningAlgorithm, size_bytes: float) -> float:
     """α-β time of an algorithm at ``size_bytes`` (step terms summed over steps)."""
-    from synth.synthesis.steps import step_duration, step_terms
 
     cb = size_bytes / algo.chunks
     terms = step_terms(fab, _as_pareto_algorithm(algo), tuple(range(algo.chunks)))
@@ -509,7 +506,6 @@ def best_schedule(topology: Topology, collective: Collective, size_bytes: float,
     least-R solution scatters chunks over links, one α per run, which at small SIZE costs more than rounds)."""
     if collective.name != CollectiveKind.ALLREDUCE:
         raise SynthError(f"the combining encoding is for allreduce, not {collective.name}")
-    from synth.synthesis.steps import fabric
 
     fab = fabric(topology)
     more_counts = DEFAULT_CHUNK_COUNTS[1:] if not chunks else ((chunks,) if chunks > 1 else ())

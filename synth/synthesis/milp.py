@@ -28,9 +28,9 @@ allgather: 3 epochs in the model, 8.4 µs after decoding, 2× recursive doubling
 :func:`_one_run` adds the rows, the warm starts are re-placed to obey them (:func:`port_replay`) and
 recursive doubling (:func:`butterfly`) joins them as a warm start; where it meets the epoch lower bound
 (N a power of two, one port per rank: log2 N epochs) it is optimal in the model without a solve.
-Chunk-id runs are the program's steps in place and for allreduce; out of place an origin reads its own
-piece from its input buffer (a step apart: 2× on dgx-a100 allgather until lowering sends it from the output
-copy), and reducescatter, reduce and gather, whose partial sums then sit in several buffers, keep the
+Chunk-id runs are the program's steps in place, for allreduce, and out of place for the copy collectives
+(lowering sends an origin's own piece from its output copy when a message mixes it with relayed ones);
+out-of-place reducescatter, reduce and gather, whose partial sums then sit in several buffers, keep the
 model without the port rows.
 
 **Variables** (all binary; pruned, see below):

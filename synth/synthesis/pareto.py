@@ -87,6 +87,7 @@ from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.schedule import Schedule, Transfer
 from synth.solvers import deterministic_search
+from synth.synthesis import combining
 from synth.synthesis.base import Instance, MethodSpec
 from synth.synthesis.greedy import (
     CopyProblem,
@@ -605,13 +606,10 @@ def explore(topology: Topology, collective: Collective | str, *, max_steps: int 
     # every candidate in the collective's SCCL units: (C, S, R) -> how to build its schedule
     makers: dict[tuple[int, int, int], tuple[float, object]] = {}
     for key in found:
-        phase_algos, coll, phs, took = algos[key]
         unit_key = sccl_point(collective, key, scale)
-        makers.setdefault(unit_key, (took, lambda k=unit_key, a=algos[key]: to_schedule(
+        makers.setdefault(unit_key, (algos[key][3], lambda k=unit_key, a=algos[key]: to_schedule(
             topology, fab, rfab, a[1], a[2], a[0], size_bytes, k)))
     for algo in combined:
-        from synth.synthesis import combining
-
         unit_key = (algo.chunks, algo.steps, algo.rounds)
         makers.setdefault(unit_key, (algo.solve_s, lambda a=algo: combining.to_schedule(
             topology, fab, collective, a, size_bytes, "pareto")))
@@ -630,8 +628,6 @@ def explore(topology: Topology, collective: Collective | str, *, max_steps: int 
 
 def combining_steps_lb(fab: Fabric) -> int:
     """Least steps of a combining allreduce: the diameter (:func:`synth.synthesis.combining.steps_lower_bound`)."""
-    from synth.synthesis import combining
-
     return combining.steps_lower_bound(fab.dist)
 
 
@@ -640,8 +636,6 @@ def _combining_points(topology: Topology, fab: Fabric, chunk_counts: list[int], 
                       exp: Exploration) -> list:
     """Allreduce's direct combining instances (:func:`synth.synthesis.combining.search`, least R per (C, S)),
     within ``budget`` deterministic time charged to ``work``; logged in ``exp.tried``."""
-    from synth.synthesis import combining
-
     res = combining.search(topology, chunk_counts=tuple(chunk_counts), max_steps=max_steps, work_limit=budget,
                            threads=threads, seed=seed, fab=fab)
     work.append(res.work_s)
