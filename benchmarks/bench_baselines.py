@@ -50,11 +50,12 @@ def main() -> None:
     parser.add_argument("--size", default="1GiB")
     parser.add_argument("--collective", default="allgather")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of the baselines")
     args = parser.parse_args()
     size = parse_size(args.size)
     print(f"{'fabric':<16} {'method':<13} {'collective':<10} {'cpu_s':>7} {'ratio':>7}")
     for name, topology in fabrics().items():
-        for method in METHODS:
+        for method in args.methods.split(","):
             # dbt has no allgather: it is measured on allreduce
             coll = args.collective if args.collective in REGISTRY[method].collectives else "allreduce"
             try:
