@@ -54,18 +54,21 @@ def synthesize(inst: Instance) -> Schedule:
                  and routes_symmetric(topology))
     cache: dict[tuple[tuple[int, ...], int], Forest] = {}
 
+    # on an edited fabric, the healthy fabric's forests seed the packing (plan_forest's warm start)
+    healthy = options.healthy
+
     def planner_for(trees_cap: int):
         def planner(roots: tuple[int, ...], reverse: bool) -> Forest:
             if not symmetric:
-                return plan_forest(topology, roots, reverse=reverse, max_trees=trees_cap)
+                return plan_forest(topology, roots, reverse=reverse, max_trees=trees_cap, healthy=healthy)
             # a switchless fabric equal to its reverse: the reduction trees are the broadcast trees
             if (roots, trees_cap) not in cache:
-                cache[(roots, trees_cap)] = plan_forest(topology, roots, max_trees=trees_cap)
+                cache[(roots, trees_cap)] = plan_forest(topology, roots, max_trees=trees_cap, healthy=healthy)
             return replace(cache[(roots, trees_cap)], reversed=reverse)
         return planner
 
     def flipped_for(trees_cap: int):
-        return flipped_planner(topology, trees_cap) if flippable else None
+        return flipped_planner(topology, trees_cap, healthy) if flippable else None
 
     def pipelined(trees_cap: int) -> tuple[Pipelined, Schedule]:
         found = run_pipeline(topology, collective, size_bytes, options, planner_for(trees_cap), flipped_for(trees_cap))
