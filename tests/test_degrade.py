@@ -298,3 +298,36 @@ def test_seeded_packing_takes_only_what_keeps_the_rest_completable():
         for edge in tree.edges:
             used[edge] = used.get(edge, 0) + tree.mult
     assert all(used[e] <= cap[e] for e in used)
+
+
+def test_resynthesis_reuses_healthy_trees_and_is_no_slower_than_fresh(tmp_path):
+    from synth.pipeline import synthesize
+
+    args = ("-t", "dgx-a100-2node", "-c", "allgather", "-s", "16MiB", "-m", "trees", "--exclude-link", "b0.nic3:ib1")
+    payload, program = synthesize_json(tmp_path, *args)
+    reused = payload["reused_trees"]
+    assert 0 < reused["reused"] < reused["healthy"] and reused["reused"] <= reused["trees"]
+    # the same request without the warm start (no healthy fabric given): the warm one is never slower
+    edited = degrade_topology(load_topology("dgx-a100-2node"), FabricEdits(exclude_links=(("b0.nic3", "ib1"),)))
+    fresh = synthesize(edited.topology, "allgather", 16 * 2**20, "trees")
+    assert "reused_trees" not in fresh.to_dict()
+    assert payload["time_us"] <= fresh.time_us * (1 + 1e-9)
+    # the human table says it too
+    res = invoke("synthesize", *args, "-o", str(tmp_path / "again.json"))
+    assert res.exit_code == 0 and f"reused       {reused['reused']} of" in res.output
+
+
+def test_no_warm_start_without_link_edits(tmp_path):
+    from synth.cli.fabric_edits import healthy_fabric
+    from synth.sweep import options_key
+    from synth.synthesis.base import SynthOptions
+
+    payload, _ = synthesize_json(tmp_path, "-t", "dgx1", "-c", "allgather", "-m", "trees", "-s", "1MiB")
+    assert "reused_trees" not in payload
+    # excluding a rank leaves no healthy tree spanning the rest: no warm start
+    dgx1 = load_topology("dgx1")
+    assert healthy_fabric(degrade_topology(dgx1, FabricEdits(exclude_ranks=(3,)))) is None
+    assert healthy_fabric(degrade_topology(dgx1, FabricEdits(degrade=(("0", "1", 0.5),)))) is dgx1
+    # sweep cache keys: unchanged without a healthy fabric, the healthy fabric's hash with one
+    assert "healthy" not in options_key(SynthOptions())
+    assert options_key(SynthOptions(healthy=dgx1))["healthy"] == dgx1.sha256

@@ -67,7 +67,7 @@ def flipped_planner(topology: Topology, trees_cap: int, healthy: Topology | None
     reductions on the fabric itself). On a fabric equal to its reverse, routes included, those trees
     are as optimal and as valid, but the packing breaks its ties differently, and one forest may suit
     the message shape better (dgx-a100-2node allgather at 64 chunks per root: 0.9794, flipped 0.9807).
-    ``healthy``: plan_forest's warm start on an edited fabric."""
+    ``healthy``: :func:`plan_forest`'s warm start on an edited fabric."""
     def planner(roots: tuple[int, ...], reverse: bool) -> Forest:
         return replace(plan_forest(topology, roots, reverse=not reverse, max_trees=trees_cap, healthy=healthy),
                        reversed=reverse)
