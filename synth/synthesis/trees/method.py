@@ -127,12 +127,12 @@ def synthesize(inst: Instance) -> Schedule:
 
 def _or_warm(topology: Topology, collective: Collective, size_bytes: float, found: Pipelined,
              planners: list) -> Pipelined:
-    """``found`` (today's forests, packed afresh), or the first of the forests ``planners`` warm-start from the
-    healthy fabric (:func:`plan_forest`'s ``healthy``; the flipped orientation too where the method tries it) that,
-    timed at the message shape found for ``found`` (as :func:`run_pipeline` times its ``other_planner``), is as
-    fast or faster than the best so far. All reach the same rate; this keeps the healthy program's trees
-    wherever that costs no time at that shape, and the result is never slower than without the warm start. The
-    forests kept report ``reused`` (none of the healthy trees for fresh ones)."""
+    """``found`` (today's forests, packed afresh and searched), or the forests ``planners`` warm-start from the
+    healthy fabric (:func:`plan_forest`'s ``healthy``; the flipped orientation too where the method tries it),
+    timed at the message shape found for ``found`` (as :func:`run_pipeline` times its ``other_planner``): each
+    that is as fast as the best so far or faster replaces it (a tie goes to the warm start). All reach the same
+    rate; this keeps the healthy program's trees wherever that costs no time at that shape, and the result is
+    never slower than without the warm start. The forests kept report ``reused`` (0 trees for fresh ones)."""
     best, healthy_trees = found, None
     for planner in planners:
         warm = [planner(roots, reverse) for roots, reverse in forest_phases(collective)]
