@@ -79,6 +79,9 @@ class SynthesisResult:
             "tried": self.tried,
             "not_tried": self.not_tried,
             "notes": self.notes,
+            # a warm start on an edited fabric whose forests were kept (docs/cli.md); absent otherwise
+            **({"reused_trees": self.schedule.notes["reused_trees"]} if "reused_trees" in self.schedule.notes
+               else {}),
         }
 
     @property

@@ -19,7 +19,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from synth.collectives import canonical_name
@@ -99,7 +99,10 @@ def topology_hash(topology: Topology) -> str:
 
 def options_key(options: SynthOptions) -> dict:
     """The options that can change a row (``extra`` included when JSON-serialisable)."""
-    doc = asdict(options)
+    doc = asdict(replace(options, healthy=None))
+    del doc["healthy"]
+    if options.healthy is not None:   # a warm start from the healthy fabric (keys without one are unchanged)
+        doc["healthy"] = options.healthy.sha256
     try:
         json.dumps(doc["extra"], sort_keys=True)
     except TypeError:

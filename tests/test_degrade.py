@@ -225,3 +225,109 @@ def test_compare_on_the_degraded_fabric():
     payload = json.loads(res.output)
     assert payload["topology"] == "dgx1-degraded" and payload["degraded"]["excluded_links"] == ["0:1"]
     assert all(row["error"] is None and row["ratio_to_bound"] >= 1 - 1e-9 for row in payload["rows"])
+
+
+# ---- re-synthesis reuses the healthy forest ------------------------------------------------------------
+
+
+def _forest_pair(name: str, link: tuple[str, str], reverse: bool):
+    from synth.synthesis.trees.forest import plan_forest
+
+    healthy = load_topology(name)
+    edited = degrade_topology(healthy, FabricEdits(exclude_links=(link,))).topology
+    roots = tuple(range(healthy.num_ranks))
+    return (healthy, edited, plan_forest(healthy, roots, reverse=reverse),
+            plan_forest(edited, roots, reverse=reverse), plan_forest(edited, roots, reverse=reverse, healthy=healthy))
+
+
+@pytest.mark.parametrize("name, link, reverse", [("dgx-a100-2node", ("b0.nic3", "ib1"), False),
+                                                 ("dgx-a100-2node", ("b0.nic3", "ib1"), True),
+                                                 ("dgx1", ("0", "1"), False)])
+def test_warm_forest_keeps_untouched_healthy_trees_at_the_fresh_rate(name, link, reverse):
+    healthy, edited, old, fresh, warm = _forest_pair(name, link, reverse)
+    assert fresh.reused is None
+    kept, total = warm.reused
+    assert total == len(old.trees) and 0 < kept < total
+    # the rate a fresh packing reaches: the new cut bound, with as many trees per root
+    assert (warm.k, warm.ratio, warm.optimal) == (fresh.k, fresh.ratio, fresh.optimal)
+    for root in range(edited.num_ranks):
+        assert sum(t.mult for t in warm.trees if t.root == root) == warm.k
+    # the kept trees (listed first) are healthy trees, spanning, and cross no removed link
+    old_shapes = {(t.root, t.edges) for t in old.trees}
+    assert all((t.root, t.edges) in old_shapes for t in warm.trees[:kept])
+    a, b = (edited.node_id(x) if x in edited.switches else int(x) for x in link)
+    for tree in warm.trees:
+        assert len(tree.edges) == edited.num_ranks - 1 and len(tree.depth) == edited.num_ranks
+        for (u, v), pool in zip(tree.edges, tree.routes):
+            assert sum(units for _, units in pool) == tree.mult
+            for route, _ in pool:
+                path = (u, *route, v)
+                assert not {(a, b), (b, a)} & set(zip(path, path[1:]))
+    # every unit of every link is used at most as often as its capacity allows (same load bound as fresh)
+    fabric_topology = edited.reversed() if reverse else edited
+    load: dict = {}
+    for tree in warm.trees:
+        for (u, v), pool in zip(tree.edges, tree.routes):
+            for route, units in pool:
+                path = (u, *route, v)
+                for arc in zip(path, path[1:]):
+                    load[arc] = load.get(arc, 0) + units
+    for (u, v), units in load.items():
+        bw = fabric_topology.link(u, v).bw
+        assert units <= bw / float(warm.unit_GBps) * warm.ratio * warm.k + 1e-9
+
+
+def test_seeded_packing_takes_only_what_keeps_the_rest_completable():
+    from synth.synthesis.packing import _completable, seeded_packing
+
+    # a 4-ring, 3 units each way, 2 trees per root (each rank receives 6 of its 6 units: tight)
+    cap = {(i, (i + 1) % 4): 3 for i in range(4)} | {((i + 1) % 4, i): 3 for i in range(4)}
+    weights = {r: 1 for r in range(4)}
+    forward, backward = ((0, 1), (1, 2), (2, 3)), ((3, 2), (2, 1), (1, 0))
+    assert _completable(4, cap, {r: 2 for r in weights})
+    # both copies of both paths fit the arcs, but then ranks 1 and 2 could not get their trees: the second seed
+    # is refused, and a seed that spans no tree is no seed
+    kept, packed = seeded_packing(4, cap, weights, 2, [(0, forward, 2), (3, backward, 2), (1, ((1, 0),), 1)])
+    assert [(t.root, t.mult, tuple(t.edges)) for t in kept] == [(0, 2, forward)]
+    trees = kept + packed
+    used: dict = {}
+    for root in range(4):
+        assert sum(t.mult for t in trees if t.root == root) == 2
+    for tree in trees:
+        assert len(tree.nodes) == 4 and len(tree.edges) == 3
+        for edge in tree.edges:
+            used[edge] = used.get(edge, 0) + tree.mult
+    assert all(used[e] <= cap[e] for e in used)
+
+
+def test_resynthesis_reuses_healthy_trees_and_is_no_slower_than_fresh(tmp_path):
+    from synth.pipeline import synthesize
+
+    args = ("-t", "dgx-a100-2node", "-c", "allgather", "-s", "16MiB", "-m", "trees", "--exclude-link", "b0.nic3:ib1")
+    payload, program = synthesize_json(tmp_path, *args)
+    reused = payload["reused_trees"]
+    assert 0 < reused["reused"] < reused["healthy"] and reused["reused"] <= reused["trees"]
+    # the same request without the warm start (no healthy fabric given): the warm one is never slower
+    edited = degrade_topology(load_topology("dgx-a100-2node"), FabricEdits(exclude_links=(("b0.nic3", "ib1"),)))
+    fresh = synthesize(edited.topology, "allgather", 16 * 2**20, "trees")
+    assert "reused_trees" not in fresh.to_dict()
+    assert payload["time_us"] <= fresh.time_us * (1 + 1e-9)
+    # the human table says it too
+    res = invoke("synthesize", *args, "-o", str(tmp_path / "again.json"))
+    assert res.exit_code == 0 and f"reused       {reused['reused']} of" in res.output
+
+
+def test_no_warm_start_without_link_edits(tmp_path):
+    from synth.cli.fabric_edits import healthy_fabric
+    from synth.sweep import options_key
+    from synth.synthesis.base import SynthOptions
+
+    payload, _ = synthesize_json(tmp_path, "-t", "dgx1", "-c", "allgather", "-m", "trees", "-s", "1MiB")
+    assert "reused_trees" not in payload
+    # excluding a rank leaves no healthy tree spanning the rest: no warm start
+    dgx1 = load_topology("dgx1")
+    assert healthy_fabric(degrade_topology(dgx1, FabricEdits(exclude_ranks=(3,)))) is None
+    assert healthy_fabric(degrade_topology(dgx1, FabricEdits(degrade=(("0", "1", 0.5),)))) is dgx1
+    # sweep cache keys: unchanged without a healthy fabric, the healthy fabric's hash with one
+    assert "healthy" not in options_key(SynthOptions())
+    assert options_key(SynthOptions(healthy=dgx1))["healthy"] == dgx1.sha256

@@ -15,7 +15,14 @@ from __future__ import annotations
 import click
 
 from synth.cli.common import ROOT, SECONDS, emit_json, guarded, json_option, load_topology_arg
-from synth.cli.fabric_edits import apply_fabric_edits, baseline_line, baseline_report, edits_line, fabric_edit_options
+from synth.cli.fabric_edits import (
+    apply_fabric_edits,
+    baseline_line,
+    baseline_report,
+    edits_line,
+    fabric_edit_options,
+    healthy_fabric,
+)
 from synth.errors import SynthError
 from synth.solvers import SOLVERS
 
@@ -109,7 +116,8 @@ def command(topology_name: str, collective: str, size: str, root: int, methods: 
     except Exception:  # noqa: BLE001 - the table still compares the methods without a bound
         bound = None
     bound_us = float(bound.time_bound_us) if bound is not None else None
-    options = SynthOptions(solver=solver, time_limit=time_limit, work_limit=work_limit)
+    options = SynthOptions(solver=solver, time_limit=time_limit, work_limit=work_limit,
+                           healthy=healthy_fabric(degraded))
     rows = compare_rows(topology, name, size_bytes, chosen, options, root, bound_us)
     ok = [r for r in rows if r["error"] is None]
     best = min(ok, key=lambda r: r["time_us"])["method"] if ok else None

@@ -22,7 +22,14 @@ from synth.cli.common import (
     json_option,
     load_topology_arg,
 )
-from synth.cli.fabric_edits import apply_fabric_edits, baseline_line, baseline_report, edits_line, fabric_edit_options
+from synth.cli.fabric_edits import (
+    apply_fabric_edits,
+    baseline_line,
+    baseline_report,
+    edits_line,
+    fabric_edit_options,
+    healthy_fabric,
+)
 from synth.errors import SynthError
 from synth.solvers import SOLVERS
 
@@ -127,7 +134,7 @@ def command(topology_name: str | None, collective: str | None, size: str, method
         raise SynthError(f"{output}: program files end in .xml (MSCCL XML) or .json (JSON program)")
     options = SynthOptions(solver=solver, time_limit=time_limit, gap=gap, threads=threads, chunks=chunks,
                            max_trees=max_trees, runtime_chunks=not any_chunks, runtime=profile.name,
-                           max_scratch=parse_scratch_budget(max_scratch, size_bytes))
+                           max_scratch=parse_scratch_budget(max_scratch, size_bytes), healthy=healthy_fabric(degraded))
     with _progress(enabled=not as_json) as progress:
         result = synthesize(topology, name, size_bytes, method, options, root, inplace=inplace, progress=progress)
     path = output or _default_output(topology.name, name, result.method, json_only=bool(result.program.switches))
@@ -173,6 +180,10 @@ def command(topology_name: str | None, collective: str | None, size: str, method
         con.print(f"note: {note}")
     if degraded is not None:
         con.print(edits_line(degraded), soft_wrap=True, markup=False)
+    reused = result.schedule.notes.get("reused_trees")
+    if reused is not None:
+        con.print(f"reused       {reused['reused']} of the healthy fabric's {reused['healthy']} trees "
+                  f"({reused['trees']} trees in all)")
     if baseline is not None:
         con.print(baseline_line(edits["baseline"]), soft_wrap=True, markup=False)
     con.print(f"verified, wrote {written}", soft_wrap=True)   # a path must stay whole to be copied

@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from synth.cli.common import MAX_JOBS, SECONDS, FiniteFloat, count, emit_json, guarded, json_option, load_topology_arg
-from synth.cli.fabric_edits import apply_fabric_edits, edits_line, fabric_edit_options
+from synth.cli.fabric_edits import apply_fabric_edits, edits_line, fabric_edit_options, healthy_fabric
 from synth.solvers import SOLVERS
 from synth.tune import DEFAULT_RANGE, STRIDE
 
@@ -60,7 +60,7 @@ def command(topology_name: str, collectives: str, sizes: str, stepfactor: float,
 
     grid = parse_range(sizes, stepfactor)
     topology, degraded = apply_fabric_edits(load_topology_arg(topology_name), exclude_link, degrade, exclude_rank)
-    options = SynthOptions(solver=solver, time_limit=time_limit, runtime=runtime)
+    options = SynthOptions(solver=solver, time_limit=time_limit, runtime=runtime, healthy=healthy_fabric(degraded))
     t0 = time.perf_counter()
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn

@@ -95,6 +95,14 @@ def apply_fabric_edits(topology: Topology, exclude_link: tuple = (), degrade: tu
     return degraded.topology, degraded
 
 
+def healthy_fabric(degraded: Degraded | None) -> Topology | None:
+    """The fabric a re-synthesis warm-starts from (``SynthOptions.healthy``): the original one where links were
+    removed or slowed, ``None`` without edits or where ranks were excluded (no healthy tree spans the rest)."""
+    if degraded is None or degraded.excluded_ranks:
+        return None
+    return degraded.original
+
+
 def baseline_report(path: str, topology: Topology, collective: str, size_bytes: float,
                     bound_us: float | None) -> dict:
     """A healthy program on ``topology`` (the edited fabric): ``{"program", "usable": True, "time_us",

@@ -39,6 +39,9 @@ class SynthOptions:
     # auto prefers programs within it; a method's program over it gets a note
     max_scratch: float | None = None
     extra: dict = field(default_factory=dict, compare=False)
+    # the healthy fabric the topology is an edited copy of (--exclude-link/--degrade, the same ranks): methods
+    # that can reuse its solution warm-start from it (trees: synth.synthesis.trees.forest.plan_forest)
+    healthy: Topology | None = field(default=None, compare=False, repr=False)
 
 
 def deadline_of(options: SynthOptions) -> float | None:

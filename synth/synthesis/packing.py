@@ -527,3 +527,58 @@ def _extension_copies(num_ranks: int, cap: dict[tuple[int, int], int], tree: Tre
     flow = max_flow(num_ranks + len(others), np.concatenate(parts_t), np.concatenate(parts_h),
                     np.concatenate(parts_c), x, y)
     return max(0, min(limit, flow - others_sum))
+
+
+# ---------------------------------------------------------------------------------------------
+# 3b. a packing seeded with whole trees (warm start on an edited fabric)
+# ---------------------------------------------------------------------------------------------
+def _completable(num_ranks: int, cap: dict[tuple[int, int], int], left: dict[int, int]) -> bool:
+    """Edmonds' branching theorem with a count per root: ``left[r]`` spanning out-arborescences rooted at
+    each ``r`` fit in ``cap`` iff every rank ``v`` gets ``maxflow(s, v) >= Σ left`` from a super-source
+    with an arc ``s -> r`` of capacity ``left[r]`` (Edmonds 1973; the test of :func:`is_feasible`)."""
+    items = [(a, b, c) for (a, b), c in cap.items() if c > 0]
+    arr = np.array(items, dtype=np.int64).reshape(-1, 3)
+    return next(short_cuts(num_ranks, arr[:, 0], arr[:, 1], arr[:, 2], left, 1, range(num_ranks)), None) is None
+
+
+def seeded_packing(num_ranks: int, cap: dict[tuple[int, int], int], weights: dict[int, int], k: int,
+                   seeds: list[tuple[int, tuple[tuple[int, int], ...], int]]) -> tuple[list[Tree], list[Tree]]:
+    """``k·w_r`` spanning out-arborescences per root within ``cap``, as many as possible of them copies of the
+    whole ``seeds`` (``(root, edges in BFS order, copies wanted)``, taken in order): ``(kept, packed)``.
+
+    Each seed takes the most copies ``c <= wanted`` that keep the rest completable: with ``c`` copies taken off
+    its arcs and its root's count, Edmonds' condition (:func:`_completable`) must still hold. That test is
+    monotone in ``c`` (one copy fewer frees exactly the arcs a copy of the seed would use), so ``c`` is found by
+    bisection. The remainder is packed on the residual capacities by :func:`pack_arborescences`, which the
+    condition guarantees to succeed: the rate is the one ``cap`` was chosen for, whatever the seeds."""
+    cap = {key: c for key, c in cap.items() if c > 0}
+    left = {r: k * w for r, w in sorted(weights.items()) if w > 0}
+    kept: list[Tree] = []
+    for root, edges, wanted in seeds:
+        nodes = {root} | {child for _, child in edges}
+        if len(nodes) < num_ranks or len(edges) != num_ranks - 1 or left.get(root, 0) == 0:
+            continue   # only whole spanning trees are seeds
+        top = min([wanted, left[root]] + [cap.get(edge, 0) for edge in edges])
+
+        def fits(copies: int, root: int = root, edges: tuple = edges) -> bool:
+            trial = dict(cap)
+            for edge in edges:
+                trial[edge] -= copies
+            return _completable(num_ranks, trial, {**left, root: left[root] - copies})
+
+        lo, hi = 0, max(top, 0)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if fits(mid):
+                lo = mid
+            else:
+                hi = mid - 1
+        if lo == 0:
+            continue
+        for edge in edges:
+            cap[edge] -= lo
+        left[root] -= lo
+        kept.append(Tree(root, lo, list(edges), nodes))
+    rest = {r: c for r, c in left.items() if c > 0}
+    packed = pack_arborescences(num_ranks, cap, rest, 1) if rest else []
+    return kept, packed

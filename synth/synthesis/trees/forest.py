@@ -19,6 +19,7 @@ from synth.synthesis.packing import (
     integer_fabric,
     optimal_ratio,
     pack_arborescences,
+    seeded_packing,
     split_switches,
 )
 from synth.synthesis.trees import tuning
@@ -65,17 +66,26 @@ class Forest:
     num_ranks: int
     slots: tuple[int, ...] | None = None   # translation-invariant timing (scale.translated_trees)
     replicated: bool = False               # trees are translates with edges in the same order
+    # warm start (plan_forest's ``healthy``): (trees kept from the healthy fabric's forest, its distinct trees)
+    reused: tuple[int, int] | None = None
 
     def bandwidth_time_us(self, bytes_per_root: float) -> float:
         return bytes_per_root * float(self.ratio) / (float(self.unit_GBps) * 1e3)
 
 
 def plan_forest(topology: Topology, roots: tuple[int, ...], *, reverse: bool = False,
-                max_trees: int = tuning.TUNING.default_max_trees) -> Forest:
+                max_trees: int = tuning.TUNING.default_max_trees, healthy: Topology | None = None) -> Forest:
     """Optimal forest for broadcasts from ``roots`` (reduce towards them if ``reverse``).
 
     Beyond ``TUNING.large_ranks`` ranks the fast constructions of :mod:`synth.synthesis.scale` replace
     the exact packing (one tree per root; the rate they reach is reported, not certified).
+
+    ``healthy``: the fabric ``topology`` is an edited copy of (links removed or slowed, the same ranks;
+    docs/cli.md, "Failed and degraded links"). Its forest is planned too, and every tree of it whose routes
+    cross no removed or slowed link seeds the packing (:func:`warm_seeds`,
+    :func:`synth.synthesis.packing.seeded_packing`); only the remainder is packed afresh. The rate is the one
+    a fresh packing reaches (the seeds only take copies that keep the rest completable); ``Forest.reused``
+    counts the trees kept.
     """
     if topology.num_ranks > tuning.TUNING.large_ranks:
         return _large_forest(topology, roots, reverse)
@@ -98,15 +108,58 @@ def plan_forest(topology: Topology, roots: tuple[int, ...], *, reverse: bool = F
             graph = split_switches(fabric, caps, weights, k, allowed, step)
         except SplitError:
             graph, ratio = _degraded_split(fabric, weights, optimal, k, allowed, step)
-    packed = pack_arborescences(topology.num_ranks, dict(graph.cap), weights, k)
     pools = {key: [list(item) for item in pool] for key, pool in graph.routes.items()}
     trees = []
+    reused = None
+    if healthy is not None and healthy.num_ranks == topology.num_ranks:
+        old = plan_forest(healthy, roots, reverse=reverse, max_trees=max_trees)
+        seeds = warm_seeds(old, healthy, topology, k)
+        kept, packed = seeded_packing(topology.num_ranks, dict(graph.cap), weights, k,
+                                      [(root, edges, wanted) for root, edges, wanted, _ in seeds])
+        preferred = {(seed[0], seed[1]): seed[3] for seed in seeds}
+        for tree in kept:
+            hints = preferred[(tree.root, tuple(tree.edges))]
+            routes = [tuple(draw_units(pools[edge], tree.mult, hint)) for edge, hint in zip(tree.edges, hints)]
+            trees.append(PlannedTree(tree.root, tree.mult, tuple(tree.edges), tuple(routes)))
+        reused = (len(kept), len(old.trees))
+    else:
+        packed = pack_arborescences(topology.num_ranks, dict(graph.cap), weights, k)
     for tree in packed:
         routes = []
         for edge in tree.edges:
             routes.append(tuple(draw_units(pools[edge], tree.mult)))
         trees.append(PlannedTree(tree.root, tree.mult, tuple(tree.edges), tuple(routes)))
-    return Forest(tuple(trees), k, ratio, optimal, fabric.unit_GBps, reverse, topology.num_ranks)
+    return Forest(tuple(trees), k, ratio, optimal, fabric.unit_GBps, reverse, topology.num_ranks, reused=reused)
+
+
+def warm_seeds(old: Forest, healthy: Topology, topology: Topology,
+               k: int) -> list[tuple[int, tuple[tuple[int, int], ...], int, tuple[tuple[Route, ...], ...]]]:
+    """The trees of ``old`` (planned on ``healthy``) that ``topology``, an edited copy of it, leaves untouched:
+    ``(root, edges, copies wanted, routes per edge)`` in ``old``'s order, switch ids renamed to ``topology``'s.
+
+    A tree is untouched when every link its routes cross (on the planning fabric: reversed for reductions) is
+    still there with the same bandwidth and α. It wants its share of its root's data at ``k`` trees per root,
+    ``⌈mult · k / old.k⌉`` copies (at least one), as it carried ``mult / old.k`` of it on the healthy fabric."""
+    old_plan = healthy.reversed() if old.reversed else healthy
+    new_plan = topology.reversed() if old.reversed else topology
+    names = {topology.node_name(v): v for v in range(topology.num_nodes)}
+    rename = {v: names.get(healthy.node_name(v)) for v in range(healthy.num_nodes)}
+
+    def same(a: int, b: int) -> bool:
+        was, now = old_plan.link(a, b), None
+        if rename[a] is not None and rename[b] is not None:
+            now = new_plan.link(rename[a], rename[b])
+        return was is not None and now is not None and now.bw == was.bw and now.alpha == was.alpha
+
+    seeds = []
+    for tree in old.trees:
+        paths = [(u, *route, v) for (u, v), pool in zip(tree.edges, tree.routes) for route, _ in pool]
+        if not all(same(a, b) for path in paths for a, b in zip(path, path[1:])):
+            continue
+        routes = tuple(tuple(tuple(rename[w] for w in route) for route, _ in pool) for pool in tree.routes)
+        wanted = max(1, -(-tree.mult * k // old.k))
+        seeds.append((tree.root, tuple(tree.edges), wanted, routes))
+    return seeds
 
 
 def _large_forest(topology: Topology, roots: tuple[int, ...], reverse: bool) -> Forest:
@@ -192,10 +245,20 @@ def _degraded_split(fabric, weights: dict[int, int], optimal: Fraction, k: int, 
     return graph, max(achieved, optimal)
 
 
-def draw_units(pool: list[list], amount: int) -> list[tuple[Route, int]]:
+def draw_units(pool: list[list], amount: int, prefer: tuple[Route, ...] = ()) -> list[tuple[Route, int]]:
     """``amount`` units drawn from the end of ``pool`` (``[route, units]`` entries, consumed in place):
-    the (route, units) pairs taken, in order."""
+    the (route, units) pairs taken, in order. Routes in ``prefer`` are drawn first, in its order (a kept
+    tree's healthy routes)."""
     taken = []
+    for route in prefer:
+        for item in pool:
+            if amount > 0 and tuple(item[0]) == route and item[1] > 0:
+                use = min(item[1], amount)
+                taken.append((route, use))
+                item[1] -= use
+                amount -= use
+    if prefer:
+        pool[:] = [item for item in pool if item[1] > 0]
     while amount > 0:
         route, units = pool[-1]
         use = min(units, amount)

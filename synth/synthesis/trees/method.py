@@ -25,8 +25,10 @@ from synth.synthesis.trees.pipeline import (
     routes_symmetric,
     run_pipeline,
 )
+from synth.synthesis.trees.pipeline import _forest_phases as forest_phases
 from synth.synthesis.trees.programs import first_with_runner_ups, justified_schedule
 from synth.synthesis.trees.split_allreduce import split_allreduce
+from synth.synthesis.trees.timed import Timing, timed_forests
 from synth.synthesis.trees.tuning import SUPPORTED
 from synth.topology.model import Topology
 
@@ -52,16 +54,20 @@ def synthesize(inst: Instance) -> Schedule:
     # at FORWARD_JOBS transfers anyway, and the route check runs one search per rank
     flippable = (bool(topology.switches) and n <= tuning.TUNING.tree_search_ranks and is_symmetric(topology)
                  and routes_symmetric(topology))
-    cache: dict[tuple[tuple[int, ...], int], Forest] = {}
+    cache: dict[tuple[tuple[int, ...], int, bool], Forest] = {}
 
-    def planner_for(trees_cap: int):
+    # on an edited fabric, the forests warm-started from the healthy fabric's are tried at the shape found (_or_warm)
+    healthy = options.healthy
+
+    def planner_for(trees_cap: int, warm: Topology | None = None):
         def planner(roots: tuple[int, ...], reverse: bool) -> Forest:
             if not symmetric:
-                return plan_forest(topology, roots, reverse=reverse, max_trees=trees_cap)
+                return plan_forest(topology, roots, reverse=reverse, max_trees=trees_cap, healthy=warm)
             # a switchless fabric equal to its reverse: the reduction trees are the broadcast trees
-            if (roots, trees_cap) not in cache:
-                cache[(roots, trees_cap)] = plan_forest(topology, roots, max_trees=trees_cap)
-            return replace(cache[(roots, trees_cap)], reversed=reverse)
+            if (roots, trees_cap, warm is not None) not in cache:
+                cache[(roots, trees_cap, warm is not None)] = plan_forest(topology, roots, max_trees=trees_cap,
+                                                                          healthy=warm)
+            return replace(cache[(roots, trees_cap, warm is not None)], reversed=reverse)
         return planner
 
     def flipped_for(trees_cap: int):
@@ -69,6 +75,10 @@ def synthesize(inst: Instance) -> Schedule:
 
     def pipelined(trees_cap: int) -> tuple[Pipelined, Schedule]:
         found = run_pipeline(topology, collective, size_bytes, options, planner_for(trees_cap), flipped_for(trees_cap))
+        if healthy is not None:
+            warm = [planner_for(trees_cap, healthy)] + ([flipped_planner(topology, trees_cap, healthy)] if flippable
+                                                        else [])
+            found = _or_warm(topology, collective, size_bytes, found, warm)
         return found, finish_schedule(topology, collective, size_bytes, options, found, "trees")
 
     def polished(found: Pipelined, kept: Schedule) -> Schedule:
@@ -113,6 +123,30 @@ def synthesize(inst: Instance) -> Schedule:
             best = split
     return or_rings(topology, collective, size_bytes, options, _or_paths(topology, collective, size_bytes, options,
                                                                          best))
+
+
+def _or_warm(topology: Topology, collective: Collective, size_bytes: float, found: Pipelined,
+             planners: list) -> Pipelined:
+    """``found`` (today's forests, packed afresh and searched), or the forests ``planners`` warm-start from the
+    healthy fabric (:func:`plan_forest`'s ``healthy``; the flipped orientation too where the method tries it),
+    timed at the message shape found for ``found`` (as :func:`run_pipeline` times its ``other_planner``): each
+    that is as fast as the best so far or faster replaces it (a tie goes to the warm start). All reach the same
+    rate; this keeps the healthy program's trees wherever that costs no time at that shape, and the result is
+    never slower than without the warm start. The forests kept report ``reused`` (0 trees for fresh ones)."""
+    best, healthy_trees = found, None
+    for planner in planners:
+        warm = [planner(roots, reverse) for roots, reverse in forest_phases(collective)]
+        healthy_trees = healthy_trees or [f.reused for f in warm]
+        if [f.k for f in warm] != [f.k for f in found.plans]:
+            continue
+        timed = timed_forests(topology, collective, warm, found.chunks, found.messages, size_bytes, tail=found.tail,
+                              timing=Timing(found.weight, coalescings=tuning.TUNING.built))
+        if timed[1] <= best.timed[1] * (1 + 1e-9):
+            best = replace(found, plans=warm, timed=timed)
+    if best is not found:
+        return best
+    return replace(found, plans=[replace(f, reused=(0, r[1]) if r is not None else None)
+                                 for f, r in zip(found.plans, healthy_trees or [])])
 
 
 def or_rings(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,

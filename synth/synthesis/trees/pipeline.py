@@ -62,13 +62,15 @@ def routes_symmetric(topology: Topology) -> bool:
     return all(routes.get((b, a)) == path[::-1] for (a, b), path in routes.items())
 
 
-def flipped_planner(topology: Topology, trees_cap: int):
+def flipped_planner(topology: Topology, trees_cap: int, healthy: Topology | None = None):
     """Each phase's forest planned on the other orientation (broadcast trees on the reversed fabric,
     reductions on the fabric itself). On a fabric equal to its reverse, routes included, those trees
     are as optimal and as valid, but the packing breaks its ties differently, and one forest may suit
-    the message shape better (dgx-a100-2node allgather at 64 chunks per root: 0.9794, flipped 0.9807)."""
+    the message shape better (dgx-a100-2node allgather at 64 chunks per root: 0.9794, flipped 0.9807).
+    ``healthy``: :func:`plan_forest`'s warm start on an edited fabric."""
     def planner(roots: tuple[int, ...], reverse: bool) -> Forest:
-        return replace(plan_forest(topology, roots, reverse=not reverse, max_trees=trees_cap), reversed=reverse)
+        return replace(plan_forest(topology, roots, reverse=not reverse, max_trees=trees_cap, healthy=healthy),
+                       reversed=reverse)
     return planner
 
 

@@ -34,6 +34,10 @@ def forest_schedule(topology: Topology, coll: Collective, transfers: list[Transf
         "tree_bandwidth_time_us": sum(f.bandwidth_time_us(per_root_bytes) for f in plans),
         **notes,
     }
+    if any(f.reused is not None for f in plans):   # a warm start on an edited fabric (plan_forest's healthy)
+        notes["reused_trees"] = {"reused": sum(f.reused[0] for f in plans if f.reused is not None),
+                                 "healthy": sum(f.reused[1] for f in plans if f.reused is not None),
+                                 "trees": sum(len(f.trees) for f in plans)}
     return Schedule(coll, topology.name, tuple(transfers), method=method, size_bytes=float(size_bytes),
                     predicted_time_us=makespan, notes=notes)
 
