@@ -19,13 +19,13 @@ from synth.synthesis.trees.pipeline import (
     capped_floor_us,
     finish_schedule,
     flipped_planner,
+    forest_phases,
     is_symmetric,
     piece_options,
     polish,
     routes_symmetric,
     run_pipeline,
 )
-from synth.synthesis.trees.pipeline import _forest_phases as forest_phases
 from synth.synthesis.trees.programs import first_with_runner_ups, justified_schedule
 from synth.synthesis.trees.split_allreduce import split_allreduce
 from synth.synthesis.trees.timed import Timing, timed_forests

@@ -23,7 +23,7 @@ from synth.topology.model import Topology
 from synth.topology.routes import rank_routes
 
 
-def _forest_phases(collective: Collective) -> list[tuple[tuple[int, ...], bool]]:
+def forest_phases(collective: Collective) -> list[tuple[tuple[int, ...], bool]]:
     """(roots, reverse) of each forest a collective runs on, in phase order (reverse: a reduction)."""
     name, all_ranks, root = collective.name, tuple(range(collective.num_ranks)), (collective.root,)
     if name == "allgather":
@@ -42,7 +42,7 @@ def capped_floor_us(topology: Topology, collective: Collective, size_bytes: floa
     :func:`synth.synthesis.packing.choose_capacities`; the packed forests can only be slower)."""
     per_root_bytes = root_piece_bytes(collective.name, topology.num_ranks, size_bytes)
     total = 0.0
-    for roots, reverse in _forest_phases(collective):
+    for roots, reverse in forest_phases(collective):
         fabric = integer_fabric(topology.reversed() if reverse else topology)
         weights = {r: 1 for r in roots}
         _, _, ratio = choose_capacities(fabric, weights, optimal_ratio(fabric, weights), cap)
@@ -121,7 +121,7 @@ def run_pipeline(topology: Topology, collective: Collective, size_bytes: float, 
     name, n = collective.name, topology.num_ranks
     # --time-limit is a safety stop: past it the search fails (check_deadline), it never stops early
     deadline = deadline_of(options)
-    plans = [planner(roots, reverse) for roots, reverse in _forest_phases(collective)]
+    plans = [planner(roots, reverse) for roots, reverse in forest_phases(collective)]
 
     per_root_bytes = root_piece_bytes(name, n, size_bytes)
     fit = chunk_fit(collective, size_bytes, options)
@@ -157,7 +157,7 @@ def run_pipeline(topology: Topology, collective: Collective, size_bytes: float, 
     # five more list schedules: only where they are quick (dgx-a100-2node 2.4k transfers, mi250-2node 70k)
     check_deadline(deadline, "trees", "timing the flipped forests")
     if other_planner is not None and job_estimate(plans, chunks, messages, tail) <= tuning.TUNING.forward_jobs:
-        others = [other_planner(roots, reverse) for roots, reverse in _forest_phases(collective)]
+        others = [other_planner(roots, reverse) for roots, reverse in forest_phases(collective)]
         if [f.k for f in others] == [f.k for f in plans]:
             timed = timed_forests(topology, collective, others, chunks, messages, size_bytes, tail=tail,
                            timing=Timing(weight, coalescings=tuning.TUNING.built))
