@@ -131,12 +131,53 @@ def check_no_switch_steps(program: Program) -> None:
 
 def program_to_xml(program: Program, coll_spelling: str | None = "reduce_scatter",
                    runtime: str | RuntimeProfile | None = None) -> str:
-    """MSCCL XML text of ``program`` (one element per line, double-quoted attributes).
+    """MSCCL XML text of ``program`` (one element per line, double-quoted attributes): the pieces of
+    :func:`iter_program_xml` joined."""
+    return "".join(iter_program_xml(program, coll_spelling, runtime))
 
-    A program with switch steps is refused (:func:`switch_steps_problem`). With ``runtime`` (a
-    :class:`synth.runtime_limits.RuntimeProfile` or its name), the ``<algo>`` attributes
-    are that runtime's set (``RuntimeProfile.attributes``) and ``coll`` its spelling, unless ``coll_spelling``
-    overrides it; without, the executor's set with ``coll_spelling`` (the writer's historical default)."""
+
+#: Steps per piece of :func:`iter_program_xml` (a threadblock of a million steps is not one string).
+XML_STEPS_PER_PIECE = 4096
+
+
+def iter_program_xml(program: Program, coll_spelling: str | None = "reduce_scatter",
+                     runtime: str | RuntimeProfile | None = None) -> Iterator[str]:
+    """MSCCL XML text of ``program`` in pieces, for streaming to a file (:func:`synth.fileio.atomic_write_chunks`).
+
+    The first piece is the ``<algo>`` line (after the fabric comment) and every check runs before it is
+    yielded: a program with switch steps is refused (:func:`switch_steps_problem`), as is an attribute value
+    XML cannot hold. Then one piece per threadblock, or per :data:`XML_STEPS_PER_PIECE` steps of a longer one;
+    each piece is whole lines ending in a newline. With ``runtime`` (a :class:`synth.runtime_limits.RuntimeProfile`
+    or its name), the ``<algo>`` attributes are that runtime's set (``RuntimeProfile.attributes``) and ``coll``
+    its spelling, unless ``coll_spelling`` overrides it; without, the executor's set with ``coll_spelling``
+    (the writer's historical default)."""
+    yield _xml_head(program, coll_spelling, runtime)
+    for gpu in program.gpus:
+        head = (f'  <gpu id="{gpu.id}" i_chunks="{gpu.i_chunks}" o_chunks="{gpu.o_chunks}" '
+                f's_chunks="{gpu.s_chunks}">\n')
+        for tb in gpu.threadblocks:
+            head += f'    <tb id="{tb.id}" send="{tb.send}" recv="{tb.recv}" chan="{tb.chan}">\n'
+            steps = tb.steps
+            for start in range(0, len(steps), XML_STEPS_PER_PIECE):
+                yield head + _xml_steps(steps, start, min(start + XML_STEPS_PER_PIECE, len(steps)))
+                head = ""
+            yield head + "    </tb>\n"
+            head = ""
+        yield head + "  </gpu>\n"
+    yield "</algo>\n"
+
+
+def _xml_steps(steps: tuple[Step, ...], start: int, stop: int) -> str:
+    """``<step>`` lines ``start`` to ``stop`` - 1 of a threadblock, each ending in a newline."""
+    return "".join(
+        f'      <step s="{index}" type="{st.type}" srcbuf="{st.srcbuf}" srcoff="{st.srcoff}" '
+        f'dstbuf="{st.dstbuf}" dstoff="{st.dstoff}" cnt="{st.cnt}" depid="{st.depid}" '
+        f'deps="{st.deps}" hasdep="{int(st.hasdep)}"/>\n'
+        for index, st in zip(range(start, stop), steps[start:stop]))
+
+
+def _xml_head(program: Program, coll_spelling: str | None, runtime: str | RuntimeProfile | None) -> str:
+    """The fabric comment (if any) and the ``<algo>`` line, every check of the writer done."""
     check_no_switch_steps(program)
     profile = runtime_profile(runtime) if runtime is not None else None
     if profile is not None:
@@ -155,22 +196,8 @@ def program_to_xml(program: Program, coll_spelling: str | None = "reduce_scatter
     if program.collective in ROOTED:
         attrs.append(("root", program.root))
     attrs.extend((k, v) for k, v in xml_extra.items() if k not in _ALGO_KNOWN)
-    lines = [fabric_comment(program.fabric)] if program.fabric is not None else []
-    lines.append("<algo " + " ".join(f"{k}={_xml_attr(str(v), k)}" for k, v in attrs) + ">")
-    for gpu in program.gpus:
-        lines.append(f'  <gpu id="{gpu.id}" i_chunks="{gpu.i_chunks}" o_chunks="{gpu.o_chunks}" '
-                     f's_chunks="{gpu.s_chunks}">')
-        for tb in gpu.threadblocks:
-            lines.append(f'    <tb id="{tb.id}" send="{tb.send}" recv="{tb.recv}" chan="{tb.chan}">')
-            for index, st in enumerate(tb.steps):
-                lines.append(
-                    f'      <step s="{index}" type="{st.type}" srcbuf="{st.srcbuf}" srcoff="{st.srcoff}" '
-                    f'dstbuf="{st.dstbuf}" dstoff="{st.dstoff}" cnt="{st.cnt}" depid="{st.depid}" '
-                    f'deps="{st.deps}" hasdep="{int(st.hasdep)}"/>')
-            lines.append("    </tb>")
-        lines.append("  </gpu>")
-    lines.append("</algo>")
-    return "\n".join(lines) + "\n"
+    comment = fabric_comment(program.fabric) + "\n" if program.fabric is not None else ""
+    return comment + "<algo " + " ".join(f"{k}={_xml_attr(str(v), k)}" for k, v in attrs) + ">\n"
 
 
 # ---- import ---------------------------------------------------------------------------------------
