@@ -11,6 +11,7 @@ import pytest
 from synth.collectives import COLLECTIVES
 from synth.execution import samples
 from synth.program.ir import Program, Step, Threadblock, collective_of
+from synth.program.msccl_xml import runtime_limit_errors
 from synth.verification import verify
 from synth.verification.columns import step_columns
 from synth.verification.conditions import fill_inputs
@@ -71,6 +72,12 @@ def _programs() -> dict[str, Program]:
 PROGRAMS = _programs()
 
 
+def _per_step(monkeypatch) -> None:
+    """Make the verifier build no step columns: every pass runs its per-step code."""
+    monkeypatch.setattr(structure_module, "step_columns", lambda tbs: None)
+    monkeypatch.setattr(sys.modules["synth.verification"], "step_columns", lambda tbs: None)
+
+
 def _structure(program: Program, columns: bool, max_errors: int = 1000):
     coll = collective_of(program)
     lay = layout(program, coll)
@@ -116,11 +123,13 @@ def test_verdicts_and_messages_are_the_per_step_code_s(name, monkeypatch):
         new = verify(program)
     except TypeError:       # a float offset the per-step code cannot run either
         with pytest.raises(TypeError):
-            monkeypatch.setattr(structure_module, "step_columns", lambda tbs: None)
+            _per_step(monkeypatch)
             verify(program)
         return
-    monkeypatch.setattr(structure_module, "step_columns", lambda tbs: None)
+    with_columns = [verify(program, runtime=runtime) for runtime in ("msccl-executor", "msccl")]
+    _per_step(monkeypatch)
     assert verify(program) == new
+    assert [verify(program, runtime=runtime) for runtime in ("msccl-executor", "msccl")] == with_columns
 
 
 def test_bad_programs_are_caught():
@@ -155,3 +164,40 @@ def test_only_windows_of_running_threadblocks_are_tuples():
     assert lo == 5 and len(window) == structure_module.ColumnRecords.WINDOW
     assert window == st.records[0][5:5 + len(window)]
     assert verify(program).ok
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+@pytest.mark.parametrize("runtime", [None, "msccl-executor", "msccl"])
+@pytest.mark.parametrize("msccl", [False, True])
+def test_runtime_limit_step_checks_on_columns(name, runtime, msccl):
+    program = PROGRAMS[name]
+    columns = step_columns(tb for gpu in program.gpus for tb in gpu.threadblocks)
+    if columns is None:
+        return
+    plain = list(runtime_limit_errors(program, msccl=msccl, runtime=runtime))
+    assert list(runtime_limit_errors(program, msccl=msccl, runtime=runtime, columns=columns)) == plain
+
+
+def test_limit_checks_on_columns_find_what_the_step_code_finds():
+    ring = samples.ring_allgather(6, 2)
+    cases = {
+        "nop chain": _with_step(_with_step(ring, 1, 0, 2, Step("nop", depid=0, deps=0)), 1, 0, 3, depid=-1),
+        "send without peer": PROGRAMS["no-send-peer"],
+        "offset": _with_step(ring, 2, 0, 2, dstoff=40000),
+        "cnt": _with_step(ring, 2, 0, 2, cnt=100),
+        "depid": _with_step(ring, 2, 0, 2, depid=300, deps=0),
+    }
+    for what, program in cases.items():
+        columns = step_columns(tb for gpu in program.gpus for tb in gpu.threadblocks)
+        found = list(runtime_limit_errors(program, columns=columns))
+        assert found and found == list(runtime_limit_errors(program)), what
+
+
+def test_out_of_place_input_writes_on_columns(monkeypatch):
+    ring = samples.ring_allgather(4)
+    writes_input = _with_step(_with_step(ring, 2, 0, 0, dstbuf="i", dstoff=0), 3, 0, 0, dstbuf="i", dstoff=0)
+    found = verify(writes_input).errors
+    assert any("writes input buffer i[0:1]" in e and "(1 more steps write it too)" in e for e in found), found
+    _per_step(monkeypatch)
+    assert verify(writes_input).errors == found
+    assert verify(ring).ok

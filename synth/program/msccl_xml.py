@@ -337,7 +337,7 @@ _BUFFER_NAMES = {"i": "input", "o": "output", "s": "scratch"}
 
 
 def runtime_limit_errors(program: Program, msccl: bool = True,
-                         runtime: str | RuntimeProfile | None = None) -> Iterator[str]:
+                         runtime: str | RuntimeProfile | None = None, columns=None) -> Iterator[str]:
     """Every reason an MSCCL runtime's XML loader would refuse ``program``, lazily, one line each.
 
     The structural checks (dense threadblock ids, 1 <= nchannels, chan < nchannels, peers, a peer for
@@ -352,9 +352,15 @@ def runtime_limit_errors(program: Program, msccl: bool = True,
     gather, scatter), its ``i_chunks``/``o_chunks`` against ``nchunksperloop`` check and its ``nthreads``;
     the executor's 1024 threadblocks and 64 steps. Without, the executor's capacities and the checks of
     both runtimes' attributes (historical default, what synth's methods plan within).
+
+    ``columns`` (:class:`synth.verification.columns.StepColumns` of the program's threadblocks in order, as
+    :func:`synth.verification.verify` builds them) lets the step checks skip, by array operations, every
+    threadblock none of whose steps can fail them; the others are checked step by step as without.
     """
     profile = runtime_profile(runtime) if runtime is not None else None
     limits = profile or EXECUTOR
+    suspect = _suspect_threadblocks(columns, program, msccl, limits) if columns is not None else None
+    g = -1
     n = program.num_ranks
     switch_problem = switch_steps_problem(program) if msccl else None
     if switch_problem is not None:
@@ -376,6 +382,7 @@ def runtime_limit_errors(program: Program, msccl: bool = True,
             if profile is not None and profile.loop_chunks_match:
                 yield from _loop_chunk_errors(program, gpu, profile)
         for tb in tbs:
+            g += 1
             where = f"rank {r} tb {tb.id}"
             for peer, role in ((tb.send, "send"), (tb.recv, "recv")):
                 if peer == r:
@@ -386,7 +393,42 @@ def runtime_limit_errors(program: Program, msccl: bool = True,
             if not 0 <= tb.chan < max(program.nchannels, 1) or (msccl and tb.chan >= limits.max_channels):
                 yield (f"{where} uses channel {tb.chan}, outside 0..{program.nchannels - 1}"
                        f" (at most {limits.max_channels} channels; --max-trees)")
-            yield from _step_errors(tb, where, msccl, limits)
+            if suspect is None or suspect[g]:
+                yield from _step_errors(tb, where, msccl, limits)
+
+
+def _suspect_threadblocks(columns, program: Program, msccl: bool, limits: RuntimeProfile):
+    """Per threadblock (program order), whether :func:`_step_errors` may find anything in it: a step that sends
+    or receives without the peer, a type that is no step type, a ``nop`` with a dependency (the chain rule is
+    left to the per-step code), and with ``msccl`` too many steps, a depended-on tb id, cnt or an offset over
+    the runtime's limits. A numpy bool array."""
+    import numpy as np
+
+    from synth.verification.columns import NO_KIND, kind_table
+    from synth.verification.common import NOP
+
+    tbs = [tb for gpu in program.gpus for tb in gpu.threadblocks]
+    if len(columns.start) != len(tbs) + 1:
+        raise ValueError("columns do not match the program's threadblocks")
+    tb_of = columns.tb_of
+    kind = columns.kind
+    known = kind != NO_KIND
+    sends, receives, reads, writes = (table[np.where(known, kind, len(table) - 1)] for table in kind_table())
+    no_send = np.array([tb.send < 0 for tb in tbs], dtype=bool)[tb_of]
+    no_recv = np.array([tb.recv < 0 for tb in tbs], dtype=bool)[tb_of]
+    nop = kind == NOP
+    bad = ~known | (sends & no_send) | (receives & no_recv) | (nop & (columns.depid >= 0))
+    if msccl:
+        real = known & ~nop
+        bad |= columns.depid > limits.max_depended_tb
+        bad |= real & ((columns.cnt < 1) | (columns.cnt > limits.max_step_chunks)
+                       | (reads & (columns.srcoff > limits.max_offset))
+                       | (writes & (columns.dstoff > limits.max_offset)))
+    suspect = np.zeros(len(tbs), dtype=bool)
+    suspect[tb_of[bad]] = True
+    if msccl:
+        suspect |= np.diff(columns.start) > limits.max_steps_per_tb
+    return suspect
 
 
 def _algo_errors(program: Program, msccl: bool, profile: RuntimeProfile | None) -> Iterator[str]:

@@ -6,11 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import repeat
+from operator import attrgetter
 
 import numpy as np
 
 from synth.program.ir import READS_SRC, RECEIVES, SENDS, WRITES_DST, Program
-from synth.verification.columns import BUFFER_CODE, NO_BUFFER, NO_KIND, StepColumns, step_columns
+from synth.verification.columns import BUFFER_CODE, NO_BUFFER, NO_KIND, StepColumns, kind_table, step_columns
 from synth.verification.common import KIND, NOP, STEP_FIELDS, TYPE_INFO, UNKNOWN_TYPE, Errors
 from synth.verification.layout import Layout
 
@@ -66,8 +67,10 @@ class Structure:
         return self.steps.records
 
 
-def structure(program: Program, lay: Layout, max_errors: int) -> Structure:
-    """Index threadblocks and connections and compile every step; incomplete where the gpu ids are not 0..N-1."""
+def structure(program: Program, lay: Layout, max_errors: int, columns: StepColumns | None = None) -> Structure:
+    """Index threadblocks and connections and compile every step; incomplete where the gpu ids are not 0..N-1.
+    ``columns``: the :func:`step_columns` of the program's threadblocks, if already built (used when no
+    threadblock was dropped as a duplicate)."""
     err = Errors(max_errors)
     n = program.num_ranks
     if [g.id for g in program.gpus] != list(range(n)):
@@ -75,7 +78,8 @@ def structure(program: Program, lay: Layout, max_errors: int) -> Structure:
         return Structure(err, False)
     tbs, gindex = index_threadblocks(program, err)
     conns = connections(n, tbs, err, len(program.switches))
-    cols = step_columns(tb for _, tb in tbs)
+    cols = columns if columns is not None and len(columns.start) == len(tbs) + 1 else \
+        step_columns(tb for _, tb in tbs)
     if cols is None:    # a field that is not an exact value: the per-step code says what is wrong
         deps, records, depended = compile_steps(program, lay, tbs, gindex, conns, err)
         check_hasdep(tbs, depended, err)
@@ -203,9 +207,7 @@ def compile_threadblock(lay: Layout, tbs: tuple, g: int, tb_index: list[dict[int
 
 
 # Per kind code (KIND, then one more entry for NO_KIND): sends, receives, reads its src, writes its dst.
-_BY_KIND = {t: info for t, info in TYPE_INFO.items()}
-_SENDS_K, _RECVS_K, _READS_K, _WRITES_K = (
-    np.array([_BY_KIND[t][j] for t in sorted(KIND, key=KIND.get)] + [False]) for j in (1, 2, 3, 4))
+_SENDS_K, _RECVS_K, _READS_K, _WRITES_K = kind_table()
 
 
 _HUGE = 2**62
@@ -340,7 +342,8 @@ def _hasdep_errors(tbs: tuple, cols: StepColumns, tb_of: np.ndarray, dependents:
     if not len(targets):
         return
     depended, first = np.unique(targets, return_index=True)
-    unsignalled = ~cols.hasdep[depended]
+    hasdep = map(bool, map(attrgetter("hasdep"), map(cols.steps.__getitem__, depended.tolist())))
+    unsignalled = ~np.fromiter(hasdep, np.bool_, len(depended))
     if not unsignalled.any():
         return
     for at in np.sort(first[unsignalled]).tolist():     # check_hasdep's order: by first dependent
