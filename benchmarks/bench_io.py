@@ -102,7 +102,7 @@ def main() -> None:
         print(f"{'phase':<11} {'cpu_s':>7} {'peak_MiB':>9} {'before_MiB':>10} {'file_MiB':>9}  note")
         for phase in args.phases:
             row = run_phase(phase, args.ranks, args.chunks, directory)
-            size = f"{row['bytes'] / 2**20:9.1f}" if "bytes" in row else f"{'':9}"
+            size = f"{row['bytes'] / 2**20:9.3f}" if "bytes" in row else f"{'':9}"
             note = ""
             if "ok" in row:
                 note = "ok" if row["ok"] else f"FAILED {row.get('errors')}"

@@ -212,3 +212,17 @@ def test_many_small_pieces_are_written_in_blocks(tmp_path, monkeypatch):
 def test_empty_and_bytes_pieces(tmp_path):
     assert fileio.atomic_write_chunks(tmp_path / "e", ()).read_bytes() == b""
     assert fileio.atomic_write_chunks(tmp_path / "m", [b"a", "é", b""]).read_bytes() == "aé".encode()
+
+
+def test_bench_io_measures_every_phase():
+    """benchmarks/bench_io.py end to end on a small ring: a row per phase, the files written and read back."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_io.py"
+    done = subprocess.run([sys.executable, str(script), "--ranks", "8"], capture_output=True, text=True, check=True,
+                          timeout=300)
+    rows = {line.split()[0]: line.split() for line in done.stdout.splitlines()[2:]}
+    assert set(rows) == {"build", "write-xml", "write-json", "load-xml", "load-json", "verify"}
+    assert rows["verify"][-1] == "ok" and rows["load-json"][-2] == "64"
+    assert float(rows["write-xml"][4]) > 0 and float(rows["write-json"][2]) >= float(rows["write-json"][3])
