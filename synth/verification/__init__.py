@@ -26,7 +26,9 @@ record (with its own capped error list) that the next passes read: :mod:`~synth.
 (buffers and in-place aliasing), :mod:`~synth.verification.conditions` (precondition, intact input,
 postcondition), :mod:`~synth.verification.structure` (threadblocks, connections, compiled steps),
 :mod:`~synth.verification.execution` (the symbolic run, blocked threadblocks, unreceived messages) and
-:mod:`~synth.verification.races`. :func:`verify` runs them in order and collects their errors.
+:mod:`~synth.verification.races`. :func:`verify` runs them in order and collects their errors. The per-step checks
+run on numpy columns of the steps' fields (:mod:`~synth.verification.columns`, built once by :func:`verify`); only
+a threadblock that fails one goes through the per-step code, which words the messages.
 """
 
 from __future__ import annotations
