@@ -6,7 +6,9 @@ Input: every file synth reads from a user path goes through :func:`read_input_by
 
 Output: atomic, so a reader never sees a half-written file and a failure leaves none behind, except
 that a target that exists and is not a regular file (``/dev/null``, a FIFO) is written in place:
-renaming over it would replace the device node.
+renaming over it would replace the device node. :func:`atomic_write_chunks` streams a document given as
+pieces (a program of a million steps is never one string in memory) with the same guarantee: the pieces go
+to the temporary file as they come, and only a complete file gets the target's name.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import errno
 import os
 import stat
 import tempfile
+from collections.abc import Iterable, Iterator
+from itertools import chain
 from pathlib import Path
 
 from synth.errors import SynthError
@@ -23,6 +27,8 @@ from synth.errors import SynthError
 MAX_INPUT_BYTES = 256 * 2**20
 
 _READ_BLOCK = 2**20
+#: Streamed output is gathered into writes of about this many bytes.
+_WRITE_BLOCK = 2**20
 #: How long a FIFO or device may go without giving data before a read of it fails.
 INPUT_IDLE_SECONDS = 10
 
@@ -113,21 +119,54 @@ def _too_large(source: str, limit: int) -> SynthError:
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     """Write ``data`` to ``path`` atomically (see the module docstring for non-regular targets)."""
+    return atomic_write_chunks(path, (data,))
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    return atomic_write_chunks(path, (text,))
+
+
+def atomic_write_chunks(path: str | os.PathLike, chunks: Iterable[str | bytes]) -> Path:
+    """Write the concatenation of ``chunks`` (``str`` pieces as UTF-8) to ``path`` atomically, as they come.
+
+    The first piece is taken before the file system is touched, so a writer that checks its input before
+    its first piece fails without creating the target's directory or a file. Pieces go to an unnamed (or
+    hidden) temporary file in blocks of about :data:`_WRITE_BLOCK` bytes; the target gets its name only once
+    the last piece is written and synced. An exception from ``chunks`` (or the disk) propagates and leaves
+    no file behind and any previous target as it was. A target that exists and is not a regular file
+    (``/dev/null``, a FIFO) is written through in place, so there a failure part way leaves what was written.
+    """
+    pieces = iter(chunks)
+    first = next(pieces, b"")
+    blocks = _blocks(chain((first,), pieces))
     target = Path(path)
     if _is_special(target):
         # /dev/null, a FIFO, a terminal: write through it; never rename over it.
         with open(target, "wb") as handle:
-            handle.write(data)
+            for block in blocks:
+                handle.write(block)
         return target
     directory = target.parent if str(target.parent) else Path(".")
     directory.mkdir(parents=True, exist_ok=True)
-    if not _write_unnamed(directory, target, data):
-        _write_named(directory, target, data)
+    if not _write_unnamed(directory, target, blocks):
+        _write_named(directory, target, blocks)
     return target
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    return atomic_write_bytes(path, text.encode("utf-8"))
+def _blocks(pieces: Iterable[str | bytes]) -> Iterator[bytes]:
+    """``pieces`` as bytes, gathered into blocks of at least :data:`_WRITE_BLOCK` bytes (the last may be
+    shorter), so that many small pieces cost few system calls."""
+    pending: list[bytes] = []
+    size = 0
+    for piece in pieces:
+        data = piece.encode("utf-8") if isinstance(piece, str) else piece
+        pending.append(data)
+        size += len(data)
+        if size >= _WRITE_BLOCK:
+            yield b"".join(pending)
+            pending, size = [], 0
+    if pending:
+        yield b"".join(pending)
 
 
 def _is_special(target: Path) -> bool:
@@ -139,17 +178,18 @@ def _is_special(target: Path) -> bool:
     return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
 
 
-def _finish(fd: int, data: bytes) -> None:
-    """Write all of ``data`` to ``fd``, sync it and give it the mode a plain open() would."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
+def _finish(fd: int, blocks: Iterable[bytes]) -> None:
+    """Write every block to ``fd``, sync it and give it the mode a plain open() would."""
+    for data in blocks:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
     os.fsync(fd)
     # Temp files are created 0600; runtimes may run as another user.
     os.fchmod(fd, 0o666 & ~_current_umask())
 
 
-def _write_unnamed(directory: Path, target: Path, data: bytes) -> bool:
+def _write_unnamed(directory: Path, target: Path, blocks: Iterable[bytes]) -> bool:
     """Linux ``O_TMPFILE``: the file has no name until it is complete, so a kill leaves nothing behind.
 
     Returns False (nothing written) where the platform or file system does not support it.
@@ -165,7 +205,7 @@ def _write_unnamed(directory: Path, target: Path, data: bytes) -> bool:
         raise
     tmp = None
     try:
-        _finish(fd, data)
+        _finish(fd, blocks)
         tmp = _free_name(directory, target)
         # linkat(AT_SYMLINK_FOLLOW) gives the open file a name; a dir fd makes os.link use linkat
         # (plain link() would link the /proc symlink itself and fail with EXDEV).
@@ -188,12 +228,12 @@ def _free_name(directory: Path, target: Path) -> str:
     return os.path.join(directory, f".{target.name}.{os.urandom(6).hex()}.tmp")
 
 
-def _write_named(directory: Path, target: Path, data: bytes) -> None:
+def _write_named(directory: Path, target: Path, blocks: Iterable[bytes]) -> None:
     """The portable path: a named temp file, renamed over the target once complete."""
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
     try:
         try:
-            _finish(fd, data)
+            _finish(fd, blocks)
         finally:
             os.close(fd)
         os.replace(tmp, target)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from functools import lru_cache
 from importlib import resources
 
@@ -68,9 +69,21 @@ def _plain(value):
     return str(value)
 
 
-def program_to_dict(program: Program) -> dict:
-    def step(st: Step) -> list:
-        return [st.type, st.srcbuf, st.srcoff, st.dstbuf, st.dstoff, st.cnt, st.depid, st.deps, int(st.hasdep)]
+def _step_row(st: Step) -> list:
+    """A step as its JSON array, in the order of ``STEP_FIELDS``."""
+    return [st.type, st.srcbuf, st.srcoff, st.dstbuf, st.dstoff, st.cnt, st.depid, st.deps, int(st.hasdep)]
+
+
+def program_to_dict(program: Program, steps: bool = True) -> dict:
+    """The JSON document of ``program``; ``steps`` False leaves every threadblock's ``steps`` out (the streaming
+    writer encodes them piece by piece)."""
+    step = _step_row
+
+    def tb_dict(tb: Threadblock) -> dict:
+        out = {"id": tb.id, "send": tb.send, "recv": tb.recv, "chan": tb.chan}
+        if steps:
+            out["steps"] = [step(st) for st in tb.steps]
+        return out
 
     doc = {
         "format": FORMAT, "version": SWITCH_VERSION if program.switches else VERSION,
@@ -84,8 +97,7 @@ def program_to_dict(program: Program) -> dict:
         **({"fabric": _fabric_to_dict(program.fabric)} if program.fabric is not None else {}),
         "step_fields": list(STEP_FIELDS),
         "gpus": [{"id": g.id, "i_chunks": g.i_chunks, "o_chunks": g.o_chunks, "s_chunks": g.s_chunks,
-                  "threadblocks": [{"id": tb.id, "send": tb.send, "recv": tb.recv, "chan": tb.chan,
-                                    "steps": [step(st) for st in tb.steps]} for tb in g.threadblocks]}
+                  "threadblocks": [tb_dict(tb) for tb in g.threadblocks]}
                  for g in program.gpus],
     }
     if program.switches:
@@ -117,10 +129,53 @@ def _fabric_from_dict(doc: dict, source: str) -> Fabric:
 
 
 def program_to_json(program: Program) -> str:
-    """Compact JSON text (programs can have millions of steps)."""
-    doc = program_to_dict(program)
+    """Compact JSON text (programs can have millions of steps): the pieces of :func:`iter_program_json` joined."""
+    return "".join(iter_program_json(program))
+
+
+#: Steps per piece of :func:`iter_program_json`.
+JSON_STEPS_PER_PIECE = 4096
+
+
+def iter_program_json(program: Program) -> Iterator[str]:
+    """The compact JSON text of ``program`` in pieces, for streaming to a file
+    (:func:`synth.fileio.atomic_write_chunks`).
+
+    The same bytes as ``json.dumps(program_to_dict(program), separators=(",", ":"))`` plus a newline, without
+    building the document: the metadata comes first (every top-level field before ``gpus``; metadata that JSON
+    cannot hold is refused before it is yielded), then one piece per threadblock, or per
+    :data:`JSON_STEPS_PER_PIECE` steps of a longer one, then the switches. Raises SynthError for a value JSON
+    cannot hold (NaN in ``extra``, a non-finite step field), wherever it is."""
+    encode = _ENCODER.encode
+    doc = program_to_dict(program, steps=False)
+    gpus, switches = doc.pop("gpus"), doc.pop("switches", None)
+    head = _encoded(encode, doc, program)
+    yield head[:-1] + ',"gpus":['
+    for g, gpu in enumerate(program.gpus):
+        tbs = gpus[g].pop("threadblocks")
+        piece = ("," if g else "") + _encoded(encode, gpus[g], program)[:-1] + ',"threadblocks":['
+        for t, tb in enumerate(gpu.threadblocks):
+            piece += ("," if t else "") + _encoded(encode, tbs[t], program)[:-1] + ',"steps":['
+            steps = tb.steps
+            for start in range(0, len(steps), JSON_STEPS_PER_PIECE):
+                rows = [_step_row(st) for st in steps[start:start + JSON_STEPS_PER_PIECE]]
+                yield piece + ("," if start else "") + _encoded(encode, rows, program)[1:-1]
+                piece = ""
+            piece += "]}"
+        yield piece + "]}"
+    tail = "]"
+    if switches is not None:
+        tail += ',"switches":' + _encoded(encode, switches, program)
+    yield tail + "}\n"
+
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=_plain)
+
+
+def _encoded(encode, value, program: Program) -> str:
+    """``value`` as compact JSON, or the SynthError naming ``program`` that says why it cannot be."""
     try:
-        return json.dumps(doc, separators=(",", ":"), allow_nan=False, default=_plain) + "\n"
+        return encode(value)
     except (TypeError, ValueError) as exc:
         raise SynthError(f"program {program.name!r} cannot be written as JSON: {exc}") from None
 

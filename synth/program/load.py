@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from synth.errors import SynthError
-from synth.fileio import atomic_write_text, read_input_text
+from synth.fileio import atomic_write_chunks, read_input_text
 from synth.program.ir import Program
 
 
@@ -56,10 +56,13 @@ def save_program(program: Program, path: str | os.PathLike, coll_spelling: str |
                  check_limits: bool = True, runtime: str | None = None) -> Path:
     """Write ``program`` atomically; ``.xml`` is MSCCL XML (runtime limits checked first), else JSON.
 
-    ``runtime`` (``msccl-executor`` or ``msccl``, :mod:`synth.runtime_limits`) writes that runtime's
-    attribute set and ``coll`` spelling (``coll_spelling`` None) and checks its limits."""
-    from synth.program.json_io import program_to_json
-    from synth.program.msccl_xml import check_no_switch_steps, check_runtime_limits, program_to_xml
+    The text is streamed to a temporary file piece by piece (:func:`synth.program.msccl_xml.iter_program_xml`,
+    :func:`synth.program.json_io.iter_program_json`), so a program of millions of steps is never one string in
+    memory; the file gets its name only when complete, and a failure part way leaves none (docs/programs.md,
+    "Writing programs"). ``runtime`` (``msccl-executor`` or ``msccl``, :mod:`synth.runtime_limits`) writes that
+    runtime's attribute set and ``coll`` spelling (``coll_spelling`` None) and checks its limits."""
+    from synth.program.json_io import iter_program_json
+    from synth.program.msccl_xml import check_no_switch_steps, check_runtime_limits, iter_program_xml
 
     p = Path(path)
     if p.suffix.lower() == ".xml":
@@ -67,13 +70,13 @@ def save_program(program: Program, path: str | os.PathLike, coll_spelling: str |
         program = _selectable(program, runtime)
         if check_limits:
             check_runtime_limits(program, runtime=runtime)
-        text = program_to_xml(program, coll_spelling=coll_spelling, runtime=runtime)
+        pieces = iter_program_xml(program, coll_spelling=coll_spelling, runtime=runtime)
     elif p.suffix.lower() == ".json":
-        text = program_to_json(program)
+        pieces = iter_program_json(program)
     else:
         raise SynthError(f"{p}: program files end in .xml (MSCCL XML) or .json (JSON program)")
     try:
-        return atomic_write_text(p, text)
+        return atomic_write_chunks(p, pieces)
     except OSError as exc:
         raise SynthError(f"{p}: cannot write program file ({exc})") from None
 

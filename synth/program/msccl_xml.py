@@ -131,12 +131,53 @@ def check_no_switch_steps(program: Program) -> None:
 
 def program_to_xml(program: Program, coll_spelling: str | None = "reduce_scatter",
                    runtime: str | RuntimeProfile | None = None) -> str:
-    """MSCCL XML text of ``program`` (one element per line, double-quoted attributes).
+    """MSCCL XML text of ``program`` (one element per line, double-quoted attributes): the pieces of
+    :func:`iter_program_xml` joined."""
+    return "".join(iter_program_xml(program, coll_spelling, runtime))
 
-    A program with switch steps is refused (:func:`switch_steps_problem`). With ``runtime`` (a
-    :class:`synth.runtime_limits.RuntimeProfile` or its name), the ``<algo>`` attributes
-    are that runtime's set (``RuntimeProfile.attributes``) and ``coll`` its spelling, unless ``coll_spelling``
-    overrides it; without, the executor's set with ``coll_spelling`` (the writer's historical default)."""
+
+#: Steps per piece of :func:`iter_program_xml` (a threadblock of a million steps is not one string).
+XML_STEPS_PER_PIECE = 4096
+
+
+def iter_program_xml(program: Program, coll_spelling: str | None = "reduce_scatter",
+                     runtime: str | RuntimeProfile | None = None) -> Iterator[str]:
+    """MSCCL XML text of ``program`` in pieces, for streaming to a file (:func:`synth.fileio.atomic_write_chunks`).
+
+    The first piece is the ``<algo>`` line (after the fabric comment) and every check runs before it is
+    yielded: a program with switch steps is refused (:func:`switch_steps_problem`), as is an attribute value
+    XML cannot hold. Then one piece per threadblock, or per :data:`XML_STEPS_PER_PIECE` steps of a longer one;
+    each piece is whole lines ending in a newline. With ``runtime`` (a :class:`synth.runtime_limits.RuntimeProfile`
+    or its name), the ``<algo>`` attributes are that runtime's set (``RuntimeProfile.attributes``) and ``coll``
+    its spelling, unless ``coll_spelling`` overrides it; without, the executor's set with ``coll_spelling``
+    (the writer's historical default)."""
+    yield _xml_head(program, coll_spelling, runtime)
+    for gpu in program.gpus:
+        head = (f'  <gpu id="{gpu.id}" i_chunks="{gpu.i_chunks}" o_chunks="{gpu.o_chunks}" '
+                f's_chunks="{gpu.s_chunks}">\n')
+        for tb in gpu.threadblocks:
+            head += f'    <tb id="{tb.id}" send="{tb.send}" recv="{tb.recv}" chan="{tb.chan}">\n'
+            steps = tb.steps
+            for start in range(0, len(steps), XML_STEPS_PER_PIECE):
+                yield head + _xml_steps(steps, start, min(start + XML_STEPS_PER_PIECE, len(steps)))
+                head = ""
+            yield head + "    </tb>\n"
+            head = ""
+        yield head + "  </gpu>\n"
+    yield "</algo>\n"
+
+
+def _xml_steps(steps: tuple[Step, ...], start: int, stop: int) -> str:
+    """``<step>`` lines ``start`` to ``stop`` - 1 of a threadblock, each ending in a newline."""
+    return "".join(
+        f'      <step s="{index}" type="{st.type}" srcbuf="{st.srcbuf}" srcoff="{st.srcoff}" '
+        f'dstbuf="{st.dstbuf}" dstoff="{st.dstoff}" cnt="{st.cnt}" depid="{st.depid}" '
+        f'deps="{st.deps}" hasdep="{int(st.hasdep)}"/>\n'
+        for index, st in zip(range(start, stop), steps[start:stop]))
+
+
+def _xml_head(program: Program, coll_spelling: str | None, runtime: str | RuntimeProfile | None) -> str:
+    """The fabric comment (if any) and the ``<algo>`` line, every check of the writer done."""
     check_no_switch_steps(program)
     profile = runtime_profile(runtime) if runtime is not None else None
     if profile is not None:
@@ -155,22 +196,8 @@ def program_to_xml(program: Program, coll_spelling: str | None = "reduce_scatter
     if program.collective in ROOTED:
         attrs.append(("root", program.root))
     attrs.extend((k, v) for k, v in xml_extra.items() if k not in _ALGO_KNOWN)
-    lines = [fabric_comment(program.fabric)] if program.fabric is not None else []
-    lines.append("<algo " + " ".join(f"{k}={_xml_attr(str(v), k)}" for k, v in attrs) + ">")
-    for gpu in program.gpus:
-        lines.append(f'  <gpu id="{gpu.id}" i_chunks="{gpu.i_chunks}" o_chunks="{gpu.o_chunks}" '
-                     f's_chunks="{gpu.s_chunks}">')
-        for tb in gpu.threadblocks:
-            lines.append(f'    <tb id="{tb.id}" send="{tb.send}" recv="{tb.recv}" chan="{tb.chan}">')
-            for index, st in enumerate(tb.steps):
-                lines.append(
-                    f'      <step s="{index}" type="{st.type}" srcbuf="{st.srcbuf}" srcoff="{st.srcoff}" '
-                    f'dstbuf="{st.dstbuf}" dstoff="{st.dstoff}" cnt="{st.cnt}" depid="{st.depid}" '
-                    f'deps="{st.deps}" hasdep="{int(st.hasdep)}"/>')
-            lines.append("    </tb>")
-        lines.append("  </gpu>")
-    lines.append("</algo>")
-    return "\n".join(lines) + "\n"
+    comment = fabric_comment(program.fabric) + "\n" if program.fabric is not None else ""
+    return comment + "<algo " + " ".join(f"{k}={_xml_attr(str(v), k)}" for k, v in attrs) + ">\n"
 
 
 # ---- import ---------------------------------------------------------------------------------------
@@ -310,7 +337,7 @@ _BUFFER_NAMES = {"i": "input", "o": "output", "s": "scratch"}
 
 
 def runtime_limit_errors(program: Program, msccl: bool = True,
-                         runtime: str | RuntimeProfile | None = None) -> Iterator[str]:
+                         runtime: str | RuntimeProfile | None = None, columns=None) -> Iterator[str]:
     """Every reason an MSCCL runtime's XML loader would refuse ``program``, lazily, one line each.
 
     The structural checks (dense threadblock ids, 1 <= nchannels, chan < nchannels, peers, a peer for
@@ -325,9 +352,15 @@ def runtime_limit_errors(program: Program, msccl: bool = True,
     gather, scatter), its ``i_chunks``/``o_chunks`` against ``nchunksperloop`` check and its ``nthreads``;
     the executor's 1024 threadblocks and 64 steps. Without, the executor's capacities and the checks of
     both runtimes' attributes (historical default, what synth's methods plan within).
+
+    ``columns`` (:class:`synth.verification.columns.StepColumns` of the program's threadblocks in order, as
+    :func:`synth.verification.verify` builds them) lets the step checks skip, by array operations, every
+    threadblock none of whose steps can fail them; the others are checked step by step as without.
     """
     profile = runtime_profile(runtime) if runtime is not None else None
     limits = profile or EXECUTOR
+    suspect = _suspect_threadblocks(columns, program, msccl, limits) if columns is not None else None
+    g = -1
     n = program.num_ranks
     switch_problem = switch_steps_problem(program) if msccl else None
     if switch_problem is not None:
@@ -349,6 +382,7 @@ def runtime_limit_errors(program: Program, msccl: bool = True,
             if profile is not None and profile.loop_chunks_match:
                 yield from _loop_chunk_errors(program, gpu, profile)
         for tb in tbs:
+            g += 1
             where = f"rank {r} tb {tb.id}"
             for peer, role in ((tb.send, "send"), (tb.recv, "recv")):
                 if peer == r:
@@ -359,7 +393,42 @@ def runtime_limit_errors(program: Program, msccl: bool = True,
             if not 0 <= tb.chan < max(program.nchannels, 1) or (msccl and tb.chan >= limits.max_channels):
                 yield (f"{where} uses channel {tb.chan}, outside 0..{program.nchannels - 1}"
                        f" (at most {limits.max_channels} channels; --max-trees)")
-            yield from _step_errors(tb, where, msccl, limits)
+            if suspect is None or suspect[g]:
+                yield from _step_errors(tb, where, msccl, limits)
+
+
+def _suspect_threadblocks(columns, program: Program, msccl: bool, limits: RuntimeProfile):
+    """Per threadblock (program order), whether :func:`_step_errors` may find anything in it: a step that sends
+    or receives without the peer, a type that is no step type, a ``nop`` with a dependency (the chain rule is
+    left to the per-step code), and with ``msccl`` too many steps, a depended-on tb id, cnt or an offset over
+    the runtime's limits. A numpy bool array."""
+    import numpy as np
+
+    from synth.verification.columns import NO_KIND, kind_table
+    from synth.verification.common import NOP
+
+    tbs = [tb for gpu in program.gpus for tb in gpu.threadblocks]
+    if len(columns.start) != len(tbs) + 1:
+        raise ValueError("columns do not match the program's threadblocks")
+    tb_of = columns.tb_of
+    kind = columns.kind
+    known = kind != NO_KIND
+    sends, receives, reads, writes = (table[np.where(known, kind, len(table) - 1)] for table in kind_table())
+    no_send = np.array([tb.send < 0 for tb in tbs], dtype=bool)[tb_of]
+    no_recv = np.array([tb.recv < 0 for tb in tbs], dtype=bool)[tb_of]
+    nop = kind == NOP
+    bad = ~known | (sends & no_send) | (receives & no_recv) | (nop & (columns.depid >= 0))
+    if msccl:
+        real = known & ~nop
+        bad |= columns.depid > limits.max_depended_tb
+        bad |= real & ((columns.cnt < 1) | (columns.cnt > limits.max_step_chunks)
+                       | (reads & (columns.srcoff > limits.max_offset))
+                       | (writes & (columns.dstoff > limits.max_offset)))
+    suspect = np.zeros(len(tbs), dtype=bool)
+    suspect[tb_of[bad]] = True
+    if msccl:
+        suspect |= np.diff(columns.start) > limits.max_steps_per_tb
+    return suspect
 
 
 def _algo_errors(program: Program, msccl: bool, profile: RuntimeProfile | None) -> Iterator[str]:

@@ -26,7 +26,9 @@ record (with its own capped error list) that the next passes read: :mod:`~synth.
 (buffers and in-place aliasing), :mod:`~synth.verification.conditions` (precondition, intact input,
 postcondition), :mod:`~synth.verification.structure` (threadblocks, connections, compiled steps),
 :mod:`~synth.verification.execution` (the symbolic run, blocked threadblocks, unreceived messages) and
-:mod:`~synth.verification.races`. :func:`verify` runs them in order and collects their errors.
+:mod:`~synth.verification.races`. :func:`verify` runs them in order and collects their errors. The per-step checks
+run on numpy columns of the steps' fields (:mod:`~synth.verification.columns`, built once by :func:`verify`); only
+a threadblock that fails one goes through the per-step code, which words the messages.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from synth.errors import SynthError
 from synth.gcpause import gc_paused
 from synth.program.ir import Program, collective_of
 from synth.topology.model import Topology
+from synth.verification.columns import StepColumns, step_columns
 from synth.verification.common import MAX_ERRORS, RACE_CHECK_BUDGET, Errors, merge_errors
 from synth.verification.conditions import (
     expected_values,
@@ -84,13 +87,16 @@ def resolve_collective(program: Program, collective: Collective | str | None = N
 
 
 def run_passes(program: Program, coll: Collective, max_errors: int = MAX_ERRORS, races: bool = True,
-               keep_input: bool = True, topology: Topology | None = None) -> list[Errors]:
+               keep_input: bool = True, topology: Topology | None = None,
+               columns: StepColumns | None = None) -> list[Errors]:
     """Every verification pass, in order, on ``program`` as ``coll``; each pass's errors. ``topology``: the fabric
-    its switch steps are checked against (default: the one the program embeds, if any)."""
+    its switch steps are checked against (default: the one the program embeds, if any). ``columns``: the program's
+    :func:`~synth.verification.columns.step_columns`, if already built."""
     lay = layout(program, coll)
     fill_inputs(coll, lay)
-    found = [input_writes(program, coll, keep_input, max_errors)]
-    st = structure(program, lay, max_errors)
+    found = [input_writes(program, coll, keep_input, max_errors, columns)]
+    st = structure(program, lay, max_errors, columns)
+    del columns     # compiled into st: the arrays need not outlive this (verify hands them over)
     found.append(st.errors)
     plan = EMPTY_PLAN
     if program.switches:
@@ -126,10 +132,16 @@ def verify(program: Program, collective: Collective | str | None = None, max_err
     from synth.program.msccl_xml import runtime_limit_errors
 
     coll = resolve_collective(program, collective)
-    limits = runtime_limit_errors(program, msccl=msccl_limits or runtime is not None, runtime=runtime)
+    # every step's fields as arrays, once: the step checks of the limits, the input and the structure read them
+    # (in a list that run_passes takes them from, so that they are freed once the structure is compiled)
+    columns = [step_columns(tb for gpu in program.gpus for tb in gpu.threadblocks)]
+    limits = runtime_limit_errors(program, msccl=msccl_limits or runtime is not None, runtime=runtime,
+                                  columns=columns[0])
     errors = [f"runtime limit: {e}" for e in islice(limits, max_errors)]
     if errors:
         return VerifyResult(ok=False, collective=coll.name, ranks=program.num_ranks, errors=errors)
+    del limits
     with gc_paused():   # one symbolic value per chunk slot and step record, none in a cycle
-        errors = merge_errors(run_passes(program, coll, max_errors, races, keep_input, topology), max_errors)
+        errors = merge_errors(run_passes(program, coll, max_errors, races, keep_input, topology, columns.pop()),
+                              max_errors)
     return VerifyResult(ok=not errors, collective=coll.name, ranks=program.num_ranks, errors=errors)

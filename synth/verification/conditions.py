@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import numpy as np
+
 from synth.collectives import ALL_ORIGINS, Collective
 from synth.program.ir import WRITES_DST, Program
+from synth.verification.columns import BUFFER_CODE, NO_KIND, StepColumns, kind_table
 from synth.verification.common import Errors, describe, fmt_ranks, ranks_of, step_name
 from synth.verification.layout import Layout
 
@@ -37,12 +40,21 @@ def fill_inputs(coll: Collective, lay: Layout) -> None:
         arr[base:base + held] = [(s, 1 << r) for s in range(held)]
 
 
-def input_writes(program: Program, coll: Collective, keep_input: bool, max_errors: int) -> Errors:
+def input_writes(program: Program, coll: Collective, keep_input: bool, max_errors: int,
+                 columns: StepColumns | None = None) -> Errors:
     """An out-of-place program must leave ``i`` intact: NCCL declares ``sendbuff`` const and callers
-    reuse it (issue 32; docs/programs.md, "Input buffer"). One error names the first offending step."""
+    reuse it (issue 32; docs/programs.md, "Input buffer"). One error names the first offending step.
+    ``columns`` (the program's :func:`~synth.verification.columns.step_columns`) answer the common case, no
+    such step, by array operations."""
     err = Errors(max_errors)
     if coll.inplace or not keep_input:
         return err
+    if columns is not None:
+        writes = kind_table()[3]
+        known = columns.kind != NO_KIND
+        if not (known & writes[np.where(known, columns.kind, len(writes) - 1)]
+                & (columns.dstbuf == BUFFER_CODE["i"])).any():
+            return err
     bad = [(gpu.id, tb.id, s, st) for gpu in program.gpus for tb in gpu.threadblocks
            for s, st in enumerate(tb.steps) if st.dstbuf == "i" and st.type in WRITES_DST]
     if not bad:

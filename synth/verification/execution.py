@@ -63,7 +63,9 @@ class _Machine:
 
     def __init__(self, st: Structure, trace: bool, max_errors: int) -> None:
         self.err = Errors(max_errors)
-        self.tbs, self.records = st.tbs, st.records
+        self.tbs, self.steps = st.tbs, st.steps
+        self.lengths = [len(tb.steps) for _, tb in st.tbs]
+        self.windows: list = [None] * len(st.tbs)   # per threadblock: (first step, its records from there)
         self.pc = [0] * len(st.tbs)
         self.fifos: dict[tuple, deque] = {key: deque() for key in st.conns.sender}
         self.dep_wait: dict[tuple, list] = {}
@@ -77,16 +79,20 @@ class _Machine:
         err, pc, fifos, trace = self.err, self.pc, self.fifos, self.trace
         dep_wait, conn_wait = self.dep_wait, self.conn_wait
         r, tb = self.tbs[g]
-        recs = self.records[g]
         p = pc[g]
-        nsteps = len(recs)
+        nsteps = self.lengths[g]
+        lo, recs = self.windows[g] or self.steps.window(g, p)
+        hi = lo + len(recs)
         rkey = (tb.recv, r, tb.chan)
         skey = (r, tb.send, tb.chan)
         rq = fifos.get(rkey)
         sq = fifos.get(skey)
         to_switch = tb.send >= self.num_ranks
         while p < nsteps:
-            kind, rcv, snd, cnt, sarr, soff, darr, dwr, doff, dep = recs[p]
+            if p >= hi:     # the next steps' records (ColumnRecords makes them a window at a time)
+                lo, recs = self.steps.window(g, p)
+                hi = lo + len(recs)
+            kind, rcv, snd, cnt, sarr, soff, darr, dwr, doff, dep = recs[p - lo]
             if dep is not None and pc[dep[0]] <= dep[1]:
                 dep_wait.setdefault(dep, []).append(g)
                 break
@@ -140,6 +146,7 @@ class _Machine:
             if (g, p - 1) in dep_wait:
                 work.extend(dep_wait.pop((g, p - 1)))
         pc[g] = p
+        self.windows[g] = (lo, recs) if p < nsteps else None
 
     def to_switch(self, key: tuple, work: deque) -> None:
         """A message to a switch: the switch takes it; receivers of results it sends are woken."""
@@ -215,7 +222,7 @@ def wait_reason(st: Structure, ex: Execution, g: int) -> tuple[str, int | None]:
     """Why blocked threadblock ``g`` waits, and the threadblock it waits on (None: nothing will come)."""
     pc, tbs = ex.pc, st.tbs
     r, tb = tbs[g]
-    d = st.deps[g][pc[g]]
+    d = st.steps.dep(g, pc[g])
     if d is not None and pc[d[0]] <= d[1]:
         return f"waits for {step_name(tbs, *d)}", d[0]
     if ex.switches is not None and tb.recv >= ex.switches.program.num_ranks:

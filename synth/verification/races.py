@@ -20,7 +20,8 @@ def race_check(lay: Layout, st: Structure, ex: Execution, max_errors: int) -> Er
         return err
     # numpy clocks: each join is ntb wide (512 threadblocks on an 8x8 torus ring); a Python map is ~20x slower
     vc = [np.zeros(ntb, dtype=np.int32) for _ in range(ntb)]
-    need = {d for dl in st.deps for d in dl if d is not None}
+    deps, records = st.deps, st.records     # every step's, as tuples: the race check runs on small programs only
+    need = {d for dl in deps for d in dl if d is not None}
     snaps: dict[tuple[int, int], np.ndarray] = {}
     last_write: dict[tuple[int, int], tuple[int, int]] = {}
     reads: dict[tuple[int, int], list] = {}
@@ -36,7 +37,7 @@ def race_check(lay: Layout, st: Structure, ex: Execution, max_errors: int) -> Er
 
     for g, p, sg, sp in ex.trace:
         v = vc[g]
-        dep = st.deps[g][p]
+        dep = deps[g][p]
         if dep is not None:
             np.maximum(v, snaps[dep], out=v)
         if sg >= 0:
@@ -45,7 +46,7 @@ def race_check(lay: Layout, st: Structure, ex: Execution, max_errors: int) -> Er
             for send in ex.switches.senders[-2 - sg]:
                 np.maximum(v, snaps[send], out=v)
         v[g] = p + 1
-        kind, _, snd, cnt, sarr, soff, darr, _, doff, _ = st.records[g][p]
+        kind, _, snd, cnt, sarr, soff, darr, _, doff, _ = records[g][p]
         if kind != NOP:
             if kind in READ_KINDS or kind == RE:
                 spans = [(sarr, soff)] if kind in READ_KINDS else []

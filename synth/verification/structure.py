@@ -4,8 +4,14 @@ every step checked and compiled into a record the symbolic execution runs."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
+from itertools import repeat
+from operator import attrgetter
+
+import numpy as np
 
 from synth.program.ir import READS_SRC, RECEIVES, SENDS, WRITES_DST, Program
+from synth.verification.columns import BUFFER_CODE, NO_BUFFER, NO_KIND, StepColumns, kind_table, step_columns
 from synth.verification.common import KIND, NOP, STEP_FIELDS, TYPE_INFO, UNKNOWN_TYPE, Errors
 from synth.verification.layout import Layout
 
@@ -21,22 +27,50 @@ class Connections:
     recv_ok: tuple[bool, ...]
 
 
+class StepRecords:
+    """Every threadblock's compiled steps as the execution reads them: step s of global threadblock g compiled to
+    (kind, receives, sends, cnt, src slots, src offset, dst slots, dst writers, dst offset, dependency (g, s) or
+    None). This class holds them as tuples (:func:`compile_steps`); :class:`ColumnRecords` as arrays."""
+
+    def __init__(self, deps: tuple, records: tuple) -> None:
+        self.deps, self.records = deps, records
+
+    def window(self, g: int, p: int) -> tuple[int, tuple]:
+        """Records of threadblock ``g`` from step ``p`` on (at least one where there is one): (first step, tuple)."""
+        return 0, self.records[g]
+
+    def dep(self, g: int, p: int) -> tuple[int, int] | None:
+        """Step ``p`` of threadblock ``g``'s dependency (g, s), or None."""
+        return self.deps[g][p]
+
+
 @dataclass(frozen=True)
 class Structure:
-    """What execution needs. ``records[g][s]``: step s of global threadblock g compiled to (kind, receives,
-    sends, cnt, src slots, src offset, dst slots, dst writers, dst offset, dependency (g, s) or None)."""
+    """What execution needs: the threadblocks, their connections and their compiled steps (``steps``;
+    ``records[g][s]`` and ``deps[g][s]`` give them all at once, see :class:`StepRecords`)."""
 
     errors: Errors
     complete: bool                    # False: gpu ids are not 0..N-1, nothing else was indexed
     tbs: tuple = ()                   # global index -> (rank, Threadblock)
     gindex: dict = field(default_factory=dict)    # (rank, tb id) -> global index
     conns: Connections = field(default_factory=lambda: Connections({}, {}, (), ()))
-    deps: tuple = ()                  # per threadblock, per step: its dependency (g, s) or None
-    records: tuple = ()
+    steps: StepRecords = field(default_factory=lambda: StepRecords((), ()))
+
+    @property
+    def deps(self) -> tuple:
+        """Per threadblock, per step: its dependency (g, s) or None."""
+        return self.steps.deps
+
+    @property
+    def records(self) -> tuple:
+        """Per threadblock, per step: its record (:class:`StepRecords`)."""
+        return self.steps.records
 
 
-def structure(program: Program, lay: Layout, max_errors: int) -> Structure:
-    """Index threadblocks and connections and compile every step; incomplete where the gpu ids are not 0..N-1."""
+def structure(program: Program, lay: Layout, max_errors: int, columns: StepColumns | None = None) -> Structure:
+    """Index threadblocks and connections and compile every step; incomplete where the gpu ids are not 0..N-1.
+    ``columns``: the :func:`step_columns` of the program's threadblocks, if already built (used when no
+    threadblock was dropped as a duplicate)."""
     err = Errors(max_errors)
     n = program.num_ranks
     if [g.id for g in program.gpus] != list(range(n)):
@@ -44,9 +78,15 @@ def structure(program: Program, lay: Layout, max_errors: int) -> Structure:
         return Structure(err, False)
     tbs, gindex = index_threadblocks(program, err)
     conns = connections(n, tbs, err, len(program.switches))
-    deps, records, depended = compile_steps(program, lay, tbs, gindex, conns, err)
-    check_hasdep(tbs, depended, err)
-    return Structure(err, True, tbs, gindex, conns, deps, records)
+    cols = columns if columns is not None and len(columns.start) == len(tbs) + 1 else \
+        step_columns(tb for _, tb in tbs)
+    if cols is None:    # a field that is not an exact value: the per-step code says what is wrong
+        deps, records, depended = compile_steps(program, lay, tbs, gindex, conns, err)
+        check_hasdep(tbs, depended, err)
+        steps = StepRecords(deps, records)
+    else:
+        steps = compile_columns(lay, tbs, gindex, conns, err, cols)
+    return Structure(err, True, tbs, gindex, conns, steps)
 
 
 def index_threadblocks(program: Program, err: Errors) -> tuple[tuple, dict[tuple[int, int], int]]:
@@ -94,60 +134,226 @@ def connections(n: int, tbs: tuple, err: Errors, switches: int = 0) -> Connectio
 
 def compile_steps(program: Program, lay: Layout, tbs: tuple, gindex: dict[tuple[int, int], int],
                   conns: Connections, err: Errors) -> tuple[tuple, tuple, dict[tuple[int, int], tuple[int, int]]]:
-    """Check every step's operands and dependency and compile it into a record for the execution pass.
+    """Check every step's operands and dependency and compile it into a record for the execution pass, one
+    threadblock at a time (:func:`compile_threadblock`). Returns the dependencies, the records and the depended-on
+    steps: (tb, step) -> first dependent. :func:`compile_columns` does the same on step columns."""
+    deps: list[tuple] = []
+    records: list[tuple] = []
+    depended: dict[tuple[int, int], tuple[int, int]] = {}
+    lengths = [len(tb.steps) for _, tb in tbs]
+    tb_index = _tb_index(program.num_ranks, gindex)
+    for g in range(len(tbs)):
+        dl, recs = compile_threadblock(lay, tbs, g, tb_index, lengths, conns, err, depended)
+        deps.append(dl)
+        records.append(recs)
+    return tuple(deps), tuple(records), depended
+
+
+def _tb_index(num_ranks: int, gindex: dict[tuple[int, int], int]) -> list[dict[int, int]]:
+    """Per rank: tb id -> global index."""
+    tb_index: list[dict[int, int]] = [{} for _ in range(num_ranks)]
+    for (rank, tb_id), g in gindex.items():
+        tb_index[rank][tb_id] = g
+    return tb_index
+
+
+def compile_threadblock(lay: Layout, tbs: tuple, g: int, tb_index: list[dict[int, int]], lengths: list[int],
+                        conns: Connections, err: Errors, depended: dict) -> tuple[tuple, tuple]:
+    """The per-step checks and records of threadblock ``g``; its errors go to ``err`` and its dependencies'
+    first dependents into ``depended``.
 
     One pass per step with everything hoisted: the step's fields come out in one C-level attrgetter
     call, the type's properties in one dict lookup, and the full check runs in :func:`step_problems`
-    only when the fast range test fails. Returns the dependencies, the records and the depended-on
-    steps: (tb, step) -> first dependent."""
-    deps: list[list] = []
-    records: list[list[tuple]] = []
-    depended: dict[tuple[int, int], tuple[int, int]] = {}
-    lengths = [len(tb.steps) for _, tb in tbs]
-    tb_index: list[dict[int, int]] = [{} for _ in range(program.num_ranks)]  # per rank: tb id -> global index
-    for (rank, tb_id), g in gindex.items():
-        tb_index[rank][tb_id] = g
-    for g, (r, tb) in enumerate(tbs):
-        get_view = lay.views[r].get
-        local = tb_index[r]
-        dl, recs = [], []
-        can_send, can_recv = conns.send_ok[g], conns.recv_ok[g]
-        for s, (t, srcbuf, srcoff, dstbuf, dstoff, cnt, depid, dep_s) in enumerate(map(STEP_FIELDS, tb.steps)):
-            info = TYPE_INFO.get(t)
-            if info is None:
-                err.add(f"rank {r} tb {tb.id} step {s}: unknown step type {t!r} (expected one of "
-                        f"{', '.join(KIND)})")
-                info = UNKNOWN_TYPE
-            kind, is_send, is_recv, reads, writes = info
-            sv = get_view(srcbuf)
-            dv = get_view(dstbuf)
-            ok = kind != NOP
-            problems = None
-            if ok and (cnt < 1 or (is_send and not can_send) or (is_recv and not can_recv)
-                       or (reads and (sv is None or srcoff < 0 or srcoff + cnt > sv[3]))
-                       or (writes and (dv is None or dstoff < 0 or dstoff + cnt > dv[3]))):
-                ok, problems = step_problems(lay, r, tb, tb.steps[s])
-            dep = None
-            if depid != -1:  # the runtimes ignore deps when depid is -1
-                target = local.get(depid)
-                if target is None or not 0 <= dep_s < lengths[target]:
-                    problems = (problems or []) + [f"depends on tb {depid} step {dep_s}, which does not "
-                                                   f"exist on rank {r}"]
-                else:
-                    dep = (target, dep_s)
-                    if dep not in depended:
-                        depended[dep] = (tb.id, s)
-            if problems:
-                for problem in problems:
-                    err.add(f"rank {r} tb {tb.id} step {s} ({t}): {problem}")
-            recs.append((kind if ok else NOP, can_recv and is_recv, can_send and is_send,
-                         cnt if cnt > 0 else 0,
-                         sv[0] if sv else None, sv[2] + srcoff if sv else 0,
-                         dv[0] if dv else None, dv[1] if dv else None, dv[2] + dstoff if dv else 0, dep))
-            dl.append(dep)
-        deps.append(tuple(dl))
-        records.append(tuple(recs))
-    return tuple(deps), tuple(records), depended
+    only when the fast range test fails."""
+    r, tb = tbs[g]
+    get_view = lay.views[r].get
+    local = tb_index[r]
+    dl, recs = [], []
+    can_send, can_recv = conns.send_ok[g], conns.recv_ok[g]
+    for s, (t, srcbuf, srcoff, dstbuf, dstoff, cnt, depid, dep_s) in enumerate(map(STEP_FIELDS, tb.steps)):
+        info = TYPE_INFO.get(t)
+        if info is None:
+            err.add(f"rank {r} tb {tb.id} step {s}: unknown step type {t!r} (expected one of "
+                    f"{', '.join(KIND)})")
+            info = UNKNOWN_TYPE
+        kind, is_send, is_recv, reads, writes = info
+        sv = get_view(srcbuf)
+        dv = get_view(dstbuf)
+        ok = kind != NOP
+        problems = None
+        if ok and (cnt < 1 or (is_send and not can_send) or (is_recv and not can_recv)
+                   or (reads and (sv is None or srcoff < 0 or srcoff + cnt > sv[3]))
+                   or (writes and (dv is None or dstoff < 0 or dstoff + cnt > dv[3]))):
+            ok, problems = step_problems(lay, r, tb, tb.steps[s])
+        dep = None
+        if depid != -1:  # the runtimes ignore deps when depid is -1
+            target = local.get(depid)
+            if target is None or not 0 <= dep_s < lengths[target]:
+                problems = (problems or []) + [f"depends on tb {depid} step {dep_s}, which does not "
+                                               f"exist on rank {r}"]
+            else:
+                dep = (target, dep_s)
+                if dep not in depended:
+                    depended[dep] = (tb.id, s)
+        if problems:
+            for problem in problems:
+                err.add(f"rank {r} tb {tb.id} step {s} ({t}): {problem}")
+        recs.append((kind if ok else NOP, can_recv and is_recv, can_send and is_send,
+                     cnt if cnt > 0 else 0,
+                     sv[0] if sv else None, sv[2] + srcoff if sv else 0,
+                     dv[0] if dv else None, dv[1] if dv else None, dv[2] + dstoff if dv else 0, dep))
+        dl.append(dep)
+    return tuple(dl), tuple(recs)
+
+
+# Per kind code (KIND, then one more entry for NO_KIND): sends, receives, reads its src, writes its dst.
+_SENDS_K, _RECVS_K, _READS_K, _WRITES_K = kind_table()
+
+
+_HUGE = 2**62
+
+
+def compile_columns(lay: Layout, tbs: tuple, gindex: dict[tuple[int, int], int], conns: Connections, err: Errors,
+                    cols: StepColumns) -> ColumnRecords:
+    """:func:`compile_steps` and :func:`check_hasdep` on step columns, without a Python loop per step.
+
+    The fast range test of :func:`compile_threadblock` runs as array operations on every step at once, and the
+    records become arrays (:class:`ColumnRecords`, about 50 bytes a step where a tuple record takes about 190).
+    A threadblock with a step that fails the test, names an unknown type or a missing dependency is compiled by
+    :func:`compile_threadblock` instead, so its error messages are the per-step code's. The depended-on steps
+    without ``hasdep`` are found by arrays too and reported in :func:`check_hasdep`'s order and words."""
+    ntb = len(tbs)
+    start = cols.start
+    lengths = np.diff(start)
+    tb_of = np.repeat(np.arange(ntb), lengths)
+    ranks = np.fromiter((r for r, _ in tbs), np.int64, ntb)
+    rank = ranks[tb_of]
+    known = cols.kind != NO_KIND
+    kind = np.where(known, cols.kind, len(KIND))        # NO_KIND -> the extra False entry of the tables
+    is_send, is_recv = _SENDS_K[kind], _RECVS_K[kind]
+    reads, writes = _READS_K[kind], _WRITES_K[kind]
+    can_send = np.array(conns.send_ok, dtype=bool)[tb_of]
+    can_recv = np.array(conns.recv_ok, dtype=bool)[tb_of]
+    # per rank and buffer code (NO_BUFFER last): the view's physical slots, writers, base and size
+    num_views = len(lay.views)
+    size = np.zeros((num_views, NO_BUFFER + 1), dtype=np.int64)
+    base = np.zeros((num_views, NO_BUFFER + 1), dtype=np.int64)
+    slots: list = []
+    writers: list = []
+    for r, views in enumerate(lay.views):
+        for buf, code in BUFFER_CODE.items():
+            view = views[buf]
+            base[r, code], size[r, code] = view[2], view[3]
+        slots += [views[b][0] for b in BUFFER_CODE] + [None]
+        writers += [views[b][1] for b in BUFFER_CODE] + [None]
+    size, base = size.ravel(), base.ravel()
+    cnt = cols.cnt
+    at_least_one = np.maximum(cnt, 1)   # cnt < 1 fails on its own; no overflow in size - cnt
+    src_key = rank * (NO_BUFFER + 1) + cols.srcbuf
+    dst_key = rank * (NO_BUFFER + 1) + cols.dstbuf
+    src_bad = reads & ((cols.srcbuf == NO_BUFFER) | (cols.srcoff < 0) | (cols.srcoff > size[src_key] - at_least_one))
+    dst_bad = writes & ((cols.dstbuf == NO_BUFFER) | (cols.dstoff < 0) | (cols.dstoff > size[dst_key] - at_least_one))
+    slow = (known & (cols.kind != NOP)
+            & ((cnt < 1) | (is_send & ~can_send) | (is_recv & ~can_recv) | src_bad | dst_bad)) | ~known
+    del src_bad, dst_bad, at_least_one, reads, writes
+    # dependencies: depid names a threadblock of the same rank, deps one of its steps
+    with_dep = np.flatnonzero(cols.depid != -1)
+    keys = zip(rank[with_dep].tolist(), cols.depid[with_dep].tolist())
+    target = np.fromiter(map(gindex.get, keys, repeat(-1)), np.int64, len(with_dep))
+    dep_s = cols.deps[with_dep]
+    found = target >= 0
+    dep_ok = found & (dep_s >= 0) & (dep_s < lengths[np.where(found, target, 0)])
+    slow[with_dep[~dep_ok]] = True
+    for offsets in (cols.srcoff, cols.dstoff):      # base + offset must not wrap around in int64
+        slow |= (offsets >= _HUGE) | (offsets <= -_HUGE)
+    dirty = np.unique(tb_of[slow]).tolist()
+    valid = with_dep[dep_ok]
+    dep_col = np.full(len(cnt), None, dtype=object)
+    dep_col[valid] = np.fromiter(zip(target[dep_ok].tolist(), dep_s[dep_ok].tolist()), object, len(valid))
+    src_known, dst_known = cols.srcbuf != NO_BUFFER, cols.dstbuf != NO_BUFFER
+    records = ColumnRecords(
+        start=start.tolist(), kind=np.where(known, cols.kind, NOP).astype(np.int8), receives=can_recv & is_recv,
+        sends=can_send & is_send, cnt=np.maximum(cnt, 0), src_key=src_key.astype(np.int32),
+        src_offset=np.where(src_known, base[src_key] + cols.srcoff, 0), dst_key=dst_key.astype(np.int32),
+        dst_offset=np.where(dst_known, base[dst_key] + cols.dstoff, 0), dep=dep_col, slots=slots, writers=writers)
+    if dirty:
+        tb_index = _tb_index(num_views, gindex)
+        tb_lengths = lengths.tolist()
+        for g in dirty:
+            records.compiled[g] = compile_threadblock(lay, tbs, g, tb_index, tb_lengths, conns, err, {})
+    _hasdep_errors(tbs, cols, tb_of, valid, start[target[dep_ok]] + dep_s[dep_ok], err)
+    return records
+
+
+class ColumnRecords(StepRecords):
+    """The compiled steps as arrays over all steps (threadblock g's are ``start[g]:start[g + 1]``), turned into
+    :class:`StepRecords`' tuples :data:`WINDOW` steps at a time as the execution reaches them, so that only the
+    windows of threadblocks under way exist as tuples. ``src_key``/``dst_key`` index ``slots``/``writers`` (rank ×
+    4 + buffer code); ``dep`` holds None or (g, s). Threadblocks in ``compiled`` (g -> (deps, records)) were
+    compiled step by step (they had errors) and are served from there."""
+
+    #: Steps turned into tuples at a time.
+    WINDOW = 64
+
+    def __init__(self, start: list[int], kind: np.ndarray, receives: np.ndarray, sends: np.ndarray, cnt: np.ndarray,
+                 src_key: np.ndarray, src_offset: np.ndarray, dst_key: np.ndarray, dst_offset: np.ndarray,
+                 dep: np.ndarray, slots: list, writers: list) -> None:
+        self.start, self.kind, self.receives, self.sends, self.cnt = start, kind, receives, sends, cnt
+        self.src_key, self.src_offset, self.dst_key, self.dst_offset = src_key, src_offset, dst_key, dst_offset
+        self.dep_column, self.slots, self.writers = dep, slots, writers
+        self.compiled: dict[int, tuple[tuple, tuple]] = {}
+
+    def window(self, g: int, p: int) -> tuple[int, tuple]:
+        compiled = self.compiled.get(g)
+        if compiled is not None:
+            return 0, compiled[1]
+        a = self.start[g] + p
+        b = min(self.start[g + 1], a + self.WINDOW)
+        return p, self._tuples(a, b)
+
+    def _tuples(self, a: int, b: int) -> tuple:
+        """The records of flat steps ``a`` to ``b`` - 1."""
+        dst = self.dst_key[a:b].tolist()
+        return tuple(zip(self.kind[a:b].tolist(), self.receives[a:b].tolist(), self.sends[a:b].tolist(),
+                         self.cnt[a:b].tolist(), map(self.slots.__getitem__, self.src_key[a:b].tolist()),
+                         self.src_offset[a:b].tolist(), map(self.slots.__getitem__, dst),
+                         map(self.writers.__getitem__, dst), self.dst_offset[a:b].tolist(),
+                         self.dep_column[a:b].tolist()))
+
+    def dep(self, g: int, p: int) -> tuple[int, int] | None:
+        compiled = self.compiled.get(g)
+        return compiled[0][p] if compiled is not None else self.dep_column[self.start[g] + p]
+
+    @cached_property
+    def deps(self) -> tuple:    # type: ignore[override]
+        return tuple(self.compiled[g][0] if g in self.compiled else
+                     tuple(self.dep_column[self.start[g]:self.start[g + 1]].tolist())
+                     for g in range(len(self.start) - 1))
+
+    @cached_property
+    def records(self) -> tuple:    # type: ignore[override]
+        return tuple(self.compiled[g][1] if g in self.compiled else self._tuples(self.start[g], self.start[g + 1])
+                     for g in range(len(self.start) - 1))
+
+
+def _hasdep_errors(tbs: tuple, cols: StepColumns, tb_of: np.ndarray, dependents: np.ndarray, targets: np.ndarray,
+                   err: Errors) -> None:
+    """:func:`check_hasdep` on columns: ``dependents`` (flat step positions, ascending) depend on ``targets``."""
+    if not len(targets):
+        return
+    depended, first = np.unique(targets, return_index=True)
+    hasdep = map(bool, map(attrgetter("hasdep"), map(cols.steps.__getitem__, depended.tolist())))
+    unsignalled = ~np.fromiter(hasdep, np.bool_, len(depended))
+    if not unsignalled.any():
+        return
+    for at in np.sort(first[unsignalled]).tolist():     # check_hasdep's order: by first dependent
+        dependent, target = int(dependents[at]), int(targets[at])
+        g, tg = int(tb_of[dependent]), int(tb_of[target])
+        r, ttb = tbs[tg]
+        s = target - int(cols.start[tg])
+        err.add(f"rank {r} tb {ttb.id} step {s} ({ttb.steps[s].type}): tb {tbs[g][1].id} step "
+                f"{dependent - int(cols.start[g])} depends on it but it has hasdep=0, so the runtime never "
+                "signals it")
 
 
 def check_hasdep(tbs: tuple, depended: dict[tuple[int, int], tuple[int, int]], err: Errors) -> None:
