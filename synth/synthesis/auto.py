@@ -28,8 +28,12 @@ ring      always; first up to 64 ranks, above that last     -        verified fa
           and only if nothing else produced a program                on dgx1 at 64 MB/1 GB (gap 1.3 %/0.1 %);
                                                                      256-rank torus 1 KB allgather: 41 s
                                                                      through the pipeline, 3.7x greedy
-multir.   bandwidth-bound AG/RS/AR, N <= 256           -        rings at the rank-pair cut rate are
-                                                                     optimal among rings: 8x8 torus 1 GiB
+leafring  bandwidth-bound, every rank behind one leaf       -        two-level rings: (L-1)+(p-1) steps, so
+          switch (leaf_groups); first                                1024-rank leaf-spine 1 GiB allgather
+                                                                     0.990 of the bound in 12 s of CPU
+                                                                     (a ring's N-1 steps of α: 0.84)
+multir.   bandwidth-bound AG/RS/AR, N <= 256; on a          -        rings at the rank-pair cut rate are
+          leaf fabric N <= 128                                       optimal among rings: 8x8 torus 1 GiB
                                                                      AG/AR 0.994 of the bound (ring 0.499),
                                                                      3x3x3 torus 0.996, leaf-spine 8x8
                                                                      0.988, in 3-8 s of CPU
@@ -134,12 +138,13 @@ from synth.synthesis.registry import METHODS, registered
 
 MIN_START_S = 0.5            # a candidate is not started with less than this left of --time-limit
 CLOCK_FACTOR = 20.0          # a candidate with a work limit W stops (not_tried) after CLOCK_FACTOR * W s
-TREE_METHODS = ("multiring", "spantree", "trees", "lp")   # first where the case is bandwidth-bound (expected quality)
+TREE_METHODS = ("leafring", "multiring", "spantree", "trees", "lp")   # first where bandwidth-bound (expected quality)
 BASELINE_MAX_RANKS = 64      # baselines (and ring first) up to this scale
 SPANTREE_MAX_RANKS = 128     # spanning-tree allreduce (switchless): its packing LP takes ~10 s at 128 ranks
 GREEDY_MAX_RANKS = 256       # greedy at every size and collective up to this scale
 EXACT_TREES_SLOW = 128       # trees' exact packing is skipped above this ...
 LARGE_TREES = 256            # ... up to where its fast scale path starts (trees.LARGE_RANKS)
+MULTIRING_LEAF_RANKS = 128   # multiring after leafring on a leaf fabric up to here (_leafring_only)
 CLOSE_ENOUGH = 0.01          # stop once the best program is within 1 % of the lower bound
 SWITCHED_ALLTOALL_RANKS = 512  # bandwidth-bound alltoall behind switches: direct, no greedy, up to here ...
 SWITCHED_ALLTOALL_LP_RANKS = 128  # ... and lp up to here (32 boxes: 0.734 of the bound in 74 s, direct 0.914)
@@ -187,6 +192,25 @@ def _spantree_allreduce(inst: Instance) -> bool:
             and 32 < inst.ranks <= SPANTREE_MAX_RANKS)
 
 
+def _leaf_fabric(inst: Instance) -> bool:
+    """A bandwidth-bound case on a fabric whose ranks sit behind leaf switches
+    (:func:`synth.synthesis.leafring.leaf_groups`): ``leafring`` runs first."""
+    from synth.synthesis.leafring import leaf_groups
+
+    return inst.bandwidth_bound and bool(leaf_groups(inst.topology))
+
+
+def _leafring_only(inst: Instance, above: int) -> bool:
+    """A bandwidth-bound allgather, reducescatter or allreduce of more than ``above`` ranks on a leaf fabric,
+    where leafring is the method: at 256 ranks (leafspine-16x16, 1 GiB) it reaches 0.991-0.996 of the bound
+    in about a second where multiring took 144-152 s for 0.9545, and at 1024 ranks the trees' and the ring's
+    runs cost more than a minute for less (ring 0.84 reducescatter, 0.47 allreduce). Up to 128 ranks
+    multiring still runs after it: on an oversubscribed leaf-spine its rings are better (leafspine-8x16-2to1
+    0.9767 in 71 s, leafring 0.923)."""
+    return (_leaf_fabric(inst) and inst.ranks > above
+            and inst.collective.name in ("allgather", "reducescatter", "allreduce"))
+
+
 def _milp(inst: Instance) -> bool:
     if inst.ranks > 16:
         return False
@@ -203,7 +227,9 @@ def _milp_limit(inst: Instance) -> float:
 RULES: tuple[Rule, ...] = (
     Rule("nvls", _in_network),
     Rule("ring", lambda i: True),
-    Rule("multiring", lambda i: i.bandwidth_bound and i.ranks <= GREEDY_MAX_RANKS),
+    Rule("leafring", _leaf_fabric),
+    Rule("multiring", lambda i: i.bandwidth_bound and i.ranks <= GREEDY_MAX_RANKS
+         and not _leafring_only(i, MULTIRING_LEAF_RANKS)),
     Rule("spantree", lambda i: i.bandwidth_bound and not i.switches and i.ranks <= SPANTREE_MAX_RANKS),
     Rule("direct", lambda i: _small(i) and (i.collective.name == "alltoall" or i.latency_bound)
          or _switched_alltoall(i)),
@@ -213,7 +239,7 @@ RULES: tuple[Rule, ...] = (
     Rule("hierarchical", lambda i: _small(i) and i.boxes >= 2),
     Rule("greedy", lambda i: _greedy(i) and not _switched_alltoall(i)),
     Rule("trees", lambda i: (i.ranks <= 32 or (i.bandwidth_bound and not EXACT_TREES_SLOW < i.ranks <= LARGE_TREES))
-         and not _spantree_allreduce(i)),
+         and not _spantree_allreduce(i) and not _leafring_only(i, LARGE_TREES)),
     Rule("lp", lambda i: i.bandwidth_bound and (
         i.ranks <= 32 and (not i.switches or i.collective.name == "alltoall")
         or i.ranks <= 64 and i.collective.name == "alltoall")
