@@ -113,3 +113,10 @@ def test_auto_runs_leafring_first_on_leaf_fabrics():
     assert small[:2] == ["leafring", "multiring"]
     assert "leafring" not in _plan(gen.torus((8, 8)), "allgather")
     assert "leafring" not in _plan(oversubscribed_leaf_spine(8, 8, 1), "alltoall")
+
+
+def test_same_schedule_every_run():
+    """No solver and no clock: two runs give the same timed transfers."""
+    t = oversubscribed_leaf_spine(4, 8, 2)
+    first = synthesize(t, "allreduce", GiB, "leafring").schedule.transfers
+    assert synthesize(t, "allreduce", GiB, "leafring").schedule.transfers == first
