@@ -2,16 +2,17 @@
 
 A ring through all N ranks pays N-1 sequential steps per link, each with the α of its route, whatever its
 order: on a 1024-rank leaf-spine (1 µs per hop, a rank-to-rank route 2 or 4 hops) that is 2-4 ms of α
-against the 21.5 ms bandwidth term of a 1 GiB allgather, so no ring reaches 0.95 of the bound there. The
-two-dimensional ring algorithm (the rank grid of a 2-D torus; Patarasuk & Yuan, JPDC 2009, apply the same
-per-dimension argument; NCCL's hierarchical rings are the boxed version, ``hierarchical``) moves the same
-bytes in (L-1) + (p-1) steps for L leaves of p ranks:
+against the 21.5 ms bandwidth term of a 1 GiB allgather, so no ring reaches 0.95 of the bound there. Rings
+along the two dimensions of a rank grid (the 2D-torus allreduce of Mikami et al., "Massively Distributed SGD:
+ImageNet/ResNet-50 Training in a Flash", arXiv 1811.05233; the boxed version is ``hierarchical``) move the
+same bytes in (L-1) + (p-1) steps for L leaves of p ranks:
 
 - the ranks are cut into blocks of L consecutive ranks (block j: ranks jL .. jL+L-1, a contiguous piece of
   every buffer, so one block moves as one MSCCL step); in leaf i, block j is held by the rank at position
   (j + i) mod p (``members``), so the L holders of a block sit in different leaves at different positions;
-- allgather: every rank sends its piece to its block's holder in leaf b (b = its index in the block; a
-  "transpose", one piece per rank), the L holders of each block run a ring allgather of its pieces across
+- allgather: every rank sends its piece to one holder of its block (a "transpose", one piece per rank; piece
+  b of block j goes to leaf (b + c_j) mod L, the shift c_j spreading these sends over the uplinks,
+  :func:`slot_leaves`), the L holders of each block run a ring allgather of its pieces across
   the leaves (L-1 steps of one piece), then every leaf runs a ring allgather of its p blocks (p-1 steps of
   L pieces). A rank sends (L-1) + (p-1)·L = N-1 pieces plus the transpose's one: the per-rank bound
   (N-1)/N·SIZE/B plus 1/N. A rank whose own piece is in a block it is passed receives it back with the rest:
@@ -53,7 +54,7 @@ WAVES_MAX_RANKS = 256                # ... up to this many ranks (synthesize's d
 class LazyRoutes(Mapping[tuple[int, int], tuple[int, ...]]):
     """:func:`synth.topology.routes.rank_routes` computed per source on first use: the same paths (the direct
     link, else the switch-only path that ``pick_path`` picks), for the few pairs a two-level ring uses. A
-    1024-rank leaf-spine has about a million rank pairs; routing them all took 18 of 44 s of CPU."""
+    1024-rank leaf-spine has about a million rank pairs; routing them all took 18 of 44 s of profiled CPU."""
 
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
@@ -121,7 +122,7 @@ def members(groups: Sequence[Sequence[int]]) -> list[list[int]]:
     return [[groups[i][(j + i) % p] for i in range(leaves)] for j in range(p)]
 
 
-def slot_leaves(hold: Sequence[Sequence[int]], routes: dict[tuple[int, int], tuple[int, ...]]) -> list[int]:
+def slot_leaves(hold: Sequence[Sequence[int]], routes: Mapping[tuple[int, int], tuple[int, ...]]) -> list[int]:
     """Per block j, the shift ``c_j``: rank-slot jL+b is gathered from / reduced to block j's holder in leaf
     (b + c_j) mod L, a bijection, so every holder ends one slot of its block's ring.
 
@@ -129,9 +130,10 @@ def slot_leaves(hold: Sequence[Sequence[int]], routes: dict[tuple[int, int], tup
     leaves the fewest slots with their own rank (such a holder would start its across-leaf ring at once, on
     the link another rank's transpose into it needs: the simulator then runs the two the other way round
     and the whole schedule one step later, 8x8 allgather 0.967 against 0.982), then whose routes (both ways)
-    raise the most-loaded link least, then the fewest loaded links, then the smallest shift. Under
-    destination-mod-k routing the plain shift 0 sends every copy out of a leaf through one uplink when L is a
-    multiple of the spine count (8x8 leaf-spine reducescatter 0.897 of the bound against 0.982)."""
+    raise the most-loaded link least, then the least growth of the summed squared link loads, then the
+    smallest shift. Under destination-mod-k routing the plain shift 0 sends every copy out of a leaf through
+    one uplink when L is a multiple of the spine count (8x8 leaf-spine reducescatter 0.897 of the bound
+    against 0.982)."""
     leaves = len(hold[0])
     load: dict[tuple[int, int], int] = defaultdict(int)
     shifts = []
