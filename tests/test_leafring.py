@@ -12,7 +12,7 @@ from synth.synthesis import auto
 from synth.synthesis.base import Instance, SynthOptions
 from synth.synthesis.leafring import LazyRoutes, leaf_groups, members, slot_leaves
 from synth.topology import generators as gen
-from synth.topology.families import dgx_a100_boxes, oversubscribed_leaf_spine
+from synth.topology.families import dgx_a100_boxes, fabric_family, oversubscribed_leaf_spine
 from synth.topology.routes import rank_routes
 from synth.verification import verify
 
@@ -59,20 +59,26 @@ def test_lazy_routes_are_rank_routes():
         LazyRoutes(t)[(0, 0)]
 
 
-# measured (1 GiB): 4x4 0.936/0.936/0.999, 4x8 0.938/0.937/0.999, 8x4 0.967/0.967/0.998, 8x8 0.982/0.982/0.998;
-# 2:1 4x8 0.859/0.836/0.910, 8x8 0.872/0.860/0.943 (the across-leaf phase shares each uplink between two holders;
-# the allreduce in two waves overlaps it with the leaf rings)
-@pytest.mark.parametrize("shape, floors", [
-    ((4, 4, 1), (0.92, 0.92, 0.99)),
-    ((4, 8, 1), (0.92, 0.92, 0.99)),
-    ((8, 4, 1), (0.95, 0.95, 0.99)),
-    ((8, 8, 1), (0.97, 0.97, 0.99)),
-    ((4, 8, 2), (0.84, 0.82, 0.89)),
-    ((8, 8, 2), (0.85, 0.84, 0.92)),
-])
-def test_ratio_to_the_bound_on_small_leaf_spines(shape, floors):
+LEAF_SPINES = [spec for spec in fabric_family() if spec.kind == "leafspine"]
+# measured (1 GiB) on the family's leaf-spines (4x4, 4x8, 8x8, 8x16): 1:1 at least 0.936 / 0.936 / 0.997 (8x8 and
+# 8x16 0.981-0.982 / 0.981-0.982 / 0.997-0.998); 2:1 at least 0.749 / 0.713 / 0.907 (4x4; 8x16 0.930 / 0.923 /
+# 0.944): two holders share each uplink in the across-leaf phase, whose share of the bytes is largest on few ranks
+FLOORS = {1: (0.92, 0.92, 0.99), 2: (0.73, 0.70, 0.89)}
+
+
+@pytest.mark.parametrize("spec", LEAF_SPINES, ids=[spec.name for spec in LEAF_SPINES])
+def test_ratio_to_the_bound_on_the_leaf_spine_family(spec):
+    t = spec.build()
+    over = int(spec.name.rsplit("-", 1)[1].removesuffix("to1"))
+    for collective, floor in zip(("allgather", "reducescatter", "allreduce"), FLOORS[over], strict=True):
+        assert _ratio(t, collective) >= floor, (t.name, collective)
+
+
+@pytest.mark.parametrize("shape, floor", [((8, 4, 1), 0.95), ((8, 8, 1), 0.97), ((8, 16, 1), 0.97)])
+def test_ratio_where_the_rings_are_long_enough(shape, floor):
+    """Measured 0.967 / 0.967 / 0.998 (8x4), 0.982 / 0.982 / 0.998 (8x8), 0.981 / 0.981 / 0.997 (8x16)."""
     t = oversubscribed_leaf_spine(*shape)
-    for collective, floor in zip(("allgather", "reducescatter", "allreduce"), floors, strict=True):
+    for collective in ("allgather", "reducescatter", "allreduce"):
         assert _ratio(t, collective) >= floor, (t.name, collective)
 
 
@@ -110,17 +116,17 @@ def test_auto_runs_leafring_first_on_leaf_fabrics():
     assert _plan(oversubscribed_leaf_spine(32, 32, 1), "allgather") == ["leafring", "ring"]
     assert _plan(oversubscribed_leaf_spine(16, 64, 1), "allreduce") == ["leafring", "ring"]
     assert _plan(oversubscribed_leaf_spine(16, 16, 1), "reducescatter") == ["leafring", "greedy", "ring"]
-    small = _plan(oversubscribed_leaf_spine(8, 16, 2), "allgather")   # multiring's rings win 2:1 here
-    assert small[:2] == ["leafring", "multiring"]
+    for shape in ((8, 16, 2), (16, 16, 2)):   # multiring's rings win 2:1 here (0.977 and 0.9545 against 0.93)
+        assert _plan(oversubscribed_leaf_spine(*shape), "allgather")[:2] == ["leafring", "multiring"]
     assert "leafring" not in _plan(gen.torus((8, 8)), "allgather")
     assert "leafring" not in _plan(oversubscribed_leaf_spine(8, 8, 1), "alltoall")
 
 
 def test_oversubscribed_allreduce_offers_two_waves():
-    t = oversubscribed_leaf_spine(16, 16, 2)
+    t = oversubscribed_leaf_spine(8, 8, 2)
     result = synthesize(t, "allreduce", GiB, "leafring")
-    assert result.collective.chunk_factor == 2 * 256 and verify(result.program).ok   # 0.961 against one wave's 0.938
-    assert result.bound_us / result.time_us >= 0.95
+    assert result.collective.chunk_factor == 2 * 64 and verify(result.program).ok   # 0.943 against one wave's 0.897
+    assert result.bound_us / result.time_us >= 0.92
     assert synthesize(oversubscribed_leaf_spine(4, 4, 1), "allreduce", GiB, "leafring").collective.chunk_factor == 16
 
 

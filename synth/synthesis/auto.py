@@ -33,7 +33,7 @@ leafring  bandwidth-bound, every rank behind one leaf       -        two-level r
                                                                      0.990 of the bound in 12 s of CPU
                                                                      (a ring's N-1 steps of α: 0.84)
 multir.   bandwidth-bound AG/RS/AR, N <= 256; on a          -        rings at the rank-pair cut rate are
-          leaf fabric N <= 128                                       optimal among rings: 8x8 torus 1 GiB
+          leaf fabric N <= 128 unless oversubscribed                 optimal among rings: 8x8 torus 1 GiB
                                                                      AG/AR 0.994 of the bound (ring 0.499),
                                                                      3x3x3 torus 0.996, leaf-spine 8x8
                                                                      0.988, in 3-8 s of CPU
@@ -144,7 +144,7 @@ SPANTREE_MAX_RANKS = 128     # spanning-tree allreduce (switchless): its packing
 GREEDY_MAX_RANKS = 256       # greedy at every size and collective up to this scale
 EXACT_TREES_SLOW = 128       # trees' exact packing is skipped above this ...
 LARGE_TREES = 256            # ... up to where its fast scale path starts (trees.LARGE_RANKS)
-MULTIRING_LEAF_RANKS = 128   # multiring after leafring on a leaf fabric up to here (_leafring_only)
+MULTIRING_LEAF_RANKS = 128   # multiring after leafring on a 1:1 leaf fabric up to here (_multiring_on_leaves)
 CLOSE_ENOUGH = 0.01          # stop once the best program is within 1 % of the lower bound
 SWITCHED_ALLTOALL_RANKS = 512  # bandwidth-bound alltoall behind switches: direct, no greedy, up to here ...
 SWITCHED_ALLTOALL_LP_RANKS = 128  # ... and lp up to here (32 boxes: 0.734 of the bound in 74 s, direct 0.914)
@@ -204,11 +204,19 @@ def _leafring_only(inst: Instance, above: int) -> bool:
     """A bandwidth-bound allgather, reducescatter or allreduce of more than ``above`` ranks on a leaf fabric,
     where leafring is the method: at 256 ranks (leafspine-16x16, 1 GiB) it reaches 0.991-0.996 of the bound
     in about a second where multiring took 144-152 s for 0.9545, and at 1024 ranks the trees' and the ring's
-    runs cost more than a minute for less (ring 0.84 reducescatter, 0.47 allreduce). Up to 128 ranks
-    multiring still runs after it: on an oversubscribed leaf-spine its rings are better (leafspine-8x16-2to1
-    0.9767 in 71 s, leafring 0.923)."""
+    runs cost more than a minute for less (ring 0.84 reducescatter, 0.47 allreduce)."""
     return (_leaf_fabric(inst) and inst.ranks > above
             and inst.collective.name in ("allgather", "reducescatter", "allreduce"))
+
+
+def _multiring_on_leaves(inst: Instance) -> bool:
+    """multiring after leafring on a leaf fabric: up to ``MULTIRING_LEAF_RANKS`` ranks, and up to 256 where the
+    leaves' uplinks are oversubscribed, since there its rings beat leafring's across-leaf phase, which two
+    holders share an uplink for (leafspine-8x16-2to1 allgather 0.9767 in 71 s against 0.930;
+    leafspine-16x16-2to1 0.9545 in 15 s against 0.931)."""
+    from synth.synthesis.leafring import leaf_groups, oversubscribed
+
+    return not _leafring_only(inst, MULTIRING_LEAF_RANKS) or oversubscribed(inst.topology, leaf_groups(inst.topology))
 
 
 def _milp(inst: Instance) -> bool:
@@ -228,8 +236,7 @@ RULES: tuple[Rule, ...] = (
     Rule("nvls", _in_network),
     Rule("ring", lambda i: True),
     Rule("leafring", _leaf_fabric),
-    Rule("multiring", lambda i: i.bandwidth_bound and i.ranks <= GREEDY_MAX_RANKS
-         and not _leafring_only(i, MULTIRING_LEAF_RANKS)),
+    Rule("multiring", lambda i: i.bandwidth_bound and i.ranks <= GREEDY_MAX_RANKS and _multiring_on_leaves(i)),
     Rule("spantree", lambda i: i.bandwidth_bound and not i.switches and i.ranks <= SPANTREE_MAX_RANKS),
     Rule("direct", lambda i: _small(i) and (i.collective.name == "alltoall" or i.latency_bound)
          or _switched_alltoall(i)),
