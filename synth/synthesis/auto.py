@@ -33,7 +33,7 @@ leafring  bandwidth-bound, every rank behind one leaf       -        two-level r
                                                                      0.990 of the bound in 12 s of CPU
                                                                      (a ring's N-1 steps of α: 0.84)
 multir.   bandwidth-bound AG/RS/AR, N <= 256; on a          -        rings at the rank-pair cut rate are
-          leaf fabric N <= 128 unless oversubscribed                 optimal among rings: 8x8 torus 1 GiB
+          leaf fabric N <= 128 (AG/RS: 256 if oversubscr.)           optimal among rings: 8x8 torus 1 GiB
                                                                      AG/AR 0.994 of the bound (ring 0.499),
                                                                      3x3x3 torus 0.996, leaf-spine 8x8
                                                                      0.988, in 3-8 s of CPU
@@ -210,13 +210,16 @@ def _leafring_only(inst: Instance, above: int) -> bool:
 
 
 def _multiring_on_leaves(inst: Instance) -> bool:
-    """multiring after leafring on a leaf fabric: up to ``MULTIRING_LEAF_RANKS`` ranks, and up to 256 where the
-    leaves' uplinks are oversubscribed, since there its rings beat leafring's across-leaf phase, which two
-    holders share an uplink for (leafspine-8x16-2to1 allgather 0.9767 in 71 s against 0.930;
-    leafspine-16x16-2to1 0.9545 in 15 s against 0.931)."""
+    """multiring after leafring on a leaf fabric: up to ``MULTIRING_LEAF_RANKS`` ranks, and for allgather and
+    reducescatter up to 256 where the leaves' uplinks are oversubscribed, since there its rings beat leafring's
+    across-leaf phase, which two holders share an uplink for (leafspine-8x16-2to1 allgather 0.9767 in 71 s
+    against 0.930; leafspine-16x16-2to1 allgather and reducescatter 0.9545 in 146 s through auto, leafring
+    0.931 / 0.927). Not allreduce there: leafring's two waves reach 0.961 and multiring's allreduce ran past
+    4 minutes of CPU at 256 ranks without finishing."""
     from synth.synthesis.leafring import leaf_groups, oversubscribed
 
-    return not _leafring_only(inst, MULTIRING_LEAF_RANKS) or oversubscribed(inst.topology, leaf_groups(inst.topology))
+    return not _leafring_only(inst, MULTIRING_LEAF_RANKS) or (
+        inst.collective.name != "allreduce" and oversubscribed(inst.topology, leaf_groups(inst.topology)))
 
 
 def _milp(inst: Instance) -> bool:
