@@ -48,10 +48,11 @@ nccl                                                                 dgx-a100-2n
 hierar.   multi-box, N <= 64                                -        best at 1 KB/1 MB on dgx-a100-2node
 greedy    N <= 256; above: alltoall/gather/scatter or       -        cheap (<0.5 s at 16 ranks, 15 s in all
           latency-bound; not where direct's switched                 at 256); best on mi250 1 KB/1 MB, dgx1
-          alltoall row above holds                                   1 KB; won every >16-rank case the
-                                                                     milp author measured (16 A100 boxes
+          alltoall row above holds, nor bandwidth-bound      1 KB; won every >16-rank case the
+          AG/RS/AR on a leaf fabric above 128 ranks                  milp author measured (16 A100 boxes
                                                                      alltoall 1 GiB: 0.68 of the bound, 70 s;
-                                                                     32 boxes: over 10 minutes)
+                                                                     32 boxes: over 10 minutes); 256-rank
+                                                                     2:1 leaf-spine allgather 0.58 in 128 s
 trees     N <= 32 at any size; bandwidth-bound at          -        best at 64 MB/1 GB on multi-box fabrics
           N <= 128 or N > 256 (its fast scale path),
           not bandwidth-bound switchless allreduce
@@ -204,7 +205,9 @@ def _leafring_only(inst: Instance, above: int) -> bool:
     """A bandwidth-bound allgather, reducescatter or allreduce of more than ``above`` ranks on a leaf fabric,
     where leafring is the method: at 256 ranks (leafspine-16x16, 1 GiB) it reaches 0.991-0.996 of the bound
     in about a second where multiring took 144-152 s for 0.9545, and at 1024 ranks the trees' and the ring's
-    runs cost more than a minute for less (ring 0.84 reducescatter, 0.47 allreduce)."""
+    runs cost more than a minute for less (ring 0.84 reducescatter, 0.47 allreduce). Above 128 ranks greedy is
+    not tried there either: leafspine-16x16-2to1 1 GiB allgather 0.58 of the bound in 128 s of CPU (leafring
+    0.931, multiring 0.9545 in 15 s)."""
     return (_leaf_fabric(inst) and inst.ranks > above
             and inst.collective.name in ("allgather", "reducescatter", "allreduce"))
 
@@ -247,7 +250,7 @@ RULES: tuple[Rule, ...] = (
     Rule("dbt", lambda i: _small(i) and i.latency_bound),
     Rule("nccl", lambda i: _small(i) and i.latency_bound),
     Rule("hierarchical", lambda i: _small(i) and i.boxes >= 2),
-    Rule("greedy", lambda i: _greedy(i) and not _switched_alltoall(i)),
+    Rule("greedy", lambda i: _greedy(i) and not _switched_alltoall(i) and not _leafring_only(i, MULTIRING_LEAF_RANKS)),
     Rule("trees", lambda i: (i.ranks <= 32 or (i.bandwidth_bound and not EXACT_TREES_SLOW < i.ranks <= LARGE_TREES))
          and not _spantree_allreduce(i) and not _leafring_only(i, LARGE_TREES)),
     Rule("lp", lambda i: i.bandwidth_bound and (
