@@ -28,8 +28,12 @@ ring      always; first up to 64 ranks, above that last     -        verified fa
           and only if nothing else produced a program                on dgx1 at 64 MB/1 GB (gap 1.3 %/0.1 %);
                                                                      256-rank torus 1 KB allgather: 41 s
                                                                      through the pipeline, 3.7x greedy
-multir.   bandwidth-bound AG/RS/AR, N <= 256           -        rings at the rank-pair cut rate are
-                                                                     optimal among rings: 8x8 torus 1 GiB
+leafring  bandwidth-bound, every rank behind one leaf       -        two-level rings: (L-1)+(p-1) steps, so
+          switch (leaf_groups); first                                1024-rank leaf-spine 1 GiB allgather
+                                                                     0.990 of the bound in 12 s of CPU
+                                                                     (a ring's N-1 steps of α: 0.84)
+multir.   bandwidth-bound AG/RS/AR, N <= 256; on a          -        rings at the rank-pair cut rate are
+          leaf fabric N <= 128 (AG/RS: 256 if oversubscr.)           optimal among rings: 8x8 torus 1 GiB
                                                                      AG/AR 0.994 of the bound (ring 0.499),
                                                                      3x3x3 torus 0.996, leaf-spine 8x8
                                                                      0.988, in 3-8 s of CPU
@@ -44,10 +48,11 @@ nccl                                                                 dgx-a100-2n
 hierar.   multi-box, N <= 64                                -        best at 1 KB/1 MB on dgx-a100-2node
 greedy    N <= 256; above: alltoall/gather/scatter or       -        cheap (<0.5 s at 16 ranks, 15 s in all
           latency-bound; not where direct's switched                 at 256); best on mi250 1 KB/1 MB, dgx1
-          alltoall row above holds                                   1 KB; won every >16-rank case the
-                                                                     milp author measured (16 A100 boxes
+          alltoall row above holds, nor bandwidth-bound      1 KB; won every >16-rank case the
+          AG/RS/AR on a leaf fabric above 128 ranks                  milp author measured (16 A100 boxes
                                                                      alltoall 1 GiB: 0.68 of the bound, 70 s;
-                                                                     32 boxes: over 10 minutes)
+                                                                     32 boxes: over 10 minutes); 256-rank
+                                                                     2:1 leaf-spine allgather 0.58 in 128 s
 trees     N <= 32 at any size; bandwidth-bound at          -        best at 64 MB/1 GB on multi-box fabrics
           N <= 128 or N > 256 (its fast scale path),
           not bandwidth-bound switchless allreduce
@@ -134,12 +139,13 @@ from synth.synthesis.registry import METHODS, registered
 
 MIN_START_S = 0.5            # a candidate is not started with less than this left of --time-limit
 CLOCK_FACTOR = 20.0          # a candidate with a work limit W stops (not_tried) after CLOCK_FACTOR * W s
-TREE_METHODS = ("multiring", "spantree", "trees", "lp")   # first where the case is bandwidth-bound (expected quality)
+TREE_METHODS = ("leafring", "multiring", "spantree", "trees", "lp")   # first where bandwidth-bound (expected quality)
 BASELINE_MAX_RANKS = 64      # baselines (and ring first) up to this scale
 SPANTREE_MAX_RANKS = 128     # spanning-tree allreduce (switchless): its packing LP takes ~10 s at 128 ranks
 GREEDY_MAX_RANKS = 256       # greedy at every size and collective up to this scale
 EXACT_TREES_SLOW = 128       # trees' exact packing is skipped above this ...
 LARGE_TREES = 256            # ... up to where its fast scale path starts (trees.LARGE_RANKS)
+MULTIRING_LEAF_RANKS = 128   # multiring after leafring on a 1:1 leaf fabric up to here (_multiring_on_leaves)
 CLOSE_ENOUGH = 0.01          # stop once the best program is within 1 % of the lower bound
 SWITCHED_ALLTOALL_RANKS = 512  # bandwidth-bound alltoall behind switches: direct, no greedy, up to here ...
 SWITCHED_ALLTOALL_LP_RANKS = 128  # ... and lp up to here (32 boxes: 0.734 of the bound in 74 s, direct 0.914)
@@ -187,6 +193,38 @@ def _spantree_allreduce(inst: Instance) -> bool:
             and 32 < inst.ranks <= SPANTREE_MAX_RANKS)
 
 
+def _leaf_fabric(inst: Instance) -> bool:
+    """A bandwidth-bound case on a fabric whose ranks sit behind leaf switches
+    (:func:`synth.synthesis.leafring.leaf_groups`): ``leafring`` runs first."""
+    from synth.synthesis.leafring import leaf_groups
+
+    return inst.bandwidth_bound and bool(leaf_groups(inst.topology))
+
+
+def _leafring_only(inst: Instance, above: int) -> bool:
+    """A bandwidth-bound allgather, reducescatter or allreduce of more than ``above`` ranks on a leaf fabric,
+    where leafring is the method: at 256 ranks (leafspine-16x16, 1 GiB) it reaches 0.991-0.996 of the bound
+    in about a second where multiring took 144-152 s for 0.9545, and at 1024 ranks the trees' and the ring's
+    runs cost more than a minute for less (ring 0.84 reducescatter, 0.47 allreduce). Above 128 ranks greedy is
+    not tried there either: leafspine-16x16-2to1 1 GiB allgather 0.58 of the bound in 128 s of CPU (leafring
+    0.931, multiring 0.9545 in 15 s)."""
+    return (_leaf_fabric(inst) and inst.ranks > above
+            and inst.collective.name in ("allgather", "reducescatter", "allreduce"))
+
+
+def _multiring_on_leaves(inst: Instance) -> bool:
+    """multiring after leafring on a leaf fabric: up to ``MULTIRING_LEAF_RANKS`` ranks, and for allgather and
+    reducescatter up to 256 where the leaves' uplinks are oversubscribed, since there its rings beat leafring's
+    across-leaf phase, which two holders share an uplink for (leafspine-8x16-2to1 allgather 0.9767 in 71 s
+    against 0.930; leafspine-16x16-2to1 allgather and reducescatter 0.9545 in 146 s through auto, leafring
+    0.931 / 0.927). Not allreduce there: leafring's two waves reach 0.961 and multiring's allreduce ran past
+    4 minutes of CPU at 256 ranks without finishing."""
+    from synth.synthesis.leafring import leaf_groups, oversubscribed
+
+    return not _leafring_only(inst, MULTIRING_LEAF_RANKS) or (
+        inst.collective.name != "allreduce" and oversubscribed(inst.topology, leaf_groups(inst.topology)))
+
+
 def _milp(inst: Instance) -> bool:
     if inst.ranks > 16:
         return False
@@ -203,7 +241,8 @@ def _milp_limit(inst: Instance) -> float:
 RULES: tuple[Rule, ...] = (
     Rule("nvls", _in_network),
     Rule("ring", lambda i: True),
-    Rule("multiring", lambda i: i.bandwidth_bound and i.ranks <= GREEDY_MAX_RANKS),
+    Rule("leafring", _leaf_fabric),
+    Rule("multiring", lambda i: i.bandwidth_bound and i.ranks <= GREEDY_MAX_RANKS and _multiring_on_leaves(i)),
     Rule("spantree", lambda i: i.bandwidth_bound and not i.switches and i.ranks <= SPANTREE_MAX_RANKS),
     Rule("direct", lambda i: _small(i) and (i.collective.name == "alltoall" or i.latency_bound)
          or _switched_alltoall(i)),
@@ -211,9 +250,9 @@ RULES: tuple[Rule, ...] = (
     Rule("dbt", lambda i: _small(i) and i.latency_bound),
     Rule("nccl", lambda i: _small(i) and i.latency_bound),
     Rule("hierarchical", lambda i: _small(i) and i.boxes >= 2),
-    Rule("greedy", lambda i: _greedy(i) and not _switched_alltoall(i)),
+    Rule("greedy", lambda i: _greedy(i) and not _switched_alltoall(i) and not _leafring_only(i, MULTIRING_LEAF_RANKS)),
     Rule("trees", lambda i: (i.ranks <= 32 or (i.bandwidth_bound and not EXACT_TREES_SLOW < i.ranks <= LARGE_TREES))
-         and not _spantree_allreduce(i)),
+         and not _spantree_allreduce(i) and not _leafring_only(i, LARGE_TREES)),
     Rule("lp", lambda i: i.bandwidth_bound and (
         i.ranks <= 32 and (not i.switches or i.collective.name == "alltoall")
         or i.ranks <= 64 and i.collective.name == "alltoall")

@@ -63,7 +63,7 @@ import heapq
 import math
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from synth.collectives import Collective
@@ -187,17 +187,19 @@ class Plan:
     schedule (lower first, then insertion order); a move's level must not be below its deps'.
 
     ``method`` and ``options``: whose plan it is and its ``--time-limit``; a ``send`` past that limit
-    raises the time-out error (routing every pair of a 256-rank torus takes about a minute).
+    raises the time-out error (routing every pair of a 256-rank torus takes about a minute). ``routes``: the
+    rank routes to plan on, :func:`rank_routes` by default (a method that needs only a few pairs passes a
+    mapping that routes them on demand by the same rule).
     """
 
     def __init__(self, topology: Topology, coll: Collective, size_bytes: float, method: str = "",
-                 options: SynthOptions | None = None):
+                 options: SynthOptions | None = None, routes: Mapping[Pair, tuple[int, ...]] | None = None):
         self.method = method
         self.time_limit = options.time_limit if options is not None else None
         self.deadline = deadline_of(options) if options is not None else None
         self.topology = topology
         self.coll = coll
-        self.routes = rank_routes(topology)
+        self.routes = rank_routes(topology) if routes is None else routes
         self.timer = KeyOrderTimer(topology, self.routes, coll.chunk_bytes(size_bytes))
         self.dests = {c: coll.chunk_destinations(c) for c in coll.schedule_chunks}
         self.load: dict[Pair, int] = defaultdict(int)

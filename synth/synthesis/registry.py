@@ -20,6 +20,7 @@ from synth.synthesis.base import MethodSpec
 _ENTRIES: dict[str, str] = {
     "ring": "synth.synthesis.ring:METHOD",
     "multiring": "synth.synthesis.multiring:METHOD",
+    "leafring": "synth.synthesis.leafring:METHOD",
     "spantree": "synth.synthesis.spantree:METHOD",
     "trees": "synth.synthesis.trees:METHOD",
     "lp": "synth.synthesis.lp:METHOD",
