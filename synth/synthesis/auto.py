@@ -32,6 +32,10 @@ leafring  bandwidth-bound, every rank behind one leaf       -        two-level r
           switch (leaf_groups); first                                1024-rank leaf-spine 1 GiB allgather
                                                                      0.990 of the bound in 12 s of CPU
                                                                      (a ring's N-1 steps of α: 0.84)
+railbl.   bandwidth-bound AG/RS/AR, N > 256, 2 or more      -        one network message per block of a box's
+          boxes (it refuses where they are no crossbars              pieces: 128 DGX A100 boxes 1 GiB allgather
+          on NIC rails)                                              0.948 of the bound (trees 0.908, a message
+                                                                     per piece paying the IB route's α)
 multir.   bandwidth-bound AG/RS/AR, N <= 256; on a          -        rings at the rank-pair cut rate are
           leaf fabric N <= 128 (AG/RS: 256 if oversubscr.)           optimal among rings: 8x8 torus 1 GiB
                                                                      AG/AR 0.994 of the bound (ring 0.499),
@@ -139,7 +143,8 @@ from synth.synthesis.registry import METHODS, registered
 
 MIN_START_S = 0.5            # a candidate is not started with less than this left of --time-limit
 CLOCK_FACTOR = 20.0          # a candidate with a work limit W stops (not_tried) after CLOCK_FACTOR * W s
-TREE_METHODS = ("leafring", "multiring", "spantree", "trees", "lp")   # first where bandwidth-bound (expected quality)
+# first where bandwidth-bound (expected quality)
+TREE_METHODS = ("leafring", "railblocks", "multiring", "spantree", "trees", "lp")
 BASELINE_MAX_RANKS = 64      # baselines (and ring first) up to this scale
 SPANTREE_MAX_RANKS = 128     # spanning-tree allreduce (switchless): its packing LP takes ~10 s at 128 ranks
 GREEDY_MAX_RANKS = 256       # greedy at every size and collective up to this scale
@@ -242,6 +247,8 @@ RULES: tuple[Rule, ...] = (
     Rule("nvls", _in_network),
     Rule("ring", lambda i: True),
     Rule("leafring", _leaf_fabric),
+    Rule("railblocks", lambda i: i.bandwidth_bound and i.ranks > LARGE_TREES and i.boxes >= 2
+         and i.collective.name in ("allgather", "reducescatter", "allreduce")),
     Rule("multiring", lambda i: i.bandwidth_bound and i.ranks <= GREEDY_MAX_RANKS and _multiring_on_leaves(i)),
     Rule("spantree", lambda i: i.bandwidth_bound and not i.switches and i.ranks <= SPANTREE_MAX_RANKS),
     Rule("direct", lambda i: _small(i) and (i.collective.name == "alltoall" or i.latency_bound)

@@ -33,6 +33,7 @@ _ENTRIES: dict[str, str] = {
     "hierarchical": "synth.synthesis.baselines:HIERARCHICAL",
     "nccl": "synth.synthesis.baselines:NCCL",
     "nvls": "synth.synthesis.nvls:METHOD",
+    "railblocks": "synth.synthesis.railblocks:METHOD",
 }
 
 
