@@ -12,8 +12,9 @@ from synth.collectives import COLLECTIVES
 from synth.execution import samples
 from synth.program.ir import Program, Step, Threadblock, collective_of
 from synth.program.msccl_xml import runtime_limit_errors
+from synth.runtime_limits import EXECUTOR, runtime_profile
 from synth.verification import verify
-from synth.verification.columns import step_columns
+from synth.verification.columns import step_columns, suspect_threadblocks
 from synth.verification.conditions import fill_inputs
 from synth.verification.layout import layout
 
@@ -175,7 +176,8 @@ def test_runtime_limit_step_checks_on_columns(name, runtime, msccl):
     if columns is None:
         return
     plain = list(runtime_limit_errors(program, msccl=msccl, runtime=runtime))
-    assert list(runtime_limit_errors(program, msccl=msccl, runtime=runtime, columns=columns)) == plain
+    suspect = suspect_threadblocks(columns, program, msccl, runtime_profile(runtime) if runtime else EXECUTOR)
+    assert list(runtime_limit_errors(program, msccl=msccl, runtime=runtime, suspect=suspect)) == plain
 
 
 def test_limit_checks_on_columns_find_what_the_step_code_finds():
@@ -189,7 +191,7 @@ def test_limit_checks_on_columns_find_what_the_step_code_finds():
     }
     for what, program in cases.items():
         columns = step_columns(tb for gpu in program.gpus for tb in gpu.threadblocks)
-        found = list(runtime_limit_errors(program, columns=columns))
+        found = list(runtime_limit_errors(program, suspect=suspect_threadblocks(columns, program, True, EXECUTOR)))
         assert found and found == list(runtime_limit_errors(program)), what
 
 

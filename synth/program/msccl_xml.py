@@ -337,7 +337,7 @@ _BUFFER_NAMES = {"i": "input", "o": "output", "s": "scratch"}
 
 
 def runtime_limit_errors(program: Program, msccl: bool = True,
-                         runtime: str | RuntimeProfile | None = None, columns=None) -> Iterator[str]:
+                         runtime: str | RuntimeProfile | None = None, suspect=None) -> Iterator[str]:
     """Every reason an MSCCL runtime's XML loader would refuse ``program``, lazily, one line each.
 
     The structural checks (dense threadblock ids, 1 <= nchannels, chan < nchannels, peers, a peer for
@@ -353,13 +353,12 @@ def runtime_limit_errors(program: Program, msccl: bool = True,
     the executor's 1024 threadblocks and 64 steps. Without, the executor's capacities and the checks of
     both runtimes' attributes (historical default, what synth's methods plan within).
 
-    ``columns`` (:class:`synth.verification.columns.StepColumns` of the program's threadblocks in order, as
-    :func:`synth.verification.verify` builds them) lets the step checks skip, by array operations, every
-    threadblock none of whose steps can fail them; the others are checked step by step as without.
+    ``suspect`` (one bool per threadblock in program order, as :func:`synth.verification.columns.suspect_threadblocks`
+    finds them by array operations) lets the step checks skip every threadblock none of whose steps can fail
+    them; the others are checked step by step as without.
     """
     profile = runtime_profile(runtime) if runtime is not None else None
     limits = profile or EXECUTOR
-    suspect = _suspect_threadblocks(columns, program, msccl, limits) if columns is not None else None
     g = -1
     n = program.num_ranks
     switch_problem = switch_steps_problem(program) if msccl else None
@@ -395,40 +394,6 @@ def runtime_limit_errors(program: Program, msccl: bool = True,
                        f" (at most {limits.max_channels} channels; --max-trees)")
             if suspect is None or suspect[g]:
                 yield from _step_errors(tb, where, msccl, limits)
-
-
-def _suspect_threadblocks(columns, program: Program, msccl: bool, limits: RuntimeProfile):
-    """Per threadblock (program order), whether :func:`_step_errors` may find anything in it: a step that sends
-    or receives without the peer, a type that is no step type, a ``nop`` with a dependency (the chain rule is
-    left to the per-step code), and with ``msccl`` too many steps, a depended-on tb id, cnt or an offset over
-    the runtime's limits. A numpy bool array."""
-    import numpy as np
-
-    from synth.verification.columns import NO_KIND, kind_table
-    from synth.verification.common import NOP
-
-    tbs = [tb for gpu in program.gpus for tb in gpu.threadblocks]
-    if len(columns.start) != len(tbs) + 1:
-        raise ValueError("columns do not match the program's threadblocks")
-    tb_of = columns.tb_of
-    kind = columns.kind
-    known = kind != NO_KIND
-    sends, receives, reads, writes = (table[np.where(known, kind, len(table) - 1)] for table in kind_table())
-    no_send = np.array([tb.send < 0 for tb in tbs], dtype=bool)[tb_of]
-    no_recv = np.array([tb.recv < 0 for tb in tbs], dtype=bool)[tb_of]
-    nop = kind == NOP
-    bad = ~known | (sends & no_send) | (receives & no_recv) | (nop & (columns.depid >= 0))
-    if msccl:
-        real = known & ~nop
-        bad |= columns.depid > limits.max_depended_tb
-        bad |= real & ((columns.cnt < 1) | (columns.cnt > limits.max_step_chunks)
-                       | (reads & (columns.srcoff > limits.max_offset))
-                       | (writes & (columns.dstoff > limits.max_offset)))
-    suspect = np.zeros(len(tbs), dtype=bool)
-    suspect[tb_of[bad]] = True
-    if msccl:
-        suspect |= np.diff(columns.start) > limits.max_steps_per_tb
-    return suspect
 
 
 def _algo_errors(program: Program, msccl: bool, profile: RuntimeProfile | None) -> Iterator[str]:

@@ -40,8 +40,9 @@ from synth.collectives import Collective, canonical_name
 from synth.errors import SynthError
 from synth.gcpause import gc_paused
 from synth.program.ir import Program, collective_of
+from synth.runtime_limits import EXECUTOR, runtime_profile
 from synth.topology.model import Topology
-from synth.verification.columns import StepColumns, step_columns
+from synth.verification.columns import StepColumns, step_columns, suspect_threadblocks
 from synth.verification.common import MAX_ERRORS, RACE_CHECK_BUDGET, Errors, merge_errors
 from synth.verification.conditions import (
     expected_values,
@@ -135,8 +136,10 @@ def verify(program: Program, collective: Collective | str | None = None, max_err
     # every step's fields as arrays, once: the step checks of the limits, the input and the structure read them
     # (in a list that run_passes takes them from, so that they are freed once the structure is compiled)
     columns = [step_columns(tb for gpu in program.gpus for tb in gpu.threadblocks)]
-    limits = runtime_limit_errors(program, msccl=msccl_limits or runtime is not None, runtime=runtime,
-                                  columns=columns[0])
+    msccl = msccl_limits or runtime is not None
+    profile = runtime_profile(runtime) if runtime is not None else EXECUTOR
+    suspect = suspect_threadblocks(columns[0], program, msccl, profile) if columns[0] is not None else None
+    limits = runtime_limit_errors(program, msccl=msccl, runtime=runtime, suspect=suspect)
     errors = [f"runtime limit: {e}" for e in islice(limits, max_errors)]
     if errors:
         return VerifyResult(ok=False, collective=coll.name, ranks=program.num_ranks, errors=errors)

@@ -17,7 +17,9 @@ from operator import attrgetter, index
 
 import numpy as np
 
-from synth.verification.common import KIND, TYPE_INFO
+from synth.program.ir import Program
+from synth.runtime_limits import RuntimeProfile
+from synth.verification.common import KIND, NOP, TYPE_INFO
 
 #: Buffer codes of :attr:`StepColumns.srcbuf` / ``dstbuf``; :data:`NO_BUFFER` for any other name.
 BUFFER_CODE = {"i": 0, "o": 1, "s": 2}
@@ -99,3 +101,33 @@ def step_columns(threadblocks: Iterable) -> StepColumns | None:
     low = np.where(triple >= 0, triple, triple + 16 * 16) % 16     # NO_KIND * 16 + ... is negative
     return StepColumns(start=start, kind=kind, srcbuf=(low // 4).astype(np.int8), srcoff=srcoff,
                        dstbuf=(low % 4).astype(np.int8), dstoff=dstoff, cnt=cnt, depid=depid, deps=deps, steps=steps)
+
+
+def suspect_threadblocks(columns: StepColumns, program: Program, msccl: bool, limits: RuntimeProfile) -> np.ndarray:
+    """Per threadblock (program order), whether the runtime-limit step checks
+    (:func:`synth.program.msccl_xml.runtime_limit_errors`) may find anything in it: a step that sends
+    or receives without the peer, a type that is no step type, a ``nop`` with a dependency (the chain rule is
+    left to the per-step code), and with ``msccl`` too many steps, a depended-on tb id, cnt or an offset over
+    the runtime's limits. A numpy bool array."""
+    tbs = [tb for gpu in program.gpus for tb in gpu.threadblocks]
+    if len(columns.start) != len(tbs) + 1:
+        raise ValueError("columns do not match the program's threadblocks")
+    tb_of = columns.tb_of
+    kind = columns.kind
+    known = kind != NO_KIND
+    sends, receives, reads, writes = (table[np.where(known, kind, len(table) - 1)] for table in kind_table())
+    no_send = np.array([tb.send < 0 for tb in tbs], dtype=bool)[tb_of]
+    no_recv = np.array([tb.recv < 0 for tb in tbs], dtype=bool)[tb_of]
+    nop = kind == NOP
+    bad = ~known | (sends & no_send) | (receives & no_recv) | (nop & (columns.depid >= 0))
+    if msccl:
+        real = known & ~nop
+        bad |= columns.depid > limits.max_depended_tb
+        bad |= real & ((columns.cnt < 1) | (columns.cnt > limits.max_step_chunks)
+                       | (reads & (columns.srcoff > limits.max_offset))
+                       | (writes & (columns.dstoff > limits.max_offset)))
+    suspect = np.zeros(len(tbs), dtype=bool)
+    suspect[tb_of[bad]] = True
+    if msccl:
+        suspect |= np.diff(columns.start) > limits.max_steps_per_tb
+    return suspect
