@@ -77,12 +77,10 @@ def _step_row(st: Step) -> list:
 def program_to_dict(program: Program, steps: bool = True) -> dict:
     """The JSON document of ``program``; ``steps`` False leaves every threadblock's ``steps`` out (the streaming
     writer encodes them piece by piece)."""
-    step = _step_row
-
     def tb_dict(tb: Threadblock) -> dict:
         out = {"id": tb.id, "send": tb.send, "recv": tb.recv, "chan": tb.chan}
         if steps:
-            out["steps"] = [step(st) for st in tb.steps]
+            out["steps"] = [_step_row(st) for st in tb.steps]
         return out
 
     doc = {

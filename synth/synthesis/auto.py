@@ -247,8 +247,7 @@ RULES: tuple[Rule, ...] = (
     Rule("nvls", _in_network),
     Rule("ring", lambda i: True),
     Rule("leafring", _leaf_fabric),
-    Rule("railblocks", lambda i: i.bandwidth_bound and i.ranks > LARGE_TREES and i.boxes >= 2
-         and i.collective.name in ("allgather", "reducescatter", "allreduce")),
+    Rule("railblocks", lambda i: i.bandwidth_bound and i.ranks > LARGE_TREES and i.boxes >= 2),
     Rule("multiring", lambda i: i.bandwidth_bound and i.ranks <= GREEDY_MAX_RANKS and _multiring_on_leaves(i)),
     Rule("spantree", lambda i: i.bandwidth_bound and not i.switches and i.ranks <= SPANTREE_MAX_RANKS),
     Rule("direct", lambda i: _small(i) and (i.collective.name == "alltoall" or i.latency_bound)

@@ -286,7 +286,8 @@ class Plan:
                         predicted_time_us=max((t.end for t in transfers), default=0.0), notes=notes or {})
 
 
-def _route_cost(topology: Topology, routes: dict[Pair, tuple[int, ...]], pairs: Iterable[Pair]) -> tuple[float, float]:
+def routes_cost(topology: Topology, routes: Mapping[Pair, tuple[int, ...]],
+                pairs: Iterable[Pair]) -> tuple[float, float]:
     """(smallest bottleneck bw in GB/s, largest summed α in µs) over the routes of ``pairs``."""
     bw, alpha = math.inf, 0.0
     for a, b in pairs:
@@ -488,7 +489,7 @@ def _dbt(inst: Instance) -> Schedule:
     if options.chunks is not None:
         chunks = options.chunks
     else:
-        bw, alpha = _route_cost(topology, routes, [(r, rank_parent[t][r]) for t in range(len(trees))
+        bw, alpha = routes_cost(topology, routes, [(r, rank_parent[t][r]) for t in range(len(trees))
                                                    for r in range(n) if rank_parent[t][r] >= 0])
         hops = 2 * top_h - 1 if name == "allreduce" else max(top_h - 1, 0)
         share = size_bytes / 2
@@ -660,7 +661,7 @@ def _rdh_allreduce_variant(topology: Topology, routes: dict[Pair, tuple[int, ...
         return forced if forced != "auto" else "halving"
     p = 1 << len(bits)
     pairs = [(place[i], place[i ^ b]) for i in range(p) for b in bits]
-    bw, alpha = _route_cost(topology, routes, pairs)
+    bw, alpha = routes_cost(topology, routes, pairs)
     per_byte = 1.0 / (bw * 1e3)
     doubling = len(bits) * (alpha + size_bytes * per_byte)
     halving = 2 * len(bits) * alpha + 2 * (p - 1) / p * size_bytes * per_byte

@@ -248,12 +248,11 @@ def leafring_schedule(topology: Topology, collective: Collective, size_bytes: fl
         for j in range(p):
             for b in range(leaves):
                 rail_ring(p - 1, j, b, True)
-        if name == "reducescatter":
-            for j in range(p):
-                for b in range(leaves):
-                    q, h = j * leaves + b, hold[j][leaf_of_slot(j, b)]
-                    if h != q:
-                        send(p + leaves - 2, h, q, slot_ids(q), False, TRANSPOSE)
+        for j in range(p):
+            for b in range(leaves):
+                q, h = j * leaves + b, hold[j][leaf_of_slot(j, b)]
+                if h != q:
+                    send(p + leaves - 2, h, q, slot_ids(q), False, TRANSPOSE)
     if name == "allgather":
         for j in range(p):
             for b in range(leaves):
@@ -292,8 +291,6 @@ def synthesize(inst: Instance) -> Schedule:
     Up to ``WAVES_MAX_RANKS`` ranks: at 1024 (32x32-2to1) the second schedule took the run from 18 to 58 s of
     CPU and 1.9 to 4.0 GB of peak RSS for 0.957 -> 0.963."""
     topology, collective, options = inst.topology, inst.collective, inst.options
-    if collective.name not in SUPPORTED:
-        raise SynthError(f"leafring does not support {collective.name}")
     groups = leaf_groups(topology)
     if not groups:
         raise SynthError(f"leafring does not apply to {topology.name!r}: its ranks are not behind leaf switches "

@@ -50,7 +50,7 @@ from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.schedule import Schedule
 from synth.synthesis.base import Instance, MethodSpec
-from synth.synthesis.baselines import Plan
+from synth.synthesis.baselines import Plan, routes_cost
 from synth.synthesis.leafring import LazyRoutes
 from synth.topology.model import Topology
 from synth.topology.structure import aligned_boxes
@@ -80,7 +80,10 @@ def rail_boxes(topology: Topology, routes: LazyRoutes) -> Boxes | None:
     for box in boxes:
         for a in box:
             for c in box:
-                if a != c and (path := routes.get((a, c))) is None or (a != c and network.intersection(path)):
+                if a == c:
+                    continue
+                path = routes.get((a, c))
+                if path is None or network.intersection(path):
                     return None
     width = len(boxes[0])
     for g in range(width):
@@ -162,11 +165,10 @@ def _allgather(plan: Plan, boxes: Boxes, runs, pieces, piece, ready: dict[int, l
     k, width = len(boxes), len(boxes[0])
     base = 3 if ready else 0           # an allreduce's allgather ranks after its reduce-scatter
     held: dict[tuple[int, int], list[int]] = {}   # (holder rank, piece rank) -> moves delivering it
-    width = len(boxes[0])
     # each holder gets first the pieces its first rail messages carry (a piece it never sends comes last)
     need = [{j: pos for pos, j in enumerate(dict.fromkeys(j for _, js in messages for j in js))} for messages in runs]
     for box in boxes:
-        for j2, other in sorted(enumerate(box), key=lambda item: item[0]):
+        for j2, other in enumerate(box):
             for j, r in sorted(enumerate(box), key=lambda item: need[j2].get(item[0], width)):
                 if j2 != j:
                     level = base + BOX + need[j2].get(j, width) / (width + 1)
@@ -228,32 +230,21 @@ def _reduce_scatter(plan: Plan, boxes: Boxes, runs, pieces, piece, most: int, ta
 def synthesize(inst: Instance) -> Schedule:
     """:func:`railblocks_schedule` where the fabric has rail boxes; SynthError otherwise."""
     topology, collective, size_bytes, options = inst.topology, inst.collective, inst.size_bytes, inst.options
-    if collective.name not in SUPPORTED:
-        raise SynthError(f"railblocks does not support {collective.name}; it supports {', '.join(sorted(SUPPORTED))}")
     routes = LazyRoutes(topology)
     boxes = rail_boxes(topology, routes)
     if boxes is None:
         raise SynthError(f"railblocks does not apply to {topology.name!r}: it needs equal boxes with switch insides "
                          "whose rank g reaches rank g of every other box (NIC rails)")
-    chunks, most = _message_shape(topology, collective, size_bytes, boxes, routes, options.chunks)
-    extra = options.extra
-    chunks = int(extra.get("rail_chunks", chunks))
-    most = int(extra.get("rail_most", most))
-    tail = int(extra.get("rail_tail", TAIL))
-    return railblocks_schedule(topology, collective, size_bytes, options, boxes, routes, chunks, most, tail)
+    chunks, most = _message_shape(topology, size_bytes, boxes, routes, options.chunks)
+    return railblocks_schedule(topology, collective, size_bytes, options, boxes, routes, chunks, most, TAIL)
 
 
-def _message_shape(topology: Topology, collective: Collective, size_bytes: float, boxes: Boxes, routes: LazyRoutes,
+def _message_shape(topology: Topology, size_bytes: float, boxes: Boxes, routes: LazyRoutes,
                    chunks: int | None) -> tuple[int, int]:
     """(chunks per piece, chunks per rail message): rail messages of about ``α / ALPHA_SHARE`` of bytes time on
     the slowest rail route (α a small share of each), cut from pieces in ``MESSAGE_CHUNKS`` chunks each, so
     forwards inside a box start on part of a message's worth; ``--chunks`` fixes the first."""
-    slowest, alpha = math.inf, 0.0
-    for a, c in zip(boxes[0], boxes[1]):
-        path = routes[(a, c)]
-        links = [topology.link(u, v) for u, v in zip(path, path[1:])]
-        slowest = min(slowest, min(lk.bw for lk in links))
-        alpha = max(alpha, sum(lk.alpha for lk in links))
+    slowest, alpha = routes_cost(topology, routes, zip(boxes[0], boxes[1]))
     message_bytes = slowest * 1e3 * max(alpha, 1e-3) / ALPHA_SHARE
     piece_bytes = size_bytes / topology.num_ranks
     if chunks is None:
