@@ -32,10 +32,12 @@ leafring  bandwidth-bound, every rank behind one leaf       -        two-level r
           switch (leaf_groups); first                                1024-rank leaf-spine 1 GiB allgather
                                                                      0.990 of the bound in 12 s of CPU
                                                                      (a ring's N-1 steps of α: 0.84)
-railbl.   bandwidth-bound AG/RS/AR, N > 256, 2 or more      -        one network message per block of a box's
-          boxes (it refuses where they are no crossbars              pieces: 128 DGX A100 boxes 1 GiB allgather
-          on NIC rails)                                              0.948 of the bound (trees 0.908, a message
-                                                                     per piece paying the IB route's α)
+railbl.   bandwidth-bound AG/RS/AR, 2 or more boxes (it     -        one network message per block of a box's
+          refuses where they are no crossbars on NIC                 pieces: 128 DGX A100 boxes 1 GiB allgather
+          rails)                                                     0.948 of the bound (trees 0.908, a message
+                                                                     per piece paying the IB route's α); own
+                                                                     pieces on few boxes: 8 A100 boxes 0.982
+                                                                     (trees 0.978), 17 boxes 0.978 (0.925)
 multir.   bandwidth-bound AG/RS/AR, N <= 256; on a          -        rings at the rank-pair cut rate are
           leaf fabric N <= 128 (AG/RS: 256 if oversubscr.)           optimal among rings: 8x8 torus 1 GiB
                                                                      AG/AR 0.994 of the bound (ring 0.499),
@@ -247,7 +249,7 @@ RULES: tuple[Rule, ...] = (
     Rule("nvls", _in_network),
     Rule("ring", lambda i: True),
     Rule("leafring", _leaf_fabric),
-    Rule("railblocks", lambda i: i.bandwidth_bound and i.ranks > LARGE_TREES and i.boxes >= 2),
+    Rule("railblocks", lambda i: i.bandwidth_bound and i.boxes >= 2),
     Rule("multiring", lambda i: i.bandwidth_bound and i.ranks <= GREEDY_MAX_RANKS and _multiring_on_leaves(i)),
     Rule("spantree", lambda i: i.bandwidth_bound and not i.switches and i.ranks <= SPANTREE_MAX_RANKS),
     Rule("direct", lambda i: _small(i) and (i.collective.name == "alltoall" or i.latency_bound)

@@ -45,6 +45,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from synth.collectives import Collective
 from synth.errors import SynthError
@@ -60,6 +61,9 @@ BOX, RAIL, FORWARD = 0, 1, 2     # channels (and list-schedule levels) of the th
 ALPHA_SHARE = 0.025              # a rail message's route α is about this share of its bytes' time ...
 MESSAGE_CHUNKS = 8               # ... and it is cut from pieces in about this many chunks
 TAIL = 3                         # a rail's last message halved this many times (short drain)
+OWN_PIECE_ALPHAS = 16            # own-piece shapes only where a piece takes this many rail α or more ...
+OWN_CHUNK_ALPHAS = 4             # ... in chunks of about this many α (and half that) of rail time
+RAMP_MARGIN, RAMP_MOST = 1.2, 0.85   # the ramp's factor: this much above the forward's share ρ, at most this
 
 Boxes = tuple[tuple[int, ...], ...]
 
@@ -111,6 +115,13 @@ def rail_runs(num_boxes: int, width: int) -> list[list[tuple[int, tuple[int, ...
     return runs
 
 
+def own_runs(num_boxes: int, width: int) -> list[list[tuple[int, tuple[int, ...]]]]:
+    """Per rail ``g``: the piece of position ``g`` to every other box, ``d = 1 .. num_boxes − 1``. Like
+    :func:`rail_runs` every NIC carries ``num_boxes − 1`` pieces, but its own rank's: no exchange inside the
+    box before the rails start, one message (or more) per destination box."""
+    return [[(d, (g,)) for d in range(1, num_boxes)] for g in range(width)]
+
+
 def _tailed(parts: list[tuple], tail: int) -> list[tuple]:
     """A rail's parts ``(d, js, first, count)`` with its last part halved ``tail`` times (sizes ..., g/2, g/4,
     ..., as in :func:`synth.synthesis.trees.messages.message_shapes`): the last message a holder forwards
@@ -129,17 +140,50 @@ def _tailed(parts: list[tuple], tail: int) -> list[tuple]:
     return out
 
 
+def _ramped(blocks: list[tuple[int, tuple[int, ...], int]], most: int, keep: float) -> list[tuple]:
+    """A rail's blocks ``(d, js, chunks)`` cut into parts ``(d, js, first, count)`` whose sizes shrink
+    geometrically towards the end of the rail's stream: from the last message (one chunk) backwards each
+    message is ``1 / keep`` times the next, up to ``most``. A holder forwards a message while the next one
+    arrives; where forwarding a message inside the box takes ``ρ`` of its rail time, sizes shrinking by
+    ``keep ≥ ρ`` let the forwards keep up, so the box's drain after the rail's last byte is one chunk's
+    forward, not a whole block's (the shrinking tail of Träff & Ripke, JPDC 2008, spread over the stream). A
+    block's first part is what is left of it (it may be shorter than the next: merging the two was measured
+    slower, 8 A100 boxes 0.956 against 0.982)."""
+    out: list[tuple] = []
+    size = 1.0
+    for d, js, chunks in reversed(blocks):
+        end = chunks
+        while end > 0:
+            count = min(end, max(1, min(most, int(size))))
+            out.append((d, js, end - count, count))
+            end -= count
+            size = min(float(most), max(size + 1, size / keep))
+    return out[::-1]
+
+
+@dataclass(frozen=True)
+class RailShape:
+    """How the rails' messages are cut: ``chunks`` per piece, at most ``most`` chunks per rail message (None: a
+    run's whole block per destination box), each rail's last message halved ``tail`` times (:func:`_tailed`),
+    or with ``ramp`` the whole stream shrinking by that factor towards its end (:func:`_ramped`); ``own``:
+    rail ``g`` carries the pieces of position ``g`` only (:func:`own_runs`), else the blocks of :func:`rail_runs`."""
+    chunks: int = 1
+    most: int | None = None
+    tail: int = 0
+    ramp: float | None = None
+    own: bool = False
+
+
 def railblocks_schedule(topology: Topology, collective: Collective, size_bytes: float, options,
-                        boxes: Boxes, routes: LazyRoutes, chunks: int = 1, most: int | None = None,
-                        tail: int = 0) -> Schedule:
-    """The schedule of the module docstring with ``chunks`` chunks per piece, rail messages of at most ``most``
-    chunks (None: a run's whole block per destination box)."""
+                        boxes: Boxes, routes: LazyRoutes, shape: RailShape = RailShape()) -> Schedule:
+    """The schedule of the module docstring with the rail messages of ``shape``."""
+    chunks, most = shape.chunks, shape.most
     name, n = collective.name, topology.num_ranks
     k, width = len(boxes), len(boxes[0])
     factor = n * chunks if name == "allreduce" else chunks
     coll = Collective(name, n, factor, root=collective.root, inplace=collective.inplace)
     plan = Plan(topology, coll, size_bytes, "railblocks", options, routes=routes)
-    runs = rail_runs(k, width)
+    runs = own_runs(k, width) if shape.own else rail_runs(k, width)
 
     def piece(r: int) -> list[int]:
         """The chunks of rank ``r``'s piece: its contribution (allgather) or the slots it owns."""
@@ -153,29 +197,45 @@ def railblocks_schedule(topology: Topology, collective: Collective, size_bytes: 
     ready: dict[int, list[int]] = {}    # allreduce: rank -> moves that complete its piece's sum
     limit = most or chunks * width * k   # None: a run's whole block per destination box
     if name in ("reducescatter", "allreduce"):
-        ready = _reduce_scatter(plan, boxes, runs, pieces, piece, limit, tail)
+        ready = _reduce_scatter(plan, boxes, runs, pieces, piece, limit, shape)
     if name in ("allgather", "allreduce"):
-        _allgather(plan, boxes, runs, pieces, piece, ready, limit, tail)
+        _allgather(plan, boxes, runs, pieces, piece, ready, limit, shape)
     return plan.schedule("railblocks", size_bytes, {"boxes": k, "box_ranks": width,
-                                                    "rail_messages": max(len(r) for r in runs)})
+                                                    "rail_messages": max(len(r) for r in runs),
+                                                    "own_pieces": shape.own})
 
 
 def _allgather(plan: Plan, boxes: Boxes, runs, pieces, piece, ready: dict[int, list[int]], most: int,
-               tail: int = 0) -> None:
+               shape: RailShape) -> None:
     k, width = len(boxes), len(boxes[0])
     base = 3 if ready else 0           # an allreduce's allgather ranks after its reduce-scatter
     held: dict[tuple[int, int], list[int]] = {}   # (holder rank, piece rank) -> moves delivering it
     # each holder gets first the pieces its first rail messages carry (a piece it never sends comes last)
     need = [{j: pos for pos, j in enumerate(dict.fromkeys(j for _, js in messages for j in js))} for messages in runs]
+    # ... and, among pieces needed alike, rotated (round s: position j to j + s), so a round's senders reach
+    # distinct receivers
     for box in boxes:
         for j2, other in enumerate(box):
-            for j, r in sorted(enumerate(box), key=lambda item: need[j2].get(item[0], width)):
+            for j, r in enumerate(box):
                 if j2 != j:
-                    level = base + BOX + need[j2].get(j, width) / (width + 1)
+                    order = need[j2].get(j, width) * width + (j2 - j) % width
+                    level = base + BOX + order / ((width + 1) * width)
                     held[(other, r)] = plan.send(level, r, other, piece(r), channel=BOX, deps=ready.get(r, ()))
     # key order = time order: step i of every rail and box together (every box runs the same pattern shifted,
     # so a step's senders reach distinct receivers; KeyOrderTimer never lets a later key overtake)
-    for g, d, js, first, count in _steps(runs, pieces, most, tail):
+    forwards: list[tuple[int, int, tuple[int, ...], list[int], list[int]]] = []   # (shift, g, target, part, arrived)
+
+    def flush() -> None:
+        # a step's forwards round by round (shift s: holder g to g + s), so a round's holders reach distinct ranks
+        for shift, g, target, part, arrived in sorted(forwards, key=lambda f: f[:2]):
+            plan.send(base + FORWARD, target[g], target[(g + shift) % width], part, channel=FORWARD, deps=arrived)
+        forwards.clear()
+
+    step_now = 0
+    for step, g, d, js, first, count in _steps(runs, pieces, most, shape.tail, shape.ramp):
+        if step != step_now:
+            flush()
+            step_now = step
         for b, box in enumerate(boxes):
             holder, target = box[g], boxes[(b + d) % k]
             owner = {c: box[j] for j in js for c in piece(box[j])}
@@ -184,51 +244,81 @@ def _allgather(plan: Plan, boxes: Boxes, runs, pieces, piece, ready: dict[int, l
             deps = [m for r in sources if r != holder for m in held[(holder, r)]] + \
                    [m for r in sources if r == holder for m in ready.get(holder, ())]
             arrived = plan.send(base + RAIL, holder, target[g], part, channel=RAIL, deps=deps)
-            for shift in range(1, width):   # rotated: the holders of a box forward to distinct ranks at a time
-                plan.send(base + FORWARD, target[g], target[(g + shift) % width], part, channel=FORWARD, deps=arrived)
+            forwards += [(shift, g, target, part, arrived) for shift in range(1, width)]
+    flush()
 
 
-def _steps(runs, pieces, most: int, tail: int = 0):
-    """(rail g, box offset d, positions js, first, count) of every rail message, step by step: the i-th of every
+def _steps(runs, pieces, most: int, tail: int = 0, ramp: float | None = None, reverse: bool = False):
+    """(step, rail g, box offset d, positions js, first, count) of every rail message, step by step: the i-th of every
     rail before the (i+1)-th of any; a message carries ``count`` chunks of ``pieces(b, js)`` from ``first``
     (``pieces(0, js)`` sizes them; all boxes alike)."""
     per_rail = []
     for messages in runs:
-        parts = [(d, js, i, min(most, len(pieces(0, js)) - i)) for d, js in messages
-                 for i in range(0, len(pieces(0, js)), most)]
-        per_rail.append(_tailed(parts, tail))
+        if ramp is not None:
+            per_rail.append(_ramped([(d, js, len(pieces(0, js))) for d, js in messages], most, ramp))
+        else:
+            parts = [(d, js, i, min(most, len(pieces(0, js)) - i)) for d, js in messages
+                     for i in range(0, len(pieces(0, js)), most)]
+            per_rail.append(_tailed(parts, tail))
+    if reverse:
+        per_rail = [parts[::-1] for parts in per_rail]
     for step in range(max(map(len, per_rail), default=0)):
         for g, parts in enumerate(per_rail):
             if step < len(parts):
-                yield (g, *parts[step])
+                yield (step, g, *parts[step])
 
 
-def _reduce_scatter(plan: Plan, boxes: Boxes, runs, pieces, piece, most: int, tail: int = 0) -> dict[int, list[int]]:
-    """The allgather's moves backwards with sums (module docstring); returns rank -> the moves completing
-    its piece's sum there."""
+def _reduce_scatter(plan: Plan, boxes: Boxes, runs, pieces, piece, most: int,
+                    shape: RailShape) -> dict[int, list[int]]:
+    """The allgather's moves backwards with sums (module docstring), each rail's messages in reverse order (the
+    time mirror: its short messages first, so the first gather inside the box is short); returns rank -> the
+    moves completing its piece's sum there."""
     k, width = len(boxes), len(boxes[0])
-    into_holder: dict[int, list[int]] = defaultdict(list)      # source-side holder -> partial sums received
-    for g, d, js, first, count in _steps(runs, pieces, most, tail):
-        for b, box in enumerate(boxes):
-            target = boxes[(b + d) % k]
-            part = pieces(b, js)[first:first + count]
-            gathered = [m for shift in range(1, width)   # rotated, as the allgather's forwards
-                        for m in plan.send(0, target[(g - shift) % width], target[g], part, reduce=True,
-                                           channel=FORWARD)]
-            into_holder[box[g]] += plan.send(1, target[g], box[g], part, reduce=True, channel=RAIL, deps=gathered)
+    into: dict[tuple[int, int], list[int]] = defaultdict(list)   # (source-side holder, piece rank) -> partial sums
+    step_moves: list[tuple[int, int, tuple[int, ...], tuple[int, ...], list[int], dict[int, int]]] = []
+
+    def flush() -> None:
+        gathered: dict[int, list[int]] = defaultdict(list)
+        # round by round (shift s: holder g gathers from g − s), so a round's senders reach distinct holders
+        for shift in range(1, width):
+            for i, (g, _, _, target, part, _) in enumerate(step_moves):
+                gathered[i] += plan.send(0, target[(g - shift) % width], target[g], part, reduce=True,
+                                         channel=FORWARD)
+        for i, (g, _, box, target, part, owner) in enumerate(step_moves):
+            moved = plan.send(1, target[g], box[g], part, reduce=True, channel=RAIL, deps=gathered[i])
+            for r in sorted({owner[c] for c in part}):
+                into[(box[g], r)] += moved
+        step_moves.clear()
+
+    steps = list(_steps(runs, pieces, most, shape.tail, shape.ramp, reverse=shape.ramp is not None))
     ready: dict[int, list[int]] = defaultdict(list)
-    for box in boxes:
-        for j, r in enumerate(box):
-            for j2, other in enumerate(box):
-                if j2 != j:
-                    ready[r] += plan.send(2, other, r, piece(r), reduce=True, channel=BOX,
-                                          deps=into_holder[other])
-            ready[r] += into_holder[r]
+    step_now = 0
+    for step, g, d, js, first, count in steps:
+        if step != step_now:
+            flush()
+            step_now = step
+        for b, box in enumerate(boxes):
+            part = pieces(b, js)[first:first + count]
+            owner = {c: box[j] for j in js for c in piece(box[j])}
+            step_moves.append((g, b, box, boxes[(b + d) % k], part, owner))
+    flush()
+    # a holder adds the rail sums of r's piece it received first; own pieces round by round (shift s: position
+    # j to j + s, as the gathers), blocks piece by piece (their holders' sums arrive at different times)
+    order = ((j, s) for s in range(1, width) for j in range(width)) if shape.own else \
+        ((j, (j2 - j) % width) for j2 in range(width) for j in range(width) if j != j2)
+    for j, shift in order:
+        for box in boxes:
+            other, r = box[j], box[(j + shift) % width]
+            ready[r] += plan.send(2, other, r, piece(r), reduce=True, channel=BOX, deps=into[(other, r)])
+    for r in range(plan.coll.num_ranks):
+        ready[r] += into[(r, r)]
     return ready
 
 
 def synthesize(inst: Instance) -> Schedule:
-    """:func:`railblocks_schedule` where the fabric has rail boxes; SynthError otherwise."""
+    """:func:`railblocks_schedule` where the fabric has rail boxes (SynthError otherwise): the block shape, and
+    where a piece is long against the rail's α the own-piece shapes (:func:`own_shapes`); the one the
+    list schedule times fastest (its time is the simulator's: the plan fixes every link's order)."""
     topology, collective, size_bytes, options = inst.topology, inst.collective, inst.size_bytes, inst.options
     routes = LazyRoutes(topology)
     boxes = rail_boxes(topology, routes)
@@ -236,7 +326,33 @@ def synthesize(inst: Instance) -> Schedule:
         raise SynthError(f"railblocks does not apply to {topology.name!r}: it needs equal boxes with switch insides "
                          "whose rank g reaches rank g of every other box (NIC rails)")
     chunks, most = _message_shape(topology, size_bytes, boxes, routes, options.chunks)
-    return railblocks_schedule(topology, collective, size_bytes, options, boxes, routes, chunks, most, TAIL)
+    shapes = [RailShape(chunks, most, TAIL), *own_shapes(topology, size_bytes, boxes, routes, options.chunks)]
+    found = [railblocks_schedule(topology, collective, size_bytes, options, boxes, routes, shape) for shape in shapes]
+    return min(found, key=lambda schedule: schedule.predicted_time_us)   # a tie keeps the earlier shape
+
+
+def own_shapes(topology: Topology, size_bytes: float, boxes: Boxes, routes: LazyRoutes,
+               chunks: int | None) -> list[RailShape]:
+    """Own-piece shapes (:func:`own_runs`) whose stream ramps down (:func:`_ramped`), at two chunk counts: a
+    chunk of about ``OWN_CHUNK_ALPHAS`` route α of rail time and twice as many (``--chunks`` fixes it); none
+    where a whole piece takes less than ``OWN_PIECE_ALPHAS`` α on its rail (one message per piece and
+    destination box would pay too much α: the blocks are for many boxes).
+
+    The ramp's factor: forwarding a message to the box's ``G − 1`` other ranks takes ``ρ = (G − 1)·bw_rail /
+    bw_box`` of its rail time, so the messages shrink by ``min(RAMP_MOST, max(1/2, RAMP_MARGIN·ρ))``."""
+    rail_bw, rail_alpha = routes_cost(topology, routes, zip(boxes[0], boxes[1]))
+    box_bw, _ = routes_cost(topology, routes, [(boxes[0][0], boxes[0][1])])
+    piece_us = size_bytes / topology.num_ranks / (rail_bw * 1e3)
+    if piece_us < OWN_PIECE_ALPHAS * max(rail_alpha, 1e-3):
+        return []
+    width = len(boxes[0])
+    keep = min(RAMP_MOST, max(0.5, RAMP_MARGIN * (width - 1) * rail_bw / box_bw))
+    if chunks is not None:
+        counts = [chunks]
+    else:
+        first = 1 << max(0, math.floor(math.log2(max(piece_us / (OWN_CHUNK_ALPHAS * max(rail_alpha, 1e-3)), 1.0))))
+        counts = [first, 2 * first]
+    return [RailShape(c, c, 0, keep, own=True) for c in counts]
 
 
 def _message_shape(topology: Topology, size_bytes: float, boxes: Boxes, routes: LazyRoutes,
