@@ -70,6 +70,8 @@ class Jobs:
     deps: list[tuple[int, ...]]
     key: list[tuple]
     head: list[int] = field(default_factory=list)  # set by the timing: first job of its message
+    # derived once per set of jobs, for the several timings of it (list_schedule): (count, dependents, key ranks)
+    derived: tuple[int, list[list[int]], np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def empty(cls) -> Jobs:
@@ -188,7 +190,8 @@ def list_schedule(jobs: Jobs, topology: Topology, chunk_bytes: float,
         deps_of = [d + (c,) if c >= 0 else d for d, c in zip(jobs.deps, chained)]
         return _fifo_schedule(deps_of, jobs.key, hops, duration, len(topology.links))
     # plain lists, not arrays: the loop reads and writes one element at a time
-    waiting, dependents = _dependents(jobs.deps)
+    dependents, key_rank = _derived(jobs)
+    waiting = [len(d) for d in jobs.deps]
     free = [0.0] * len(topology.links)
     start = [0.0] * n
     end = [0.0] * n
@@ -207,29 +210,42 @@ def list_schedule(jobs: Jobs, topology: Topology, chunk_bytes: float,
         if waiting[i] == 0:
             events.append((0.0, 0, i))
     heapq.heapify(events)
+    heappush, heappop = heapq.heappush, heapq.heappop
+    keys, deps_of, first_link = jobs.key, jobs.deps, [h[0] for h in hops]
+    single = [len(h) == 1 for h in hops]
     while events:
-        t, kind, ident = heapq.heappop(events)
+        t, kind, ident = heappop(events)
         if kind == 0:
-            link = hops[ident][0]
-            heapq.heappush(queues[link], (jobs.key[ident], ident))
+            link = first_link[ident]
+            heappush(queues[link], (keys[ident], ident))
             if coalesce:
                 by_first[(jobs.src[ident], jobs.dst[ident], jobs.route[ident], jobs.msg[ident][0])] = ident
                 woken: set[int] = set()   # other links that got jobs now: each tries to start once
                 while batch and events and events[0][1] == 0 and events[0][0] <= t + 1e-12:
-                    other = heapq.heappop(events)[2]
-                    other_link = hops[other][0]
-                    heapq.heappush(queues[other_link], (jobs.key[other], other))
+                    other = heappop(events)[2]
+                    other_link = first_link[other]
+                    heappush(queues[other_link], (keys[other], other))
                     by_first[(jobs.src[other], jobs.dst[other], jobs.route[other], jobs.msg[other][0])] = other
                     woken.add(other_link)
                 for other_link in woken - {link}:
-                    heapq.heappush(events, (t, 1, other_link))
+                    heappush(events, (t, 1, other_link))
         else:
             link = ident
-        while queues[link] and taken[queues[link][0][1]]:
-            heapq.heappop(queues[link])
-        if free[link] > t + 1e-12 or not queues[link]:
+        queue = queues[link]
+        while queue and taken[queue[0][1]]:
+            heappop(queue)
+        if not queue or free[link] > t + 1e-12:
             continue
-        i, s = _pick(queues[link], hops, free, t, taken)
+        # the queue's head starts now in most cases: _pick searches further only when it must wait
+        i = queue[0][1]
+        if single[i]:
+            s = free[link] if free[link] > t else t
+        else:
+            s = max(t, max(free[hop_link] for hop_link in hops[i]))
+        if s <= t:
+            heappop(queue)
+        else:
+            i, s = _pick(queue, hops, free, t, taken)
         members = [i]
         if coalesce:
             by_first.pop((jobs.src[i], jobs.dst[i], jobs.route[i], jobs.msg[i][0]), None)
@@ -250,24 +266,43 @@ def list_schedule(jobs: Jobs, topology: Topology, chunk_bytes: float,
         else:
             finish = s + duration[i]
         taken[i] = True
-        moved = sum(data_time[m] for m in members) if drain is not None else 0.0
-        for hop_link in hops[i]:
-            free[hop_link] = finish
-            left[hop_link] -= moved
-        heapq.heappush(events, (finish, 1, link))
+        if drain is not None:
+            moved = sum(data_time[m] for m in members)
+            for hop_link in hops[i]:
+                free[hop_link] = finish
+                left[hop_link] -= moved
+        else:
+            for hop_link in hops[i]:
+                free[hop_link] = finish
+        heappush(events, (finish, 1, link))
         for m in members:
-            start[m], end[m] = s, finish
-        for m in members[1:]:
-            jobs.head[m] = i
-        for m in members:
+            start[m] = s
+            end[m] = finish
             for j in dependents[m]:
                 waiting[j] -= 1
                 if waiting[j] == 0:  # ready when the last of its inputs has arrived
-                    heapq.heappush(events, (max(end[d] for d in jobs.deps[j]), 0, j))
+                    deps_j = deps_of[j]
+                    heappush(events, (end[deps_j[0]] if len(deps_j) == 1 else max(end[d] for d in deps_j), 0, j))
+        for m in members[1:]:
+            jobs.head[m] = i
     if any(waiting):
         raise SynthError("internal error: cyclic transfer dependencies")
-    order = sorted(range(n), key=lambda i: (start[i], jobs.key[i]))
-    return order, np.array(start), np.array(end)
+    # by start, then key (the stable rank of every key, computed once per set of jobs)
+    start_array = np.array(start)
+    order = np.lexsort((key_rank, start_array)).tolist()
+    return order, start_array, np.array(end)
+
+
+def _derived(jobs: Jobs) -> tuple[list[list[int]], np.ndarray]:
+    """The jobs waiting for each job, and each job's rank in key order (ties by index), computed once for the
+    several timings of one set of jobs (jobs are only ever appended, so the count tells a stale copy)."""
+    n = len(jobs.deps)
+    if jobs.derived is None or jobs.derived[0] != n:
+        _, dependents = _dependents(jobs.deps)
+        key_rank = np.empty(n, dtype=np.int64)
+        key_rank[sorted(range(n), key=jobs.key.__getitem__)] = np.arange(n)
+        jobs.derived = (n, dependents, key_rank)
+    return jobs.derived[1], jobs.derived[2]
 
 
 def _fifo_schedule(deps: list[tuple[int, ...]], keys: list[tuple], hops: list[list[int]], duration: np.ndarray,
