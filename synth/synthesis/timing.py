@@ -34,6 +34,9 @@ from synth.synthesis.base import MAX_STEP_CHUNKS, MAX_STEPS_PER_TB
 from synth.synthesis.packing import Route
 from synth.topology.model import Topology
 
+# tuple.__new__ skips a named tuple's Python-level __new__ (schedules build millions of Transfers)
+new_tuple = tuple.__new__
+
 
 class TreeShape(Protocol):
     """A rooted tree: ``edges`` (parent, child) with parents before children."""
@@ -648,7 +651,7 @@ def phase_transfers(jobs: Jobs, mirrored: bool, order: list[int], start: np.ndar
         else:
             src, dst, route, red = jobs.src[i], jobs.dst[i], jobs.route[i], False
         for chunk in msg:
-            append(Transfer(s, e, chunk, src, dst, red, route, channel, group))
+            append(new_tuple(Transfer, (s, e, chunk, src, dst, red, route, channel, group)))
     return out
 
 
@@ -691,8 +694,6 @@ class _Move:
     start: float = 0.0
     end: float = 0.0
 
-
-_new_tuple = tuple.__new__
 
 
 class KeyOrderTimer:
@@ -748,7 +749,6 @@ class KeyOrderTimer:
                 free[key] = m.end
             done[i] = True
             if build:
-                # tuple.__new__ skips the named tuple's Python-level __new__ (a 64-rank ring builds ~500k)
-                out += [_new_tuple(Transfer, (m.start, m.end, c, m.src, m.dst, m.reduce, route, m.channel, group))
+                out += [new_tuple(Transfer, (m.start, m.end, c, m.src, m.dst, m.reduce, route, m.channel, group))
                         for c in m.chunks]
         return out

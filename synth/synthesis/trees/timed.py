@@ -16,6 +16,7 @@ from synth.synthesis.timing import (
     level_schedule,
     list_schedule,
     message_groups,
+    new_tuple,
     phase_transfers,
     replayed_makespan,
     replicated_schedule,
@@ -156,10 +157,12 @@ def timed_forward(coll: Collective, plans: list[Forest], topology: Topology, chu
         return makespan, []
     groups = message_groups(jobs, heads)
     out = []
+    starts, ends = start.tolist(), end.tolist()
     for i in order:
-        for chunk in jobs.msg[i]:
-            out.append(Transfer(float(start[i]), float(end[i]), chunk, jobs.src[i], jobs.dst[i], jobs.reduce[i],
-                                jobs.route[i], 0 if jobs.reduce[i] else 1, groups[i]))
+        s, e, src, dst, reduce, route, group = starts[i], ends[i], jobs.src[i], jobs.dst[i], jobs.reduce[i], \
+            jobs.route[i], groups[i]
+        out += [new_tuple(Transfer, (s, e, chunk, src, dst, reduce, route, 0 if reduce else 1, group))
+                for chunk in jobs.msg[i]]
     return makespan, out
 
 
