@@ -19,6 +19,10 @@ programs.md), so a box's pieces can cross the network together:
   rails' senders reach distinct receivers.
 - **Inside the destination box** the rail's receiver forwards each message to the other ranks of its box.
 
+- **Own pieces** (few boxes): rail ``g`` instead carries the piece of position ``g`` itself to every other box
+  (:func:`own_runs`): also ``K − 1`` pieces per NIC, no exchange inside the box before the rails start, but
+  one message per piece and destination box, so only where a piece is long against the route's α.
+
 A reducescatter runs the same moves backwards: the ranks of box ``b + d`` send their contributions to the
 pieces of box ``b`` to the rail holder, which sums them and sends one partial sum per run over its rail; the
 source-side holder adds the partial sums that reached it to its own contribution and sends each piece's sum
@@ -26,18 +30,25 @@ to the piece's rank. An allreduce is that reducescatter followed by the allgathe
 (Patarasuk & Yuan's two phases, each a piece's moves depending on its sum being complete).
 
 Messages: a rail message is cut to about ``α / ALPHA_SHARE`` of bytes time on its route (so α is about 2.5 %
-of it) from pieces in about ``MESSAGE_CHUNKS`` chunks, so a receiver starts forwarding after part of a block,
-and each rail's last message is halved ``TAIL`` times, so the last forwards inside the box are short
-(the shrinking tail of a pipelined broadcast, Träff & Ripke, JPDC 2008). Inside a box the holders forward in a
-rotated order (holder ``g`` to ``g + 1, g + 2, …``), so at a time they reach distinct ranks.
+of it) from pieces in about ``MESSAGE_CHUNKS`` chunks, and towards the end of each rail's stream the messages
+shrink geometrically (:func:`_ramped`) by a factor no smaller than the share ``ρ`` of its rail time that
+forwarding a message inside the box takes, so each forward ends before the next message has arrived and the
+drain after the rail's last byte is one chunk's forward (the shrinking tail of a pipelined broadcast, Träff &
+Ripke, JPDC 2008, spread over the stream). A reduction's rails run the stream backwards (short messages first:
+its first gather inside the box is short). Inside a box the holders forward round by round (round ``s``: holder
+``g`` to ``g + s``), so a round's holders reach distinct ranks, and the plan's list schedule (every link in key
+order) is then the simulator's time of the program.
 
 Time (α-β, docs/cost-model.md): a NIC moves ``(K − 1)`` pieces, so the network term is the bound's box cut,
-plus the route α of its messages, plus the box's own first exchange and last forward. The pipeline simulates
-the program; ``synth bounds`` gives the ratio. 1 GiB on DGX A100 boxes (25 GB/s NICs, IB α 2 µs a hop):
-17 boxes allgather / reducescatter / allreduce 0.925 / 0.921 / 0.936; 64 boxes allgather 0.949 (trees 0.945);
-128 boxes 0.948 / 0.909 / 0.936 (trees 0.908 / 0.908 / 0.908), in 31 / 29 / 60 s of CPU through the pipeline.
-Below about 64 boxes ``trees`` is faster (33 boxes: 0.957 against 0.937). Construction is linear in the
-moves, deterministic, no solver.
+plus the route α of its messages, plus the box's own first exchange and last forward. The method builds the
+block shape and, where they apply, two own-piece shapes, and keeps the fastest plan; the pipeline simulates
+the program and ``synth bounds`` gives the ratio. 1 GiB on DGX A100 boxes (25 GB/s NICs, IB α 2 µs a hop),
+allgather: 3 boxes 0.977, 8 boxes 0.982 (trees 0.978), 17 boxes 0.978, 33 boxes 0.968 (trees 0.957), 64 boxes
+0.952 (trees 0.945), 128 boxes 0.951 / reducescatter 0.937 / allreduce 0.955 (trees 0.908 at 1024 ranks).
+Past ``MAX_DEPENDED_TB`` threadblocks that others depend on per rank (MSCCL numbers them in an int8) the rails'
+order cannot be kept and they race: own pieces are not tried there, and the blocks fall apart at 512 boxes
+(4096 ranks: 64 destination boxes per NIC; 0.48). Construction is linear in the moves, deterministic, no
+solver.
 """
 
 from __future__ import annotations
@@ -49,6 +60,7 @@ from dataclasses import dataclass
 
 from synth.collectives import Collective
 from synth.errors import SynthError
+from synth.runtime_limits import MAX_DEPENDED_TB
 from synth.schedule import Schedule
 from synth.synthesis.base import Instance, MethodSpec
 from synth.synthesis.baselines import Plan, routes_cost
@@ -60,7 +72,6 @@ SUPPORTED = frozenset({"allgather", "reducescatter", "allreduce"})
 BOX, RAIL, FORWARD = 0, 1, 2     # channels (and list-schedule levels) of the three moves
 ALPHA_SHARE = 0.025              # a rail message's route α is about this share of its bytes' time ...
 MESSAGE_CHUNKS = 8               # ... and it is cut from pieces in about this many chunks
-TAIL = 3                         # a rail's last message halved this many times (short drain)
 OWN_PIECE_ALPHAS = 16            # own-piece shapes only where a piece takes this many rail α or more ...
 OWN_CHUNK_ALPHAS = 4             # ... in chunks of about this many α (and half that) of rail time
 RAMP_MARGIN, RAMP_MOST = 1.2, 0.85   # the ramp's factor: this much above the forward's share ρ, at most this
@@ -122,24 +133,6 @@ def own_runs(num_boxes: int, width: int) -> list[list[tuple[int, tuple[int, ...]
     return [[(d, (g,)) for d in range(1, num_boxes)] for g in range(width)]
 
 
-def _tailed(parts: list[tuple], tail: int) -> list[tuple]:
-    """A rail's parts ``(d, js, first, count)`` with its last part halved ``tail`` times (sizes ..., g/2, g/4,
-    ..., as in :func:`synth.synthesis.trees.messages.message_shapes`): the last message a holder forwards
-    inside its box is short, so the drain is."""
-    if not parts or tail <= 0:
-        return parts
-    d, js, first, count = parts[-1]
-    out = parts[:-1]
-    for _ in range(tail):
-        if count < 2:
-            break
-        half = count // 2
-        out.append((d, js, first, half))
-        first, count = first + half, count - half
-    out.append((d, js, first, count))
-    return out
-
-
 def _ramped(blocks: list[tuple[int, tuple[int, ...], int]], most: int, keep: float) -> list[tuple]:
     """A rail's blocks ``(d, js, chunks)`` cut into parts ``(d, js, first, count)`` whose sizes shrink
     geometrically towards the end of the rail's stream: from the last message (one chunk) backwards each
@@ -164,13 +157,12 @@ def _ramped(blocks: list[tuple[int, tuple[int, ...], int]], most: int, keep: flo
 @dataclass(frozen=True)
 class RailShape:
     """How the rails' messages are cut: ``chunks`` per piece, at most ``most`` chunks per rail message (None: a
-    run's whole block per destination box), each rail's last message halved ``tail`` times (:func:`_tailed`),
-    or with ``ramp`` the whole stream shrinking by that factor towards its end (:func:`_ramped`); ``own``:
-    rail ``g`` carries the pieces of position ``g`` only (:func:`own_runs`), else the blocks of :func:`rail_runs`."""
+    run's whole block per destination box), each rail's stream shrinking by ``ramp`` towards its end
+    (:func:`_ramped`); ``own``: rail ``g`` carries the pieces of position ``g`` only (:func:`own_runs`), else the
+    blocks of :func:`rail_runs`."""
     chunks: int = 1
     most: int | None = None
-    tail: int = 0
-    ramp: float | None = None
+    ramp: float = 0.5
     own: bool = False
 
 
@@ -232,7 +224,7 @@ def _allgather(plan: Plan, boxes: Boxes, runs, pieces, piece, ready: dict[int, l
         forwards.clear()
 
     step_now = 0
-    for step, g, d, js, first, count in _steps(runs, pieces, most, shape.tail, shape.ramp):
+    for step, g, d, js, first, count in _steps(runs, pieces, most, shape.ramp):
         if step != step_now:
             flush()
             step_now = step
@@ -248,20 +240,12 @@ def _allgather(plan: Plan, boxes: Boxes, runs, pieces, piece, ready: dict[int, l
     flush()
 
 
-def _steps(runs, pieces, most: int, tail: int = 0, ramp: float | None = None, reverse: bool = False):
+def _steps(runs, pieces, most: int, ramp: float, reverse: bool = False):
     """(step, rail g, box offset d, positions js, first, count) of every rail message, step by step: the i-th of every
     rail before the (i+1)-th of any; a message carries ``count`` chunks of ``pieces(b, js)`` from ``first``
-    (``pieces(0, js)`` sizes them; all boxes alike)."""
-    per_rail = []
-    for messages in runs:
-        if ramp is not None:
-            per_rail.append(_ramped([(d, js, len(pieces(0, js))) for d, js in messages], most, ramp))
-        else:
-            parts = [(d, js, i, min(most, len(pieces(0, js)) - i)) for d, js in messages
-                     for i in range(0, len(pieces(0, js)), most)]
-            per_rail.append(_tailed(parts, tail))
-    if reverse:
-        per_rail = [parts[::-1] for parts in per_rail]
+    (``pieces(0, js)`` sizes them; all boxes alike); ``reverse``: each rail's stream backwards."""
+    per_rail = [_ramped([(d, js, len(pieces(0, js))) for d, js in messages], most, ramp)[::-1 if reverse else 1]
+                for messages in runs]
     for step in range(max(map(len, per_rail), default=0)):
         for g, parts in enumerate(per_rail):
             if step < len(parts):
@@ -290,7 +274,7 @@ def _reduce_scatter(plan: Plan, boxes: Boxes, runs, pieces, piece, most: int,
                 into[(box[g], r)] += moved
         step_moves.clear()
 
-    steps = list(_steps(runs, pieces, most, shape.tail, shape.ramp, reverse=shape.ramp is not None))
+    steps = list(_steps(runs, pieces, most, shape.ramp, reverse=True))
     ready: dict[int, list[int]] = defaultdict(list)
     step_now = 0
     for step, g, d, js, first, count in steps:
@@ -326,33 +310,41 @@ def synthesize(inst: Instance) -> Schedule:
         raise SynthError(f"railblocks does not apply to {topology.name!r}: it needs equal boxes with switch insides "
                          "whose rank g reaches rank g of every other box (NIC rails)")
     chunks, most = _message_shape(topology, size_bytes, boxes, routes, options.chunks)
-    shapes = [RailShape(chunks, most, TAIL), *own_shapes(topology, size_bytes, boxes, routes, options.chunks)]
+    keep = ramp_keep(topology, boxes, routes)
+    shapes = [RailShape(chunks, most, keep), *own_shapes(topology, size_bytes, boxes, routes, options.chunks, keep)]
     found = [railblocks_schedule(topology, collective, size_bytes, options, boxes, routes, shape) for shape in shapes]
     return min(found, key=lambda schedule: schedule.predicted_time_us)   # a tie keeps the earlier shape
 
 
-def own_shapes(topology: Topology, size_bytes: float, boxes: Boxes, routes: LazyRoutes,
-               chunks: int | None) -> list[RailShape]:
-    """Own-piece shapes (:func:`own_runs`) whose stream ramps down (:func:`_ramped`), at two chunk counts: a
-    chunk of about ``OWN_CHUNK_ALPHAS`` route α of rail time and twice as many (``--chunks`` fixes it); none
-    where a whole piece takes less than ``OWN_PIECE_ALPHAS`` α on its rail (one message per piece and
-    destination box would pay too much α: the blocks are for many boxes).
-
-    The ramp's factor: forwarding a message to the box's ``G − 1`` other ranks takes ``ρ = (G − 1)·bw_rail /
-    bw_box`` of its rail time, so the messages shrink by ``min(RAMP_MOST, max(1/2, RAMP_MARGIN·ρ))``."""
-    rail_bw, rail_alpha = routes_cost(topology, routes, zip(boxes[0], boxes[1]))
+def ramp_keep(topology: Topology, boxes: Boxes, routes: LazyRoutes) -> float:
+    """The factor by which a rail's messages shrink towards its stream's end (:func:`_ramped`): forwarding a
+    message to the box's ``G − 1`` other ranks takes ``ρ = (G − 1)·bw_rail / bw_box`` of its rail time, so
+    ``min(RAMP_MOST, max(1/2, RAMP_MARGIN·ρ))``."""
+    rail_bw, _ = routes_cost(topology, routes, zip(boxes[0], boxes[1]))
     box_bw, _ = routes_cost(topology, routes, [(boxes[0][0], boxes[0][1])])
+    return min(RAMP_MOST, max(0.5, RAMP_MARGIN * (len(boxes[0]) - 1) * rail_bw / box_bw))
+
+
+def own_shapes(topology: Topology, size_bytes: float, boxes: Boxes, routes: LazyRoutes,
+               chunks: int | None, keep: float) -> list[RailShape]:
+    """Own-piece shapes (:func:`own_runs`) whose stream ramps down by ``keep`` (:func:`_ramped`), at two chunk
+    counts: a chunk of about ``OWN_CHUNK_ALPHAS`` route α of rail time and twice as many (``--chunks`` fixes
+    it); none where a whole piece takes less than ``OWN_PIECE_ALPHAS`` α on its rail (one message per piece
+    and destination box would pay too much α: the blocks are for many boxes), nor where a rank's rail
+    threadblocks could not all be ordered (``2·(K − 1) + G > MAX_DEPENDED_TB``)."""
+    rail_bw, rail_alpha = routes_cost(topology, routes, zip(boxes[0], boxes[1]))
     piece_us = size_bytes / topology.num_ranks / (rail_bw * 1e3)
-    if piece_us < OWN_PIECE_ALPHAS * max(rail_alpha, 1e-3):
+    # a rank's rail sends (one threadblock per destination box) are kept in the plan's order by dependencies
+    # between their threadblocks, and so are its forwards of what its rail receives: MSCCL numbers at most
+    # MAX_DEPENDED_TB threadblocks that others depend on, and past it the rails race (64 boxes: 0.57)
+    if piece_us < OWN_PIECE_ALPHAS * max(rail_alpha, 1e-3) or 2 * (len(boxes) - 1) + len(boxes[0]) > MAX_DEPENDED_TB:
         return []
-    width = len(boxes[0])
-    keep = min(RAMP_MOST, max(0.5, RAMP_MARGIN * (width - 1) * rail_bw / box_bw))
     if chunks is not None:
         counts = [chunks]
     else:
         first = 1 << max(0, math.floor(math.log2(max(piece_us / (OWN_CHUNK_ALPHAS * max(rail_alpha, 1e-3)), 1.0))))
         counts = [first, 2 * first]
-    return [RailShape(c, c, 0, keep, own=True) for c in counts]
+    return [RailShape(c, c, keep, own=True) for c in counts]
 
 
 def _message_shape(topology: Topology, size_bytes: float, boxes: Boxes, routes: LazyRoutes,
