@@ -380,6 +380,7 @@ def _accumulator_placement(coll: Collective, layout: Layout, tr: _Transfers, arr
     dest = coll.destination_slot(ranks, chunks)
     ob, oo = layout.output(ranks, np.maximum(dest, 0))
     in_out = has_acc & (dest >= 0) & ~early_copy
+    in_out &= ~_split_accumulators(tr, red, pair, in_out)
     acc_code = np.where(in_out, ob, np.where(has_acc, S_BUF, -1))
     acc_off = np.where(in_out, oo, -1)
     # receives: reducing ones write the accumulator, copies the output slot (scratch on a relay)
@@ -448,6 +449,34 @@ def _seeded(tr: _Transfers, red: np.ndarray, first: np.ndarray, ready: np.ndarra
         if not add.any():
             return seeded
         seeded |= add
+
+
+def _split_accumulators(tr: _Transfers, red: np.ndarray, pair: np.ndarray, in_out: np.ndarray) -> np.ndarray:
+    """(rank, chunk) pairs to accumulate in scratch rather than in their output slot: the receiving rank's own
+    chunks where a group of reducing receives (one step in the schedule, one α) also carries chunks it only
+    relays, whose accumulators are in scratch; one buffer keeps the group one step (a rail that carries partial
+    sums of its holder's own piece beside others' pieces). The own chunks' final value reaches the output slot
+    by ``cpy`` from scratch, as a relay's does. Repeated until no group mixes."""
+    moved = np.zeros(len(in_out), dtype=bool)
+    grouped = red[tr.group[red] >= 0]
+    if len(grouped) == 0:
+        return moved
+    order = np.lexsort((tr.group[grouped], tr.channel[grouped], tr.dst[grouped], tr.src[grouped]))
+    grouped = grouped[order]
+    starts = (_group_starts(tr.src[grouped]) | _group_starts(tr.dst[grouped])
+              | _group_starts(tr.channel[grouped]) | _group_starts(tr.group[grouped]))
+    gid = np.cumsum(starts) - 1
+    ng = int(gid[-1]) + 1
+    while True:
+        out = in_out[pair[grouped]] & ~moved[pair[grouped]]
+        some = np.bincount(gid, weights=out, minlength=ng) > 0
+        all_ = np.bincount(gid, weights=~out, minlength=ng) == 0
+        add = np.zeros(len(in_out), dtype=bool)
+        add[pair[grouped[(some & ~all_)[gid] & out]]] = True
+        add &= ~moved
+        if not add.any():
+            return moved
+        moved |= add
 
 
 def _local_copies(coll: Collective, layout: Layout, tr: _Transfers, acc=None):

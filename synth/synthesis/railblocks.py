@@ -286,11 +286,9 @@ def _reduce_scatter(plan: Plan, boxes: Boxes, runs, pieces, piece, most: int,
             owner = {c: box[j] for j in js for c in piece(box[j])}
             step_moves.append((g, b, box, boxes[(b + d) % k], part, owner))
     flush()
-    # a holder adds the rail sums of r's piece it received first; own pieces round by round (shift s: position
-    # j to j + s, as the gathers), blocks piece by piece (their holders' sums arrive at different times)
-    order = ((j, s) for s in range(1, width) for j in range(width)) if shape.own else \
-        ((j, (j2 - j) % width) for j2 in range(width) for j in range(width) if j != j2)
-    for j, shift in order:
+    # a holder adds the rail sums of r's piece it received first; round by round (shift s: position j to j + s,
+    # as the gathers)
+    for j, shift in ((j, s) for s in range(1, width) for j in range(width)):
         for box in boxes:
             other, r = box[j], box[(j + shift) % width]
             ready[r] += plan.send(2, other, r, piece(r), reduce=True, channel=BOX, deps=into[(other, r)])
