@@ -204,6 +204,81 @@ def allgather_cut(topology: Topology, *, use_symmetry: bool | None = None) -> Cu
                      flows, len(reps))
 
 
+def circuit_box_cut(topology: Topology) -> tuple[float, str]:
+    """``max over S of |S ∩ R| / Σ_{e leaving S} c_S(e)`` over the box cuts below, with each cut link's
+    capacity what a transfer *from inside S* can move on it: ``c_S(e) = min(b_e, W_S(tail e), W(head e))``,
+    ``W_S(x)`` the widest bottleneck of a path from a rank of S to ``x`` and ``W(y)`` from ``y`` to any rank.
+    Allgather then needs ``T ≥ (SIZE/N) · ratio`` (reducescatter: the same on the reversed fabric). Returns
+    (ratio, the cut's description), ``(0.0, "")`` where no box cut applies.
+
+    Proof (circuits of docs/cost-model.md: a transfer moves at its route's smallest bandwidth and holds every
+    link of its route for its whole duration; one transfer at a time per link direction). Let S hold a rank and
+    miss one. Every piece of a rank in S must reach a rank outside S, so some transfer carries it out of S a
+    first time; before that the piece is only on ranks of S, so that transfer starts at a rank of S, and its
+    route leaves S on some link e. Its rate is at most its route's bottleneck, at most ``c_S(e)``, so it holds
+    e for at least ``bytes / c_S(e)``. Transfers on e run one at a time, so in time T link e carries at most
+    ``T · c_S(e)`` bytes of such first crossings, and ``T · Σ_e c_S(e) ≥ |S ∩ R| · SIZE/N``. With
+    ``c_S(e) = b_e`` this is ForestColl's cut bound (:func:`allgather_cut`); :meth:`Topology.circuit_capacities`
+    caps every link by the widest path from *any* rank, which a slower part of the fabric cannot use: 16 GB/s
+    MI250 NICs feeding 50 GB/s H100 NICs hold them at 16 GB/s, so the H100 box takes the MI250 box's pieces at
+    most at ``8 × 16`` GB/s, not ``8 × 50``. Paths may pass ranks (a foreign program's route may), so W is
+    never below a route's true bottleneck.
+
+    Cuts tried (any S gives a valid bound): for every box B (:func:`synth.topology.structure.boxes_of`), P(B) =
+    its ranks and the switches adjacent to ranks of B only (its NVSwitch, its NICs), and ``V ∖ P(B)``. Not on
+    fabrics with in-network switches (a switch there starts transfers too)."""
+    if topology.in_network_switches:
+        return 0.0, ""
+    boxes = boxes_of(topology)
+    if len(boxes) < 2:
+        return 0.0, ""
+    n, nodes = topology.num_ranks, topology.num_nodes
+    ranks_of: list[set[int]] = [set() for _ in range(nodes)]
+    for link in topology.links:
+        for a, b in ((link.src, link.dst), (link.dst, link.src)):
+            if topology.is_switch(a) and b < n:
+                ranks_of[a].add(b)
+    out_width = _widest(topology, range(n), incoming=False)
+    best, where = 0.0, ""
+    for box in boxes:
+        members = set(box)
+        private = {x for x in range(n, nodes) if ranks_of[x] and ranks_of[x] <= members}
+        inside = members | private
+        for mask, label in ((inside, "box"), (set(range(nodes)) - inside, "all but box")):
+            width = _widest(topology, [r for r in range(n) if r in mask], incoming=True)
+            capacity = sum(min(link.bw, width[link.src], out_width[link.dst]) for link in topology.links
+                           if link.src in mask and link.dst not in mask)
+            counted = sum(1 for r in range(n) if r in mask)
+            if capacity > 0 and 0 < counted < n and counted / capacity > best:
+                best, where = counted / capacity, f"{label} {box[0]}..{box[-1]} (circuit capacities from inside)"
+    return best, where
+
+
+def _widest(topology: Topology, sources, incoming: bool) -> list[float]:
+    """Per node, the largest bottleneck of a path from any of ``sources`` to it (``incoming``), or from it to any
+    of them; ``inf`` at the sources. Max-min Dijkstra (paths may pass ranks)."""
+    import heapq
+
+    width = [0.0] * topology.num_nodes
+    heap = []
+    for v in sources:
+        width[v] = math.inf
+        heap.append((-math.inf, v))
+    done = [False] * topology.num_nodes
+    while heap:
+        negative, u = heapq.heappop(heap)
+        if done[u]:
+            continue
+        done[u] = True
+        for link in (topology.out_links[u] if incoming else topology.in_links[u]):
+            v = link.dst if incoming else link.src
+            cand = min(-negative, link.bw)
+            if cand > width[v]:
+                width[v] = cand
+                heapq.heappush(heap, (-cand, v))
+    return width
+
+
 def _allgather_start(topology: Topology, ints: np.ndarray) -> tuple[int, int, np.ndarray]:
     """The best of the obvious cuts V∖{v} (the per-rank bound), {u}, machines and their complements."""
     n, nodes = topology.num_ranks, topology.num_nodes
@@ -539,8 +614,8 @@ def allreduce_bandwidth_us(topology: Topology, size_bytes: float) -> tuple[float
     ranks_out = float(bw[src < n].sum())
     ranks_in = float(bw[dst < n].sum())
     parts = {
-        "reducescatter_cut_us": _us(m * rs.ratio * 1.0, 1.0),
-        "allgather_cut_us": _us(m * ag.ratio, 1.0),
+        "reducescatter_cut_us": _us(m * max(rs.ratio, circuit_box_cut(topology.reversed())[0]), 1.0),
+        "allgather_cut_us": _us(m * max(ag.ratio, circuit_box_cut(topology)[0]), 1.0),
         "pair_cut_us": _us(size_bytes, lam),
     }
     if not topology.in_network_switches:   # gossip calls: void where a switch combines or copies
@@ -765,9 +840,15 @@ def compute_bounds(topology: Topology, collective: Collective | str, size_bytes:
         topo = topology if name == "allgather" else topology.reversed()
         res = allgather_cut(topo)
         bw_us = _us(m * res.ratio, 1.0)
+        circuit_ratio, circuit_cut = circuit_box_cut(topo)
         b_in = np.bincount(topo.arrays[1], weights=topo.arrays[2], minlength=topo.num_nodes)[:n]
+        if circuit_ratio > res.ratio:
+            bw_us = _us(m * circuit_ratio, 1.0)
+            details.update(circuit_cut=circuit_cut, forestcoll_cut_us=_us(m * res.ratio, 1.0))
         details.update(
-            bandwidth_method="allgather cut (ForestColl)" + (" on reversed graph" if name == "reducescatter" else ""),
+            bandwidth_method=("allgather cut (ForestColl)" if circuit_ratio <= res.ratio else
+                              "allgather cut with circuit capacities from inside the cut")
+            + (" on reversed graph" if name == "reducescatter" else ""),
             cut=describe_cut_set(topo, res.cut), cut_ranks=res.ranks_counted, cut_bw_GBps=res.cut_bw,
             per_rank_bound_us=_us((n - 1) * m, float(b_in.min())), per_rank_rank=int(np.argmin(b_in)),
             maxflows=res.flows, ranks_tested=res.orbits,
