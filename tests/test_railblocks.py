@@ -130,3 +130,12 @@ def test_auto_tries_railblocks_on_few_boxes_and_the_hint_changes_nothing():
     first = synthesize(hinted, "allgather", GiB, "railblocks")
     second = synthesize(bare, "allgather", GiB, "railblocks")
     assert first.time_us == second.time_us
+
+
+def test_auto_leaves_trees_out_above_256_ranks_on_rail_boxes():
+    # 33 DGX A100 boxes (264 ranks): railblocks 0.968 where trees' scale path sends a message per piece
+    t = dgx_a100_boxes(33)
+    methods = [c.method for c in plan(instance(t, "allgather", GiB))]
+    assert "railblocks" in methods and "trees" not in methods
+    torus = gen.torus((16, 17))   # no boxes: trees stays
+    assert "trees" in [c.method for c in plan(instance(torus, "allgather", GiB))]

@@ -62,7 +62,8 @@ greedy    N <= 256; above: alltoall/gather/scatter or       -        cheap (<0.5
 trees     N <= 32 at any size; bandwidth-bound at          -        best at 64 MB/1 GB on multi-box fabrics
           N <= 128 or N > 256 (its fast scale path),
           not bandwidth-bound switchless allreduce
-          at 33-128 ranks (spantree's)                               (dgx-a100-2node 1 GB 10.1 % vs ring
+          at 33-128 ranks (spantree's), nor AG/RS/AR             (dgx-a100-2node 1 GB 10.1 % vs ring
+          above 256 ranks on rail boxes (railblocks')
                                                                      54.5 %; dgx-a100-4node 1 GiB 1.05x
                                                                      bound vs greedy 3.5x) and at 1 KB/1 MB
                                                                      on ndv2-2node. The exact packing
@@ -239,6 +240,17 @@ def _milp(inst: Instance) -> bool:
         inst.latency_bound and inst.collective.name in ("allgather", "reducescatter", "allreduce"))
 
 
+def _railblocks_only(inst: Instance) -> bool:
+    """Above ``LARGE_TREES`` ranks on boxes joined by NIC rails railblocks is the method: trees' scale path sends
+    a network message per piece (128 DGX A100 boxes, 1 GiB: trees 0.908 against railblocks 0.951 / 0.958 / 0.955)
+    and running it too took auto's allreduce to 219 s of CPU and 6 GB."""
+    if not (inst.bandwidth_bound and inst.ranks > LARGE_TREES and inst.boxes >= 2
+            and inst.collective.name in ("allgather", "reducescatter", "allreduce")):
+        return False
+    from synth.synthesis.railblocks import has_rail_boxes
+    return has_rail_boxes(inst.topology)
+
+
 def _milp_limit(inst: Instance) -> float:
     return 5.0 if inst.switches and inst.ranks > 8 else 30.0
 
@@ -260,7 +272,7 @@ RULES: tuple[Rule, ...] = (
     Rule("hierarchical", lambda i: _small(i) and i.boxes >= 2),
     Rule("greedy", lambda i: _greedy(i) and not _switched_alltoall(i) and not _leafring_only(i, MULTIRING_LEAF_RANKS)),
     Rule("trees", lambda i: (i.ranks <= 32 or (i.bandwidth_bound and not EXACT_TREES_SLOW < i.ranks <= LARGE_TREES))
-         and not _spantree_allreduce(i) and not _leafring_only(i, LARGE_TREES)),
+         and not _spantree_allreduce(i) and not _leafring_only(i, LARGE_TREES) and not _railblocks_only(i)),
     Rule("lp", lambda i: i.bandwidth_bound and (
         i.ranks <= 32 and (not i.switches or i.collective.name == "alltoall")
         or i.ranks <= 64 and i.collective.name == "alltoall")

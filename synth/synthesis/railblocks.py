@@ -53,6 +53,7 @@ solver.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -107,6 +108,12 @@ def rail_boxes(topology: Topology, routes: LazyRoutes) -> Boxes | None:
                 if a is not c and (a[g], c[g]) not in routes:
                     return None
     return boxes
+
+
+@functools.lru_cache(maxsize=8)
+def has_rail_boxes(topology: Topology) -> bool:
+    """Whether railblocks applies to ``topology`` (:func:`rail_boxes`); auto asks before planning."""
+    return rail_boxes(topology, LazyRoutes(topology)) is not None
 
 
 def rail_runs(num_boxes: int, width: int) -> list[list[tuple[int, tuple[int, ...]]]]:
