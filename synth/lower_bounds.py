@@ -49,7 +49,7 @@ from synth.flows import (
     rank_orbits,
 )
 from synth.limits import check_rank_count
-from synth.topology.model import Topology
+from synth.topology.model import Topology, widest_paths
 from synth.topology.structure import boxes_of
 from synth.units import algbw_GBps
 
@@ -238,45 +238,20 @@ def circuit_box_cut(topology: Topology) -> tuple[float, str]:
         for a, b in ((link.src, link.dst), (link.dst, link.src)):
             if topology.is_switch(a) and b < n:
                 ranks_of[a].add(b)
-    out_width = _widest(topology, range(n), incoming=False)
+    out_width = widest_paths(topology, range(n), incoming=False)
     best, where = 0.0, ""
     for box in boxes:
         members = set(box)
         private = {x for x in range(n, nodes) if ranks_of[x] and ranks_of[x] <= members}
         inside = members | private
         for mask, label in ((inside, "box"), (set(range(nodes)) - inside, "all but box")):
-            width = _widest(topology, [r for r in range(n) if r in mask], incoming=True)
+            width = widest_paths(topology, [r for r in range(n) if r in mask], incoming=True)
             capacity = sum(min(link.bw, width[link.src], out_width[link.dst]) for link in topology.links
                            if link.src in mask and link.dst not in mask)
             counted = sum(1 for r in range(n) if r in mask)
             if capacity > 0 and 0 < counted < n and counted / capacity > best:
                 best, where = counted / capacity, f"{label} {box[0]}..{box[-1]} (circuit capacities from inside)"
     return best, where
-
-
-def _widest(topology: Topology, sources, incoming: bool) -> list[float]:
-    """Per node, the largest bottleneck of a path from any of ``sources`` to it (``incoming``), or from it to any
-    of them; ``inf`` at the sources. Max-min Dijkstra (paths may pass ranks)."""
-    import heapq
-
-    width = [0.0] * topology.num_nodes
-    heap = []
-    for v in sources:
-        width[v] = math.inf
-        heap.append((-math.inf, v))
-    done = [False] * topology.num_nodes
-    while heap:
-        negative, u = heapq.heappop(heap)
-        if done[u]:
-            continue
-        done[u] = True
-        for link in (topology.out_links[u] if incoming else topology.in_links[u]):
-            v = link.dst if incoming else link.src
-            cand = min(-negative, link.bw)
-            if cand > width[v]:
-                width[v] = cand
-                heapq.heappush(heap, (-cand, v))
-    return width
 
 
 def _allgather_start(topology: Topology, ints: np.ndarray) -> tuple[int, int, np.ndarray]:

@@ -415,6 +415,26 @@ def _accumulator_placement(coll: Collective, layout: Layout, tr: _Transfers, arr
     return (s_code, s_off), (r_code, r_off), (l_code, l_off), used, (acc_code, acc_off, seeded)
 
 
+def _reducing_groups(tr: _Transfers, red: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The grouped reducing transfers (``group`` >= 0) ordered by connection and group, and each one's group
+    number: a group is what the schedule times as one step on one connection (channel)."""
+    grouped = red[tr.group[red] >= 0]
+    if len(grouped) == 0:
+        return grouped, grouped
+    grouped = grouped[np.lexsort((tr.group[grouped], tr.channel[grouped], tr.dst[grouped], tr.src[grouped]))]
+    starts = (_group_starts(tr.src[grouped]) | _group_starts(tr.dst[grouped])
+              | _group_starts(tr.channel[grouped]) | _group_starts(tr.group[grouped]))
+    return grouped, np.cumsum(starts) - 1
+
+
+def _mixed(gid: np.ndarray, flag: np.ndarray) -> np.ndarray:
+    """Per grouped transfer: whether its group holds members with ``flag`` and members without."""
+    ng = int(gid[-1]) + 1
+    some = np.bincount(gid, weights=flag, minlength=ng) > 0
+    every = np.bincount(gid, weights=~flag, minlength=ng) == 0
+    return (some & ~every)[gid]
+
+
 def _seeded(tr: _Transfers, red: np.ndarray, first: np.ndarray, ready: np.ndarray, pair: np.ndarray,
             spair: np.ndarray, npairs: int) -> np.ndarray:
     """(rank, chunk) pairs whose accumulator starts as a local copy of input ``j`` (``cpy i -> acc``
@@ -425,26 +445,17 @@ def _seeded(tr: _Transfers, red: np.ndarray, first: np.ndarray, ready: np.ndarra
     there was one. Seeding the input-reading members' pairs makes the group uniform; repeated until
     no group mixes (a seeded pair's other transfers change kind too)."""
     seeded = np.zeros(npairs, dtype=bool)
-    grouped = red[tr.group[red] >= 0]
+    grouped, gid = _reducing_groups(tr, red)
     if len(grouped) == 0:
         return seeded
     is_first = np.zeros(len(tr), dtype=bool)
     is_first[red[first]] = True
-    order = np.lexsort((tr.group[grouped], tr.channel[grouped], tr.dst[grouped], tr.src[grouped]))
-    grouped = grouped[order]
-    starts = (_group_starts(tr.src[grouped]) | _group_starts(tr.dst[grouped])
-              | _group_starts(tr.channel[grouped]) | _group_starts(tr.group[grouped]))
-    gid = np.cumsum(starts) - 1
-    ng = int(gid[-1]) + 1
     while True:
         send_acc = ready[grouped] | seeded[spair[grouped]]
         recv_acc = ~is_first[grouped] | seeded[pair[grouped]]
         add = np.zeros(npairs, dtype=bool)
         for acc, key in ((send_acc, spair), (recv_acc, pair)):
-            some = np.bincount(gid, weights=acc, minlength=ng) > 0
-            all_ = np.bincount(gid, weights=~acc, minlength=ng) == 0
-            mixed = some & ~all_
-            add[key[grouped[mixed[gid] & ~acc]]] = True
+            add[key[grouped[_mixed(gid, acc) & ~acc]]] = True
         add &= ~seeded
         if not add.any():
             return seeded
@@ -458,21 +469,13 @@ def _split_accumulators(tr: _Transfers, red: np.ndarray, pair: np.ndarray, in_ou
     sums of its holder's own piece beside others' pieces). The own chunks' final value reaches the output slot
     by ``cpy`` from scratch, as a relay's does. Repeated until no group mixes."""
     moved = np.zeros(len(in_out), dtype=bool)
-    grouped = red[tr.group[red] >= 0]
+    grouped, gid = _reducing_groups(tr, red)
     if len(grouped) == 0:
         return moved
-    order = np.lexsort((tr.group[grouped], tr.channel[grouped], tr.dst[grouped], tr.src[grouped]))
-    grouped = grouped[order]
-    starts = (_group_starts(tr.src[grouped]) | _group_starts(tr.dst[grouped])
-              | _group_starts(tr.channel[grouped]) | _group_starts(tr.group[grouped]))
-    gid = np.cumsum(starts) - 1
-    ng = int(gid[-1]) + 1
     while True:
         out = in_out[pair[grouped]] & ~moved[pair[grouped]]
-        some = np.bincount(gid, weights=out, minlength=ng) > 0
-        all_ = np.bincount(gid, weights=~out, minlength=ng) == 0
         add = np.zeros(len(in_out), dtype=bool)
-        add[pair[grouped[(some & ~all_)[gid] & out]]] = True
+        add[pair[grouped[_mixed(gid, out) & out]]] = True
         add &= ~moved
         if not add.any():
             return moved

@@ -222,41 +222,32 @@ def _allgather(plan: Plan, boxes: Boxes, runs, pieces, piece, ready: dict[int, l
                     held[(other, r)] = plan.send(level, r, other, piece(r), channel=BOX, deps=ready.get(r, ()))
     # key order = time order: step i of every rail and box together (every box runs the same pattern shifted,
     # so a step's senders reach distinct receivers; KeyOrderTimer never lets a later key overtake)
-    forwards: list[tuple[int, int, tuple[int, ...], list[int], list[int]]] = []   # (shift, g, target, part, arrived)
-
-    def flush() -> None:
-        # a step's forwards round by round (shift s: holder g to g + s), so a round's holders reach distinct ranks
+    for messages in _steps(runs, pieces, most, shape.ramp):
+        forwards = []   # (shift, g, target, part, arrived)
+        for g, d, js, first, count in messages:
+            for b, box in enumerate(boxes):
+                holder, target = box[g], boxes[(b + d) % k]
+                owner = {c: box[j] for j in js for c in piece(box[j])}
+                part = pieces(b, js)[first:first + count]
+                sources = sorted({owner[c] for c in part})
+                deps = [m for r in sources if r != holder for m in held[(holder, r)]] + \
+                       [m for r in sources if r == holder for m in ready.get(holder, ())]
+                arrived = plan.send(base + RAIL, holder, target[g], part, channel=RAIL, deps=deps)
+                forwards += [(shift, g, target, part, arrived) for shift in range(1, width)]
+        # the step's forwards round by round (shift s: holder g to g + s), so a round's holders reach distinct ranks
         for shift, g, target, part, arrived in sorted(forwards, key=lambda f: f[:2]):
             plan.send(base + FORWARD, target[g], target[(g + shift) % width], part, channel=FORWARD, deps=arrived)
-        forwards.clear()
-
-    step_now = 0
-    for step, g, d, js, first, count in _steps(runs, pieces, most, shape.ramp):
-        if step != step_now:
-            flush()
-            step_now = step
-        for b, box in enumerate(boxes):
-            holder, target = box[g], boxes[(b + d) % k]
-            owner = {c: box[j] for j in js for c in piece(box[j])}
-            part = pieces(b, js)[first:first + count]
-            sources = sorted({owner[c] for c in part})
-            deps = [m for r in sources if r != holder for m in held[(holder, r)]] + \
-                   [m for r in sources if r == holder for m in ready.get(holder, ())]
-            arrived = plan.send(base + RAIL, holder, target[g], part, channel=RAIL, deps=deps)
-            forwards += [(shift, g, target, part, arrived) for shift in range(1, width)]
-    flush()
 
 
 def _steps(runs, pieces, most: int, ramp: float, reverse: bool = False):
-    """(step, rail g, box offset d, positions js, first, count) of every rail message, step by step: the i-th of every
-    rail before the (i+1)-th of any; a message carries ``count`` chunks of ``pieces(b, js)`` from ``first``
-    (``pieces(0, js)`` sizes them; all boxes alike); ``reverse``: each rail's stream backwards."""
+    """The rail messages step by step, each step a list of (rail g, box offset d, positions js, first, count): the
+    i-th message of every rail before the (i+1)-th of any; a message carries ``count`` chunks of
+    ``pieces(b, js)`` from ``first`` (``pieces(0, js)`` sizes them; all boxes alike); ``reverse``: each rail's
+    stream backwards."""
     per_rail = [_ramped([(d, js, len(pieces(0, js))) for d, js in messages], most, ramp)[::-1 if reverse else 1]
                 for messages in runs]
     for step in range(max(map(len, per_rail), default=0)):
-        for g, parts in enumerate(per_rail):
-            if step < len(parts):
-                yield (step, g, *parts[step])
+        yield [(g, *parts[step]) for g, parts in enumerate(per_rail) if step < len(parts)]
 
 
 def _reduce_scatter(plan: Plan, boxes: Boxes, runs, pieces, piece, most: int,
@@ -266,33 +257,21 @@ def _reduce_scatter(plan: Plan, boxes: Boxes, runs, pieces, piece, most: int,
     moves completing its piece's sum there."""
     k, width = len(boxes), len(boxes[0])
     into: dict[tuple[int, int], list[int]] = defaultdict(list)   # (source-side holder, piece rank) -> partial sums
-    step_moves: list[tuple[int, int, tuple[int, ...], tuple[int, ...], list[int], dict[int, int]]] = []
-
-    def flush() -> None:
+    for messages in _steps(runs, pieces, most, shape.ramp, reverse=True):
+        moves = [(g, box, boxes[(b + d) % k], pieces(b, js)[first:first + count],
+                  {c: box[j] for j in js for c in piece(box[j])})
+                 for g, d, js, first, count in messages for b, box in enumerate(boxes)]
         gathered: dict[int, list[int]] = defaultdict(list)
         # round by round (shift s: holder g gathers from g − s), so a round's senders reach distinct holders
         for shift in range(1, width):
-            for i, (g, _, _, target, part, _) in enumerate(step_moves):
+            for i, (g, _, target, part, _) in enumerate(moves):
                 gathered[i] += plan.send(0, target[(g - shift) % width], target[g], part, reduce=True,
                                          channel=FORWARD)
-        for i, (g, _, box, target, part, owner) in enumerate(step_moves):
+        for i, (g, box, target, part, owner) in enumerate(moves):
             moved = plan.send(1, target[g], box[g], part, reduce=True, channel=RAIL, deps=gathered[i])
             for r in sorted({owner[c] for c in part}):
                 into[(box[g], r)] += moved
-        step_moves.clear()
-
-    steps = list(_steps(runs, pieces, most, shape.ramp, reverse=True))
     ready: dict[int, list[int]] = defaultdict(list)
-    step_now = 0
-    for step, g, d, js, first, count in steps:
-        if step != step_now:
-            flush()
-            step_now = step
-        for b, box in enumerate(boxes):
-            part = pieces(b, js)[first:first + count]
-            owner = {c: box[j] for j in js for c in piece(box[j])}
-            step_moves.append((g, b, box, boxes[(b + d) % k], part, owner))
-    flush()
     # a holder adds the rail sums of r's piece it received first; round by round (shift s: position j to j + s,
     # as the gathers)
     for j, shift in ((j, s) for s in range(1, width) for j in range(width)):
@@ -314,35 +293,38 @@ def synthesize(inst: Instance) -> Schedule:
     if boxes is None:
         raise SynthError(f"railblocks does not apply to {topology.name!r}: it needs equal boxes with switch insides "
                          "whose rank g reaches rank g of every other box (NIC rails)")
-    chunks, most = _message_shape(topology, size_bytes, boxes, routes, options.chunks)
-    keep = ramp_keep(topology, boxes, routes)
-    shapes = [RailShape(chunks, most, keep), *own_shapes(topology, size_bytes, boxes, routes, options.chunks, keep)]
+    rail = routes_cost(topology, routes, zip(boxes[0], boxes[1]))   # (slowest bw, largest α) of the rail routes
+    piece_bytes = size_bytes / topology.num_ranks
+    chunks, most = _message_shape(piece_bytes, rail, options.chunks)
+    keep = ramp_keep(topology, boxes, routes, rail[0])
+    shapes = [RailShape(chunks, most, keep), *own_shapes(piece_bytes, len(boxes), len(boxes[0]), rail, options.chunks,
+                                                        keep)]
     found = [railblocks_schedule(topology, collective, size_bytes, options, boxes, routes, shape) for shape in shapes]
     return min(found, key=lambda schedule: schedule.predicted_time_us)   # a tie keeps the earlier shape
 
 
-def ramp_keep(topology: Topology, boxes: Boxes, routes: LazyRoutes) -> float:
+def ramp_keep(topology: Topology, boxes: Boxes, routes: LazyRoutes, rail_bw: float) -> float:
     """The factor by which a rail's messages shrink towards its stream's end (:func:`_ramped`): forwarding a
     message to the box's ``G − 1`` other ranks takes ``ρ = (G − 1)·bw_rail / bw_box`` of its rail time, so
     ``min(RAMP_MOST, max(1/2, RAMP_MARGIN·ρ))``."""
-    rail_bw, _ = routes_cost(topology, routes, zip(boxes[0], boxes[1]))
     box_bw, _ = routes_cost(topology, routes, [(boxes[0][0], boxes[0][1])])
     return min(RAMP_MOST, max(0.5, RAMP_MARGIN * (len(boxes[0]) - 1) * rail_bw / box_bw))
 
 
-def own_shapes(topology: Topology, size_bytes: float, boxes: Boxes, routes: LazyRoutes,
-               chunks: int | None, keep: float) -> list[RailShape]:
+def own_shapes(piece_bytes: float, num_boxes: int, width: int, rail: tuple[float, float], chunks: int | None,
+               keep: float) -> list[RailShape]:
     """Own-piece shapes (:func:`own_runs`) whose stream ramps down by ``keep`` (:func:`_ramped`), at two chunk
     counts: a chunk of about ``OWN_CHUNK_ALPHAS`` route α of rail time and twice as many (``--chunks`` fixes
     it); none where a whole piece takes less than ``OWN_PIECE_ALPHAS`` α on its rail (one message per piece
     and destination box would pay too much α: the blocks are for many boxes), nor where a rank's rail
-    threadblocks could not all be ordered (``2·(K − 1) + G > MAX_DEPENDED_TB``)."""
-    rail_bw, rail_alpha = routes_cost(topology, routes, zip(boxes[0], boxes[1]))
-    piece_us = size_bytes / topology.num_ranks / (rail_bw * 1e3)
+    threadblocks could not all be ordered (``2·(K − 1) + G > MAX_DEPENDED_TB``). ``rail``: the rail routes'
+    (slowest bw, largest α)."""
+    rail_bw, rail_alpha = rail
+    piece_us = piece_bytes / (rail_bw * 1e3)
     # a rank's rail sends (one threadblock per destination box) are kept in the plan's order by dependencies
     # between their threadblocks, and so are its forwards of what its rail receives: MSCCL numbers at most
     # MAX_DEPENDED_TB threadblocks that others depend on, and past it the rails race (64 boxes: 0.57)
-    if piece_us < OWN_PIECE_ALPHAS * max(rail_alpha, 1e-3) or 2 * (len(boxes) - 1) + len(boxes[0]) > MAX_DEPENDED_TB:
+    if piece_us < OWN_PIECE_ALPHAS * max(rail_alpha, 1e-3) or 2 * (num_boxes - 1) + width > MAX_DEPENDED_TB:
         return []
     if chunks is not None:
         counts = [chunks]
@@ -352,14 +334,13 @@ def own_shapes(topology: Topology, size_bytes: float, boxes: Boxes, routes: Lazy
     return [RailShape(c, c, keep, own=True) for c in counts]
 
 
-def _message_shape(topology: Topology, size_bytes: float, boxes: Boxes, routes: LazyRoutes,
-                   chunks: int | None) -> tuple[int, int]:
+def _message_shape(piece_bytes: float, rail: tuple[float, float], chunks: int | None) -> tuple[int, int]:
     """(chunks per piece, chunks per rail message): rail messages of about ``α / ALPHA_SHARE`` of bytes time on
-    the slowest rail route (α a small share of each), cut from pieces in ``MESSAGE_CHUNKS`` chunks each, so
-    forwards inside a box start on part of a message's worth; ``--chunks`` fixes the first."""
-    slowest, alpha = routes_cost(topology, routes, zip(boxes[0], boxes[1]))
+    the slowest rail route (``rail``: its bw and the largest α; α a small share of each), cut from pieces in
+    ``MESSAGE_CHUNKS`` chunks each, so forwards inside a box start on part of a message's worth; ``--chunks``
+    fixes the first."""
+    slowest, alpha = rail
     message_bytes = slowest * 1e3 * max(alpha, 1e-3) / ALPHA_SHARE
-    piece_bytes = size_bytes / topology.num_ranks
     if chunks is None:
         wanted = piece_bytes * MESSAGE_CHUNKS / message_bytes
         chunks = 1 << max(0, math.floor(math.log2(max(wanted, 1.0))))

@@ -695,7 +695,6 @@ class _Move:
     end: float = 0.0
 
 
-
 class KeyOrderTimer:
     """Place moves strictly in key order: each starts when its dependencies have ended and every link of
     its rank-to-rank route is free, and holds those links for ``Σα + bytes / min bw`` (docs/cost-model.md).

@@ -225,10 +225,15 @@ class Topology:
 def _widest_from_ranks(topology: Topology, incoming: bool) -> list[float]:
     """Per node, the largest bottleneck bandwidth of a path from any rank to it (``incoming``) or
     from it to any rank; ``inf`` at ranks, which start and end every path, and at in-network switches,
-    which start and end transfers too. Max-min Dijkstra."""
+    which start and end transfers too."""
+    return widest_paths(topology, [*topology.ranks, *topology.in_network_switches], incoming)
+
+
+def widest_paths(topology: Topology, ends, incoming: bool) -> list[float]:
+    """Per node, the largest bottleneck bandwidth of a path from any node of ``ends`` to it (``incoming``) or
+    from it to any of them; ``inf`` at ``ends``. Paths may pass any node. Max-min Dijkstra."""
     import heapq
 
-    ends = [*topology.ranks, *topology.in_network_switches]
     width = [0.0] * topology.num_nodes
     for v in ends:
         width[v] = math.inf
