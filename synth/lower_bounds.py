@@ -17,8 +17,9 @@ Bandwidth bounds (one function per family, each documented where it is computed)
 - reducescatter: the same on the reversed graph;
 - broadcast / reduce: SIZE / min_v λ(root, v) (λ = max-flow value), reversed for reduce;
 - scatter / gather: the rooted cut bound with per-destination demands (:func:`scatter_cut_ratio`);
-- allreduce: max(RS cut, AG cut, SIZE/λ_min, 2(N-1)·SIZE / Σ_v B(v), and the same traffic bound on
-  groups of ranks, 2(g-1)·SIZE / Σ_G B(G)) (:func:`allreduce_bandwidth_us`, :func:`group_traffic`);
+- allreduce: max(RS cut, AG cut, SIZE/λ_min, 2(N-1)·SIZE / Σ_v B(v), the same traffic bound on
+  groups of ranks, 2(g-1)·SIZE / Σ_G B(G), and on one group kept as ranks beside contracted ones)
+  (:func:`allreduce_bandwidth_us`, :func:`group_traffic`, :func:`contracted_traffic`);
 - alltoall: maximum concurrent multicommodity flow LP (exact for fractional routing), with a
   labelled weaker fallback above :data:`ALLTOALL_LP_MAX_VARS`.
 Latency bounds: :func:`latency_bound_us`.
@@ -557,7 +558,8 @@ def allreduce_bandwidth_us(topology: Topology, size_bytes: float) -> tuple[float
        ``T ≥ 2(N-1)·SIZE / min(Σ_v B_out(v), Σ_v B_in(v))``. With equal ranks this is the familiar
        per-rank 2(N-1)/N·SIZE/B. The literal per-rank form with min_v B(v) is NOT valid on
        heterogeneous fabrics (a fat hub rank lets thin ranks send only SIZE), so it is not used;
-    5. bound 4 on groups of ranks (:func:`group_traffic`).
+    5. bound 4 on groups of ranks (:func:`group_traffic`);
+    6. bound 4 on one group's ranks beside contracted groups (:func:`contracted_traffic`).
 
     **In-network reduction** (switches with ``reduce`` or ``multicast``, docs/topology.md; NVIDIA NVLS on
     NVSwitch 3, InfiniBand SHARP: Graham et al., "Scalable Hierarchical Aggregation Protocol (SHArP)",
@@ -598,6 +600,10 @@ def allreduce_bandwidth_us(topology: Topology, size_bytes: float) -> tuple[float
     groups, crossing = group_traffic(topology)
     if groups >= 2:
         parts["group_traffic_us"] = _us(2 * (groups - 1) * size_bytes, crossing)
+    if not topology.in_network_switches:   # a reception from a combining switch is no call of one node
+        calls, capacity = contracted_traffic(topology)
+        if calls:
+            parts["contracted_traffic_us"] = _us(calls * size_bytes, capacity)
     best = max(parts, key=parts.get)
     return parts[best], {"components_us": parts, "binding_component": best,
                          "allgather_cut": describe_cut_set(topology, ag.cut)}
@@ -642,6 +648,69 @@ def group_traffic(topology: Topology) -> tuple[int, float]:
         capacity = min(leaving, entering)
         if capacity > 0 and 2 * (groups - 1) / capacity > best[2]:
             best = (groups, capacity, 2 * (groups - 1) / capacity)
+    return best[0], best[1]
+
+
+@functools.lru_cache(maxsize=64)
+def contracted_traffic(topology: Topology) -> tuple[int, float]:
+    """The gossip count of :func:`group_traffic` with one group kept as its ranks: (c, B) with
+    ``T ≥ c·SIZE / B`` for allreduce, the tightest over the candidates below; (0, 0) if there is none.
+
+    Proof. Take a group G of g ranks, and contract every other group of a partition of the remaining
+    ranks into one node each (the groups that hold a rank; each group takes the switches that only its
+    ranks reach, other switches stay outside every group). Fix one element: the transfers that carry it
+    (a partial sum or the result) are one-way calls, and between the n' = g + (other groups) nodes they
+    form a one-way gossip (every node ends knowing every input), so there are at least 2n' − 2 of them
+    (Harary & Schwenk 1974; :func:`group_traffic` uses the same count on groups alone and
+    :func:`allreduce_bandwidth_us` on single ranks). Calls inside a contracted group are free. Charge each
+    remaining call to its receiver: a call into a rank r of G uses one of r's in-links, a call into a
+    contracted group H enters H's nodes from outside on a link entering H. Summed over the elements,
+    ``(2n' − 2)·SIZE ≤ T · (Σ_{r∈G} B⁻(r) + Σ_H B⁻(H))``; charging each call to its sender instead gives the
+    same with out-links. A schedule may split, combine or relay data any way it likes; it still makes these
+    calls for every element, so the bound holds for every program under docs/cost-model.md (no switch
+    combines or copies: fabrics with in-network switches are skipped by the caller).
+
+    With G every rank this is bound 4 of :func:`allreduce_bandwidth_us`; with no rank kept, the group
+    bound. Keeping one box whose NICs are thin against its inner links is tighter than both: a DGX A100
+    box (8 × 300 GB/s NVSwitch ports, 8 × 25 GB/s NICs) beside any other boxes gives, with the rest as one
+    node, ``16·SIZE / (8·325 + 200)``, 6135.7 µs at 1 GiB, where RS + AG's ownership needs 14 calls per
+    element inside the box and the cut alone counts 2·SIZE / 400.
+
+    Candidates: for each partition of :func:`_bandwidth_components` (and, where it applies,
+    :func:`_strongest_partition`), each group kept, with the rest contracted as one node and with the
+    other groups contracted one by one. ``tests/test_contracted_traffic.py`` checks the gossip count by
+    exhaustive search on small node sets and that no verified program of several methods beats the bound.
+    """
+    n = topology.num_ranks
+    src, dst, bw, _ = topology.arrays
+    rank_in = np.bincount(dst[dst < n], weights=bw[dst < n], minlength=n)
+    rank_out = np.bincount(src[src < n], weights=bw[src < n], minlength=n)
+    best = (0, 0.0, 0.0)   # (calls, capacity, calls / capacity)
+
+    def consider(calls: int, capacity: float) -> None:
+        nonlocal best
+        if calls > 0 and capacity > 0 and calls / capacity > best[2] * (1 + 1e-12):
+            best = (calls, capacity, calls / capacity)
+
+    for label, has_rank in (*_bandwidth_components(topology), *_strongest_partition(topology)):
+        groups = np.flatnonzero(has_rank)
+        if len(groups) < 2:
+            continue
+        crossing = label[src] != label[dst]
+        entering = np.bincount(label[dst][crossing], weights=bw[crossing], minlength=len(has_rank))
+        leaving = np.bincount(label[src][crossing], weights=bw[crossing], minlength=len(has_rank))
+        rank_label = label[:n]
+        kept_in = np.bincount(rank_label, weights=rank_in, minlength=len(has_rank))
+        kept_out = np.bincount(rank_label, weights=rank_out, minlength=len(has_rank))
+        size = np.bincount(rank_label, minlength=len(has_rank))
+        for g in groups:
+            # the rest as one node: 2g calls, into it only across G's boundary
+            consider(2 * int(size[g]), float(kept_in[g] + leaving[g]))
+            consider(2 * int(size[g]), float(kept_out[g] + entering[g]))
+            if len(groups) > 2:   # the other groups one by one
+                calls = 2 * (int(size[g]) + len(groups) - 1) - 2
+                consider(calls, float(kept_in[g] + entering[groups].sum() - entering[g]))
+                consider(calls, float(kept_out[g] + leaving[groups].sum() - leaving[g]))
     return best[0], best[1]
 
 

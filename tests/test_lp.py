@@ -176,3 +176,21 @@ def test_alltoall_beyond_the_lps_size_runs_the_runtime_routes_in_rounds(monkeypa
     direct = run(topology, "alltoall", GiB, "direct")
     assert result.schedule.notes["priority"] == "rounds"
     assert result.bound_us / result.time_us >= 0.98 > 0.6 > direct.bound_us / direct.time_us
+
+
+def test_auto_runs_the_forest_lp_only_where_it_is_small():
+    """The forest LP takes no work limit, so auto bounds its columns (lp.AUTO_VARIABLES): a 32-rank 4-regular
+    graph (131k columns; 762 s of CPU in an allreduce) goes without it, mi250 (14k) and alltoall keep it."""
+    from synth.synthesis import lp as lp_method
+    from synth.synthesis.auto import candidates
+    from synth.topology import generators as gen
+    from synth.topology.io import load_topology
+
+    big = gen.random_regular(32, 4, 1, (25, 50, 100))
+    assert lp_method.lp_columns(big, 32) > lp_method.AUTO_VARIABLES
+    for name in ("allgather", "allreduce"):
+        assert "lp" not in candidates(Instance(big, Collective(name, 32), GiB))
+    assert "lp" in candidates(Instance(big, Collective("alltoall", 32), GiB))
+    mi250 = load_topology("mi250")
+    assert lp_method.lp_columns(mi250, 16) <= lp_method.AUTO_VARIABLES
+    assert "lp" in candidates(Instance(mi250, Collective("allgather", 16), GiB))

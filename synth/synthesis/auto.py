@@ -71,10 +71,10 @@ trees     N <= 32 at any size; bandwidth-bound at          -        best at 64 M
                                                                      164 s at 256 (16x16 torus, 1 GiB:
                                                                      2.5 % better than greedy), ignoring
                                                                      any limit, so 129-256 is greedy's
-lp        bandwidth-bound, N <= 32, and no switches or      20 s     best on mi250 64 MB in the sweep (23.3 %
-          alltoall; alltoall N <= 64, behind switches                vs trees 30.9 %; today's trees: 224 us
-          up to 128                                                  vs lp 240 us); ties trees behind
-                                                                     switches, hence not tried there but
+lp        bandwidth-bound, N <= 32, and no switches     20 s     best on mi250 64 MB in the sweep (23.3 %
+          and <= 60k LP columns (lp.AUTO_VARIABLES),                 vs trees 30.9 %; today's trees: 224 us
+          or alltoall; alltoall N <= 64, behind                      vs lp 240 us); ties trees behind
+          switches up to 128                                         switches, hence not tried there but
                                                                      for alltoall, where its concurrent
                                                                      flow's paths in rounds of circuits
                                                                      beat direct and greedy (1 GiB:
@@ -251,6 +251,14 @@ def _railblocks_only(inst: Instance) -> bool:
     return has_rail_boxes(inst.topology)
 
 
+def _small_lp(inst: Instance) -> bool:
+    """lp's forest LP (one per phase, every rank a root) has at most ``lp.AUTO_VARIABLES`` columns: it takes no
+    work limit, so auto bounds its size instead (rr4-32-s1 allreduce: 131k columns, 762 s of CPU)."""
+    from synth.synthesis import lp
+
+    return lp.lp_columns(inst.topology, inst.ranks) <= lp.AUTO_VARIABLES
+
+
 def _milp_limit(inst: Instance) -> float:
     return 5.0 if inst.switches and inst.ranks > 8 else 30.0
 
@@ -274,7 +282,7 @@ RULES: tuple[Rule, ...] = (
     Rule("trees", lambda i: (i.ranks <= 32 or (i.bandwidth_bound and not EXACT_TREES_SLOW < i.ranks <= LARGE_TREES))
          and not _spantree_allreduce(i) and not _leafring_only(i, LARGE_TREES) and not _railblocks_only(i)),
     Rule("lp", lambda i: i.bandwidth_bound and (
-        i.ranks <= 32 and (not i.switches or i.collective.name == "alltoall")
+        i.ranks <= 32 and (not i.switches and _small_lp(i) or i.collective.name == "alltoall")
         or i.ranks <= 64 and i.collective.name == "alltoall")
         or _switched_alltoall(i) and i.ranks <= SWITCHED_ALLTOALL_LP_RANKS, 20.0),
     Rule("pareto", lambda i: i.ranks <= 8 and not i.switches and i.latency_bound, 10.0),

@@ -63,6 +63,9 @@ TREE_SCALE = 48   # K: arborescences per root in the decomposition
 # dgx-a100-4node (197k variables) 68 s against 248 s, mi250-2node (180k) 109 s against no solution in
 # 600 s; below it simplex is 3-10x faster (dgx-a100-2node, 25k: 0.6 s against 2.4 s)
 IPM_VARIABLES = 100_000
+# auto runs lp only up to this many LP columns (the LP takes no work limit; HiGHS' interior point on rr4-32-s1's
+# 131k columns took 175 s per solve, 762 s of CPU for an allreduce whose trees, at the same rate, won anyway)
+AUTO_VARIABLES = 60_000
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,11 @@ class RateLP:
     status: str
     solver: str
     wall_s: float
+
+
+def lp_columns(topology: Topology, roots: int) -> int:
+    """Columns of :func:`build_model` for ``roots`` roots: ``x[r, e]`` and ``f[r, v, e]`` per root, and ``T``."""
+    return roots * topology.num_ranks * len(topology.links) + 1
 
 
 def build_model(topology: Topology, roots: tuple[int, ...], units: np.ndarray):

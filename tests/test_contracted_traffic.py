@@ -1,0 +1,106 @@
+"""The allreduce gossip count with one group kept as ranks (lower_bounds.contracted_traffic): the count it rests
+on, checked by exhaustive search; its value where it binds; and no verified program beating it."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from synth.errors import SynthError
+from synth.lower_bounds import compute_bounds, contracted_traffic
+from synth.pipeline import synthesize
+from synth.topology import generators as gen
+from synth.topology.families import fabric_family
+
+MiB = 2**20
+
+
+def _least_gossip_calls(nodes: int) -> int:
+    """Fewest one-way calls (the caller's knowledge joins the callee's) after which every node knows every
+    input, by breadth-first search over knowledge states."""
+    everything = (1 << nodes) - 1
+    start = tuple(1 << v for v in range(nodes))
+    frontier, seen, calls = {start}, {start}, 0
+    while True:
+        if any(all(k == everything for k in state) for state in frontier):
+            return calls
+        step = set()
+        for state in frontier:
+            for caller, callee in itertools.permutations(range(nodes), 2):
+                after = list(state)
+                after[callee] |= state[caller]
+                after = tuple(after)
+                if after not in seen:
+                    seen.add(after)
+                    step.add(after)
+        frontier, calls = step, calls + 1
+
+
+@pytest.mark.parametrize("nodes", [2, 3, 4, 5])
+def test_one_way_gossip_needs_two_n_minus_two_calls(nodes):
+    # the count the bound charges per element (Harary & Schwenk), by exhaustive search
+    assert _least_gossip_calls(nodes) == 2 * nodes - 2
+
+
+def _thin_nic_boxes():
+    """A 6-rank box whose NICs are thin against its switch, beside a 4-rank box with fatter NICs."""
+    boxes = [gen.Box(6, "nvswitch", 15.0, 0.5, nic_bw=5.0), gen.Box(4, "nvswitch", 40.0, 0.5, nic_bw=10.0)]
+    return gen.boxes_on_ib(boxes, 1, name="thin-nic-boxes")
+
+
+def _kept_box_bound_us(topology, box, size_bytes):
+    """2g·SIZE / (the box's ranks' in-links + links leaving the box's nodes), computed from the links; the box's
+    nodes are its ranks and the switches named after it (``b0.nvswitch``, ``b0.nic3``)."""
+    prefix = topology.node_name(topology.num_ranks).split(".")[0] if box[0] == 0 else None
+    inside = set(box) | {s for s in range(topology.num_ranks, topology.num_nodes)
+                         if topology.node_name(s).split(".")[0] == prefix}
+    into_ranks = sum(link.bw for link in topology.links if link.dst in box)
+    leaving = sum(link.bw for link in topology.links if link.src in inside and link.dst not in inside)
+    return 2 * len(box) * size_bytes / (into_ranks + leaving) / 1e3
+
+
+def test_thin_nics_make_the_kept_box_bind():
+    t = _thin_nic_boxes()
+    bounds = compute_bounds(t, "allreduce", 64 * MiB)
+    parts = bounds.details["components_us"]
+    assert bounds.details["binding_component"] == "contracted_traffic_us"
+    assert max(v for k, v in parts.items() if k != "contracted_traffic_us") < 0.95 * bounds.bandwidth_bound_us
+    # the 6-rank box kept, the other box one node: 12 calls per element over 6 x (15 + 5) + 6 x 5 GB/s
+    assert bounds.bandwidth_bound_us == pytest.approx(12 * 64 * MiB / 150 / 1e3)
+    assert contracted_traffic(t) == (12, pytest.approx(150.0))
+
+
+def test_a100_box_beside_h100_box():
+    # the family's mixed DGX A100 + DGX H100 fabric: the A100 box kept binds (RS + AG ownership cannot pass it)
+    t = {f.name: f for f in fabric_family()}["mixed-a100-h100"].build()
+    bounds = compute_bounds(t, "allreduce", 2**30)
+    assert bounds.details["binding_component"] == "contracted_traffic_us"
+    a100 = t.machines[0]   # box b0: 8 x 300 GB/s NVSwitch ports, 8 x 25 GB/s NICs
+    assert sum(link.bw for link in t.links if link.dst == 0) == 325
+    assert bounds.bandwidth_bound_us == pytest.approx(_kept_box_bound_us(t, a100, 2**30))
+    assert bounds.bandwidth_bound_us > 1.05 * bounds.details["components_us"]["group_traffic_us"]
+
+
+def test_in_network_switches_skip_it():
+    t = {f.name: f for f in fabric_family()}["mixed-a100-h100"].build()
+    assert "contracted_traffic_us" in compute_bounds(t, "allreduce", 2**30).details["components_us"]
+    from synth.api import load_topology
+
+    nvls = load_topology("dgx-h100-nvls")
+    assert "contracted_traffic_us" not in compute_bounds(nvls, "allreduce", 2**30).details["components_us"]
+
+
+def test_no_verified_program_beats_it():
+    # every method that runs on this small fabric: each verified program's simulated time is at least the bound
+    t = _thin_nic_boxes()
+    bound = compute_bounds(t, "allreduce", 64 * MiB).time_bound_us
+    timed = {}
+    for method in ("ring", "greedy", "trees", "lp", "multiring", "hierarchical", "railblocks"):
+        try:
+            result = synthesize(t, "allreduce", 64 * MiB, method)   # lowered, verified, simulated
+        except SynthError:
+            continue
+        timed[method] = result.time_us
+        assert result.time_us >= bound * (1 - 1e-9), method
+    assert {"ring", "greedy", "trees"} <= set(timed)
