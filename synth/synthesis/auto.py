@@ -62,7 +62,7 @@ greedy    N <= 256; above: alltoall/gather/scatter or       -        cheap (<0.5
 trees     N <= 32 at any size; bandwidth-bound at          -        best at 64 MB/1 GB on multi-box fabrics
           N <= 128 or N > 256 (its fast scale path),
           not bandwidth-bound switchless allreduce
-          at 33-128 ranks (spantree's), nor AG/RS/AR             (dgx-a100-2node 1 GB 10.1 % vs ring
+          at 17-128 ranks (spantree's), nor AG/RS/AR             (dgx-a100-2node 1 GB 10.1 % vs ring
           above 256 ranks on rail boxes (railblocks')
                                                                      54.5 %; dgx-a100-4node 1 GiB 1.05x
                                                                      bound vs greedy 3.5x) and at 1 KB/1 MB
@@ -150,6 +150,7 @@ CLOCK_FACTOR = 20.0          # a candidate with a work limit W stops (not_tried)
 TREE_METHODS = ("leafring", "railblocks", "multiring", "spantree", "trees", "lp")
 BASELINE_MAX_RANKS = 64      # baselines (and ring first) up to this scale
 SPANTREE_MAX_RANKS = 128     # spanning-tree allreduce (switchless): its packing LP takes ~10 s at 128 ranks
+TREES_ALLREDUCE_RANKS = 16   # ... and above this many ranks trees gives it way there (_spantree_allreduce)
 GREEDY_MAX_RANKS = 256       # greedy at every size and collective up to this scale
 EXACT_TREES_SLOW = 128       # trees' exact packing is skipped above this ...
 LARGE_TREES = 256            # ... up to where its fast scale path starts (trees.LARGE_RANKS)
@@ -193,12 +194,15 @@ def _switched_alltoall(inst: Instance) -> bool:
 
 
 def _spantree_allreduce(inst: Instance) -> bool:
-    """A bandwidth-bound switchless allreduce past 32 ranks: ``spantree`` and ``multiring`` serve it and ``trees``
-    does not run. Its reduce-scatter + allgather cannot pass the traffic bound's RS + AG share where spantree
-    reaches the strength (mesh-8x8 0.67 against 0.914, mesh-4x4x4 0.68 against 0.90) and took 94-317 s of CPU
-    at 64 ranks; where it wins, on tori, multiring is within 0.5 % of it (torus-4x4x4 0.9882 against 0.9835)."""
+    """A bandwidth-bound switchless allreduce past ``TREES_ALLREDUCE_RANKS`` ranks: ``spantree`` and ``multiring``
+    serve it and ``trees`` does not run. Its reduce-scatter + allgather cannot pass the traffic bound's RS + AG
+    share where spantree reaches the strength (mesh-8x8 0.67 against 0.914, mesh-4x4x4 0.68 against 0.90) and took
+    94-317 s of CPU at 64 ranks; where it wins, on tori, multiring is within 0.5 % of it (torus-4x4x4 0.9882
+    against 0.9835). At 32 ranks it lost on all four random regular graphs of bench_fabrics (rr3-32 / rr4-32
+    seeds 1 and 2: 0.64-0.79 of spantree's speed) for 60-100 s of CPU that took rr3-32-s2 to 143 s, and at 25
+    and 27 ranks (mesh-5x5, torus-3x3x3) auto kept spantree and multiring over it (no runnable chunk count)."""
     return (inst.collective.name == "allreduce" and inst.bandwidth_bound and not inst.switches
-            and 32 < inst.ranks <= SPANTREE_MAX_RANKS)
+            and TREES_ALLREDUCE_RANKS < inst.ranks <= SPANTREE_MAX_RANKS)
 
 
 def _leaf_fabric(inst: Instance) -> bool:
