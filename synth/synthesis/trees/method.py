@@ -11,8 +11,9 @@ from synth.errors import SynthError, TimeLimitReached
 from synth.schedule import Schedule
 from synth.synthesis.base import Instance, MethodSpec, SynthOptions, check_deadline, deadline_of
 from synth.synthesis.trees import tuning
+from synth.synthesis.trees.composed import COMPOSED, composed_planner
 from synth.synthesis.trees.forest import Forest, plan_forest
-from synth.synthesis.trees.messages import chunk_fit
+from synth.synthesis.trees.messages import chunk_fit, root_piece_bytes
 from synth.synthesis.trees.pathsched import path_schedule
 from synth.synthesis.trees.pipeline import (
     Pipelined,
@@ -86,12 +87,31 @@ def synthesize(inst: Instance) -> Schedule:
         better = polish(topology, collective, size_bytes, found)
         if better is found or better.timed[1] >= kept.predicted_time_us * (1 - 1e-9):
             return kept
-        return finish_schedule(topology, collective, size_bytes, options, better, "trees", rounds_tried=True)
+        done = finish_schedule(topology, collective, size_bytes, options, better, "trees", rounds_tried=True)
+        return replace(done, notes={**done.notes, "composed_boxes": True}) if "composed_boxes" in kept.notes else done
+
+    def or_composed(found: Pipelined, kept: Schedule) -> tuple[Pipelined, Schedule]:
+        # the rails + box forest composition (trees.composed), where the fabric has rail boxes: pipelined only
+        # where its forests' bandwidth time leaves room below the schedule kept, and kept if faster
+        planner = composed_planner(topology, max_trees) if name in COMPOSED and options.max_trees is None else None
+        if planner is None:
+            return found, kept
+        check_deadline(deadline, "trees", "timing the composed box forests")
+        plans = {phase: planner(*phase) for phase in forest_phases(collective)}
+        piece = root_piece_bytes(name, n, size_bytes)
+        if sum(forest.bandwidth_time_us(piece) for forest in plans.values()) >= kept.predicted_time_us:
+            return found, kept
+        trial_found = run_pipeline(topology, collective, size_bytes, options,
+                                   lambda roots, reverse: plans[(roots, reverse)])
+        trial = finish_schedule(topology, collective, size_bytes, options, trial_found, "trees")
+        if trial.predicted_time_us < kept.predicted_time_us * (1 - 1e-9):
+            return trial_found, replace(trial, notes={**trial.notes, "composed_boxes": True})
+        return found, kept
 
     deadline = deadline_of(options)
     best_found, best = pipelined(max_trees)
     if options.max_trees is not None or n > tuning.TUNING.tree_search_ranks:
-        return _or_paths(topology, collective, size_bytes, options, polished(best_found, best))
+        return _or_paths(topology, collective, size_bytes, options, polished(*or_composed(best_found, best)))
     # Many trees per root mean many messages per link (α) and coarse pipelines under the MSCCL
     # chunk limits; a few trees at a rate within ~1/K of the optimum are often faster in the
     # α-β model (mi250-2node allgather: 83 trees 0.875 of the bound, 8 trees 0.92).
@@ -110,7 +130,7 @@ def synthesize(inst: Instance) -> Schedule:
             best_found, best = trial_found, trial
         elif trial.predicted_time_us > best.predicted_time_us * (1 + tuning.TUNING.cap_stop):
             slower = True
-    best = polished(best_found, best)
+    best = polished(*or_composed(best_found, best))
     if name == "allreduce" and not topology.switches:
         try:
             split = split_allreduce(topology, collective, size_bytes, best.notes["tree_bandwidth_time_us"], deadline,

@@ -1,0 +1,98 @@
+"""Composed forests (synth.synthesis.trees.composed): rails between boxes + one box's forest copied into every
+box. Where they apply, that every tree spans the fabric on the right routes, the rate they report, and that the
+pipeline turns them into verified programs for allgather, reducescatter and allreduce."""
+
+from __future__ import annotations
+
+from collections import Counter
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from synth.lower_bounds import compute_bounds
+from synth.synthesis import registry
+from synth.synthesis.base import MethodSpec
+from synth.synthesis.packing import integer_fabric
+from synth.synthesis.trees.composed import composed_planner, rail_boxes
+from synth.synthesis.trees.pipeline import schedule_from_plans
+from synth.topology import generators as gen
+from synth.topology.families import dgx_a100_boxes, without_machines
+
+GiB = 2**30
+RING4 = ((0, 40, 0, 20), (40, 0, 20, 0), (0, 20, 0, 40), (20, 0, 40, 0))
+
+
+def _ring_boxes(boxes: int = 3, nic: float = 10.0):
+    """``boxes`` boxes of 4 ranks on an xGMI-like ring (40/20 GB/s), every rank straight to one IB switch."""
+    return gen.boxes_on_ib([gen.Box(4, RING4, intra_alpha=0.5, nics=0, nic_bw=nic, ib_alpha=2.0)] * boxes, 1,
+                           name=f"ring-boxes-{boxes}")
+
+
+def test_applies_to_switchless_boxes_on_rails_with_or_without_machines():
+    t = _ring_boxes()
+    found = rail_boxes(t)
+    assert found is not None and len(found[0]) == 3 and found[1].num_ranks == 4
+    assert rail_boxes(without_machines(t)) is not None   # boxes read from the graph
+    assert rail_boxes(dgx_a100_boxes(2)) is None          # a switch inside the box: railblocks' and trees' case
+    assert rail_boxes(gen.torus([4, 4])) is None          # no boxes
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_every_tree_spans_the_fabric_on_its_rail_and_box_edges(reverse):
+    t = _ring_boxes()
+    boxes, _ = rail_boxes(t)
+    position = {r: (b, g) for b, box in enumerate(boxes) for g, r in enumerate(box)}
+    forest = composed_planner(t)(tuple(range(t.num_ranks)), reverse)
+    per_root = Counter()
+    for tree in forest.trees:
+        children = [v for _, v in tree.edges]
+        assert sorted(children + [tree.root]) == list(range(t.num_ranks))   # a spanning arborescence
+        assert set(tree.depth) == set(range(t.num_ranks))                  # parents come before children
+        for (u, v), routes in zip(tree.edges, tree.routes):
+            assert sum(units for _, units in routes) == tree.mult
+            if position[u][0] != position[v][0]:      # a rail: same position, through the IB switch
+                assert u == tree.root and position[u][1] == position[v][1] and routes[0][0] == (t.num_nodes - 1,)
+            else:
+                assert routes[0][0] == ()
+        per_root[tree.root] += tree.mult
+    assert set(per_root.values()) == {forest.k}
+
+
+def test_rate_is_the_busiest_links_load_and_optimal_where_the_rails_bind():
+    t = _ring_boxes(3, nic=10.0)
+    forest = composed_planner(t)(tuple(range(t.num_ranks)), False)
+    fabric = integer_fabric(t)
+    index = {(link.src, link.dst): i for i, link in enumerate(t.links)}
+    load = np.zeros(len(t.links))
+    for tree in forest.trees:
+        for (u, v), routes in zip(tree.edges, tree.routes):
+            path = (u, *routes[0][0], v)
+            for a, z in zip(path, path[1:]):
+                load[index[(a, z)]] += tree.mult
+    assert forest.ratio == Fraction(float((load / (fabric.units * forest.k)).max())).limit_denominator(10**6)
+    # the rails' cut binds (2 pieces per 10 GB/s NIC) and a ring box carries 3 pieces per position in time
+    assert forest.ratio == forest.optimal
+    bound = compute_bounds(t, "allgather", GiB).bandwidth_bound_us
+    assert forest.bandwidth_time_us(GiB / t.num_ranks) == pytest.approx(bound, rel=1e-6)
+
+
+@pytest.fixture
+def composed_method():
+    def run(inst):
+        return schedule_from_plans(inst.topology, inst.collective, inst.size_bytes, inst.options,
+                                   composed_planner(inst.topology), "composed")
+    registry.register(MethodSpec(name="composed-test", run=run, collectives=frozenset({"allgather", "reducescatter",
+                                                                                      "allreduce"}),
+                                 description="test", kind="heuristic"))
+    yield "composed-test"
+    registry.unregister("composed-test")
+
+
+@pytest.mark.parametrize("collective", ["allgather", "reducescatter", "allreduce"])
+def test_the_pipeline_makes_verified_programs_near_the_bound(composed_method, collective):
+    from synth.pipeline import synthesize
+
+    t = _ring_boxes(3, nic=10.0)
+    result = synthesize(t, collective, GiB, composed_method)   # lowered, verified, simulated
+    assert result.bound_us <= result.time_us < 1.05 * result.bound_us
