@@ -73,7 +73,13 @@ Translates of one tree (tori, boxes) are timed once and the times copied to ever
 besides the optimum's count (fewer messages per link at a rate within ~1/K of the optimum).
 Reductions are also timed forward, leaf to root (:func:`timed_forward`), below ``TUNING.forward_jobs``.
 
-Modules: :mod:`.forest` (planning), :mod:`.jobs` (messages down and up trees), :mod:`.messages`
+Composed forests (:mod:`.composed`): on equal switchless boxes joined by rails (MI250 GCDs, each on its own
+NIC), the rails from every rank to its position in the other boxes plus the box's optimal forest copied into
+every box; pipelined too where their bandwidth time leaves room below the schedule kept, and kept where faster
+(fewer distinct trees than the whole fabric's packing, so fewer α: 3 MI250 boxes at 16 GB/s, 1 GiB allgather).
+
+Modules: :mod:`.forest` (planning), :mod:`.composed` (rails + box forests), :mod:`.jobs` (messages down and up
+trees), :mod:`.messages`
 (message shapes, chunk counts, MSCCL limits), :mod:`.timed` (timing forests on
 :mod:`synth.synthesis.timing`), :mod:`.depth` (cost model, depth search), :mod:`.pathsched` (flow
 paths), :mod:`.rounds_timing` (round timing), :mod:`.split_allreduce`, :mod:`.programs`,
