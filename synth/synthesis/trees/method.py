@@ -26,6 +26,7 @@ from synth.synthesis.trees.pipeline import (
     polish,
     routes_symmetric,
     run_pipeline,
+    schedule_from_plans,
 )
 from synth.synthesis.trees.programs import first_with_runner_ups, justified_schedule
 from synth.synthesis.trees.split_allreduce import split_allreduce
@@ -100,9 +101,9 @@ def synthesize(inst: Instance) -> Schedule:
         piece = root_piece_bytes(name, n, size_bytes)
         if sum(forest.bandwidth_time_us(piece) for forest in plans.values()) >= kept.predicted_time_us:
             return None
-        found = run_pipeline(topology, collective, size_bytes, options, lambda roots, reverse: plans[(roots, reverse)])
-        done = finish_schedule(topology, collective, size_bytes, options, found, "trees")
-        return justified_schedule(topology, replace(done, notes={**done.notes, "composed_boxes": True}))
+        done = schedule_from_plans(topology, collective, size_bytes, options,
+                                   lambda roots, reverse: plans[(roots, reverse)], "trees")
+        return replace(done, notes={**done.notes, "composed_boxes": True})
 
     def with_composed(schedule: Schedule, composed: Schedule | None) -> Schedule:
         # the faster plan first, the other as its runner-up: the pipeline keeps the faster simulated program
