@@ -35,7 +35,7 @@ phase. Construction is linear in the transfers (no solver), deterministic. Times
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from synth.collectives import Collective
@@ -43,50 +43,12 @@ from synth.errors import SynthError
 from synth.schedule import Schedule
 from synth.synthesis.base import Instance, MethodSpec
 from synth.topology.model import Topology
-from synth.topology.routes import pick_path, switch_predecessors
+from synth.topology.routes import LazyRoutes
 
 SUPPORTED = frozenset({"allgather", "reducescatter", "allreduce"})
 TRANSPOSE, RAIL, LEAF = 0, 1, 2      # channels
 OVERSUBSCRIBED_WAVES = 2             # allreduce waves tried beside one where a leaf's uplinks are oversubscribed ...
 WAVES_MAX_RANKS = 256                # ... up to this many ranks (synthesize's docstring)
-
-
-class LazyRoutes(Mapping[tuple[int, int], tuple[int, ...]]):
-    """:func:`synth.topology.routes.rank_routes` computed per source on first use: the same paths (the direct
-    link, else the switch-only path that ``pick_path`` picks), for the few pairs a two-level ring uses. A
-    1024-rank leaf-spine has about a million rank pairs; routing them all took 18 of 44 s of profiled CPU."""
-
-    def __init__(self, topology: Topology) -> None:
-        self.topology = topology
-        self._preds: dict[int, dict[int, list[int]]] = {}
-        self._paths: dict[tuple[int, int], tuple[int, ...]] = {}
-
-    def __getitem__(self, pair: tuple[int, int]) -> tuple[int, ...]:
-        path = self._paths.get(pair)
-        if path is not None:
-            return path
-        src, dst = pair
-        topo = self.topology
-        if src == dst or not (topo.is_rank(src) and topo.is_rank(dst)):
-            raise KeyError(pair)
-        if topo.link(src, dst) is not None:
-            path = (src, dst)
-        else:
-            preds = self._preds.get(src)
-            if preds is None:
-                preds = self._preds[src] = switch_predecessors(topo, src)
-            if dst not in preds:
-                raise KeyError(pair)
-            path = pick_path(dst, preds.__getitem__)
-        self._paths[pair] = path
-        return path
-
-    def __iter__(self) -> Iterator[tuple[int, int]]:
-        n = self.topology.num_ranks
-        return iter([(a, b) for a in range(n) for b in range(n) if (a, b) in self])
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
 
 
 def leaf_groups(topology: Topology) -> tuple[tuple[int, ...], ...]:

@@ -65,9 +65,9 @@ from synth.runtime_limits import MAX_DEPENDED_TB
 from synth.schedule import Schedule
 from synth.synthesis.base import Instance, MethodSpec
 from synth.synthesis.baselines import Plan, routes_cost
-from synth.synthesis.leafring import LazyRoutes
 from synth.topology.model import Topology
-from synth.topology.structure import aligned_boxes
+from synth.topology.routes import LazyRoutes
+from synth.topology.structure import aligned_boxes, rails_join
 
 SUPPORTED = frozenset({"allgather", "reducescatter", "allreduce"})
 BOX, RAIL, FORWARD = 0, 1, 2     # channels (and list-schedule levels) of the three moves
@@ -101,13 +101,7 @@ def rail_boxes(topology: Topology, routes: LazyRoutes) -> Boxes | None:
                 path = routes.get((a, c))
                 if path is None or network.intersection(path):
                     return None
-    width = len(boxes[0])
-    for g in range(width):
-        for a in boxes:
-            for c in boxes:
-                if a is not c and (a[g], c[g]) not in routes:
-                    return None
-    return boxes
+    return boxes if rails_join(boxes, routes) else None
 
 
 @functools.lru_cache(maxsize=8)

@@ -29,6 +29,8 @@ the ascending order where that already holds, else an isomorphism found by VF2 (
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from synth.topology.model import Topology
@@ -171,3 +173,10 @@ def aligned_boxes(topology: Topology, boxes: Boxes | None = None) -> Boxes | Non
             return None
         out.append(tuple(mapping[r] for r in first))
     return tuple(out)
+
+
+def rails_join(boxes: Boxes, routes: Mapping[tuple[int, int], tuple[int, ...]]) -> bool:
+    """Whether position ``g`` of every box reaches position ``g`` of every other box by a route of ``routes``
+    (a :func:`synth.topology.routes.rank_routes` mapping: a direct link or a switch-only path): the rails of
+    boxes joined rank to rank through their NICs."""
+    return all((a[g], c[g]) in routes for g in range(len(boxes[0])) for a in boxes for c in boxes if a is not c)

@@ -33,8 +33,8 @@ from synth.synthesis.packing import integer_fabric, optimal_ratio
 from synth.synthesis.trees import tuning
 from synth.synthesis.trees.forest import Forest, PlannedTree, plan_forest
 from synth.topology.model import Link, Topology
-from synth.topology.routes import rank_routes
-from synth.topology.structure import aligned_boxes
+from synth.topology.routes import LazyRoutes
+from synth.topology.structure import aligned_boxes, rails_join
 
 Boxes = tuple[tuple[int, ...], ...]
 COMPOSED = frozenset({"allgather", "reducescatter", "allreduce"})   # every rank a root
@@ -46,10 +46,12 @@ def box_fabric(topology: Topology, box: tuple[int, ...]) -> Topology | None:
     import networkx as nx
 
     position = {r: i for i, r in enumerate(box)}
-    for s in range(topology.num_ranks, topology.num_nodes):
-        peers = {link.dst for link in topology.links if link.src == s}
-        if peers and peers <= position.keys():
-            return None
+    peers: dict[int, set[int]] = {}
+    for link in topology.links:
+        if topology.is_switch(link.src):
+            peers.setdefault(link.src, set()).add(link.dst)
+    if any(reached <= position.keys() for reached in peers.values()):
+        return None
     links = tuple(Link(position[link.src], position[link.dst], link.bw, link.alpha) for link in topology.links
                   if link.src in position and link.dst in position)
     graph = nx.DiGraph((link.src, link.dst) for link in links)
@@ -69,13 +71,7 @@ def rail_boxes(topology: Topology) -> tuple[Boxes, Topology] | None:
     box = box_fabric(topology, boxes[0])
     if box is None:
         return None
-    routes = rank_routes(topology)
-    for g in range(len(boxes[0])):
-        for b, box_b in enumerate(boxes):
-            for c, box_c in enumerate(boxes):
-                if b != c and (box_b[g], box_c[g]) not in routes:
-                    return None
-    return boxes, box
+    return (boxes, box) if rails_join(boxes, LazyRoutes(topology)) else None
 
 
 def composed_planner(topology: Topology, max_trees: int = tuning.TUNING.default_max_trees):
@@ -89,7 +85,7 @@ def composed_planner(topology: Topology, max_trees: int = tuning.TUNING.default_
 
     def planner(roots: tuple[int, ...], reverse: bool) -> Forest:
         fabric_topology = topology.reversed() if reverse else topology
-        routes = rank_routes(fabric_topology)
+        routes = LazyRoutes(fabric_topology)
         fabric = integer_fabric(fabric_topology)
         link_index = {(link.src, link.dst): i for i, link in enumerate(fabric_topology.links)}
         local = plan_forest(box, tuple(range(len(boxes[0]))), reverse=reverse, max_trees=max_trees)
