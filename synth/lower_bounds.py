@@ -854,6 +854,32 @@ def clear_caches() -> None:
 
 
 # ---- the entry point ------------------------------------------------------------------------------
+def without_dead_ends(topology: Topology) -> Topology:
+    """``topology`` without the links of dead-end switches: a switch joined (either way) to at most one other
+    node, repeatedly (a NIC whose only uplink is down).
+
+    Proof that every bound computed on the result holds on ``topology``: a transfer's route between two
+    distinct ranks is a simple path (docs/cost-model.md: the shortest route), and a simple path cannot pass
+    through a switch whose links all lead to one node, since it would enter and leave by that node. Removing
+    such a switch's links removes links no program's transfer uses (and then, repeatedly, the next dead end),
+    so every program runs on the result in the same time. Without this, such a link counts as bandwidth into
+    its rank (rank 3 of dgx-a100-2node with ``--exclude-link b0.nic3:ib1``: the allreduce traffic bound
+    divides by 25 GB/s that only ever carries rank 3's own data back to it).
+    """
+    n = topology.num_ranks
+    links = list(topology.links)
+    while True:
+        peers: dict[int, set[int]] = {}
+        for link in links:
+            peers.setdefault(link.src, set()).add(link.dst)
+            peers.setdefault(link.dst, set()).add(link.src)
+        dead = {node for node, near in peers.items() if node >= n and len(near - {node}) <= 1}
+        if not dead:
+            break
+        links = [link for link in links if link.src not in dead and link.dst not in dead]
+    return topology if len(links) == len(topology.links) else replace(topology, links=tuple(links))
+
+
 def compute_bounds(topology: Topology, collective: Collective | str, size_bytes: float, *,
                    root: int | None = None) -> Bounds:
     """Lower bounds for ``collective`` of ``size_bytes`` (SIZE, docs/units.md) on ``topology``.
@@ -871,7 +897,7 @@ def compute_bounds(topology: Topology, collective: Collective | str, size_bytes:
     host_only = None
     if topology.features:   # the same fabric with plain switches: what host-only schedules can reach
         host_only = compute_bounds(replace(topology, features=()), collective, size_bytes).time_bound_us
-    topology = topology.circuit_capacities()
+    topology = without_dead_ends(topology.circuit_capacities())
     n = topology.num_ranks
     name = collective.name
     r = collective.root
