@@ -11,6 +11,7 @@ import numpy as np
 
 from synth.errors import SynthError
 from synth.synthesis.packing import (
+    Fabric,
     Route,
     SplitError,
     allowed_subpaths,
@@ -68,13 +69,22 @@ class Forest:
     replicated: bool = False               # trees are translates with edges in the same order
     # warm start (plan_forest's ``healthy``): (trees kept from the healthy fabric's forest, its distinct trees)
     reused: tuple[int, int] | None = None
+    # root weights per rank (an allreduce's ownership, trees.ownership): root r has k·w_r trees and owns
+    # w_r units of the buffer; None: one unit per root
+    weights: tuple[int, ...] | None = None
 
     def bandwidth_time_us(self, bytes_per_root: float) -> float:
+        """µs to broadcast ``bytes_per_root`` per unit of root weight (per root where roots weigh 1)."""
         return bytes_per_root * float(self.ratio) / (float(self.unit_GBps) * 1e3)
+
+    def weight(self, root: int) -> int:
+        """Units of data root ``root`` carries (1 without weights)."""
+        return 1 if self.weights is None else self.weights[root]
 
 
 def plan_forest(topology: Topology, roots: tuple[int, ...], *, reverse: bool = False,
-                max_trees: int = tuning.TUNING.default_max_trees, healthy: Topology | None = None) -> Forest:
+                max_trees: int = tuning.TUNING.default_max_trees, healthy: Topology | None = None,
+                weights: tuple[int, ...] | None = None) -> Forest:
     """Optimal forest for broadcasts from ``roots`` (reduce towards them if ``reverse``).
 
     Beyond ``TUNING.large_ranks`` ranks the fast constructions of :mod:`synth.synthesis.scale` replace
@@ -86,35 +96,27 @@ def plan_forest(topology: Topology, roots: tuple[int, ...], *, reverse: bool = F
     :func:`synth.synthesis.packing.seeded_packing`); only the remainder is packed afresh. The rate is the one
     a fresh packing reaches (the seeds only take copies that keep the rest completable); ``Forest.reused``
     counts the trees kept.
+
+    ``weights`` (per rank): root ``r`` gets ``k·w_r`` trees, as for a broadcast of ``w_r`` units (an allreduce's
+    ownership, :mod:`synth.synthesis.trees.ownership`); no warm start then.
     """
     if topology.num_ranks > tuning.TUNING.large_ranks:
         return _large_forest(topology, roots, reverse)
     fabric_topology = topology.reversed() if reverse else topology
     fabric = integer_fabric(fabric_topology)
-    weights = {r: 1 for r in roots}
-    optimal = optimal_ratio(fabric, weights)
-    k, caps, ratio = choose_capacities(fabric, weights, optimal, max_trees)
-    allowed = allowed_routes(topology, reverse)
-    # Reductions run on the reversed fabric; pairing u with u-1 there makes their real transfers
-    # go u -> u+1 like the broadcasts', so allreduce keeps one peer per rank in both phases.
-    step = -1 if reverse else 1
-    graph = None
-    for pairs in _disjoint_pair_candidates(topology, reverse):
-        graph = disjoint_pair_split(fabric, caps, weights, k, pairs)
-        if graph is not None:
-            break
-    if graph is None:
-        try:
-            graph = split_switches(fabric, caps, weights, k, allowed, step)
-        except SplitError:
-            graph, ratio = _degraded_split(fabric, weights, optimal, k, allowed, step)
+    weights_of = {r: 1 for r in roots} if weights is None else {r: weights[r] for r in roots if weights[r] > 0}
+    if weights is not None:
+        healthy = None   # the healthy fabric's trees were packed for equal roots
+    optimal = optimal_ratio(fabric, weights_of)
+    k, caps, ratio = choose_capacities(fabric, weights_of, optimal, max_trees)
+    graph, ratio = _split_graph(topology, fabric, weights_of, optimal, k, caps, ratio, reverse)
     pools = {key: [list(item) for item in pool] for key, pool in graph.routes.items()}
     trees = []
     reused = None
     if healthy is not None and healthy.num_ranks == topology.num_ranks:
         old = plan_forest(healthy, roots, reverse=reverse, max_trees=max_trees)
         seeds = warm_seeds(old, healthy, topology, k)
-        kept, packed = seeded_packing(topology.num_ranks, dict(graph.cap), weights, k,
+        kept, packed = seeded_packing(topology.num_ranks, dict(graph.cap), weights_of, k,
                                       [(root, edges, wanted) for root, edges, wanted, _ in seeds])
         preferred = {(seed[0], seed[1]): seed[3] for seed in seeds}
         for tree in kept:
@@ -123,13 +125,52 @@ def plan_forest(topology: Topology, roots: tuple[int, ...], *, reverse: bool = F
             trees.append(PlannedTree(tree.root, tree.mult, tuple(tree.edges), tuple(routes)))
         reused = (len(kept), len(old.trees))
     else:
-        packed = pack_arborescences(topology.num_ranks, dict(graph.cap), weights, k)
+        packed = pack_arborescences(topology.num_ranks, dict(graph.cap), weights_of, k)
     for tree in packed:
         routes = []
         for edge in tree.edges:
             routes.append(tuple(draw_units(pools[edge], tree.mult)))
         trees.append(PlannedTree(tree.root, tree.mult, tuple(tree.edges), tuple(routes)))
-    return Forest(tuple(trees), k, ratio, optimal, fabric.unit_GBps, reverse, topology.num_ranks, reused=reused)
+    return Forest(tuple(trees), k, ratio, optimal, fabric.unit_GBps, reverse, topology.num_ranks, reused=reused,
+                  weights=weights)
+
+
+def _split_graph(topology: Topology, fabric, weights: dict[int, int], optimal: Fraction, k: int, caps: np.ndarray,
+                 ratio: Fraction, reverse: bool):
+    """(rank-to-rank split of the switches at capacities ``caps``, the rate it keeps): disjoint rank pairings
+    first, then edge splitting along canonical routes, else the least rate at which that splits."""
+    allowed = allowed_routes(topology, reverse)
+    # Reductions run on the reversed fabric; pairing u with u-1 there makes their real transfers
+    # go u -> u+1 like the broadcasts', so allreduce keeps one peer per rank in both phases.
+    step = -1 if reverse else 1
+    for pairs in _disjoint_pair_candidates(topology, reverse):
+        graph = disjoint_pair_split(fabric, caps, weights, k, pairs)
+        if graph is not None:
+            return graph, ratio
+    try:
+        return split_switches(fabric, caps, weights, k, allowed, step), ratio
+    except SplitError:
+        return _degraded_split(fabric, weights, optimal, k, allowed, step)
+
+
+def split_rank_fabric(topology: Topology, reverse: bool = False) -> Fabric:
+    """The fabric as ranks only: each rank pair's share of the links, as the switch split of the optimal
+    forest with one unit per root gives it (:func:`_split_graph`, canonical routes only), at that forest's
+    rate. Any forest packed on it routes through the switches as the runtime's paths do; on a switchless
+    fabric it is the fabric itself."""
+    planning = topology.reversed() if reverse else topology
+    fabric = integer_fabric(planning)
+    if not topology.switches:
+        return fabric
+    n = topology.num_ranks
+    weights = {r: 1 for r in range(n)}
+    optimal = optimal_ratio(fabric, weights)
+    k, caps, ratio = choose_capacities(fabric, weights, optimal, tuning.TUNING.default_max_trees)
+    graph, ratio = _split_graph(topology, fabric, weights, optimal, k, caps, ratio, reverse)
+    arcs = sorted((u, v, c) for (u, v), c in graph.cap.items() if c > 0)
+    # c units of capacity carry c trees of 1/k of a root's data each, at rate ``ratio``: c / (k·ratio) fabric units
+    return Fabric(n, n, np.array([a[0] for a in arcs], dtype=np.int64), np.array([a[1] for a in arcs], dtype=np.int64),
+                  np.array([a[2] for a in arcs], dtype=np.int64), fabric.unit_GBps / (k * ratio))
 
 
 def warm_seeds(old: Forest, healthy: Topology, topology: Topology,

@@ -116,7 +116,7 @@ def phase_jobs(coll: Collective, forest: Forest, phase: int, chunks: int, parts:
 
     if name not in ("scatter", "gather"):
         for r in (range(n) if name in ("allgather", "reducescatter", "allreduce") else (root,)):
-            spread_chunks(plain, r, root_chunk_ids(coll, r, chunks), parts, emit, tail)
+            spread_chunks(plain, r, root_chunk_ids(coll, r, chunks, forest.weights), parts, emit, tail)
     else:  # scatter, gather: each chunk only travels towards (or from) its own rank
         if name == "scatter":
             items = [(coll.contribution(root, q * chunks + s), q) for s in range(chunks) for q in range(n) if q != root]
@@ -128,21 +128,33 @@ def phase_jobs(coll: Collective, forest: Forest, phase: int, chunks: int, parts:
     return jobs
 
 
-def root_chunk_ids(coll: Collective, root: int, chunks: int) -> list[int]:
+def root_chunk_ids(coll: Collective, root: int, chunks: int, weights: tuple[int, ...] | None = None) -> list[int]:
     """The chunk ids a root's trees carry: its contribution (allgather, broadcast), the piece it
-    owns (reducescatter, allreduce) or the whole buffer (reduce)."""
+    owns (reducescatter, allreduce) or the whole buffer (reduce). An allreduce with ownership
+    ``weights`` (:attr:`Forest.weights`): root ``r`` owns the ``chunks·w_r`` chunks after its predecessors'."""
     if coll.name in ("allgather", "broadcast"):
         return [coll.contribution(root, s) for s in range(chunks)]
     if coll.name == "reduce":
         return list(range(chunks))
-    return [root * chunks + s for s in range(chunks)]
+    return owned_chunk_ids(root, chunks, weights)
+
+
+def owned_chunk_ids(root: int, chunks: int, weights: tuple[int, ...] | None = None) -> list[int]:
+    """The chunks ``root`` owns when each unit of ownership holds ``chunks`` (one unit per rank without
+    ``weights``), in rank order."""
+    if weights is None:
+        return list(range(root * chunks, (root + 1) * chunks))
+    first = chunks * sum(weights[:root])
+    return list(range(first, first + chunks * weights[root]))
 
 
 def tree_shares(forest: Forest, root: int, items: list):
     """(distinct tree of ``root``, its consecutive share of ``items``) for the trees that get any
-    (:func:`split_chunks`)."""
+    (:func:`split_chunks`; ``items`` holds the root's weight in units)."""
+    if not items:
+        return
     pos = 0
-    for t, c in enumerate(split_chunks(forest, root, len(items))):
+    for t, c in enumerate(split_chunks(forest, root, len(items) // forest.weight(root))):
         if c:
             yield t, items[pos:pos + c]
             pos += c

@@ -28,8 +28,8 @@ def any_chunks(chunks: int) -> list[int]:
 
 
 def split_chunks(forest: Forest, root: int, count: int) -> list[int]:
-    """Chunks per distinct tree of ``root`` when every root of ``forest`` has ``count`` chunks
-    (:func:`balanced_split`; others' trees 0)."""
+    """Chunks per distinct tree of ``root`` when every root of ``forest`` has ``count`` chunks per unit of
+    weight (:func:`balanced_split`; others' trees 0)."""
     key = (id(forest), count)
     if key not in _SPLITS or _SPLITS[key][0] is not forest:
         if len(_SPLITS) > 64:
@@ -46,7 +46,9 @@ def balanced_split(forest: Forest, count: int) -> tuple[int, ...]:
     of multiplicity ``m`` gets ``⌊count·m/k⌋`` or one more. Who gets one more is chosen root by root
     so that the links stay level (greedy, least-loaded tree first, then the larger remainder)
     rather than by remainder alone, which would hand the extra chunk of every root to trees
-    crossing the same links (dgx1 at 8 chunks per root, 6 trees each)."""
+    crossing the same links (dgx1 at 8 chunks per root, 6 trees each). With root weights
+    (:attr:`Forest.weights`) ``count`` is per unit of weight: root ``r`` shares ``count·w_r`` over its ``k·w_r``
+    trees."""
     shares = [Fraction(count * t.mult, forest.k) for t in forest.trees]
     counts = [math.floor(x) for x in shares]
     if counts == shares:
@@ -63,7 +65,7 @@ def balanced_split(forest: Forest, count: int) -> tuple[int, ...]:
         by_root[tree.root].append(t)
     for root in sorted(by_root):
         trees = [t for t in by_root[root] if shares[t] > counts[t]]
-        for _ in range(count - sum(counts[t] for t in by_root[root])):
+        for _ in range(count * forest.weight(root) - sum(counts[t] for t in by_root[root])):
             pick = min(trees, key=lambda t: (max(load[link] for link in links[t]), counts[t] - shares[t], t))
             trees.remove(pick)
             counts[pick] += 1
@@ -141,8 +143,17 @@ def _message_count(tree_chunks: int, parts: int | None, tail: int) -> int:
     return parts + max(tail, 0) if parts else tree_chunks
 
 
-def root_piece_bytes(name: str, n: int, size_bytes: float) -> float:
-    """Bytes each tree root broadcasts / collects (docs/units.md)."""
+def owner_units(plans: list[Forest]) -> int | None:
+    """Units of ownership of an allreduce's weighted forests (:attr:`Forest.weights`), None for one per rank."""
+    weights = plans[0].weights if plans else None
+    return None if weights is None else sum(weights)
+
+
+def root_piece_bytes(name: str, n: int, size_bytes: float, owners: int | None = None) -> float:
+    """Bytes each tree root broadcasts / collects (docs/units.md); with ``owners`` units of allreduce
+    ownership (:func:`owner_units`), bytes per unit."""
+    if name == "allreduce" and owners is not None:
+        return size_bytes / owners
     if name in ("allgather", "reducescatter", "allreduce"):
         return size_bytes / n
     if name in ("scatter", "gather"):
@@ -150,21 +161,22 @@ def root_piece_bytes(name: str, n: int, size_bytes: float) -> float:
     return size_bytes
 
 
-def loop_chunk_factor(name: str, n: int, chunks: int) -> int:
-    """Collective chunk factor from chunks per root piece."""
+def loop_chunk_factor(name: str, n: int, chunks: int, owners: int | None = None) -> int:
+    """Collective chunk factor from chunks per root piece (per unit of ``owners``, :func:`owner_units`)."""
     if name == "allreduce":
-        return n * chunks
+        return (owners or n) * chunks
     return chunks
 
 
-def runtime_chunks(collective: Collective, size_bytes: float, upper: int = 2 * tuning.TUNING.max_tail_chunks):
+def runtime_chunks(collective: Collective, size_bytes: float, upper: int = 2 * tuning.TUNING.max_tail_chunks,
+                   owners: int | None = None):
     """``fit(C)``: the chunk counts per root piece near ``C`` at which an MSCCL runtime runs the program
     on the SIZE buffer (:meth:`Collective.runtime_divides`; the runtime silently runs its own algorithm
     otherwise: dgx-a100-2node 1 GiB allgather, 39 chunks per root, 624 per loop), nearest first
     (log scale, within a factor 2); ``[C]`` where there is none."""
     name, n = collective.name, collective.num_ranks
     usable = [c for c in range(1, upper + 1)
-              if replace(collective, chunk_factor=loop_chunk_factor(name, n, c)).runtime_divides(size_bytes)]
+              if replace(collective, chunk_factor=loop_chunk_factor(name, n, c, owners)).runtime_divides(size_bytes)]
 
     def fit(chunks: int) -> list[int]:
         near = sorted((c for c in usable if chunks <= 2 * c and c <= 2 * chunks),
@@ -173,12 +185,12 @@ def runtime_chunks(collective: Collective, size_bytes: float, upper: int = 2 * t
     return fit
 
 
-def chunk_fit(collective: Collective, size_bytes: float, options: SynthOptions):
+def chunk_fit(collective: Collective, size_bytes: float, options: SynthOptions, owners: int | None = None):
     """The ``fit`` the options ask for: ``--chunks C`` (every count becomes ``C``), :func:`runtime_chunks`,
-    or any count (``--any-chunks``)."""
+    or any count (``--any-chunks``); ``owners``: :func:`owner_units` of the forests."""
     if options.chunks is not None:
         return lambda _chunks: [options.chunks]
-    return runtime_chunks(collective, size_bytes) if options.runtime_chunks else any_chunks
+    return runtime_chunks(collective, size_bytes, owners=owners) if options.runtime_chunks else any_chunks
 
 
 def requested_messages(plans: list[Forest], chunks: int, messages: int, limit: int) -> int:

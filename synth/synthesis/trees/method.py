@@ -14,6 +14,7 @@ from synth.synthesis.trees import tuning
 from synth.synthesis.trees.composed import COMPOSED, composed_planner
 from synth.synthesis.trees.forest import Forest, plan_forest
 from synth.synthesis.trees.messages import chunk_fit, root_piece_bytes
+from synth.synthesis.trees.ownership import ownership_weights
 from synth.synthesis.trees.pathsched import path_schedule
 from synth.synthesis.trees.pipeline import (
     Pipelined,
@@ -50,34 +51,38 @@ def synthesize(inst: Instance) -> Schedule:
         return Schedule(Collective(name, 1, options.chunks or 1, collective.root, collective.inplace),
                         topology.name, (), method="trees", size_bytes=float(size_bytes))
     options = piece_options(collective, options)
+    # an allreduce's ownership, where owning 1/N each is clearly slower (trees.ownership): an alternative forest
+    # pair, not with --chunks (counted per rank)
+    weights = ownership_weights(topology) if name == "allreduce" and options.chunks is None else None
 
     symmetric = not topology.switches and is_symmetric(topology)
     # the other orientation's forests (flipped_planner) only where shapes are searched: its timing is capped
     # at FORWARD_JOBS transfers anyway, and the route check runs one search per rank
     flippable = (bool(topology.switches) and n <= tuning.TUNING.tree_search_ranks and is_symmetric(topology)
                  and routes_symmetric(topology))
-    cache: dict[tuple[tuple[int, ...], int, bool], Forest] = {}
+    cache: dict[tuple[tuple[int, ...], int, bool, tuple[int, ...] | None], Forest] = {}
 
     # on an edited fabric, the forests warm-started from the healthy fabric's are tried at the shape found (_or_warm)
     healthy = options.healthy
 
-    def planner_for(trees_cap: int, warm: Topology | None = None):
+    def planner_for(trees_cap: int, warm: Topology | None = None, owners: tuple[int, ...] | None = None):
         def planner(roots: tuple[int, ...], reverse: bool) -> Forest:
             if not symmetric:
-                return plan_forest(topology, roots, reverse=reverse, max_trees=trees_cap, healthy=warm)
+                return plan_forest(topology, roots, reverse=reverse, max_trees=trees_cap, healthy=warm, weights=owners)
             # a switchless fabric equal to its reverse: the reduction trees are the broadcast trees
-            if (roots, trees_cap, warm is not None) not in cache:
-                cache[(roots, trees_cap, warm is not None)] = plan_forest(topology, roots, max_trees=trees_cap,
-                                                                          healthy=warm)
-            return replace(cache[(roots, trees_cap, warm is not None)], reversed=reverse)
+            key = (roots, trees_cap, warm is not None, owners)
+            if key not in cache:
+                cache[key] = plan_forest(topology, roots, max_trees=trees_cap, healthy=warm, weights=owners)
+            return replace(cache[key], reversed=reverse)
         return planner
 
-    def flipped_for(trees_cap: int):
-        return flipped_planner(topology, trees_cap) if flippable else None
+    def flipped_for(trees_cap: int, owners: tuple[int, ...] | None = None):
+        return flipped_planner(topology, trees_cap, weights=owners) if flippable else None
 
-    def pipelined(trees_cap: int) -> tuple[Pipelined, Schedule]:
-        found = run_pipeline(topology, collective, size_bytes, options, planner_for(trees_cap), flipped_for(trees_cap))
-        if healthy is not None:
+    def pipelined(trees_cap: int, owners: tuple[int, ...] | None = None) -> tuple[Pipelined, Schedule]:
+        found = run_pipeline(topology, collective, size_bytes, options, planner_for(trees_cap, owners=owners),
+                             flipped_for(trees_cap, owners))
+        if healthy is not None and owners is None:   # the healthy fabric's forests were packed for equal roots
             warm = [planner_for(trees_cap, healthy)] + ([flipped_planner(topology, trees_cap, healthy)] if flippable
                                                         else [])
             found = _or_warm(topology, collective, size_bytes, found, warm)
@@ -105,19 +110,35 @@ def synthesize(inst: Instance) -> Schedule:
                                    lambda roots, reverse: plans[(roots, reverse)], "trees")
         return replace(done, notes={**done.notes, "composed_boxes": True})
 
-    def with_composed(schedule: Schedule, composed: Schedule | None) -> Schedule:
-        # the faster plan first, the other as its runner-up: the pipeline keeps the faster simulated program
+    def weighted_schedule(kept: Schedule) -> Schedule | None:
+        # the allreduce's forests with weighted ownership (trees.ownership), at the default cap, where they are
+        # planned faster than the schedule kept (a slower runner-up that MSCCL runtimes load would stand in for a
+        # kept program over their limits, which the pipeline otherwise refits); the pipeline simulates both
+        if weights is None:
+            return None
+        check_deadline(deadline, "trees", "timing the weighted allreduce forests")
+        found, done = pipelined(max_trees, weights)
+        if found.floor >= kept.predicted_time_us:
+            return None
+        done = polished(found, done)
+        if done.predicted_time_us >= kept.predicted_time_us:
+            return None
+        return replace(done, notes={**done.notes, "ownership_weights": list(weights)})
+
+    def with_alternatives(schedule: Schedule, *others: Schedule | None) -> Schedule:
+        # the fastest plan first, the others as its runner-ups: the pipeline keeps the fastest simulated program
         # (at 64 MI250 ranks a composed reducescatter planned faster simulated at 0.65 of the bound)
-        if composed is None:
+        found = [s for s in (schedule, *others) if s is not None]
+        if len(found) == 1:
             return schedule
-        return first_with_runner_ups(sorted([schedule, composed], key=lambda s: s.predicted_time_us))
+        return first_with_runner_ups(sorted(found, key=lambda s: s.predicted_time_us))
 
     deadline = deadline_of(options)
     best_found, best = pipelined(max_trees)
     composed = composed_schedule(best)
     if options.max_trees is not None or n > tuning.TUNING.tree_search_ranks:
-        return with_composed(_or_paths(topology, collective, size_bytes, options, polished(best_found, best)),
-                             composed)
+        kept = _or_paths(topology, collective, size_bytes, options, polished(best_found, best))
+        return with_alternatives(kept, composed, weighted_schedule(kept))
     # Many trees per root mean many messages per link (α) and coarse pipelines under the MSCCL
     # chunk limits; a few trees at a rate within ~1/K of the optimum are often faster in the
     # α-β model (mi250-2node allgather: 83 trees 0.875 of the bound, 8 trees 0.92).
@@ -147,8 +168,9 @@ def synthesize(inst: Instance) -> Schedule:
             split = None
         if split is not None and split.predicted_time_us < best.predicted_time_us * (1 - 1e-9):
             best = split
-    return with_composed(or_rings(topology, collective, size_bytes, options,
-                                  _or_paths(topology, collective, size_bytes, options, best)), composed)
+    kept = or_rings(topology, collective, size_bytes, options,
+                    _or_paths(topology, collective, size_bytes, options, best))
+    return with_alternatives(kept, composed, weighted_schedule(kept))
 
 
 def _or_warm(topology: Topology, collective: Collective, size_bytes: float, found: Pipelined,

@@ -14,7 +14,7 @@ from synth.synthesis.packing import choose_capacities, integer_fabric, optimal_r
 from synth.synthesis.trees import tuning
 from synth.synthesis.trees.depth import built_shapes, choose_chunks, refine_depth
 from synth.synthesis.trees.forest import Forest, plan_forest
-from synth.synthesis.trees.messages import chunk_fit, job_estimate, root_piece_bytes
+from synth.synthesis.trees.messages import chunk_fit, job_estimate, owner_units, root_piece_bytes
 from synth.synthesis.trees.programs import forest_schedule, justified_schedule
 from synth.synthesis.trees.rounds_timing import timed_rounds
 from synth.synthesis.trees.timed import Timing, timed_forests
@@ -62,15 +62,16 @@ def routes_symmetric(topology: Topology) -> bool:
     return all(routes.get((b, a)) == path[::-1] for (a, b), path in routes.items())
 
 
-def flipped_planner(topology: Topology, trees_cap: int, healthy: Topology | None = None):
+def flipped_planner(topology: Topology, trees_cap: int, healthy: Topology | None = None,
+                    weights: tuple[int, ...] | None = None):
     """Each phase's forest planned on the other orientation (broadcast trees on the reversed fabric,
     reductions on the fabric itself). On a fabric equal to its reverse, routes included, those trees
     are as optimal and as valid, but the packing breaks its ties differently, and one forest may suit
     the message shape better (dgx-a100-2node allgather at 64 chunks per root: 0.9794, flipped 0.9807).
-    ``healthy``: :func:`plan_forest`'s warm start on an edited fabric."""
+    ``healthy``, ``weights``: :func:`plan_forest`'s warm start on an edited fabric and root weights."""
     def planner(roots: tuple[int, ...], reverse: bool) -> Forest:
-        return replace(plan_forest(topology, roots, reverse=not reverse, max_trees=trees_cap, healthy=healthy),
-                       reversed=reverse)
+        return replace(plan_forest(topology, roots, reverse=not reverse, max_trees=trees_cap, healthy=healthy,
+                                   weights=weights), reversed=reverse)
     return planner
 
 
@@ -123,8 +124,8 @@ def run_pipeline(topology: Topology, collective: Collective, size_bytes: float, 
     deadline = deadline_of(options)
     plans = [planner(roots, reverse) for roots, reverse in forest_phases(collective)]
 
-    per_root_bytes = root_piece_bytes(name, n, size_bytes)
-    fit = chunk_fit(collective, size_bytes, options)
+    per_root_bytes = root_piece_bytes(name, n, size_bytes, owner_units(plans))
+    fit = chunk_fit(collective, size_bytes, options, owner_units(plans))
     first_chunks, first_messages = choose_chunks(topology, collective, plans, per_root_bytes, options.chunks, fit)
     outcome = None
     # each priority (see HEIGHT_WEIGHTS) gets its own depth search; the fastest schedule is kept
@@ -158,7 +159,7 @@ def run_pipeline(topology: Topology, collective: Collective, size_bytes: float, 
     check_deadline(deadline, "trees", "timing the flipped forests")
     if other_planner is not None and job_estimate(plans, chunks, messages, tail) <= tuning.TUNING.forward_jobs:
         others = [other_planner(roots, reverse) for roots, reverse in forest_phases(collective)]
-        if [f.k for f in others] == [f.k for f in plans]:
+        if [(f.k, f.weights) for f in others] == [(f.k, f.weights) for f in plans]:
             timed = timed_forests(topology, collective, others, chunks, messages, size_bytes, tail=tail,
                            timing=Timing(weight, coalescings=tuning.TUNING.built))
             if timed[1] < best[1] * (1 - 1e-9):
@@ -191,7 +192,7 @@ def finish_schedule(topology: Topology, collective: Collective, size_bytes: floa
         # α, fill and drain cost more than 1 %: try timing the same forests by rounds (synth.synthesis.rounds).
         # Not behind switches, where every message pays α on each hop and holds its whole route: there
         # rounds lose (dgx-a100-2node allgather 0.947 against 0.978, dgx-a100-4node 0.928 against 0.976)
-        fit = chunk_fit(collective, size_bytes, options)
+        fit = chunk_fit(collective, size_bytes, options, owner_units(plans))
         options_chunks = list(dict.fromkeys(fit(c)[0] for c in tuning.TUNING.round_chunks))
         timed = timed_rounds(topology, collective, plans, options_chunks, size_bytes, pipelined.deadline, offset)
         if timed is not None and timed[1] < offset * (1 - 1e-9):

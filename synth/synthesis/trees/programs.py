@@ -11,7 +11,7 @@ from synth.schedule import Schedule, Transfer
 from synth.synthesis.timing import justify
 from synth.synthesis.trees import tuning
 from synth.synthesis.trees.forest import Forest
-from synth.synthesis.trees.messages import root_piece_bytes
+from synth.synthesis.trees.messages import owner_units, root_piece_bytes
 from synth.topology.model import Topology
 
 
@@ -25,7 +25,7 @@ def first_with_runner_ups(schedules: list[Schedule]) -> Schedule:
 def forest_schedule(topology: Topology, coll: Collective, transfers: list[Transfer], makespan: float,
                     plans: list[Forest], size_bytes: float, method: str, **notes) -> Schedule:
     """The Schedule of timed forests, with the forests' figures and ``notes`` in its notes."""
-    per_root_bytes = root_piece_bytes(coll.name, topology.num_ranks, size_bytes)
+    per_root_bytes = root_piece_bytes(coll.name, topology.num_ranks, size_bytes, owner_units(plans))
     transfers.sort(key=lambda t: (t.start, t.end))
     notes = {
         "trees_per_root": [f.k for f in plans],

@@ -16,7 +16,7 @@ from synth.synthesis.timing import Jobs, connection_steps, list_schedule, phase_
 from synth.synthesis.trees import tuning
 from synth.synthesis.trees.forest import Forest
 from synth.synthesis.trees.jobs import root_chunk_ids, tree_shares
-from synth.synthesis.trees.messages import loop_chunk_factor, root_piece_bytes
+from synth.synthesis.trees.messages import loop_chunk_factor, owner_units, root_piece_bytes
 from synth.topology.model import Topology
 
 
@@ -49,7 +49,7 @@ def _round_jobs(coll: Collective, forest: Forest, phase: int, chunks: int, share
     jobs = Jobs.empty()
     edge = 0
     ids_of = {t: ids for root in dict.fromkeys(tree.root for tree in plain.trees)
-                 for t, ids in tree_shares(plain, root, root_chunk_ids(coll, root, chunks))}
+                 for t, ids in tree_shares(plain, root, root_chunk_ids(coll, root, chunks, forest.weights))}
     for t, tree in enumerate(plain.trees):
         ids = ids_of.get(t, [])
         count = len(ids)
@@ -80,7 +80,7 @@ def timed_rounds(topology: Topology, coll: Collective, plans: list[Forest], chun
     (collective, makespan, transfers, chunks per root) at the fastest of ``chunk_options``, or None
     (also where a phase's optimistic first LP cannot beat ``beat_us``)."""
     name, n = coll.name, topology.num_ranks
-    per_root_bytes = root_piece_bytes(name, n, size_bytes)
+    per_root_bytes = root_piece_bytes(name, n, size_bytes, owner_units(plans))
     planned = []
     solved: dict[tuple, rounds.RoundPlan] = {}
     for forest in plans:
@@ -100,7 +100,7 @@ def timed_rounds(topology: Topology, coll: Collective, plans: list[Forest], chun
         planned.append((forest, fabric, solved[key]))
     best = None
     for chunks in chunk_options:
-        timed = Collective(name, n, loop_chunk_factor(name, n, chunks), coll.root, coll.inplace)
+        timed = Collective(name, n, loop_chunk_factor(name, n, chunks, owner_units(plans)), coll.root, coll.inplace)
         chunk_bytes = timed.chunk_bytes(size_bytes)
         transfers: list[Transfer] = []
         offset = 0.0

@@ -26,8 +26,8 @@ from synth.synthesis.timing import (
 )
 from synth.synthesis.trees import tuning
 from synth.synthesis.trees.forest import Forest
-from synth.synthesis.trees.jobs import add_broadcast, add_reduction, phase_jobs, spread_chunks
-from synth.synthesis.trees.messages import job_estimate, loop_chunk_factor
+from synth.synthesis.trees.jobs import add_broadcast, add_reduction, owned_chunk_ids, phase_jobs, spread_chunks
+from synth.synthesis.trees.messages import job_estimate, loop_chunk_factor, owner_units
 from synth.synthesis.trees.tuning import COALESCING
 from synth.topology.model import Topology
 
@@ -52,7 +52,8 @@ def timed_forests(topology: Topology, collective: Collective, plans: list[Forest
     the transfers only if ``build``, else a search score in place of the makespan, see
     :func:`_timed_phase`). ``tail``: the message shape (:func:`message_shapes`)."""
     name, n = collective.name, topology.num_ranks
-    coll = Collective(name, n, loop_chunk_factor(name, n, chunks), collective.root, collective.inplace)
+    coll = Collective(name, n, loop_chunk_factor(name, n, chunks, owner_units(plans)), collective.root,
+                      collective.inplace)
     chunk_bytes = coll.chunk_bytes(size_bytes)
     transfers: list[Transfer] = []
     offset = 0.0
@@ -176,13 +177,13 @@ def _forward_jobs(plans: list[Forest], n: int, chunks: int, messages: int | None
     jobs = Jobs.empty()
     if_reduced: dict[int, list[int]] = defaultdict(list)
     for r in range(n):
-        spread_chunks(reduce_forest, r, [r * chunks + s for s in range(chunks)], messages,
+        spread_chunks(reduce_forest, r, owned_chunk_ids(r, chunks, reduce_forest.weights), messages,
                 lambda t, msgs: add_reduction(jobs, reduce_forest, t, msgs, 0, if_reduced, priority), tail)
     if len(plans) == 2:
         root_deps = {c: tuple(d) for c, d in if_reduced.items()}
         plain = replace(plans[1], reversed=False)
         for r in range(n):
-            spread_chunks(plain, r, [r * chunks + s for s in range(chunks)], messages,
+            spread_chunks(plain, r, owned_chunk_ids(r, chunks, plain.weights), messages,
                     lambda t, msgs: add_broadcast(jobs, plain, t, msgs, gather_phase, root_deps), tail)
     return jobs
 

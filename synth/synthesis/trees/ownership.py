@@ -1,0 +1,202 @@
+"""Who owns how much of an allreduce: root weights for its reduce-scatter and allgather forests.
+
+An allreduce on trees is a reduce-scatter into owners followed by an allgather from them. Which rank
+owns which part of the buffer is the schedule's choice, not the collective's: every rank starts with
+the whole buffer and ends with the whole sum. With every rank owning ``1/N``, a rank that is thin on
+one side (a GPU whose NIC is down, a box of slower GPUs beside faster ones) sets both phases' rate.
+Owning more where bandwidth is plentiful moves work off it.
+
+:func:`ownership_weights` chooses the shares ``x_r`` that minimise the two forests' bandwidth time
+
+    min  t_RS + t_AG   s.t.  Σ_r x_r = 1,  x ≥ 0,
+         Σ_{r ∈ S} x_r ≤ t_AG · B⁺(S)        for every node set S that misses a rank (the fabric),
+         Σ_{r ∈ S} x_r ≤ t_RS · B⁺_rev(S)    the same on the reversed fabric,
+
+where, for fixed ``x``, the least ``t`` meeting the cut rows is the rate of optimal broadcast forests
+from roots of weights ``x`` (Edmonds' branching theorem as used by ForestColl, Zhao et al., arXiv
+2402.06787, §3: ``T* = max_S w(S ∩ ranks) / B⁺(S)``; :func:`synth.synthesis.packing.optimal_ratio`), and
+a reduction forest is a broadcast forest of the reversed fabric. The cut rows are exponentially many, so
+the LP is solved by cutting planes (Kelley 1960): solve on the rows found so far, then ask max-flow for a
+violated cut of each fabric (:func:`synth.synthesis.packing.short_cuts`, the separation step of
+``optimal_ratio``), until none is. The shares are then rounded to integer weights of a small total, so
+that chunks split into whole pieces per root.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+
+from synth.synthesis.packing import Fabric, integer_fabric, optimal_ratio, short_cuts
+from synth.synthesis.trees.forest import split_rank_fabric
+from synth.topology.model import Topology
+
+SEPARATION_SCALE = 10**9     # shares and capacities as integers for the max-flow separation
+CUT_ROUNDS = 200             # cutting-plane rounds at most (a deterministic work budget)
+TOTAL_RANGE = 8              # integer weights sum to a power of two from N up to this many times N (so that
+# power-of-two buffers divide into whole chunks, as MSCCL runtimes need)
+ROUNDING_SLACK = 0.015       # the least total whose rounding is within this of the LP optimum wins (fewer units:
+# fewer trees and chunks to time; nicless dgx-a100-2node: 64 units 1.2 % above the LP, 128 units 0.7 %)
+WORTH = 0.03                 # weights are used only where they save this share of the uniform forests' time
+
+
+def forest_time_per_byte(fabric: Fabric, weights: dict[int, int]) -> Fraction:
+    """µs per byte of one unit of weight's data through optimal forests from roots of ``weights``
+    (``optimal_ratio`` in the fabric's units, as :meth:`Forest.bandwidth_time_us` reads it)."""
+    return optimal_ratio(fabric, weights) / (fabric.unit_GBps * 1000)
+
+
+def _weighted_time_per_byte(fabrics: tuple[Fabric, Fabric], weights: dict[int, int]) -> Fraction:
+    """Reduce-scatter plus allgather time per byte of buffer, with ownership ``weights``."""
+    total = sum(weights.values())
+    return sum((forest_time_per_byte(f, weights) for f in fabrics), Fraction(0)) / total
+
+
+def _cut_row(fabric: Fabric, side: list[int], n: int) -> tuple[np.ndarray, float]:
+    """(rank indicator of ``S``, ``B⁺(S)`` in fabric units) of a source side ``S``."""
+    inside = np.zeros(fabric.num_nodes, dtype=bool)
+    inside[side] = True
+    leaving = float(fabric.units[inside[fabric.tails] & ~inside[fabric.heads]].sum())
+    return inside[:n].astype(float), leaving
+
+
+def _rank_rows(fabric: Fabric, n: int) -> list[tuple[np.ndarray, float]]:
+    """The cuts ``S = V ∖ {v}`` of every rank ``v``: what it must receive over its own in-links."""
+    rows = []
+    for v in range(n):
+        side = [x for x in range(fabric.num_nodes) if x != v]
+        rows.append(_cut_row(fabric, side, n))
+    return rows
+
+
+def _cutting_planes(fabrics: tuple[Fabric, Fabric], rows: list[list[tuple[np.ndarray, float]]], cost: np.ndarray,
+                    extra_ub: list[tuple[np.ndarray, float]]) -> np.ndarray | None:
+    """Minimise ``cost`` over (x, t_AG, t_RS, d) on the cut rows, adding violated cuts of each fabric (found by
+    max-flow) until there is none; ``extra_ub``: more rows ``a·v ≤ b``. None if the LP fails or ``CUT_ROUNDS``
+    pass. ``rows`` grows in place, so a later call starts from the cuts found."""
+    from scipy.optimize import linprog
+
+    n = fabrics[0].num_ranks
+    unit = [1.0 / (float(f.unit_GBps) * 1000) for f in fabrics]   # µs per byte at one fabric unit of bandwidth
+    size = len(cost)
+    a_eq = np.zeros((1, size))
+    a_eq[0, :n] = 1.0
+    for _ in range(CUT_ROUNDS):
+        a_ub, b_ub = [], []
+        for phase, phase_rows in enumerate(rows):
+            for indicator, leaving in phase_rows:   # x(S) - t·B⁺(S) ≤ 0, B⁺ in bytes per µs
+                row = np.zeros(size)
+                row[:n] = indicator
+                row[n + phase] = -leaving / unit[phase]
+                a_ub.append(row)
+                b_ub.append(0.0)
+        for row, bound in extra_ub:
+            a_ub.append(row)
+            b_ub.append(bound)
+        result = linprog(cost, A_ub=np.array(a_ub), b_ub=np.array(b_ub), A_eq=a_eq, b_eq=[1.0],
+                         bounds=[(0, None)] * size, method="highs")
+        if result.status != 0:
+            return None
+        x, times = result.x[:n], result.x[n:n + 2]
+        added = False
+        for phase, fabric in enumerate(fabrics):
+            weights = {r: int(round(x[r] * SEPARATION_SCALE)) for r in range(n)}
+            caps = np.floor(fabric.units * times[phase] / unit[phase] * SEPARATION_SCALE * (1 + 1e-7)).astype(np.int64)
+            for _, side in short_cuts(fabric.num_nodes, fabric.tails, fabric.heads, caps, weights, 1, range(n)):
+                rows[phase].append(_cut_row(fabric, side, n))
+                added = True
+                break
+        if not added:
+            return result.x
+    return None
+
+
+def ownership_shares(fabrics: tuple[Fabric, Fabric]) -> tuple[np.ndarray, float] | None:
+    """(shares ``x``, LP value in µs per byte of buffer) of the LP in the module docstring on ``fabrics`` (the
+    allgather's and the reduce-scatter's planning fabrics), the optimal shares nearest ``1/N`` each (least
+    ``Σ_r |x_r − 1/N|`` among those within ``1e-6`` of the optimum: a rank owns more or less only where that saves
+    time); None if the cutting planes do not settle in ``CUT_ROUNDS`` rounds."""
+    n = fabrics[0].num_ranks
+    rows = [_rank_rows(fabrics[0], n), _rank_rows(fabrics[1], n)]
+    # variables: x (n), t_AG, t_RS, d (n) with d_r ≥ |x_r − 1/N|
+    size = 2 * n + 2
+    fastest = np.zeros(size)
+    fastest[n:n + 2] = 1.0
+    solved = _cutting_planes(fabrics, rows, fastest, [])
+    if solved is None:
+        return None
+    optimum = float(solved[n] + solved[n + 1])
+    deviation = []
+    for r in range(n):
+        for sign in (1.0, -1.0):   # ±(x_r − 1/N) ≤ d_r
+            row = np.zeros(size)
+            row[r] = sign
+            row[n + 2 + r] = -1.0
+            deviation.append((row, sign / n))
+    within = np.zeros(size)
+    within[n:n + 2] = 1.0
+    nearest = np.zeros(size)
+    nearest[n + 2:] = 1.0
+    solved = _cutting_planes(fabrics, rows, nearest, [*deviation, (within, optimum * (1 + 1e-6))])
+    if solved is None:
+        return None
+    return solved[:n], float(solved[n] + solved[n + 1])
+
+
+def round_shares(shares: np.ndarray, total: int) -> tuple[int, ...]:
+    """Integer weights summing to ``total`` nearest ``shares · total`` (largest remainder, ties by rank)."""
+    scaled = shares * total / shares.sum()
+    weights = np.floor(scaled + 1e-12).astype(np.int64)
+    order = sorted(range(len(shares)), key=lambda r: (-(scaled[r] - weights[r]), r))
+    for r in order[:total - int(weights.sum())]:
+        weights[r] += 1
+    return tuple(int(w) for w in weights)
+
+
+def ownership_weights(topology: Topology) -> tuple[int, ...] | None:
+    """Integer root weights for an allreduce's forests (module docstring), or None where owning ``1/N`` each
+    is within ``WORTH`` of them.
+
+    Only behind switches: on a switchless fabric
+    :func:`synth.synthesis.trees.split_allreduce.split_allreduce` already shares the links between the
+    phases by an LP, and weights there bought nothing measured (meshes, random regular graphs) for twice the
+    CPU. The LP runs on the fabric first (cheap; most fabrics stop there). Behind switches its optimum may need
+    routes the runtime never takes (out of a box's NIC and back into the same box), so it runs again on the
+    rank-to-rank capacities of the switch split along canonical routes (:func:`split_rank_fabric`), where
+    every forest is routable. The shares are rounded to totals ``N·m`` for ``m`` in ``TOTALS``: the least
+    total whose reduce-scatter plus allgather forests (exact rates, :func:`forest_time_per_byte`) come within
+    ``ROUNDING_SLACK`` of the LP optimum, else the fastest rounding. Deterministic: LPs, max-flows and exact
+    arithmetic.
+    """
+    n = topology.num_ranks
+    if n < 2 or not topology.switches:
+        return None
+    fabrics = (integer_fabric(topology), integer_fabric(topology.reversed()))
+    uniform = _weighted_time_per_byte(fabrics, {r: 1 for r in range(n)})
+    worth = uniform * (1 - Fraction(WORTH).limit_denominator(1000))
+    solved = ownership_shares(fabrics)
+    if solved is None or solved[1] > float(worth):
+        return None
+    fabrics = (split_rank_fabric(topology), split_rank_fabric(topology, reverse=True))
+    uniform = _weighted_time_per_byte(fabrics, {r: 1 for r in range(n)})
+    worth = uniform * (1 - Fraction(WORTH).limit_denominator(1000))
+    solved = ownership_shares(fabrics)
+    if solved is None or solved[1] > float(worth):
+        return None
+    shares, optimum = solved
+    best: tuple[Fraction, tuple[int, ...]] | None = None
+    total = 1 << (n - 1).bit_length()
+    while total <= TOTAL_RANGE * n:
+        weights = round_shares(shares, total)
+        total *= 2
+        value = _weighted_time_per_byte(fabrics, dict(enumerate(weights)))
+        if best is None or value < best[0]:
+            best = (value, weights)
+        if float(value) <= optimum * (1 + ROUNDING_SLACK):
+            break
+    if best is None or best[0] > worth:
+        return None
+    common = math.gcd(*best[1])
+    return tuple(w // common for w in best[1])
