@@ -112,7 +112,8 @@ def refine_depth(topology: Topology, collective: Collective, plans: list[Forest]
     (``tail == HALVING``, ``C = k·P`` with ``P`` from :attr:`TreesTuning.halving_chunks`; allreduce: the first)
     is timed too.
     Each shape is timed at the nearest ``C`` that ``fit`` allows (:func:`runtime_chunks`).
-    Returns (best timed, the shape's own chunks, messages or None, tail, candidates timed).
+    Returns (best timed, the shape's own chunks, messages or None, tail, candidates timed, the next best shapes
+    timed as (chunks, messages, tail), at most ``TUNING.polish_runners``).
     """
     k = max(f.k for f in plans)
     one_root = collective.name in ONE_ROOT
@@ -181,7 +182,14 @@ def refine_depth(topology: Topology, collective: Collective, plans: list[Forest]
 
     def done():
         per_tree, p, tail = choice
-        return best, shape_chunk_count(k, p, tail), p if per_tree else None, tail, len(by_shape)
+        # the next best shapes timed, as built (chunks, messages, tail): polish() times them too
+        runners: list[tuple[int, int | None, int]] = []
+        for key in sorted(timed, key=lambda key: (timed[key], key)):
+            shape = (*fitted(*key), key[2])
+            if key != choice and shape not in runners and shape != (*fitted(*choice), tail):
+                runners.append(shape)
+        return (best, shape_chunk_count(k, p, tail), p if per_tree else None, tail, len(by_shape),
+                tuple(runners[:tuning.TUNING.polish_runners]))
 
     def mirrored():
         # allgather: its mirrored reduction timed forward (see timed_forests) at the shape found and the

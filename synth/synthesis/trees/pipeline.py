@@ -111,6 +111,7 @@ class Pipelined:
     weight: float
     floor: float
     deadline: float | None
+    runners: tuple[tuple[int, int | None, int], ...] = ()   # the search's next best shapes (chunks, messages, tail)
 
 
 def run_pipeline(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
@@ -134,7 +135,7 @@ def run_pipeline(topology: Topology, collective: Collective, size_bytes: float, 
     weights = tuning.TUNING.height_weights if cheap else (1.0,)
     floor = sum(f.bandwidth_time_us(per_root_bytes) for f in plans)   # the forests' bandwidth time
     for weight in weights:
-        chunks, messages, tail, trials = first_chunks, first_messages, 0, 0
+        chunks, messages, tail, trials, runners = first_chunks, first_messages, 0, 0, ()
         # at scale one message per tree is final (see choose_chunks): no depth search, one timing pass
         check_deadline(deadline, "trees", "its pipeline-depth search")
         search = messages is not None and n <= tuning.TUNING.large_ranks
@@ -143,18 +144,19 @@ def run_pipeline(topology: Topology, collective: Collective, size_bytes: float, 
         first = Timing(weight, mirror=False) if search else Timing(weight, coalescings=tuning.TUNING.built)
         best = timed_forests(topology, collective, plans, chunks, messages, size_bytes, build=not search, timing=first)
         if search:
-            best, shape, messages, tail, trials = refine_depth(topology, collective, plans, size_bytes, best,
-                                                                chunks, messages, deadline, weight, floor, fit)
+            best, shape, messages, tail, trials, runners = refine_depth(topology, collective, plans, size_bytes, best,
+                                                                        chunks, messages, deadline, weight, floor,
+                                                                        fit)
             # the shape found is built with every share of α for coalesced messages (see TUNING.alpha_shares)
             built = [(timed_forests(topology, collective, plans, c, m, size_bytes, tail=tail,
                              timing=Timing(weight, coalescings=tuning.TUNING.built)), c, m)
                      for c, m in built_shapes(plans, fit, shape, messages, tail)]
             best, chunks, messages = min(built, key=lambda b: b[0][1])
         if outcome is None or best[1] < outcome[0][1] * (1 - 1e-9):
-            outcome = (best, chunks, messages, tail, trials, weight)
+            outcome = (best, chunks, messages, tail, trials, weight, runners)
         if not search:   # no search, no alternatives: large schedules are timed once
             break
-    best, chunks, messages, tail, trials, weight = outcome
+    best, chunks, messages, tail, trials, weight, runners = outcome
     # five more list schedules: only where they are quick (dgx-a100-2node 2.4k transfers, mi250-2node 70k)
     check_deadline(deadline, "trees", "timing the flipped forests")
     if other_planner is not None and job_estimate(plans, chunks, messages, tail) <= tuning.TUNING.forward_jobs:
@@ -164,18 +166,27 @@ def run_pipeline(topology: Topology, collective: Collective, size_bytes: float, 
                            timing=Timing(weight, coalescings=tuning.TUNING.built))
             if timed[1] < best[1] * (1 - 1e-9):
                 best, plans = timed, others
-    return Pipelined(plans, best, chunks, messages, tail, trials, weight, floor, deadline)
+    return Pipelined(plans, best, chunks, messages, tail, trials, weight, floor, deadline, runners)
 
 
 def polish(topology: Topology, collective: Collective, size_bytes: float, pipelined: Pipelined) -> Pipelined:
     """The kept shape timed once more with the coalescings only it gets (:attr:`TreesTuning.polish`: drained and
-    batched messages); the faster timing is kept. Not at scale (one timing pass there)."""
+    batched messages), and so are the search's next best shapes (``runners``) where their schedules are small
+    (``TUNING.forward_jobs``): the search scores shapes without drains, which can rank them differently. The
+    fastest timing is kept. Not at scale (one timing pass there)."""
     if topology.num_ranks > tuning.TUNING.large_ranks:
         return pipelined
     check_deadline(pipelined.deadline, "trees", "polishing its schedule")
-    timed = timed_forests(topology, collective, pipelined.plans, pipelined.chunks, pipelined.messages, size_bytes,
-                   tail=pipelined.tail, timing=Timing(pipelined.weight, coalescings=tuning.TUNING.polish))
-    return replace(pipelined, timed=timed) if timed[1] < pipelined.timed[1] * (1 - 1e-9) else pipelined
+    best = pipelined
+    shapes = [(pipelined.chunks, pipelined.messages, pipelined.tail)]
+    shapes += [shape for shape in pipelined.runners
+               if job_estimate(pipelined.plans, *shape) <= tuning.TUNING.forward_jobs]
+    for chunks, messages, tail in shapes:
+        timed = timed_forests(topology, collective, pipelined.plans, chunks, messages, size_bytes, tail=tail,
+                              timing=Timing(pipelined.weight, coalescings=tuning.TUNING.polish))
+        if timed[1] < best.timed[1] * (1 - 1e-9):
+            best = replace(pipelined, timed=timed, chunks=chunks, messages=messages, tail=tail)
+    return best
 
 
 def finish_schedule(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,

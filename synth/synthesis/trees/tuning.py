@@ -41,6 +41,9 @@ class TreesTuning:
     rounds_runners_up: int = 3       # ... chunk counts whose rounds of circuits (best plans first) the pipeline
     # simulates
     justify_transfers: int = 1_500_000   # justify() tried on schedules of at most this many transfers
+    polish_runners: int = 2          # ... and so are the search's next best shapes (search scores rank shapes
+    # before drains: dgx-a100-2node without one NIC, allgather: 128 chunks, 4 messages, tail 3 polishes to 3453.8 µs,
+    # the best-scored 32 chunks, 3 messages, tail 2 to 3505.2); only schedules of at most forward_jobs transfers
     drains: tuple[float | None, ...] = (None, 0.7)   # the kept shape is also coalesced with each link's stream
     # ending in shrinking messages
     batches: tuple[bool, ...] = (False, True)   # ... and with the transfers ready at one instant queued together
