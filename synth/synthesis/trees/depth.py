@@ -183,10 +183,11 @@ def refine_depth(topology: Topology, collective: Collective, plans: list[Forest]
     def done():
         per_tree, p, tail = choice
         # the next best shapes timed, as built (chunks, messages, tail): polish() times them too
+        kept = (*fitted(*choice), tail)
         runners: list[tuple[int, int | None, int]] = []
         for key in sorted(timed, key=lambda key: (timed[key], key)):
             shape = (*fitted(*key), key[2])
-            if key != choice and shape not in runners and shape != (*fitted(*choice), tail):
+            if shape != kept and shape not in runners:
                 runners.append(shape)
         return (best, shape_chunk_count(k, p, tail), p if per_tree else None, tail, len(by_shape),
                 tuple(runners[:tuning.TUNING.polish_runners]))

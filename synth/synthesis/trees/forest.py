@@ -107,9 +107,7 @@ def plan_forest(topology: Topology, roots: tuple[int, ...], *, reverse: bool = F
     weights_of = {r: 1 for r in roots} if weights is None else {r: weights[r] for r in roots if weights[r] > 0}
     if weights is not None:
         healthy = None   # the healthy fabric's trees were packed for equal roots
-    optimal = optimal_ratio(fabric, weights_of)
-    k, caps, ratio = choose_capacities(fabric, weights_of, optimal, max_trees)
-    graph, ratio = _split_graph(topology, fabric, weights_of, optimal, k, caps, ratio, reverse)
+    optimal, k, graph, ratio = _split_graph(topology, fabric, weights_of, max_trees, reverse)
     pools = {key: [list(item) for item in pool] for key, pool in graph.routes.items()}
     trees = []
     reused = None
@@ -135,10 +133,13 @@ def plan_forest(topology: Topology, roots: tuple[int, ...], *, reverse: bool = F
                   weights=weights)
 
 
-def _split_graph(topology: Topology, fabric, weights: dict[int, int], optimal: Fraction, k: int, caps: np.ndarray,
-                 ratio: Fraction, reverse: bool):
-    """(rank-to-rank split of the switches at capacities ``caps``, the rate it keeps): disjoint rank pairings
-    first, then edge splitting along canonical routes, else the least rate at which that splits."""
+def _split_graph(topology: Topology, fabric: Fabric, weights: dict[int, int], max_trees: int, reverse: bool):
+    """(optimal rate, k, rank-to-rank split of the switches, the rate it keeps) for forests from roots of
+    ``weights`` with at most ``max_trees`` per unit of weight: capacities at the optimal rate (or the nearest
+    ``k`` allows), then disjoint rank pairings first, edge splitting along canonical routes next, else the least
+    rate at which that splits."""
+    optimal = optimal_ratio(fabric, weights)
+    k, caps, ratio = choose_capacities(fabric, weights, optimal, max_trees)
     allowed = allowed_routes(topology, reverse)
     # Reductions run on the reversed fabric; pairing u with u-1 there makes their real transfers
     # go u -> u+1 like the broadcasts', so allreduce keeps one peer per rank in both phases.
@@ -146,11 +147,11 @@ def _split_graph(topology: Topology, fabric, weights: dict[int, int], optimal: F
     for pairs in _disjoint_pair_candidates(topology, reverse):
         graph = disjoint_pair_split(fabric, caps, weights, k, pairs)
         if graph is not None:
-            return graph, ratio
+            return optimal, k, graph, ratio
     try:
-        return split_switches(fabric, caps, weights, k, allowed, step), ratio
+        return optimal, k, split_switches(fabric, caps, weights, k, allowed, step), ratio
     except SplitError:
-        return _degraded_split(fabric, weights, optimal, k, allowed, step)
+        return optimal, k, *_degraded_split(fabric, weights, optimal, k, allowed, step)
 
 
 def split_rank_fabric(topology: Topology, reverse: bool = False) -> Fabric:
@@ -163,10 +164,8 @@ def split_rank_fabric(topology: Topology, reverse: bool = False) -> Fabric:
     if not topology.switches:
         return fabric
     n = topology.num_ranks
-    weights = {r: 1 for r in range(n)}
-    optimal = optimal_ratio(fabric, weights)
-    k, caps, ratio = choose_capacities(fabric, weights, optimal, tuning.TUNING.default_max_trees)
-    graph, ratio = _split_graph(topology, fabric, weights, optimal, k, caps, ratio, reverse)
+    _, k, graph, ratio = _split_graph(topology, fabric, {r: 1 for r in range(n)}, tuning.TUNING.default_max_trees,
+                                      reverse)
     arcs = sorted((u, v, c) for (u, v), c in graph.cap.items() if c > 0)
     # c units of capacity carry c trees of 1/k of a root's data each, at rate ``ratio``: c / (k·ratio) fabric units
     return Fabric(n, n, np.array([a[0] for a in arcs], dtype=np.int64), np.array([a[1] for a in arcs], dtype=np.int64),

@@ -155,6 +155,17 @@ def round_shares(shares: np.ndarray, total: int) -> tuple[int, ...]:
     return tuple(int(w) for w in weights)
 
 
+def _worth_it(fabrics: tuple[Fabric, Fabric]) -> tuple[np.ndarray, float, Fraction] | None:
+    """(shares, LP value, the most a rounding may take) of :func:`ownership_shares` on ``fabrics``, where the LP
+    saves at least ``WORTH`` of one unit per rank's time; None otherwise."""
+    n = fabrics[0].num_ranks
+    worth = _weighted_time_per_byte(fabrics, {r: 1 for r in range(n)}) * (1 - Fraction(WORTH).limit_denominator(1000))
+    solved = ownership_shares(fabrics)
+    if solved is None or solved[1] > float(worth):
+        return None
+    return solved[0], solved[1], worth
+
+
 def ownership_weights(topology: Topology) -> tuple[int, ...] | None:
     """Integer root weights for an allreduce's forests (module docstring), or None where owning ``1/N`` each
     is within ``WORTH`` of them.
@@ -165,27 +176,21 @@ def ownership_weights(topology: Topology) -> tuple[int, ...] | None:
     CPU. The LP runs on the fabric first (cheap; most fabrics stop there). Behind switches its optimum may need
     routes the runtime never takes (out of a box's NIC and back into the same box), so it runs again on the
     rank-to-rank capacities of the switch split along canonical routes (:func:`split_rank_fabric`), where
-    every forest is routable. The shares are rounded to totals ``N·m`` for ``m`` in ``TOTALS``: the least
-    total whose reduce-scatter plus allgather forests (exact rates, :func:`forest_time_per_byte`) come within
-    ``ROUNDING_SLACK`` of the LP optimum, else the fastest rounding. Deterministic: LPs, max-flows and exact
-    arithmetic.
+    every forest is routable. The shares are rounded to totals that are powers of two from ``N`` to
+    ``TOTAL_RANGE·N``: the least total whose reduce-scatter plus allgather forests (exact rates,
+    :func:`forest_time_per_byte`) come within ``ROUNDING_SLACK`` of the LP optimum, else the fastest rounding.
+    Deterministic: LPs, max-flows and exact arithmetic.
     """
     n = topology.num_ranks
     if n < 2 or not topology.switches:
         return None
-    fabrics = (integer_fabric(topology), integer_fabric(topology.reversed()))
-    uniform = _weighted_time_per_byte(fabrics, {r: 1 for r in range(n)})
-    worth = uniform * (1 - Fraction(WORTH).limit_denominator(1000))
-    solved = ownership_shares(fabrics)
-    if solved is None or solved[1] > float(worth):
+    if _worth_it((integer_fabric(topology), integer_fabric(topology.reversed()))) is None:
         return None
     fabrics = (split_rank_fabric(topology), split_rank_fabric(topology, reverse=True))
-    uniform = _weighted_time_per_byte(fabrics, {r: 1 for r in range(n)})
-    worth = uniform * (1 - Fraction(WORTH).limit_denominator(1000))
-    solved = ownership_shares(fabrics)
-    if solved is None or solved[1] > float(worth):
+    found = _worth_it(fabrics)
+    if found is None:
         return None
-    shares, optimum = solved
+    shares, optimum, worth = found
     best: tuple[Fraction, tuple[int, ...]] | None = None
     total = 1 << (n - 1).bit_length()
     while total <= TOTAL_RANGE * n:
