@@ -28,7 +28,7 @@ from synth.schedule import Schedule
 from synth.solvers import SOLVERS
 from synth.synthesis.base import Instance, MethodSpec, SynthOptions
 from synth.topology.model import Topology
-from synth.topology.routes import longest_switch_route
+from synth.topology.routes import longest_switch_route, route_capacities
 from synth.units import algbw_GBps
 
 if TYPE_CHECKING:
@@ -329,12 +329,13 @@ def instance(topology: Topology, collective_name: str, size_bytes: float, option
     """The request as every method receives it, checked once: the solver and MSCCL runtime are known, SIZE is
     positive, the collective and root exist on ``topology``'s ranks, and the schedule fits the transfer limit.
 
-    Methods plan on the rates transfers can reach (:meth:`Topology.circuit_capacities`: no transfer takes longer
-    or shorter on it); the instance records the identity of the fabric as given (other content, same times)."""
+    Methods plan on the rates transfers can reach (:meth:`Topology.circuit_capacities` refined by
+    :func:`synth.topology.routes.route_capacities`: no transfer takes longer or shorter on it); the instance
+    records the identity of the fabric as given (other content, same times)."""
     from synth.topology.identity import fabric_of
 
     fabric = fabric_of(topology)
-    topology = topology.circuit_capacities()
+    topology = route_capacities(topology.circuit_capacities())
     options = options or SynthOptions()
     if options.solver not in SOLVERS:
         raise SynthError(f"unknown solver {options.solver!r}; choose one of {', '.join(SOLVERS)}")

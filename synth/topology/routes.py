@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 
 from synth.gcpause import gc_paused
 from synth.topology.model import Topology
@@ -171,3 +172,42 @@ def longest_switch_route(topology: Topology) -> int:
             if reached:
                 longest = max(longest, min(reached))
     return longest
+
+
+ROUTE_CAP_MAX_RANKS = 512   # all N² routes: 1.2 s at 512 ranks; larger fabrics plan on circuit capacities only
+
+
+def route_capacities(topology: Topology) -> Topology:
+    """The fabric with each link that touches a switch capped at the widest *route* through it.
+
+    Refines :meth:`Topology.circuit_capacities`, which caps a link at the widest path from any rank, to the
+    paths rank-to-rank sends take (the module's rule). Under docs/cost-model.md a transfer moves at its
+    route's smallest bandwidth and holds every link of the route, one transfer per link at a time, so link
+    ``e`` moves at most ``max over routes R through e of min_{f ∈ R} b_f`` bytes per second. A 50 GB/s
+    H100 NIC link that only routes to 25 GB/s MI250 NICs cross is therefore a 25 GB/s link: the widest
+    *path* into it comes from an H100 GPU, but no H100 GPU sends to another through the IB switch, since
+    the box's NVSwitch is its route. Every route keeps its smallest bandwidth, so no transfer's duration
+    changes; what the methods plan with becomes what the simulator times.
+
+    Only for the methods: a foreign program between ranks that share no switch-only path may route across
+    other ranks (docs/cost-model.md), so the bounds keep :meth:`Topology.circuit_capacities`. Not on fabrics
+    with in-network switches (they end and start transfers), nor beyond ``ROUTE_CAP_MAX_RANKS`` ranks.
+    """
+    if not topology.switches or topology.in_network_switches or topology.num_ranks > ROUTE_CAP_MAX_RANKS:
+        return topology
+    if len({link.bw for link in topology.links if topology.is_switch(link.src) or topology.is_switch(link.dst)}) < 2:
+        return topology   # one bandwidth: every route through a link has that bottleneck
+    bandwidth = {(link.src, link.dst): link.bw for link in topology.links}
+    widest: dict[tuple[int, int], float] = {}
+    for path in rank_routes(topology).values():
+        if len(path) > 2:
+            arcs = list(zip(path, path[1:]))
+            bottleneck = min(bandwidth[arc] for arc in arcs)
+            for arc in arcs:
+                if widest.get(arc, 0.0) < bottleneck:
+                    widest[arc] = bottleneck
+    capped = [replace(link, bw=widest[(link.src, link.dst)]) if widest.get((link.src, link.dst), link.bw) < link.bw
+              else link for link in topology.links]
+    if all(new is old for new, old in zip(capped, topology.links)):
+        return topology
+    return replace(topology, links=tuple(capped))
