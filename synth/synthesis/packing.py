@@ -304,6 +304,11 @@ def split_switches(fabric: Fabric, caps: np.ndarray, weights: dict[int, int], k:
     """
     n, nr = fabric.num_nodes, fabric.num_ranks
     graph = SplitGraph(n, nr, *_direct_units(zip(fabric.tails.tolist(), fabric.heads.tolist(), caps.tolist())))
+    link_units = dict(zip(fabric.arcs, fabric.units.tolist()))
+
+    def bottleneck(path: tuple[int, ...]) -> int:
+        return min(link_units[arc] for arc in zip(path, path[1:]))
+
     st, sh, sc = _source_arcs(n, weights, k)
     demand_arcs = (st, sh, sc)
     need = k * sum(weights.values())
@@ -317,16 +322,22 @@ def split_switches(fabric: Fabric, caps: np.ndarray, weights: dict[int, int], k:
                            key=lambda t: (t == u, (step * (t - u)) % nr if t < nr else t))
             for t in succs:
                 for r1, r2 in _route_pairs(graph, u, w, t, allowed):
-                    limit = min(_units_of(graph.routes[(u, w)], r1), _units_of(graph.routes[(w, t)], r2))
+                    # a circuit moves at its route's least bandwidth and holds every link of it: a unit of the
+                    # joined route takes wide / narrow units of the wider piece (docs/cost-model.md, rule 4)
+                    b1, b2 = bottleneck((u, *r1, w)), bottleneck((w, *r2, t))
+                    narrow = min(b1, b2)
+                    limit = min(_units_of(graph.routes[(u, w)], r1) * narrow // b1,
+                                _units_of(graph.routes[(w, t)], r2) * narrow // b2)
                     if limit == 0:
                         continue
                     m = _split_amount(graph, demand_arcs, need, u, w, t, limit)
                     if m == 0:
                         continue
-                    _remove_units(graph.routes[(u, w)], r1, m)
-                    _remove_units(graph.routes[(w, t)], r2, m)
-                    graph.cap[(u, w)] -= m
-                    graph.cap[(w, t)] -= m
+                    m1, m2 = -(-m * b1 // narrow), -(-m * b2 // narrow)
+                    _remove_units(graph.routes[(u, w)], r1, m1)
+                    _remove_units(graph.routes[(w, t)], r2, m2)
+                    graph.cap[(u, w)] -= m1
+                    graph.cap[(w, t)] -= m2
                     if u != t:
                         graph.cap[(u, t)] = graph.cap.get((u, t), 0) + m
                         _add_units(graph.routes.setdefault((u, t), []), r1 + (w,) + r2, m)
