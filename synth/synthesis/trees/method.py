@@ -111,20 +111,22 @@ def synthesize(inst: Instance) -> Schedule:
         return replace(done, notes={**done.notes, "composed_boxes": True})
 
     def weighted_schedule(kept: Schedule) -> Schedule | None:
-        # the allreduce's forests with weighted ownership (trees.ownership), at the cap and fewer trees per unit
-        # (TUNING.weighted_caps, as the uniform search's caps), where they are planned faster than the schedule
+        # the allreduce's forests with weighted ownership (trees.ownership), at few trees per unit
+        # (TUNING.weighted_caps) up to the cap, where they are planned faster than the schedule
         # kept (a slower runner-up that MSCCL runtimes load would stand in for a kept program over their limits,
         # which the pipeline otherwise refits); the pipeline simulates both
         if weights is None:
             return None
         found = done = None
-        for cap in (max_trees, *(c for c in tuning.TUNING.weighted_caps if c < max_trees)):
+        # fewest trees first: those forests are the cheapest to time, and more trees per unit win only while
+        # their finer rate outweighs the α and the coarser pipelines that come with them
+        for cap in (*sorted(c for c in tuning.TUNING.weighted_caps if c < max_trees), max_trees):
             check_deadline(deadline, "trees", f"timing the weighted allreduce forests at {cap} trees per unit")
             trial_found, trial = pipelined(cap, weights)
             if done is None or trial.predicted_time_us < done.predicted_time_us * (1 - 1e-9):
                 found, done = trial_found, trial
             elif trial.predicted_time_us > done.predicted_time_us * (1 + tuning.TUNING.cap_stop):
-                break   # fewer trees per unit only coarsen the rate further
+                break
         if found.floor >= kept.predicted_time_us:
             return None
         done = polished(found, done)

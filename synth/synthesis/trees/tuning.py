@@ -33,9 +33,9 @@ class TreesTuning:
     tree_search_caps: tuple[int, ...] = (16, 8, 4)
     cap_stop: float = 0.005          # ... past a cap this much slower than the best (mi250-2node: 8 trees +0.7 %) only
     cap_room: float = 0.05           # ... where the next cap's rate leaves this much room below the best time
-    weighted_caps: tuple[int, ...] = (4, 2, 1)   # trees per unit of ownership tried after the default (weighted
-    # allreduce forests carry k trees per unit, and units outnumber ranks: mixed-mi250-h100 1 GiB, 7 per unit
-    # 7268 µs predicted, 1 per unit 6473)
+    weighted_caps: tuple[int, ...] = (1, 2, 4)   # trees per unit of ownership tried before the default, until one
+    # is clearly slower (weighted allreduce forests carry k trees per unit, and units outnumber ranks:
+    # mixed-mi250-h100 1 GiB, 7 per unit 7268 µs predicted, 1 per unit 6473)
     large_ranks: int = 256           # beyond this, one fast tree per root (synth.synthesis.scale)
     refine_jobs: int = 80_000        # time other pipeline depths only below this many transfers (mi250-2node AR: 69.5k)
     replay: bool = True              # score searches on switch fabrics with the runtime's rule replayed too
