@@ -96,3 +96,15 @@ def test_the_pipeline_makes_verified_programs_near_the_bound(composed_method, co
     t = _ring_boxes(3, nic=10.0)
     result = synthesize(t, collective, GiB, composed_method)   # lowered, verified, simulated
     assert result.bound_us <= result.time_us < 1.05 * result.bound_us
+
+
+def test_chunks_of_an_allreduce_are_counted_once_with_composed_forests():
+    # --chunks counts the whole buffer's chunks; the composed alternative used to divide them by N a second time
+    # ("--chunks 2: an allreduce on trees needs a multiple of its 12 ranks", exit 2)
+    import synth
+
+    topology = _ring_boxes(3)
+    assert composed_planner(topology, 256) is not None
+    result = synth.synthesize(topology, "allreduce", "64MiB", method="trees", chunks=24)
+    assert result.program.chunk_factor == 24
+    assert result.time_us >= result.bound_us

@@ -106,7 +106,8 @@ def synthesize(inst: Instance) -> Schedule:
         piece = root_piece_bytes(name, n, size_bytes)
         if sum(forest.bandwidth_time_us(piece) for forest in plans.values()) >= kept.predicted_time_us:
             return None
-        done = schedule_from_plans(topology, collective, size_bytes, options,
+        # the request's own options: schedule_from_plans counts --chunks per root piece itself
+        done = schedule_from_plans(topology, collective, size_bytes, inst.options,
                                    lambda roots, reverse: plans[(roots, reverse)], "trees")
         return replace(done, notes={**done.notes, "composed_boxes": True})
 
