@@ -298,7 +298,10 @@ def split_switches(fabric: Fabric, caps: np.ndarray, weights: dict[int, int], k:
     Returns a graph on the ranks only whose capacity units each carry a route (the switches
     crossed). With ``allowed`` (see :func:`allowed_subpaths`) a split is only made when the
     combined path is a piece of a canonical path, so every rank arc can be realised by a program.
-    ``step`` (+1 or -1) is the preferred cyclic direction of the pairs (see the loop).
+    ``step`` (+1 or -1) is the preferred cyclic direction of the pairs (see the loop). Where the two pieces
+    joined have different bottlenecks, the wider one gives ``wide / narrow`` units per unit split off (a
+    circuit holds its links at its route's rate, docs/cost-model.md); the cut check covers the split amount,
+    and the final feasibility check what that charge takes beyond it.
     Raises SplitError when what cannot be split is needed (a non-Eulerian switch, or routes the
     fabric's fixed paths exclude); complete splitting exists otherwise (Bang-Jensen et al.).
     """

@@ -174,7 +174,7 @@ def longest_switch_route(topology: Topology) -> int:
     return longest
 
 
-ROUTE_CAP_MAX_RANKS = 512   # all N² routes: 1.2 s at 512 ranks; larger fabrics plan on circuit capacities only
+ROUTE_CAP_MAX_RANKS = 512   # all N² routes: 1.3 s at 512 ranks; larger fabrics plan on circuit capacities only
 
 
 def route_capacities(topology: Topology) -> Topology:
@@ -184,7 +184,7 @@ def route_capacities(topology: Topology) -> Topology:
     paths rank-to-rank sends take (the module's rule). Under docs/cost-model.md a transfer moves at its
     route's smallest bandwidth and holds every link of the route, one transfer per link at a time, so link
     ``e`` moves at most ``max over routes R through e of min_{f ∈ R} b_f`` bytes per second. A 50 GB/s
-    H100 NIC link that only routes to 25 GB/s MI250 NICs cross is therefore a 25 GB/s link: the widest
+    H100 NIC link whose routes all lead to 25 GB/s MI250 NICs is therefore a 25 GB/s link: the widest
     *path* into it comes from an H100 GPU, but no H100 GPU sends to another through the IB switch, since
     the box's NVSwitch is its route. Every route keeps its smallest bandwidth, so no transfer's duration
     changes; what the methods plan with becomes what the simulator times.
