@@ -9,6 +9,17 @@ from synth.schedule import Schedule
 from synth.topology.model import Link, Topology
 
 
+def slow_and_fast_boxes(slow: float, fast: float, slow_ranks: int = 4, fast_ranks: int = 2, *, fast_boxes: int = 1,
+                        intra_bw: float = 100.0) -> Topology:
+    """NVSwitch boxes on one IB switch: one of ``slow_ranks`` ranks with ``slow`` GB/s NICs, then ``fast_boxes`` of
+    ``fast_ranks`` ranks with ``fast`` GB/s NICs (the fast NICs carry circuits at both rates)."""
+    from synth.topology import generators as gen
+
+    boxes = [gen.Box(slow_ranks, "nvswitch", intra_bw, 0.5, nic_bw=slow)]
+    boxes += [gen.Box(fast_ranks, "nvswitch", intra_bw, 0.5, nic_bw=fast)] * fast_boxes
+    return gen.boxes_on_ib(boxes, 1, name=f"mixed-{slow:g}-{fast:g}" + (f"x{fast_boxes}" if fast_boxes > 1 else ""))
+
+
 def ring(n: int, bw: float = 50.0, alpha: float = 0.5) -> Topology:
     links = []
     for i in range(n):

@@ -8,17 +8,10 @@ import pytest
 from synth.errors import SynthError
 from synth.lower_bounds import circuit_box_cut, compute_bounds
 from synth.pipeline import synthesize
-from synth.topology import generators as gen
 from synth.topology.families import fabric_family
+from tests.schedule_check import slow_and_fast_boxes as _mixed
 
 MiB = 2**20
-
-
-def _mixed(slow: float, fast: float, slow_ranks: int = 4, fast_ranks: int = 2, intra_bw: float = 100.0):
-    """Two boxes on one IB switch: ``slow_ranks`` ranks with slow NICs, ``fast_ranks`` with fast NICs."""
-    boxes = [gen.Box(slow_ranks, "nvswitch", intra_bw, 0.5, nic_bw=slow),
-             gen.Box(fast_ranks, "nvswitch", intra_bw, 0.5, nic_bw=fast)]
-    return gen.boxes_on_ib(boxes, 1, name=f"mixed-{slow:g}-{fast:g}")
 
 
 def test_slow_nics_holding_fast_ones_tighten_the_cut():

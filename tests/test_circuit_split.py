@@ -12,21 +12,13 @@ import pytest
 from synth.pipeline import instance
 from synth.synthesis.packing import integer_fabric
 from synth.synthesis.trees.forest import _split_graph
-from synth.topology import generators as gen
-
-
-def _slow_and_fast(slow: float, fast: float, fast_boxes: int):
-    """A box of 4 ranks with slow NICs and ``fast_boxes`` boxes of 2 ranks with fast ones, on one IB switch:
-    the fast NICs carry circuits at both rates."""
-    boxes = [gen.Box(4, "nvswitch", 100.0, 0.5, nic_bw=slow)]
-    boxes += [gen.Box(2, "nvswitch", 100.0, 0.5, nic_bw=fast)] * fast_boxes
-    return gen.boxes_on_ib(boxes, 1, name=f"slow{slow:g}-fast{fast:g}x{fast_boxes}")
+from tests.schedule_check import slow_and_fast_boxes
 
 
 @pytest.mark.parametrize("slow, fast, fast_boxes", [(10.0, 40.0, 2), (12.5, 50.0, 2), (25.0, 50.0, 3)])
 @pytest.mark.parametrize("reverse", [False, True])
 def test_split_arcs_fit_each_links_time(slow, fast, fast_boxes, reverse):
-    topology = instance(_slow_and_fast(slow, fast, fast_boxes), "allgather", 2**30).topology
+    topology = instance(slow_and_fast_boxes(slow, fast, fast_boxes=fast_boxes), "allgather", 2**30).topology
     planning = topology.reversed() if reverse else topology
     fabric = integer_fabric(planning)
     units = dict(zip(fabric.arcs, fabric.units.tolist()))

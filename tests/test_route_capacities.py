@@ -6,18 +6,11 @@ from __future__ import annotations
 import pytest
 
 from synth.pipeline import instance, synthesize
-from synth.topology import generators as gen
 from synth.topology.families import fabric_family
 from synth.topology.routes import rank_routes, route_capacities
+from tests.schedule_check import slow_and_fast_boxes as _mixed
 
 GiB = 2**30
-
-
-def _mixed(slow: float, fast: float, slow_ranks: int = 4, fast_ranks: int = 2):
-    """Two NVSwitch boxes on one IB switch, one with slow NICs, one with fast ones."""
-    boxes = [gen.Box(slow_ranks, "nvswitch", 100.0, 0.5, nic_bw=slow),
-             gen.Box(fast_ranks, "nvswitch", 100.0, 0.5, nic_bw=fast)]
-    return gen.boxes_on_ib(boxes, 1, name=f"mixed-{slow:g}-{fast:g}")
 
 
 def _bottlenecks(topology):
