@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from synth.collectives import RUNTIME_ELEMENT_BYTES, Collective, canonical_name, runtime_divides
 from synth.errors import SynthError, TimeLimitReached
+from synth.gcpause import full_collections_deferred
 from synth.limits import check_rank_count, check_route_switches, check_transfer_count
 from synth.program.ir import Program
 from synth.runtime_limits import MAX_STEPS_PER_TB, runtime_profile
@@ -366,7 +367,17 @@ def synthesize(topology: Topology | str, collective_name: str, size_bytes: float
     budgets are deterministic work, and :func:`synth.synthesis.auto.budget_s` (``--time-limit``) is a
     wall-clock safety stop whose cuts are listed as ``not_tried``. Raises :class:`SynthError` when the method fails,
     times out without a schedule, or produces a program that does not verify.
+
+    Python's full garbage collections are deferred meanwhile (:func:`synth.gcpause.full_collections_deferred`).
     """
+    with full_collections_deferred():
+        return _synthesize(topology, collective_name, size_bytes, method, options, root, inplace, progress)
+
+
+def _synthesize(topology: Topology | str, collective_name: str, size_bytes: float, method: str,
+                options: SynthOptions | None, root: int, inplace: bool,
+                progress: Callable[[str, float | None], None] | None) -> SynthesisResult:
+    """:func:`synthesize` itself."""
     from synth.simulation import simulate
 
     if isinstance(topology, str):
