@@ -5,17 +5,18 @@ Run one after the other, the two phases take ``T_RS + T_AG`` (each at its cut bo
 each link can give part of its bandwidth to each phase, and where the phases' bottlenecks differ
 (a mesh corner receives in the allgather and sends in the reduce-scatter) the allreduce needs less.
 The best split is a linear program (the concurrent version of the ForestColl rate, arXiv 2402.06787
-§3, whose multi-root condition is Edmonds' branching theorem):
+§3, whose multi-root condition is Edmonds' branching theorem), over rank pairs ``u → v`` joined by a link
+or by the route a send between them takes through switches (``R_uv``, :func:`synth.topology.routes.rank_routes`):
+``y_uv`` carries the allgather, ``z_uv`` the reduce-scatter. A transfer moves at its route's least bandwidth
+``b(R_uv)`` and holds every link of the route (docs/cost-model.md), so
 
-    maximise ρ  subject to  x_e + z_e ≤ B_e                                     (every link e)
-      for every rank v:  a flow f_v in the fabric from a super-source s (arcs s→r of capacity ρ,
-                         every rank r) to v of value N·ρ, with f_v(e) ≤ x_e;
-                         a flow g_v in the reversed fabric, likewise, with g_v(e) ≤ z_e.
+    maximise ρ  subject to  Σ_{uv: e ∈ R_uv} (y_uv + z_uv) / b(R_uv) ≤ 1                (every link e)
+        y(δ⁺(S)) ≥ ρ·|S|,   z(δ⁻(S)) ≥ ρ·|S|         (every rank set S that misses a rank)
 
-By max-flow/min-cut and Edmonds' theorem, ``x`` then carries an allgather forest at ``ρ`` GB/s
-per root piece and ``z`` a reduce-scatter forest at the same rate: both phases move ``M`` bytes per
-piece in ``M / ρ``. On a 5×5 mesh this meets the allreduce traffic bound (2(N-1)·SIZE / ΣB, the
-binding bound there), 0.62× the time of the phases one after the other.
+Without switches a pair is a link and its row reads ``y_e + z_e ≤ B_e``. By Edmonds' theorem ``y`` then
+carries an allgather forest at ``ρ`` GB/s per root piece and ``z`` a reduce-scatter forest at the same rate:
+both phases move ``M`` bytes per piece in ``M / ρ``. On a 5×5 mesh this meets the allreduce traffic bound
+(2(N-1)·SIZE / ΣB, the binding bound there), 0.62× the time of the phases one after the other.
 
 The split's shares are fractions of a link; packed into ``k`` trees per root they are rounded to
 whole tree edges, phase by phase, and the forests lose rate (mesh-5x5, one tree per root: 0.92 and
@@ -30,78 +31,152 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from synth.errors import SynthError, TimeLimitReached
-from synth.solvers import Model, solve
+from synth.errors import TimeLimitReached
+from synth.solvers import Model, silence_fds, solve
 from synth.synthesis.packing import short_cuts
 from synth.topology.model import Link, Topology
+from synth.topology.routes import rank_routes
 
 WHOLE_SPLIT_ROUNDS = 100   # cut-generation rounds of whole_tree_split before it gives up
+SPLIT_ROUNDS = 100         # cutting-plane rounds of split_capacities before it gives up
+SHARE_GRID = 1000          # split_capacities' shares in thousandths of the rate ρ (exact integer fabrics)
+SEPARATION_SCALE = 10**6   # shares as integers for the max-flow separation, per unit of ρ
+SHARE_WEIGHT = 1e-3        # split_capacities' objective: ρ, plus this much of the mean share
 
 
 @dataclass(frozen=True)
 class CapacitySplit:
     """``allgather`` and ``reducescatter``: the fabric with each link's share of the phase as its
     bandwidth (links without one dropped); only the shares' ratios matter to the forests planned on
-    them. :func:`split_capacities` gives GB/s, :func:`whole_tree_split` tree edges per link."""
+    them. :func:`split_capacities` gives ranks only, shares in units of ``ρ / SHARE_GRID`` per rank pair;
+    :func:`whole_tree_split` the fabric's links, tree edges per link."""
     rate_GBps: float          # ρ: per root piece, in each phase
-    allgather: Topology       # the fabric with bandwidths x_e (links with x_e = 0 dropped)
-    reducescatter: Topology   # ... z_e
+    allgather: Topology       # the shares y (rank pairs or links without one dropped)
+    reducescatter: Topology   # ... z
 
     def time_us(self, piece_bytes: float) -> float:
         return piece_bytes / (self.rate_GBps * 1e3)
 
 
-def split_capacities(topology: Topology, solver: str = "highs") -> CapacitySplit:
-    """Solve the LP of the module docstring (HiGHS through :mod:`synth.solvers`)."""
-    n, nodes = topology.num_ranks, topology.num_nodes
-    src, dst, bw, _ = topology.arrays
-    m = len(src)
-    model = Model("allreduce-capacity-split")
-    rho = model.add_var()
-    x, z = model.add_vars(m), model.add_vars(m)
-    arange = np.arange(m)
-    model.add_rows(np.concatenate([arange, arange]), np.concatenate([x, z]), 1.0, np.full(m, -np.inf), bw)
-    # switches stay Eulerian in each phase (in = out): edge splitting, and so the forests, need it
-    switch = np.arange(n, nodes)
-    for caps in (x, z):
-        into, out = np.isin(dst, switch), np.isin(src, switch)
-        model.add_rows(np.concatenate([dst[into] - n, src[out] - n]), np.concatenate([caps[into], caps[out]]),
-                       np.concatenate([np.ones(int(into.sum())), -np.ones(int(out.sum()))]),
-                       np.zeros(nodes - n), np.zeros(nodes - n))
-    source = nodes   # the super-source, one past the last node
-    for caps, tails, heads in ((x, src, dst), (z, dst, src)):
-        arc_tail = np.concatenate([tails, np.full(n, source)])
-        arc_head = np.concatenate([heads, np.arange(n)])
-        head_in, tail_in = arc_head < nodes, arc_tail < nodes
-        # per sink, rows over its flow's columns: link capacity, source arcs, conservation
-        cap_rows, cap_vals = np.concatenate([arange, arange]), np.concatenate([np.ones(m), -np.ones(m)])
-        source_rows = np.concatenate([np.arange(n), np.arange(n)])
-        conserve_rows = np.concatenate([arc_head[head_in], arc_tail[tail_in]])
-        conserve_vals = np.concatenate([np.ones(int(head_in.sum())), -np.ones(int(tail_in.sum())), [-float(n)]])
-        for v in range(n):
-            flow = model.add_vars(m + n)
-            # f(e) <= the phase's capacity of link e; f(s -> r) <= ρ
-            model.add_rows(cap_rows, np.concatenate([flow[:m], caps]), cap_vals, np.full(m, -np.inf), np.zeros(m))
-            model.add_rows(source_rows, np.concatenate([flow[m:], np.full(n, rho)]),
-                           np.concatenate([np.ones(n), -np.ones(n)]), np.full(n, -np.inf), np.zeros(n))
-            # in - out = 0 at every node but v, and at least N·ρ at v
-            lower, upper = np.zeros(nodes), np.zeros(nodes)
-            upper[v] = np.inf
-            model.add_rows(np.concatenate([conserve_rows, [v]]),
-                           np.concatenate([flow[head_in], flow[tail_in], [rho]]), conserve_vals, lower, upper)
-    model.set_objective([rho], [1.0], "max")
-    result = solve(model, solver=solver)
-    if result.status != "optimal" or result.values is None:
-        raise SynthError(f"the allreduce capacity split LP ended with status {result.status} {result.message}".strip())
-    values = np.asarray(result.values)
-    rate = float(values[rho])
-    if rate <= 0:
-        raise SynthError(f"topology {topology.name}: no allreduce capacity split carries data")
-    return CapacitySplit(rate, _with_bandwidths(topology, values[x]), _with_bandwidths(topology, values[z]))
+def split_capacities(topology: Topology, give_up_us: float | None = None,
+                     piece_bytes: float = 1.0) -> CapacitySplit | None:
+    """The LP of the module docstring, or None where it does not settle or is not worth it (below).
+
+    The cut rows are exponentially many; they are added by cutting planes (Kelley 1960) to one HiGHS model
+    re-solved from its last basis, each round asking max-flow for every rank's violated cut of each phase
+    (:func:`synth.synthesis.packing.short_cuts`) until none is (a 64-rank mesh: 0.1 s, where the LP with a
+    flow per rank took 42 s). Every round's ``ρ`` is an upper bound on the optimum, so the loop stops (None)
+    as soon as it promises no better than ``give_up_us`` for ``piece_bytes`` per root, and after
+    ``SPLIT_ROUNDS``.
+
+    The split's fabrics have ranks only, one link per rank pair with a share, in units of ``ρ / SHARE_GRID``
+    (rounded down, so no link is charged more than the LP allows); a forest packed on them runs each edge on
+    its pair's route. Deterministic: HiGHS (one thread) and max-flow.
+    """
+    import highspy
+    from scipy.sparse import csr_matrix
+
+    n = topology.num_ranks
+    routes = rank_routes(topology)
+    pairs = sorted(routes)
+    if n < 2 or not pairs:
+        return None
+    size = 2 * len(pairs) + 1
+    rho = size - 1
+    link_index = {(lk.src, lk.dst): i for i, lk in enumerate(topology.links)}
+    bandwidth = np.array([lk.bw for lk in topology.links])
+    rows, cols, vals = [], [], []
+    for p, pair in enumerate(pairs):
+        hops = [link_index[hop] for hop in zip(routes[pair], routes[pair][1:])]
+        narrowest = float(bandwidth[hops].min())
+        for e in hops:
+            rows += [e, e]
+            cols += [p, len(pairs) + p]
+            vals += [1.0 / narrowest] * 2
+    tails = np.array([u for u, _ in pairs], dtype=np.int64)
+    heads = np.array([v for _, v in pairs], dtype=np.int64)
+    # one model, re-solved from its last basis as cuts are added (dual simplex)
+    with silence_fds():   # HiGHS prints its banner even with output off
+        lp = highspy.Highs()
+    lp.setOptionValue("output_flag", False)
+    lp.setOptionValue("threads", 1)
+    lp.addVars(size, np.zeros(size), np.full(size, highspy.kHighsInf))
+    # maximise ρ, and a little the shares themselves: among optimal vertices those that fill the links
+    # satisfy more cuts (without it the 4-box mixed fabric tailed for 100+ rounds at the optimal ρ)
+    objective = np.full(size, -SHARE_WEIGHT / len(pairs))
+    objective[rho] = -1.0
+    lp.changeColsCost(size, np.arange(size, dtype=np.int32), objective)
+    _add_rows(lp, csr_matrix((vals, (rows, cols)), shape=(len(bandwidth), size)), np.ones(len(bandwidth)))
+    # (phase, source side): every rank alone and every rank left out, to start
+    cuts = list(dict.fromkeys((phase, frozenset(side)) for v in range(n) for phase in (0, 1)
+                              for side in ({v}, set(range(n)) - {v})))
+    new = cuts
+    for _ in range(SPLIT_ROUNDS):
+        _add_rows(lp, _route_cut_rows(new, tails, heads, n, size), np.zeros(len(new)))
+        with silence_fds():
+            lp.run()
+        if lp.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+            return None
+        values = np.maximum(np.asarray(lp.getSolution().col_value), 0.0)   # -1e-12 would be a negative capacity
+        rate = float(values[rho])
+        if rate <= 0 or (give_up_us is not None and piece_bytes / (rate * 1e3) > give_up_us):
+            return None
+        found = []
+        for phase in (0, 1):
+            shares = values[phase * len(pairs):(phase + 1) * len(pairs)]
+            arc_tails, arc_heads = (tails, heads) if phase == 0 else (heads, tails)
+            caps = np.floor(shares / rate * SEPARATION_SCALE * (1 + 1e-7)).astype(np.int64)
+            found += [(phase, frozenset(side)) for _, side in
+                      short_cuts(n, arc_tails, arc_heads, caps, dict.fromkeys(range(n), 1), SEPARATION_SCALE, range(n))]
+        known = set(cuts)
+        new = [cut for cut in dict.fromkeys(found) if cut not in known]
+        if not new:
+            return CapacitySplit(rate, _pair_fabric(topology, pairs, values[:len(pairs)] / rate),
+                                 _pair_fabric(topology, pairs, values[len(pairs):2 * len(pairs)] / rate))
+        cuts += new
+    return None
+
+
+def _add_rows(lp, matrix, upper: np.ndarray) -> None:
+    """Rows ``matrix · v ≤ upper`` added to a HiGHS model."""
+    matrix = matrix.tocsr()
+    lp.addRows(matrix.shape[0], np.full(matrix.shape[0], -np.inf), upper, matrix.nnz,
+               matrix.indptr.astype(np.int32), matrix.indices.astype(np.int32), matrix.data)
+
+
+def _route_cut_rows(cuts: list[tuple[int, frozenset[int]]], tails: np.ndarray, heads: np.ndarray, n: int, size: int):
+    """``ρ·|S| − y(δ⁺(S)) ≤ 0`` (phase 0) and ``ρ·|S| − z(δ⁻(S)) ≤ 0`` (phase 1) as sparse rows."""
+    from scipy.sparse import csr_matrix
+
+    pairs = len(tails)
+    rows, cols, vals = [], [], []
+    for row, (phase, side) in enumerate(cuts):
+        inside = np.zeros(n, dtype=bool)
+        inside[list(side)] = True
+        crossing = np.flatnonzero(inside[tails] & ~inside[heads] if phase == 0 else ~inside[tails] & inside[heads])
+        rows += [row] * (len(crossing) + 1)
+        cols += list(crossing + phase * pairs) + [size - 1]
+        vals += [-1.0] * len(crossing) + [float(len(side))]
+    return csr_matrix((vals, (rows, cols)), shape=(len(cuts), size))
+
+
+def _pair_fabric(topology: Topology, pairs: list[tuple[int, int]], shares: np.ndarray) -> Topology:
+    """Ranks only, a link ``u → v`` per rank pair whose share (in units of ρ) rounds down to at least one
+    ``1/SHARE_GRID``; the link's α is its route's."""
+    routes = rank_routes(topology)
+    grid = np.floor(shares * SHARE_GRID + 1e-6).astype(np.int64)
+    links = []
+    for (u, v), units in zip(pairs, grid):
+        if units > 0:
+            path = routes[(u, v)]
+            links.append(Link(u, v, float(units) / SHARE_GRID,
+                              sum(topology.link(a, b).alpha for a, b in zip(path, path[1:]))))
+    return replace(topology, links=tuple(links), switches=(), features=())
 
 
 def _with_bandwidths(topology: Topology, capacity: np.ndarray) -> Topology:
-    """``topology`` with link ``e`` at ``capacity[e]`` GB/s; links left (almost) empty are dropped."""
+    """``topology`` with link ``e`` at bandwidth ``capacity[e]`` (its unit the caller's); links left (almost) empty
+    are dropped."""
     links = tuple(Link(link.src, link.dst, float(c), link.alpha)
                   for link, c in zip(topology.links, capacity) if c > 1e-7 * link.bw)
     return replace(topology, links=links)

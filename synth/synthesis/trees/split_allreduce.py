@@ -34,17 +34,19 @@ def split_allreduce(topology: Topology, collective: Collective, size_bytes: floa
     :attr:`TreesTuning.polish`'s coalescings.
 
     None where that LP is not ``TUNING.split_gain`` faster than the phases one after the other
-    (``sequential_us``), and where no candidate fits MSCCL's limits. Switchless fabrics only: a
-    split fabric can route a rank pair through other switches than the runtime would.
+    (``sequential_us``), and where no candidate fits MSCCL's limits. Switchless fabrics only: behind
+    switches the split's rank pairs share the links of their routes, and a transfer must find all of them
+    free at once; timed side by side, such forests took 1.4-1.6x their bandwidth time (mixed boxes, a DGX
+    pair without one NIC: session 32), where each phase alone took 1.07x.
     """
     from synth.synthesis.split import split_capacities, whole_tree_split
 
     n = topology.num_ranks
-    split = split_capacities(topology)
     piece_bytes = root_piece_bytes("allreduce", n, size_bytes)
-    split_us = split.time_us(piece_bytes)
-    if split_us > sequential_us * (1 - tuning.TUNING.split_gain):
+    split = split_capacities(topology, sequential_us * (1 - tuning.TUNING.split_gain), piece_bytes)
+    if split is None:
         return None
+    split_us = split.time_us(piece_bytes)
     roots = tuple(range(n))
 
     def fits(jobs: Jobs, heads: list[int] | None) -> bool:
