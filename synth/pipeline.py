@@ -477,7 +477,8 @@ def _synthesize(topology: Topology | str, collective_name: str, size_bytes: floa
             and unrunnable.sim.time_us * (1 + RUNNABLE_LOSS) < best.sim.time_us):
         best, passed_over = unrunnable, best     # a runnable program this much slower is no answer
     sim, schedule, program = best.sim, best.schedule, best.program
-    bound = _bound_us(topology, schedule.collective, size_bytes)
+    # the bound reads the collective's name, ranks and root, which _program holds the schedule to: auto's is reused
+    bound = stop_at if stop_at is not None else _bound_us(topology, schedule.collective, size_bytes)
     gap = (sim.time_us - bound) / sim.time_us if bound is not None and sim.time_us > 0 else None
     return SynthesisResult(
         method=best.method,

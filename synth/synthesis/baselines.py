@@ -199,6 +199,7 @@ class Plan:
         self.deadline = deadline_of(options) if options is not None else None
         self.topology = topology
         self.coll = coll
+        self.reduction = coll.is_reduction
         self.routes = rank_routes(topology) if routes is None else routes
         self.timer = KeyOrderTimer(topology, self.routes, coll.chunk_bytes(size_bytes))
         self.dests = {c: coll.chunk_destinations(c) for c in coll.schedule_chunks}
@@ -211,14 +212,22 @@ class Plan:
              deps: Sequence[int]) -> list[int]:
         runs: list[list[int]] = []
         prev = None
-        for c in sorted(chunks):
-            here = (_loc(self.coll, self.dests, src, c, reduce), _loc(self.coll, self.dests, dst, c, reduce))
-            if prev is not None and runs and all(h[0] == p[0] and h[1] == p[1] + 1 for h, p in zip(here, prev,
-                                                                                                 strict=True)):
-                runs[-1].append(c)
-            else:
-                runs.append([c])
-            prev = here
+        if self.reduction:   # every chunk at ("i", chunk) on both ends (_loc): runs of consecutive chunks
+            for c in sorted(chunks):
+                if prev is not None and c == prev + 1:
+                    runs[-1].append(c)
+                else:
+                    runs.append([c])
+                prev = c
+        else:
+            for c in sorted(chunks):
+                here = (_loc(self.coll, self.dests, src, c, reduce), _loc(self.coll, self.dests, dst, c, reduce))
+                if prev is not None and runs and all(h[0] == p[0] and h[1] == p[1] + 1 for h, p in zip(here, prev,
+                                                                                                     strict=True)):
+                    runs[-1].append(c)
+                else:
+                    runs.append([c])
+                prev = here
         # the list schedule needs every dependency earlier in key order: never below a dependency's level
         level = max([level] + [self.levels[d] for d in deps])
         out = []
