@@ -26,6 +26,7 @@ over tree edges per link (below), which keeps ρ exactly on the 5×5 mesh.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, replace
 
@@ -99,7 +100,8 @@ def split_capacities(topology: Topology, give_up_us: float | None = None,
     with silence_fds():   # HiGHS prints its banner even with output off
         lp = highspy.Highs()
     lp.setOptionValue("output_flag", False)
-    lp.setOptionValue("threads", 1)
+    with contextlib.suppress(Exception):   # HiGHS fixes its thread pool once per process (synth.solvers)
+        lp.setOptionValue("threads", 1)
     lp.addVars(size, np.zeros(size), np.full(size, highspy.kHighsInf))
     # maximise ρ, and a little the shares themselves: among optimal vertices those that fill the links
     # satisfy more cuts (without it the 4-box mixed fabric tailed for 100+ rounds at the optimal ρ)
@@ -131,8 +133,8 @@ def split_capacities(topology: Topology, give_up_us: float | None = None,
         known = set(cuts)
         new = [cut for cut in dict.fromkeys(found) if cut not in known]
         if not new:
-            return CapacitySplit(rate, _pair_fabric(topology, pairs, values[:len(pairs)] / rate),
-                                 _pair_fabric(topology, pairs, values[len(pairs):2 * len(pairs)] / rate))
+            return CapacitySplit(rate, _pair_fabric(topology, routes, pairs, values[:len(pairs)] / rate),
+                                 _pair_fabric(topology, routes, pairs, values[len(pairs):2 * len(pairs)] / rate))
         cuts += new
     return None
 
@@ -160,10 +162,9 @@ def _route_cut_rows(cuts: list[tuple[int, frozenset[int]]], tails: np.ndarray, h
     return csr_matrix((vals, (rows, cols)), shape=(len(cuts), size))
 
 
-def _pair_fabric(topology: Topology, pairs: list[tuple[int, int]], shares: np.ndarray) -> Topology:
+def _pair_fabric(topology: Topology, routes: dict, pairs: list[tuple[int, int]], shares: np.ndarray) -> Topology:
     """Ranks only, a link ``u → v`` per rank pair whose share (in units of ρ) rounds down to at least one
-    ``1/SHARE_GRID``; the link's α is its route's."""
-    routes = rank_routes(topology)
+    ``1/SHARE_GRID``; the link's α is its route's (``routes``: :func:`rank_routes`)."""
     grid = np.floor(shares * SHARE_GRID + 1e-6).astype(np.int64)
     links = []
     for (u, v), units in zip(pairs, grid):
