@@ -224,3 +224,16 @@ def test_split_meets_the_traffic_bound_on_64_rank_meshes(dims):
     mesh = generators.mesh(dims)
     bound = compute_bounds(mesh, Collective("allreduce", 64), GiB).bandwidth_bound_us
     assert split_capacities(mesh).time_us(GiB / 64) == pytest.approx(bound, rel=1e-6)
+
+
+def test_split_runs_after_highs_fixed_its_thread_pool():
+    # another solve in the same process (any test, any method) may have started HiGHS' pool with more threads
+    import highspy
+
+    other = highspy.Highs()
+    other.setOptionValue("output_flag", False)
+    other.setOptionValue("threads", 2)
+    other.addVars(1, np.zeros(1), np.ones(1))
+    other.run()
+    mesh = generators.mesh([3, 3])
+    assert split_capacities(mesh) is not None

@@ -26,7 +26,6 @@ over tree edges per link (below), which keeps ρ exactly on the 5×5 mesh.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass, replace
 
@@ -72,7 +71,7 @@ def split_capacities(topology: Topology, give_up_us: float | None = None,
 
     The split's fabrics have ranks only, one link per rank pair with a share, in units of ``ρ / SHARE_GRID``
     (rounded down, so no link is charged more than the LP allows); a forest packed on them runs each edge on
-    its pair's route. Deterministic: HiGHS (one thread) and max-flow.
+    its pair's route. Deterministic: HiGHS's dual simplex and max-flow.
     """
     import highspy
     from scipy.sparse import csr_matrix
@@ -100,8 +99,8 @@ def split_capacities(topology: Topology, give_up_us: float | None = None,
     with silence_fds():   # HiGHS prints its banner even with output off
         lp = highspy.Highs()
     lp.setOptionValue("output_flag", False)
-    with contextlib.suppress(Exception):   # HiGHS fixes its thread pool once per process (synth.solvers)
-        lp.setOptionValue("threads", 1)
+    # no "threads": HiGHS fixes its pool once per process, and a different count makes run() fail; the
+    # dual simplex of an LP runs serially, so the answer does not depend on it
     lp.addVars(size, np.zeros(size), np.full(size, highspy.kHighsInf))
     # maximise ρ, and a little the shares themselves: among optimal vertices those that fill the links
     # satisfy more cuts (without it the 4-box mixed fabric tailed for 100+ rounds at the optimal ρ)
