@@ -210,24 +210,16 @@ class Plan:
 
     def _add(self, level: float, src: int, dst: int, chunks: tuple[int, ...], reduce: bool, channel: int,
              deps: Sequence[int]) -> list[int]:
-        runs: list[list[int]] = []
-        prev = None
-        if self.reduction:   # every chunk at ("i", chunk) on both ends (_loc): runs of consecutive chunks
-            for c in sorted(chunks):
-                if prev is not None and c == prev + 1:
-                    runs[-1].append(c)
-                else:
-                    runs.append([c])
-                prev = c
+        # runs contiguous at both ends; a run breaks before index i
+        ordered = sorted(chunks)
+        if self.reduction:   # every chunk at ("i", chunk) on both ends (_loc): consecutive chunks
+            breaks = [i for i in range(1, len(ordered)) if ordered[i] != ordered[i - 1] + 1]
         else:
-            for c in sorted(chunks):
-                here = (_loc(self.coll, self.dests, src, c, reduce), _loc(self.coll, self.dests, dst, c, reduce))
-                if prev is not None and runs and all(h[0] == p[0] and h[1] == p[1] + 1 for h, p in zip(here, prev,
-                                                                                                     strict=True)):
-                    runs[-1].append(c)
-                else:
-                    runs.append([c])
-                prev = here
+            locs = [(_loc(self.coll, self.dests, src, c, reduce), _loc(self.coll, self.dests, dst, c, reduce))
+                    for c in ordered]
+            breaks = [i for i in range(1, len(ordered))
+                      if not all(h[0] == p[0] and h[1] == p[1] + 1 for h, p in zip(locs[i], locs[i - 1], strict=True))]
+        runs = [ordered[a:b] for a, b in zip([0, *breaks], [*breaks, len(ordered)], strict=True)] if ordered else []
         # the list schedule needs every dependency earlier in key order: never below a dependency's level
         level = max([level] + [self.levels[d] for d in deps])
         out = []

@@ -19,9 +19,10 @@ both phases move ``M`` bytes per piece in ``M / ρ``. On a 5×5 mesh this meets 
 (2(N-1)·SIZE / ΣB, the binding bound there), 0.62× the time of the phases one after the other.
 
 The split's shares are fractions of a link; packed into ``k`` trees per root they are rounded to
-whole tree edges, phase by phase, and the forests lose rate (mesh-5x5, one tree per root: 0.92 and
-0.90 of ρ). :func:`whole_tree_split` rounds both phases together instead, as an integer program
-over tree edges per link (below), which keeps ρ exactly on the 5×5 mesh.
+whole tree edges, phase by phase, and the forests can lose rate (mesh-5x5, one tree per root: 0.92 and
+0.90 of ρ on an optimal vertex of an earlier flow formulation; all of it on this LP's, which fills the
+links). :func:`whole_tree_split` rounds both phases together instead, as an integer program over tree
+edges per link (below), which keeps ρ exactly on the 5×5 mesh and also shares every link out evenly.
 """
 
 from __future__ import annotations
@@ -109,9 +110,9 @@ def split_capacities(topology: Topology, give_up_us: float | None = None,
     lp.changeColsCost(size, np.arange(size, dtype=np.int32), objective)
     _add_rows(lp, csr_matrix((vals, (rows, cols)), shape=(len(bandwidth), size)), np.ones(len(bandwidth)))
     # (phase, source side): every rank alone and every rank left out, to start
-    cuts = list(dict.fromkeys((phase, frozenset(side)) for v in range(n) for phase in (0, 1)
-                              for side in ({v}, set(range(n)) - {v})))
-    new = cuts
+    new = list(dict.fromkeys((phase, frozenset(side)) for v in range(n) for phase in (0, 1)
+                             for side in ({v}, set(range(n)) - {v})))
+    known = set(new)   # the cuts in the model
     for _ in range(SPLIT_ROUNDS):
         _add_rows(lp, _route_cut_rows(new, tails, heads, n, size), np.zeros(len(new)))
         with silence_fds():
@@ -129,12 +130,11 @@ def split_capacities(topology: Topology, give_up_us: float | None = None,
             caps = np.floor(shares / rate * SEPARATION_SCALE * (1 + 1e-7)).astype(np.int64)
             found += [(phase, frozenset(side)) for _, side in
                       short_cuts(n, arc_tails, arc_heads, caps, dict.fromkeys(range(n), 1), SEPARATION_SCALE, range(n))]
-        known = set(cuts)
         new = [cut for cut in dict.fromkeys(found) if cut not in known]
         if not new:
             return CapacitySplit(rate, _pair_fabric(topology, routes, pairs, values[:len(pairs)] / rate),
                                  _pair_fabric(topology, routes, pairs, values[len(pairs):2 * len(pairs)] / rate))
-        cuts += new
+        known.update(new)
     return None
 
 

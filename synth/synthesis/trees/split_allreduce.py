@@ -29,8 +29,8 @@ def split_allreduce(topology: Topology, collective: Collective, size_bytes: floa
     (:mod:`synth.synthesis.split`) and timed side by side (:func:`timed_forward`, ``joint``).
 
     The split is rounded to whole trees in both phases at once (:func:`~synth.synthesis.split.whole_tree_split`)
-    where that solves in time, so the forests keep its rate (mesh-5x5, one tree per root: 0.92 / 0.90
-    of it rounded phase by phase, all of it together). The fastest candidate is timed once more with
+    where that solves in time, so the forests keep its rate and both phases get a share of every link
+    (:mod:`synth.synthesis.split`). The fastest candidate is timed once more with
     :attr:`TreesTuning.polish`'s coalescings.
 
     None where that LP is not ``TUNING.split_gain`` faster than the phases one after the other
