@@ -63,9 +63,12 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+import numpy as np
+
 from synth.errors import SynthError
 from synth.gcpause import gc_paused
-from synth.program.ir import RECEIVES, SENDS, Program, Threadblock, collective_of
+from synth.program.columns import StepColumns, kind_flags, program_columns
+from synth.program.ir import Program, Threadblock, collective_of
 from synth.topology.model import Topology
 from synth.topology.routes import RuntimePaths
 from synth.units import DEFAULT_SIZE, algbw_GBps
@@ -296,7 +299,7 @@ def _simulate(program: Program, topology: Topology, size_bytes: float | None, ch
     flat = _flatten(program, router)
     graph = _link_steps(program, flat)
     run = _run_events(graph, len(topology.links) + len(flat.engines), chunk, record_events)
-    _check_finished(program, flat.owner, run.fin)
+    _check_finished(program, flat, run.fin)
     makespan = max(run.fin, default=0.0)
     algbw = algbw_GBps(size, makespan)
     utilization, events = _link_report(router, flat, run, makespan)
@@ -314,38 +317,109 @@ def _simulate(program: Program, topology: Topology, size_bytes: float | None, ch
 
 @dataclass
 class _Flat:
-    """The program's steps as flat lists (built by :func:`_flatten`); step g is the g-th in program order."""
+    """The program's steps as flat lists (built by :func:`_flatten`); step g is the g-th in program order, the
+    rank steps first (threadblock k's are ``start[k]:start[k + 1]``), then the switches' steps."""
 
-    owner: list[tuple[int, int, int]] = field(default_factory=list)  # (rank, tb id, step index)
     nxt: list[int] = field(default_factory=list)  # next step of the threadblock, -1 after its last
     need: list[int] = field(default_factory=list)  # prerequisites: previous step, message, dependency
     send_route: list[int] = field(default_factory=list)  # index into routes, -1 when the step does not send
     cnt: list[int] = field(default_factory=list)
-    dep_of: list[tuple[int, int, int, int]] = field(default_factory=list)  # (g, rank, dep tb id, dep step)
+    start: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
+    tb_rank: list[int] = field(default_factory=list)  # per threadblock: its rank and id
+    tb_id: list[int] = field(default_factory=list)
+    switch_owner: list[tuple[int, int, int]] = field(default_factory=list)  # per switch step: (node, -1 - k, op)
     routes: list[Route] = field(default_factory=list)
     route_index: dict[tuple[int, int], int] = field(default_factory=dict)  # (src, dst) -> index into routes
     sends_on: dict[tuple[int, int, int], list[int]] = field(default_factory=dict)  # (src, dst, chan) -> steps
     recvs_on: dict[tuple[int, int, int], list[int]] = field(default_factory=dict)
-    tb_start: dict[tuple[int, int], int] = field(default_factory=dict)  # (rank, tb id) -> its first step
-    tb_len: dict[tuple[int, int], int] = field(default_factory=dict)
+    revdep: list[list[int] | None] = field(default_factory=list)  # per step: the steps depending on it, or None
     engines: list[str] = field(default_factory=list)  # reduction engines, booked as links after the real ones
     engine_conns: set[tuple[int, int, int]] = field(default_factory=set)  # their pseudo connections (not counted)
     fanout: dict[int, list[int]] = field(default_factory=dict)  # switch op gate step -> its sends to the dsts
     cut_through: set[int] = field(default_factory=set)  # switch-internal receive steps (engine, gate)
 
+    def owner(self, g: int) -> tuple[int, int, int]:
+        """(rank, tb id, step index) of rank step ``g``; (switch node, -1 - k, op index) of a switch step."""
+        rank_steps = int(self.start[-1])
+        if g >= rank_steps:
+            return self.switch_owner[g - rank_steps]
+        k = int(np.searchsorted(self.start, g, side="right")) - 1
+        return self.tb_rank[k], self.tb_id[k], g - int(self.start[k])
+
 
 def _flatten(program: Program, router: Router) -> _Flat:
-    """Number every step of ``program`` in program order and record what each one waits for and sends."""
-    flat = _Flat()
+    """Number every step of ``program`` in program order and record what each one waits for and sends: the
+    rank steps from the program's step columns (:func:`synth.program.columns.program_columns`), then the
+    switch ops."""
+    cols = program_columns(program)
+    if cols is None:
+        raise SynthError(f"program {program.name!r} has a step field that is not an integer or is out of range "
+                         "(synth verify names it)")
+    flat = _Flat(start=cols.start)
+    sends, receives, _, _ = kind_flags(cols.kind)
+    tb_of = cols.tb_of
+    tbs = _threadblocks(program, flat)
+    no_send = np.fromiter((tb.send < 0 for _, tb in tbs), np.bool_, len(tbs))
+    no_recv = np.fromiter((tb.recv < 0 for _, tb in tbs), np.bool_, len(tbs))
+    bad = np.flatnonzero((sends & no_send[tb_of]) | (receives & no_recv[tb_of]))
+    first_bad = int(bad[0]) if len(bad) else None
+    start = cols.start.tolist()
+    send_steps, recv_steps = np.flatnonzero(sends), np.flatnonzero(receives)
+    send_at = np.searchsorted(send_steps, cols.start).tolist()
+    recv_at = np.searchsorted(recv_steps, cols.start).tolist()
+    send_steps, recv_steps = send_steps.tolist(), recv_steps.tolist()
+    route_of_tb = np.full(len(tbs) + 1, -1, dtype=np.int64)     # the extra entry: steps that do not send
+    tb_start: dict[tuple[int, int], int] = {}
+    for k, (rank, tb) in enumerate(tbs):
+        if first_bad is not None and first_bad < start[k]:   # a step of an earlier threadblock is wrong
+            break
+        if (rank, tb.id) in tb_start:
+            raise SynthError(f"program {program.name!r}: rank {rank} has two threadblocks "
+                             f"with id {tb.id}")
+        tb_start[(rank, tb.id)] = k
+        route_of_tb[k] = _send_route(program, router, flat, rank, tb)
+        # connection step lists (one is created for a threadblock without the peer too: it matches nothing)
+        flat.sends_on.setdefault((rank, _peer_node(program, router, tb.send), tb.chan), []).extend(
+            send_steps[send_at[k]:send_at[k + 1]])
+        flat.recvs_on.setdefault((_peer_node(program, router, tb.recv), rank, tb.chan), []).extend(
+            recv_steps[recv_at[k]:recv_at[k + 1]])
+    if first_bad is not None:
+        rank, tb_id, i = flat.owner(first_bad)
+        tb = tbs[int(tb_of[first_bad])][1]
+        typ = tb.steps[i].type
+        if sends[first_bad] and no_send[tb_of[first_bad]]:
+            raise SynthError(f"program {program.name!r}: rank {rank} tb {tb_id} step {i} "
+                             f"({typ}) sends but the threadblock has no send peer")
+        raise SynthError(f"program {program.name!r}: rank {rank} tb {tb_id} step {i} "
+                         f"({typ}) receives but the threadblock has no recv peer")
+    n = len(cols.kind)
+    nxt = np.arange(1, n + 1, dtype=np.int64)
+    nxt[cols.start[1:][np.diff(cols.start) > 0] - 1] = -1
+    has_dep = cols.depid >= 0
+    first_of_tb = np.zeros(n, dtype=bool)
+    first_of_tb[cols.start[:-1][np.diff(cols.start) > 0]] = True
+    flat.nxt = nxt.tolist()
+    flat.need = ((~first_of_tb).astype(np.int64) + receives + has_dep).tolist()
+    flat.send_route = np.where(sends, route_of_tb[:-1][tb_of], -1).tolist()
+    flat.cnt = cols.cnt.tolist()
+    flat.revdep = _reverse_deps(program, flat, tb_start, cols, np.flatnonzero(has_dep), tb_of)
+    if program.switches:
+        _flatten_switches(program, router, flat)
+    return flat
+
+
+def _threadblocks(program: Program, flat: _Flat) -> list[tuple[int, Threadblock]]:
+    """Every (rank, threadblock) in program order, recorded in ``flat``; a gpu id that is no rank is an error."""
+    tbs = []
     for gpu in program.gpus:
         rank = gpu.id
         if not 0 <= rank < program.num_ranks:
             raise SynthError(f"program {program.name!r}: gpu id {rank} is not a rank")
         for tb in gpu.threadblocks:
-            _flatten_threadblock(program, router, flat, rank, tb)
-    if program.switches:
-        _flatten_switches(program, router, flat)
-    return flat
+            tbs.append((rank, tb))
+            flat.tb_rank.append(rank)
+            flat.tb_id.append(tb.id)
+    return tbs
 
 
 def _switch_node(program: Program, router: Router, k: int) -> int:
@@ -380,7 +454,6 @@ def _flatten_switches(program: Program, router: Router, flat: _Flat) -> None:
     (switch node, dst, chan), in op order) released by the gate.
     """
     n = program.num_ranks
-    owner = flat.owner
     num_links = len(router.topology.links)
     for k, sw in enumerate(program.switches):
         node = _switch_node(program, router, k)
@@ -399,7 +472,7 @@ def _flatten_switches(program: Program, router: Router, flat: _Flat) -> None:
             for m in (*op.srcs, *op.dsts):
                 if not 0 <= m < n:
                     raise SynthError(f"program {program.name!r}: switch {sw.name!r} op {j} names {m}, not a rank")
-            first = len(owner)   # the step the srcs' messages go to
+            first = len(flat.nxt)   # the step the srcs' messages go to
             flat.cut_through.add(first)
             if op.type == "reduce" and engine >= 0:   # engine step, then the gate it "sends" to
                 flat.cut_through.add(first + 1)
@@ -410,19 +483,20 @@ def _flatten_switches(program: Program, router: Router, flat: _Flat) -> None:
                 _append(flat, (node, -1 - k, j), 1, -1, op.cnt)
             else:
                 _append(flat, (node, -1 - k, j), len(op.srcs), -1, op.cnt)
-            gate = len(owner) - 1
+            gate = len(flat.nxt) - 1
             for src in op.srcs:
                 flat.recvs_on.setdefault((src, node, op.chan), []).append(first)
             fan = flat.fanout[gate] = []
             for dst in op.dsts:
-                fan.append(len(owner))
-                flat.sends_on.setdefault((node, dst, op.chan), []).append(len(owner))
+                fan.append(len(flat.nxt))
+                flat.sends_on.setdefault((node, dst, op.chan), []).append(len(flat.nxt))
                 _append(flat, (node, -1 - k, j), 1, _direct_route(program, router, flat, node, dst), op.cnt)
 
 
 def _append(flat: _Flat, owner: tuple[int, int, int], need: int, route: int, cnt: int) -> None:
     """One switch step: it ends no threadblock (``nxt`` -1) and waits for ``need`` prerequisites."""
-    flat.owner.append(owner)
+    flat.switch_owner.append(owner)
+    flat.revdep.append(None)
     flat.nxt.append(-1)
     flat.need.append(need)
     flat.send_route.append(route)
@@ -453,69 +527,53 @@ def _peer_node(program: Program, router: Router, peer: int) -> int:
     return _switch_node(program, router, k) if k < len(program.switches) else peer
 
 
-def _flatten_threadblock(program: Program, router: Router, flat: _Flat, rank: int, tb: Threadblock) -> None:
-    """Append the steps of threadblock ``tb`` of ``rank`` to ``flat``, checking its peers."""
-    if (rank, tb.id) in flat.tb_start:
-        raise SynthError(f"program {program.name!r}: rank {rank} has two threadblocks "
-                         f"with id {tb.id}")
-    g = len(flat.owner)
-    flat.tb_start[(rank, tb.id)] = g
-    flat.tb_len[(rank, tb.id)] = len(tb.steps)
-    ridx = _send_route(program, router, flat, rank, tb)
-    # Connection step lists, fetched once per threadblock (an empty one matches nothing).
-    send_list = flat.sends_on.setdefault((rank, _peer_node(program, router, tb.send), tb.chan), [])
-    recv_list = flat.recvs_on.setdefault((_peer_node(program, router, tb.recv), rank, tb.chan), [])
-    owner, nxt, need, send_route, cnt = flat.owner, flat.nxt, flat.need, flat.send_route, flat.cnt
-    last = len(tb.steps) - 1
-    for i, step in enumerate(tb.steps):
-        typ = step.type
-        n_pre = 1 if i else 0
-        if typ in SENDS:
-            if ridx < 0:
-                raise SynthError(f"program {program.name!r}: rank {rank} tb {tb.id} step {i} "
-                                 f"({typ}) sends but the threadblock has no send peer")
-            send_list.append(g)
-            send_route.append(ridx)
-        else:
-            send_route.append(-1)
-        if typ in RECEIVES:
-            if tb.recv < 0:
-                raise SynthError(f"program {program.name!r}: rank {rank} tb {tb.id} step {i} "
-                                 f"({typ}) receives but the threadblock has no recv peer")
-            recv_list.append(g)
-            n_pre += 1
-        if step.depid >= 0:
-            flat.dep_of.append((g, rank, step.depid, step.deps))
-            n_pre += 1
-        owner.append((rank, tb.id, i))
-        nxt.append(g + 1 if i < last else -1)
-        need.append(n_pre)
-        cnt.append(step.cnt)
-        g += 1
+def _reverse_deps(program: Program, flat: _Flat, tb_start: dict[tuple[int, int], int], cols: StepColumns,
+                  dependents: np.ndarray, tb_of: np.ndarray) -> list[list[int] | None]:
+    """Per rank step, the steps that depend on it (``depid``/``deps``, in program order), or None; a missing
+    target is an error (the first dependent's)."""
+    revdep: list[list[int] | None] = [None] * int(cols.start[-1])
+    if not len(dependents):
+        return revdep
+    lengths = np.diff(cols.start)
+    ranks = np.asarray(flat.tb_rank, dtype=np.int64)[tb_of[dependents]]
+    depid = cols.depid[dependents]
+    span = int(depid.max()) + 1     # depid >= 0 here; (rank, depid) as one key where it fits
+    if span * program.num_ranks < 2**62:
+        keys, inverse = np.unique(ranks * span + depid, return_inverse=True)
+        pairs = zip(*divmod(keys, span))
+    else:
+        found, inverse = np.unique(np.stack([ranks, depid], axis=1), axis=0, return_inverse=True)
+        pairs = map(tuple, found.tolist())
+    target_tb = np.array([tb_start.get((int(r), int(i)), -1) for r, i in pairs], dtype=np.int64)[inverse.ravel()]
+    deps = cols.deps[dependents]
+    bad = (target_tb < 0) | (deps < 0) | (deps >= np.where(target_tb >= 0, lengths[target_tb], 0))
+    if bad.any():
+        at = int(np.flatnonzero(bad)[0])
+        r, t, s = flat.owner(int(dependents[at]))
+        raise SynthError(f"program {program.name!r}: rank {r} tb {t} step {s} depends on missing "
+                         f"step (tb {int(depid[at])}, step {int(deps[at])})")
+    target = cols.start[target_tb] + deps
+    order = np.argsort(target, kind="stable")     # dependents stay in program order
+    target, waiting = target[order], dependents[order].tolist()
+    edges = np.flatnonzero(np.diff(target)) + 1
+    lo = [0, *edges.tolist()]
+    hi = [*edges.tolist(), len(waiting)]
+    for x, a, b in zip(target[lo].tolist(), lo, hi, strict=True):
+        revdep[x] = waiting[a:b]
+    return revdep
 
 
-def _reverse_deps(program: Program, flat: _Flat) -> list[list[int] | None]:
-    """Per step, the steps that depend on it (``depid``/``deps``), or None; a missing target is an error."""
-    revdep: list[list[int] | None] = [None] * len(flat.owner)
-    for g, rank, depid, deps in flat.dep_of:
-        base = flat.tb_start.get((rank, depid))
-        if base is None or not 0 <= deps < flat.tb_len[(rank, depid)]:
-            r, t, s = flat.owner[g]
-            raise SynthError(f"program {program.name!r}: rank {r} tb {t} step {s} depends on missing "
-                             f"step (tb {depid}, step {deps})")
-        lst = revdep[base + deps]
-        if lst is None:
-            revdep[base + deps] = [g]
-        else:
-            lst.append(g)
-    for gate, fan in flat.fanout.items():   # a switch op's gate releases its sends to the dsts
+def _switch_gates(flat: _Flat) -> list[list[int] | None]:
+    """``flat.revdep`` with each switch op's gate releasing its sends to the dsts."""
+    revdep = flat.revdep
+    for gate, fan in flat.fanout.items():
         revdep[gate] = fan
     return revdep
 
 
 def _match_connections(program: Program, flat: _Flat) -> tuple[list[int], list[int]]:
     """(connection index of each send step, the receive step each send step is matched with: k-th with k-th)."""
-    total = len(flat.owner)
+    total = len(flat.nxt)
     conn_of = [0] * total  # send step -> index of its connection (for the FIFO rule)
     for c, s_list in enumerate(flat.sends_on.values()):
         for s in s_list:
@@ -551,7 +609,7 @@ class _Graph(NamedTuple):
 
 def _link_steps(program: Program, flat: _Flat) -> _Graph:
     """Resolve the flattened steps' dependencies and pair their messages into the event loop's graph."""
-    revdep = _reverse_deps(program, flat)
+    revdep = _switch_gates(flat)
     conn_of, matched = _match_connections(program, flat)
     return _Graph(flat.nxt, flat.need, flat.cnt, flat.send_route, matched, conn_of, revdep, len(flat.sends_on),
                   [r[0] for r in flat.routes], [r[1] for r in flat.routes], [r[2] for r in flat.routes],
@@ -664,11 +722,11 @@ def _run_events(graph: _Graph, num_links: int, chunk: float, record_events: bool
     return _Run(fin, starts, order, link_busy)
 
 
-def _check_finished(program: Program, owner: list[tuple[int, int, int]], fin: list[float]) -> None:
+def _check_finished(program: Program, flat: _Flat, fin: list[float]) -> None:
     """Raise when some step never ran (the program deadlocks), naming the first few."""
     stuck = [g for g in range(len(fin)) if fin[g] < 0]
     if stuck:
-        examples = ", ".join(_step_label(program, owner[g]) for g in stuck[:3])
+        examples = ", ".join(_step_label(program, flat.owner(g)) for g in stuck[:3])
         raise SynthError(f"program {program.name!r} deadlocks: {len(stuck)} of {len(fin)} steps never run "
                          f"(first: {examples})")
 
@@ -691,5 +749,5 @@ def _link_report(router: Router, flat: _Flat, run: _Run, makespan: float) -> tup
     if run.starts is not None:
         starts, fin = run.starts, run.fin
         names = [tuple(link_names[i] for i in r[0]) for r in flat.routes]
-        events = [flat.owner[g] + (starts[g], fin[g], names[flat.send_route[g]]) for g in run.order]
+        events = [flat.owner(g) + (starts[g], fin[g], names[flat.send_route[g]]) for g in run.order]
     return utilization, events

@@ -10,11 +10,12 @@ import pytest
 
 from synth.collectives import COLLECTIVES
 from synth.execution import samples
+from synth.program.columns import step_columns
 from synth.program.ir import Program, Step, Threadblock, collective_of
 from synth.program.msccl_xml import runtime_limit_errors
 from synth.runtime_limits import EXECUTOR, runtime_profile
 from synth.verification import verify
-from synth.verification.columns import step_columns, suspect_threadblocks
+from synth.verification.columns import suspect_threadblocks
 from synth.verification.conditions import fill_inputs
 from synth.verification.layout import layout
 
@@ -76,7 +77,7 @@ PROGRAMS = _programs()
 def _per_step(monkeypatch) -> None:
     """Make the verifier build no step columns: every pass runs its per-step code."""
     monkeypatch.setattr(structure_module, "step_columns", lambda tbs: None)
-    monkeypatch.setattr(sys.modules["synth.verification"], "step_columns", lambda tbs: None)
+    monkeypatch.setattr(sys.modules["synth.verification"], "program_columns", lambda program: None)
 
 
 def _structure(program: Program, columns: bool, max_errors: int = 1000):

@@ -13,8 +13,12 @@ others depend on. Offsets and ``cnt`` count chunks.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from synth.topology.identity import Fabric  # noqa: F401  (a program records its fabric: re-exported)
+
+if TYPE_CHECKING:
+    from synth.program.columns import StepColumns
 
 STEP_TYPES = ("s", "r", "rcs", "rrs", "rrc", "rrcs", "cpy", "re", "nop")
 SENDS = frozenset({"s", "rcs", "rrs", "rrcs"})
@@ -143,6 +147,9 @@ class Program:
     # not compared: the same steps are the same program wherever they came from
     fabric: Fabric | None = field(default=None, compare=False)
     extra: dict = field(default_factory=dict, compare=False)
+    # the steps as numpy columns where the lowering built them; read through synth.program.columns.program_columns,
+    # which uses them only while they describe these gpus (not compared, not written)
+    columns: StepColumns | None = field(default=None, compare=False, repr=False)
 
     def with_(self, **changes) -> Program:
         return replace(self, **changes)

@@ -54,6 +54,7 @@ import numpy as np
 from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.gcpause import gc_paused
+from synth.program.columns import BUFFER_CODE, KIND, StepColumns
 from synth.program.ir import Gpu, Program, Step, Threadblock
 from synth.runtime_limits import MAX_CHANNELS, MAX_DEPENDED_TB, MAX_STEP_CHUNKS, MAX_STEPS_PER_TB, MAX_TB_PER_CHANNEL
 from synth.schedule import Schedule, Transfer
@@ -959,7 +960,7 @@ def emit(coll: Collective, schedule: Schedule, ops: _Ops, m: _Merged, a: _Assign
         rank = int(ops.rank[members[np.flatnonzero(too_far)[0]]])
         raise SynthError(f"lowering: rank {rank} needs more than {MAX_DEPENDED_TB + 1} depended-on "
                          "threadblocks (MSCCL limit); use a smaller --chunks or fewer channels")
-    steps_of_tb = _build_steps(ops, m, a, members, w, d, tb_id, step_index, depended, nops)
+    steps_of_tb, rows, bounds = _build_steps(ops, m, a, members, w, d, tb_id, step_index, depended, nops)
     per_rank: list[list[Threadblock]] = [[] for _ in range(coll.num_ranks)]
     for t in tb_order.tolist():
         rank, kind, chan, peer = a.keys[t]
@@ -972,12 +973,13 @@ def emit(coll: Collective, schedule: Schedule, ops: _Ops, m: _Merged, a: _Assign
         i_chunks = 0 if coll.alias(rank, "i") else coll.input_chunks
         o_chunks = 0 if coll.alias(rank, "o") else coll.output_chunks
         gpus.append(Gpu(rank, i_chunks, o_chunks, int(scratch[rank]), tuple(per_rank[rank])))
+    gpus = tuple(gpus)
     size = float(schedule.size_bytes) if schedule.size_bytes else None
     return Program(
         name=name,
         collective=coll.name,
         num_ranks=coll.num_ranks,
-        gpus=tuple(gpus),
+        gpus=gpus,
         inplace=coll.inplace,
         nchannels=nchannels,
         nchunksperloop=max(1, max((max(g.i_chunks, g.o_chunks) for g in gpus), default=1)),
@@ -988,6 +990,7 @@ def emit(coll: Collective, schedule: Schedule, ops: _Ops, m: _Merged, a: _Assign
         chunk_bytes=coll.chunk_bytes(size) if size else None,
         predicted_time_us=float(schedule.predicted_time_us or schedule.makespan),
         extra={"method": schedule.method} if schedule.method else {},
+        columns=_program_order_columns(rows, bounds, tb_order, gpus),
     )
 
 
@@ -1010,8 +1013,9 @@ def _unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _build_steps(ops: _Ops, m: _Merged, a: _Assignment, members: np.ndarray, w: np.ndarray, d: np.ndarray,
                  tb_id: np.ndarray, step_index: np.ndarray, depended: np.ndarray,
-                 nops: np.ndarray) -> list[tuple[Step, ...]]:
-    """The Step tuples of every threadblock (index = tb), nops before the step they guard.
+                 nops: np.ndarray) -> tuple[list[tuple[Step, ...]], np.ndarray, np.ndarray]:
+    """The Step tuples of every threadblock (index = tb), nops before the step they guard; and the integer rows
+    they were made from, with the bounds of each threadblock's rows (tb t: ``bounds[t]:bounds[t + 1]``).
 
     Every step is first one integer row (type, src, dst, cnt, depid, deps, hasdep), laid out in
     threadblock order; identical rows (common: same offsets and dependency shape on every rank)
@@ -1039,8 +1043,28 @@ def _build_steps(ops: _Ops, m: _Merged, a: _Assignment, members: np.ndarray, w: 
     table[:] = shared
     flat = table[inverse].tolist()
     bounds = np.concatenate([[0], np.cumsum(np.bincount(a.tb[members], weights=width, minlength=len(a.keys)))])
-    bounds = bounds.astype(np.int64).tolist()
-    return [tuple(flat[bounds[t]:bounds[t + 1]]) for t in range(len(a.keys))]
+    bounds = bounds.astype(np.int64)
+    at = bounds.tolist()
+    return [tuple(flat[at[t]:at[t + 1]]) for t in range(len(a.keys))], rows, bounds
+
+
+#: Row codes (:data:`OP_TYPES`, then nop; :data:`BUFFERS`) -> :mod:`synth.program.columns` codes.
+_KIND_OF_ROW = np.array([KIND[t] for t in (*OP_TYPES, "nop")], dtype=np.int8)
+_BUFFER_OF_ROW = np.array([BUFFER_CODE[b] for b in BUFFERS], dtype=np.int8)
+
+
+def _program_order_columns(rows: np.ndarray, bounds: np.ndarray, tb_order: np.ndarray, gpus: tuple) -> StepColumns:
+    """The columns of the program's steps (:mod:`synth.program.columns`), from the rows its Steps were made of:
+    threadblocks in program order are ``tb_order`` (rank first, as :func:`emit` numbers them)."""
+    lengths = np.diff(bounds)[tb_order]
+    start = np.zeros(len(tb_order) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=start[1:])
+    at = np.repeat(bounds[:-1][tb_order] - start[:-1], lengths) + np.arange(start[-1])
+    r = rows[at]
+    return StepColumns(start=start, kind=_KIND_OF_ROW[r[:, 0]], srcbuf=_BUFFER_OF_ROW[r[:, 1]],
+                       srcoff=r[:, 2].copy(), dstbuf=_BUFFER_OF_ROW[r[:, 3]], dstoff=r[:, 4].copy(),
+                       cnt=r[:, 5].copy(), depid=r[:, 6].copy(), deps=r[:, 7].copy(),
+                       hasdep_column=r[:, 8].astype(bool), of=gpus)
 
 
 def lower(schedule: Schedule, *, name: str | None = None, max_steps_per_tb: int = MAX_STEPS_PER_TB) -> Program:

@@ -27,8 +27,9 @@ record (with its own capped error list) that the next passes read: :mod:`~synth.
 postcondition), :mod:`~synth.verification.structure` (threadblocks, connections, compiled steps),
 :mod:`~synth.verification.execution` (the symbolic run, blocked threadblocks, unreceived messages) and
 :mod:`~synth.verification.races`. :func:`verify` runs them in order and collects their errors. The per-step checks
-run on numpy columns of the steps' fields (:mod:`~synth.verification.columns`, built once by :func:`verify`); only
-a threadblock that fails one goes through the per-step code, which words the messages.
+run on numpy columns of the steps' fields (:mod:`synth.program.columns`: the ones the lowering built, else read
+once by :func:`verify`); only a threadblock that fails one goes through the per-step code, which words the
+messages.
 """
 
 from __future__ import annotations
@@ -39,10 +40,11 @@ from itertools import islice
 from synth.collectives import Collective, canonical_name
 from synth.errors import SynthError
 from synth.gcpause import gc_paused
+from synth.program.columns import StepColumns, program_columns
 from synth.program.ir import Program, collective_of
 from synth.runtime_limits import EXECUTOR, runtime_profile
 from synth.topology.model import Topology
-from synth.verification.columns import StepColumns, step_columns, suspect_threadblocks
+from synth.verification.columns import suspect_threadblocks
 from synth.verification.common import MAX_ERRORS, RACE_CHECK_BUDGET, Errors, merge_errors
 from synth.verification.conditions import (
     expected_values,
@@ -92,7 +94,7 @@ def run_passes(program: Program, coll: Collective, max_errors: int = MAX_ERRORS,
                columns: StepColumns | None = None) -> list[Errors]:
     """Every verification pass, in order, on ``program`` as ``coll``; each pass's errors. ``topology``: the fabric
     its switch steps are checked against (default: the one the program embeds, if any). ``columns``: the program's
-    :func:`~synth.verification.columns.step_columns`, if already built."""
+    :func:`~synth.program.columns.program_columns`, if already built."""
     lay = layout(program, coll)
     fill_inputs(coll, lay)
     found = [input_writes(program, coll, keep_input, max_errors, columns)]
@@ -135,7 +137,7 @@ def verify(program: Program, collective: Collective | str | None = None, max_err
     coll = resolve_collective(program, collective)
     # every step's fields as arrays, once: the step checks of the limits, the input and the structure read them
     # (in a list that run_passes takes them from, so that they are freed once the structure is compiled)
-    columns = [step_columns(tb for gpu in program.gpus for tb in gpu.threadblocks)]
+    columns = [program_columns(program)]
     msccl = msccl_limits or runtime is not None
     profile = runtime_profile(runtime) if runtime is not None else EXECUTOR
     suspect = suspect_threadblocks(columns[0], program, msccl, profile) if columns[0] is not None else None

@@ -5,16 +5,12 @@ from __future__ import annotations
 
 from operator import attrgetter
 
-from synth.program.ir import READS_SRC, RECEIVES, SENDS, WRITES_DST
+from synth.program.columns import CPY, NOP, RCS, RE, RRC, RRCS, RRS, R, S
 
 MAX_ERRORS = 1000
 
-NOP, S, R, RCS, RRS, RRC, RRCS, CPY, RE = range(9)
-KIND = {"nop": NOP, "s": S, "r": R, "rcs": RCS, "rrs": RRS, "rrc": RRC, "rrcs": RRCS, "cpy": CPY, "re": RE}
 READ_KINDS = frozenset({S, RRS, RRC, RRCS, CPY, RE})
 WRITE_KINDS = frozenset({R, RCS, RRC, RRCS, CPY, RE})
-# Per step type: (kind, sends, receives, reads its local src, writes its dst).
-TYPE_INFO = {t: (k, t in SENDS, t in RECEIVES, t in READS_SRC, t in WRITES_DST) for t, k in KIND.items()}
 UNKNOWN_TYPE = (NOP, False, False, False, False)
 STEP_FIELDS = attrgetter("type", "srcbuf", "srcoff", "dstbuf", "dstoff", "cnt", "depid", "deps")
 # The race check keeps a vector clock per threadblock (cost ~ threadblocks x executed steps, about

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import numpy as np
 
 from synth.collectives import ALL_ORIGINS, Collective
+from synth.program.columns import BUFFER_CODE, NO_KIND, StepColumns, kind_table
 from synth.program.ir import WRITES_DST, Program
-from synth.verification.columns import BUFFER_CODE, NO_KIND, StepColumns, kind_table
 from synth.verification.common import Errors, describe, fmt_ranks, ranks_of, step_name
 from synth.verification.layout import Layout
 
@@ -44,7 +44,7 @@ def input_writes(program: Program, coll: Collective, keep_input: bool, max_error
                  columns: StepColumns | None = None) -> Errors:
     """An out-of-place program must leave ``i`` intact: NCCL declares ``sendbuff`` const and callers
     reuse it (issue 32; docs/programs.md, "Input buffer"). One error names the first offending step.
-    ``columns`` (the program's :func:`~synth.verification.columns.step_columns`) answer the common case, no
+    ``columns`` (the program's :func:`~synth.program.columns.program_columns`) answer the common case, no
     such step, by array operations."""
     err = Errors(max_errors)
     if coll.inplace or not keep_input:

@@ -6,13 +6,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import repeat
-from operator import attrgetter
 
 import numpy as np
 
+from synth.program.columns import (
+    BUFFER_CODE,
+    KIND,
+    NO_BUFFER,
+    NO_KIND,
+    TYPE_INFO,
+    StepColumns,
+    kind_table,
+    step_columns,
+)
 from synth.program.ir import READS_SRC, RECEIVES, SENDS, WRITES_DST, Program
-from synth.verification.columns import BUFFER_CODE, NO_BUFFER, NO_KIND, StepColumns, kind_table, step_columns
-from synth.verification.common import KIND, NOP, STEP_FIELDS, TYPE_INFO, UNKNOWN_TYPE, Errors
+from synth.verification.common import NOP, STEP_FIELDS, UNKNOWN_TYPE, Errors
 from synth.verification.layout import Layout
 
 
@@ -342,8 +350,7 @@ def _hasdep_errors(tbs: tuple, cols: StepColumns, tb_of: np.ndarray, dependents:
     if not len(targets):
         return
     depended, first = np.unique(targets, return_index=True)
-    hasdep = map(bool, map(attrgetter("hasdep"), map(cols.steps.__getitem__, depended.tolist())))
-    unsignalled = ~np.fromiter(hasdep, np.bool_, len(depended))
+    unsignalled = ~cols.hasdep(depended)
     if not unsignalled.any():
         return
     for at in np.sort(first[unsignalled]).tolist():     # check_hasdep's order: by first dependent
