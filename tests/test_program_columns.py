@@ -140,3 +140,19 @@ def test_nop_only_program_with_dependencies_runs():
             Gpu(1, 1, 1, 0, ()))
     program = Program("nops", "broadcast", 2, gpus)
     assert simulate(program, gen.ring(2), 2**10).time_us == 0.0
+
+
+def test_no_threadblock_of_a_good_program_is_suspect():
+    """The runtime-limit step checks skip every threadblock of a lowered program within the limits, nops that
+    carry dependencies included (the chain rule is tested on arrays, not left to the per-step code)."""
+    from synth.program.msccl_xml import runtime_limit_errors, suspect_threadblocks
+    from synth.runtime_limits import EXECUTOR
+
+    nops_with_deps = 0
+    for case in CASES:
+        program = _program(case)
+        columns = program_columns(program)
+        nops_with_deps += int(((columns.kind == 0) & (columns.depid >= 0)).sum())
+        assert not suspect_threadblocks(columns, program, True, EXECUTOR).any()
+        assert list(runtime_limit_errors(program)) == []
+    assert nops_with_deps > 0

@@ -12,10 +12,9 @@ from synth.collectives import COLLECTIVES
 from synth.execution import samples
 from synth.program.columns import step_columns
 from synth.program.ir import Program, Step, Threadblock, collective_of
-from synth.program.msccl_xml import runtime_limit_errors
+from synth.program.msccl_xml import runtime_limit_errors, suspect_threadblocks
 from synth.runtime_limits import EXECUTOR, runtime_profile
 from synth.verification import verify
-from synth.verification.columns import suspect_threadblocks
 from synth.verification.conditions import fill_inputs
 from synth.verification.layout import layout
 

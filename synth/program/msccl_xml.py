@@ -27,8 +27,11 @@ from collections.abc import Iterator
 from urllib.parse import quote, unquote
 from xml.sax.saxutils import escape
 
+import numpy as np
+
 from synth.collectives import COLL_ALIASES, COLLECTIVES, ROOTED
 from synth.errors import SynthError
+from synth.program.columns import NO_KIND, NOP, StepColumns, kind_flags, program_columns
 from synth.program.ir import (
     BUFFERS,
     READS_SRC,
@@ -353,9 +356,9 @@ def runtime_limit_errors(program: Program, msccl: bool = True,
     the executor's 1024 threadblocks and 64 steps. Without, the executor's capacities and the checks of
     both runtimes' attributes (historical default, what synth's methods plan within).
 
-    ``suspect`` (one bool per threadblock in program order, as :func:`synth.verification.columns.suspect_threadblocks`
-    finds them by array operations) lets the step checks skip every threadblock none of whose steps can fail
-    them; the others are checked step by step as without.
+    ``suspect`` (one bool per threadblock in program order, as :func:`suspect_threadblocks` finds them by array
+    operations) lets the step checks skip every threadblock none of whose steps can fail them; the others are
+    checked step by step as without.
     """
     profile = runtime_profile(runtime) if runtime is not None else None
     limits = profile or EXECUTOR
@@ -492,8 +495,50 @@ def _step_errors(tb: Threadblock, where: str, msccl: bool, limits: RuntimeProfil
                        f"limit ({limits.max_offset}); use fewer chunks (--chunks)")
 
 
+def suspect_threadblocks(columns: StepColumns, program: Program, msccl: bool, limits: RuntimeProfile) -> np.ndarray:
+    """Per threadblock (program order), whether :func:`_step_errors` may find anything in it, by array operations
+    on the program's step columns: a step that sends or receives without the peer, a type that is no step type, a
+    real step without a dependency after nops with one (the chain rule), and with ``msccl`` too many steps, a
+    depended-on tb id, cnt or an offset over the runtime's limits. A numpy bool array."""
+    tbs = [tb for gpu in program.gpus for tb in gpu.threadblocks]
+    if len(columns.start) != len(tbs) + 1:
+        raise ValueError("columns do not match the program's threadblocks")
+    tb_of = columns.tb_of
+    kind = columns.kind
+    known = kind != NO_KIND
+    sends, receives, reads, writes = kind_flags(kind)
+    no_send = np.array([tb.send < 0 for tb in tbs], dtype=bool)[tb_of]
+    no_recv = np.array([tb.recv < 0 for tb in tbs], dtype=bool)[tb_of]
+    nop = kind == NOP
+    has_dep = columns.depid >= 0
+    bad = ~known | (sends & no_send) | (receives & no_recv)
+    # the chain rule: nops with dependencies (counted by prefix sums) between a real step and the one before it
+    real = np.flatnonzero(~nop)
+    if len(real):
+        nop_deps = np.concatenate([[0], np.cumsum(nop & has_dep)])
+        previous = np.concatenate([[-1], real[:-1]])
+        previous = np.maximum(previous, columns.start[tb_of[real]] - 1)   # within the real step's threadblock
+        chained = nop_deps[real] - nop_deps[previous + 1] > 0
+        bad[real[chained & ~has_dep[real]]] = True
+    if msccl:
+        real_kind = known & ~nop
+        bad |= columns.depid > limits.max_depended_tb
+        bad |= real_kind & ((columns.cnt < 1) | (columns.cnt > limits.max_step_chunks)
+                            | (reads & (columns.srcoff > limits.max_offset))
+                            | (writes & (columns.dstoff > limits.max_offset)))
+    suspect = np.zeros(len(tbs), dtype=bool)
+    suspect[tb_of[bad]] = True
+    if msccl:
+        suspect |= np.diff(columns.start) > limits.max_steps_per_tb
+    return suspect
+
+
 def check_runtime_limits(program: Program, runtime: str | RuntimeProfile | None = None) -> None:
     """Raise SynthError on the first reason an MSCCL runtime (``runtime``'s, or the default checks) would
-    refuse ``program`` as XML."""
-    for problem in runtime_limit_errors(program, msccl=True, runtime=runtime):
+    refuse ``program`` as XML. The step checks look only at the threadblocks :func:`suspect_threadblocks` finds
+    on the program's step columns (all of them where it has none)."""
+    columns = program_columns(program)
+    suspect = None if columns is None else suspect_threadblocks(
+        columns, program, True, runtime_profile(runtime) if runtime is not None else EXECUTOR)
+    for problem in runtime_limit_errors(program, msccl=True, runtime=runtime, suspect=suspect):
         raise SynthError(f"runtime limit: {problem}")

@@ -44,7 +44,6 @@ from synth.program.columns import StepColumns, program_columns
 from synth.program.ir import Program, collective_of
 from synth.runtime_limits import EXECUTOR, runtime_profile
 from synth.topology.model import Topology
-from synth.verification.columns import suspect_threadblocks
 from synth.verification.common import MAX_ERRORS, RACE_CHECK_BUDGET, Errors, merge_errors
 from synth.verification.conditions import (
     expected_values,
@@ -132,7 +131,7 @@ def verify(program: Program, collective: Collective | str | None = None, max_err
     "Switch steps"); a program with them fails ``msccl_limits`` (MSCCL XML cannot express them). Raises
     SynthError only when the collective itself is unknown or inconsistent with the program.
     """
-    from synth.program.msccl_xml import runtime_limit_errors
+    from synth.program.msccl_xml import runtime_limit_errors, suspect_threadblocks
 
     coll = resolve_collective(program, collective)
     # every step's fields as arrays, once: the step checks of the limits, the input and the structure read them

@@ -68,7 +68,7 @@ class _Machine:
         self.windows: list = [None] * len(st.tbs)   # per threadblock: (first step, its records from there)
         self.pc = [0] * len(st.tbs)
         self.fifos: dict[tuple, deque] = {key: deque() for key in st.conns.sender}
-        self.dep_wait: dict[tuple, list] = {}
+        self.dep_wait: dict[int, dict[int, list]] = {}   # g -> step -> threadblocks waiting for it
         self.conn_wait: dict[tuple, int] = {}
         self.trace: list | None = [] if trace else None
         self.switches: SwitchRun | None = None
@@ -88,13 +88,14 @@ class _Machine:
         rq = fifos.get(rkey)
         sq = fifos.get(skey)
         to_switch = tb.send >= self.num_ranks
+        waiters = dep_wait.get(g)   # step of g -> threadblocks waiting for it (only g's own steps add to it)
         while p < nsteps:
             if p >= hi:     # the next steps' records (ColumnRecords makes them a window at a time)
                 lo, recs = self.steps.window(g, p)
                 hi = lo + len(recs)
             kind, rcv, snd, cnt, sarr, soff, darr, dwr, doff, dep = recs[p - lo]
             if dep is not None and pc[dep[0]] <= dep[1]:
-                dep_wait.setdefault(dep, []).append(g)
+                dep_wait.setdefault(dep[0], {}).setdefault(dep[1], []).append(g)
                 break
             inc = None
             sg = -1
@@ -141,10 +142,10 @@ class _Machine:
                     work.append(conn_wait.pop(skey))
             if trace is not None:
                 trace.append((g, p, sg, sp if sg >= 0 else -1))
+            if waiters and p in waiters:
+                work.extend(waiters.pop(p))
             p += 1
             pc[g] = p
-            if (g, p - 1) in dep_wait:
-                work.extend(dep_wait.pop((g, p - 1)))
         pc[g] = p
         self.windows[g] = (lo, recs) if p < nsteps else None
 
