@@ -15,17 +15,12 @@ program with any other value (a float offset, an unhashable type) gets no column
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from itertools import chain, repeat
 from operator import attrgetter, index
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from synth.program.ir import READS_SRC, RECEIVES, SENDS, WRITES_DST
-
-if TYPE_CHECKING:
-    from synth.program.ir import Program
+from synth.program.ir import READS_SRC, RECEIVES, SENDS, WRITES_DST, Program, StepColumns
 
 #: Step kind codes (what the verifier compiles step types to); :data:`NO_KIND` for any other type.
 NOP, S, R, RCS, RRS, RRC, RRCS, CPY, RE = range(9)
@@ -57,40 +52,6 @@ def kind_flags(kind: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
     tables = kind_table()
     at = np.where(kind != NO_KIND, kind, len(tables[0]) - 1)
     return tuple(table[at] for table in tables)
-
-
-@dataclass(frozen=True)
-class StepColumns:
-    """The steps of threadblocks ``0 .. len(start) - 2`` back to back: threadblock ``g`` has steps
-    ``start[g]:start[g + 1]``. ``kind`` is the step type's :data:`KIND` code (:data:`NO_KIND` otherwise),
-    ``srcbuf``/``dstbuf`` the :data:`BUFFER_CODE` (:data:`NO_BUFFER` otherwise); ``deps`` is read only where
-    ``depid`` is not -1 (-1 elsewhere). ``hasdep`` is read from ``steps``, the Step objects in the same order,
-    where the lowering gave no column for it. ``of``: the ``gpus`` tuple of the Program the columns describe."""
-
-    start: np.ndarray     # int64, one more than there are threadblocks
-    kind: np.ndarray      # int8
-    srcbuf: np.ndarray    # int8
-    srcoff: np.ndarray    # int64
-    dstbuf: np.ndarray    # int8
-    dstoff: np.ndarray    # int64
-    cnt: np.ndarray       # int64
-    depid: np.ndarray     # int64
-    deps: np.ndarray      # int64
-    steps: list | None = None
-    hasdep_column: np.ndarray | None = None    # bool
-    of: tuple | None = field(default=None, compare=False, repr=False)
-
-    @property
-    def tb_of(self) -> np.ndarray:
-        """The threadblock of every step."""
-        return np.repeat(np.arange(len(self.start) - 1), np.diff(self.start))
-
-    def hasdep(self, positions: np.ndarray) -> np.ndarray:
-        """``hasdep`` of the steps at flat ``positions`` (bool array)."""
-        if self.hasdep_column is not None:
-            return self.hasdep_column[positions]
-        flags = map(bool, map(attrgetter("hasdep"), map(self.steps.__getitem__, positions.tolist())))
-        return np.fromiter(flags, np.bool_, len(positions))
 
 
 def step_columns(threadblocks: Iterable) -> StepColumns | None:

@@ -13,12 +13,11 @@ others depend on. Offsets and ``cnt`` count chunks.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from operator import attrgetter
+
+import numpy as np
 
 from synth.topology.identity import Fabric  # noqa: F401  (a program records its fabric: re-exported)
-
-if TYPE_CHECKING:
-    from synth.program.columns import StepColumns
 
 STEP_TYPES = ("s", "r", "rcs", "rrs", "rrc", "rrcs", "cpy", "re", "nop")
 SENDS = frozenset({"s", "rcs", "rrs", "rrcs"})
@@ -121,6 +120,41 @@ class SwitchProgram:
 
     name: str
     ops: tuple[SwitchOp, ...] = ()
+
+
+@dataclass(frozen=True)
+class StepColumns:
+    """The steps of threadblocks ``0 .. len(start) - 2`` back to back, as numpy columns (built by
+    :mod:`synth.program.columns`): threadblock ``g`` has steps ``start[g]:start[g + 1]``. ``kind`` is the step
+    type's ``synth.program.columns.KIND`` code (``NO_KIND`` otherwise), ``srcbuf``/``dstbuf`` the ``BUFFER_CODE``
+    (``NO_BUFFER`` otherwise); ``deps`` is read only where ``depid`` is not -1 (-1 elsewhere). ``hasdep`` is read
+    from ``steps``, the Step objects in the same order, where the lowering gave no column for it. ``of``: the
+    ``gpus`` tuple of the Program the columns describe."""
+
+    start: np.ndarray     # int64, one more than there are threadblocks
+    kind: np.ndarray      # int8
+    srcbuf: np.ndarray    # int8
+    srcoff: np.ndarray    # int64
+    dstbuf: np.ndarray    # int8
+    dstoff: np.ndarray    # int64
+    cnt: np.ndarray       # int64
+    depid: np.ndarray     # int64
+    deps: np.ndarray      # int64
+    steps: list | None = None
+    hasdep_column: np.ndarray | None = None    # bool
+    of: tuple | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def tb_of(self) -> np.ndarray:
+        """The threadblock of every step."""
+        return np.repeat(np.arange(len(self.start) - 1), np.diff(self.start))
+
+    def hasdep(self, positions: np.ndarray) -> np.ndarray:
+        """``hasdep`` of the steps at flat ``positions`` (bool array)."""
+        if self.hasdep_column is not None:
+            return self.hasdep_column[positions]
+        flags = map(bool, map(attrgetter("hasdep"), map(self.steps.__getitem__, positions.tolist())))
+        return np.fromiter(flags, np.bool_, len(positions))
 
 
 @dataclass(frozen=True)
