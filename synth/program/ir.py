@@ -134,12 +134,12 @@ class StepColumns:
     start: np.ndarray     # int64, one more than there are threadblocks
     kind: np.ndarray      # int8
     srcbuf: np.ndarray    # int8
-    srcoff: np.ndarray    # int64
+    srcoff: np.ndarray    # int64 (int32 where the lowering built them)
     dstbuf: np.ndarray    # int8
-    dstoff: np.ndarray    # int64
-    cnt: np.ndarray       # int64
-    depid: np.ndarray     # int64
-    deps: np.ndarray      # int64
+    dstoff: np.ndarray    # int64 (likewise)
+    cnt: np.ndarray       # int64 (likewise)
+    depid: np.ndarray     # int64 (likewise)
+    deps: np.ndarray      # int64 (likewise)
     steps: list | None = None
     hasdep_column: np.ndarray | None = None    # bool
     of: tuple | None = field(default=None, compare=False, repr=False)

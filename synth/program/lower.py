@@ -1060,11 +1060,17 @@ def _program_order_columns(rows: np.ndarray, bounds: np.ndarray, tb_order: np.nd
     start = np.zeros(len(tb_order) + 1, dtype=np.int64)
     np.cumsum(lengths, out=start[1:])
     at = np.repeat(bounds[:-1][tb_order] - start[:-1], lengths) + np.arange(start[-1])
-    r = rows[at]
-    return StepColumns(start=start, kind=_KIND_OF_ROW[r[:, 0]], srcbuf=_BUFFER_OF_ROW[r[:, 1]],
-                       srcoff=r[:, 2].copy(), dstbuf=_BUFFER_OF_ROW[r[:, 3]], dstoff=r[:, 4].copy(),
-                       cnt=r[:, 5].copy(), depid=r[:, 6].copy(), deps=r[:, 7].copy(),
-                       hasdep_column=r[:, 8].astype(bool), of=gpus)
+    # one column at a time (no copy of all the rows); integers as int32 where they fit (any MSCCL-sized program)
+    fits = len(rows) == 0 or (rows[:, 2:8].min() >= np.iinfo(np.int32).min and rows[:, 2:8].max() <= np.iinfo(
+        np.int32).max)
+    integers = np.int32 if fits else np.int64
+
+    def column(k: int) -> np.ndarray:
+        return rows[at, k].astype(integers)
+
+    return StepColumns(start=start, kind=_KIND_OF_ROW[rows[at, 0]], srcbuf=_BUFFER_OF_ROW[rows[at, 1]],
+                       srcoff=column(2), dstbuf=_BUFFER_OF_ROW[rows[at, 3]], dstoff=column(4), cnt=column(5),
+                       depid=column(6), deps=column(7), hasdep_column=rows[at, 8].astype(bool), of=gpus)
 
 
 def lower(schedule: Schedule, *, name: str | None = None, max_steps_per_tb: int = MAX_STEPS_PER_TB) -> Program:
