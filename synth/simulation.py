@@ -67,7 +67,7 @@ import numpy as np
 
 from synth.errors import SynthError
 from synth.gcpause import gc_paused
-from synth.program.columns import StepColumns, kind_flags, program_columns
+from synth.program.columns import StepColumns, kind_flags, peerless_steps, program_columns
 from synth.program.ir import Program, Threadblock, collective_of
 from synth.topology.model import Topology
 from synth.topology.routes import RuntimePaths
@@ -359,9 +359,7 @@ def _flatten(program: Program, router: Router) -> _Flat:
     sends, receives, _, _ = kind_flags(cols.kind)
     tb_of = cols.tb_of
     tbs = _threadblocks(program, flat)
-    no_send = np.fromiter((tb.send < 0 for _, tb in tbs), np.bool_, len(tbs))
-    no_recv = np.fromiter((tb.recv < 0 for _, tb in tbs), np.bool_, len(tbs))
-    bad = np.flatnonzero((sends & no_send[tb_of]) | (receives & no_recv[tb_of]))
+    bad = np.flatnonzero(peerless_steps(cols, [tb for _, tb in tbs]))
     first_bad = int(bad[0]) if len(bad) else None
     start = cols.start.tolist()
     send_steps, recv_steps = np.flatnonzero(sends), np.flatnonzero(receives)
@@ -387,17 +385,18 @@ def _flatten(program: Program, router: Router) -> _Flat:
         rank, tb_id, i = flat.owner(first_bad)
         tb = tbs[int(tb_of[first_bad])][1]
         typ = tb.steps[i].type
-        if sends[first_bad] and no_send[tb_of[first_bad]]:
+        if sends[first_bad] and tb.send < 0:
             raise SynthError(f"program {program.name!r}: rank {rank} tb {tb_id} step {i} "
                              f"({typ}) sends but the threadblock has no send peer")
         raise SynthError(f"program {program.name!r}: rank {rank} tb {tb_id} step {i} "
                          f"({typ}) receives but the threadblock has no recv peer")
     n = len(cols.kind)
+    nonempty = np.diff(cols.start) > 0
     nxt = np.arange(1, n + 1, dtype=np.int64)
-    nxt[cols.start[1:][np.diff(cols.start) > 0] - 1] = -1
+    nxt[cols.start[1:][nonempty] - 1] = -1
     has_dep = cols.depid >= 0
     first_of_tb = np.zeros(n, dtype=bool)
-    first_of_tb[cols.start[:-1][np.diff(cols.start) > 0]] = True
+    first_of_tb[cols.start[:-1][nonempty]] = True
     flat.nxt = nxt.tolist()
     flat.need = ((~first_of_tb).astype(np.int64) + receives + has_dep).tolist()
     flat.send_route = np.where(sends, route_of_tb[:-1][tb_of], -1).tolist()

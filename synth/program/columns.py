@@ -39,19 +39,26 @@ _TRIPLE = {(t, a, b): k * 16 + ca * 4 + cb for t, k in KIND.items()
            for a, ca in BUFFER_CODE.items() for b, cb in BUFFER_CODE.items()}
 
 
-def kind_table() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per kind code, then one more entry (False) for :data:`NO_KIND` mapped to the end: whether the step sends,
-    receives, reads its local src, writes its dst."""
-    ordered = sorted(KIND, key=KIND.get)
-    return tuple(np.array([TYPE_INFO[t][j] for t in ordered] + [False]) for j in (1, 2, 3, 4))
+#: Per kind code, then one more entry (False) for :data:`NO_KIND`: whether the step sends, receives, reads its
+#: local src, writes its dst.
+_KIND_TABLES = tuple(np.array([TYPE_INFO[t][j] for t in sorted(KIND, key=KIND.get)] + [False]) for j in (1, 2, 3, 4))
 
 
 def kind_flags(kind: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per step of a ``kind`` column: whether it sends, receives, reads its local src, writes its dst (all False
     for :data:`NO_KIND`)."""
-    tables = kind_table()
-    at = np.where(kind != NO_KIND, kind, len(tables[0]) - 1)
-    return tuple(table[at] for table in tables)
+    at = np.where(kind != NO_KIND, kind, len(KIND))
+    return tuple(table[at] for table in _KIND_TABLES)
+
+
+def peerless_steps(columns: StepColumns, threadblocks: list) -> np.ndarray:
+    """Per step, whether it sends in a threadblock without a send peer or receives in one without a recv peer
+    (``threadblocks``: the columns' threadblocks in order)."""
+    sends, receives, _, _ = kind_flags(columns.kind)
+    no_send = np.fromiter((tb.send < 0 for tb in threadblocks), np.bool_, len(threadblocks))
+    no_recv = np.fromiter((tb.recv < 0 for tb in threadblocks), np.bool_, len(threadblocks))
+    tb_of = columns.tb_of
+    return (sends & no_send[tb_of]) | (receives & no_recv[tb_of])
 
 
 def step_columns(threadblocks: Iterable) -> StepColumns | None:
@@ -95,7 +102,7 @@ def step_columns(threadblocks: Iterable) -> StepColumns | None:
 def program_columns(program: Program) -> StepColumns | None:
     """The columns of every step of ``program`` (gpus in order, their threadblocks in order): the ones it
     carries where they describe its ``gpus``, else :func:`step_columns` of its Step objects."""
-    carried = getattr(program, "columns", None)
+    carried = program.columns
     if carried is not None and carried.of is program.gpus:
         return carried
     return step_columns(tb for gpu in program.gpus for tb in gpu.threadblocks)

@@ -31,7 +31,7 @@ import numpy as np
 
 from synth.collectives import COLL_ALIASES, COLLECTIVES, ROOTED
 from synth.errors import SynthError
-from synth.program.columns import NO_KIND, NOP, StepColumns, kind_flags, program_columns
+from synth.program.columns import NO_KIND, NOP, StepColumns, kind_flags, peerless_steps, program_columns
 from synth.program.ir import (
     BUFFERS,
     READS_SRC,
@@ -506,12 +506,10 @@ def suspect_threadblocks(columns: StepColumns, program: Program, msccl: bool, li
     tb_of = columns.tb_of
     kind = columns.kind
     known = kind != NO_KIND
-    sends, receives, reads, writes = kind_flags(kind)
-    no_send = np.array([tb.send < 0 for tb in tbs], dtype=bool)[tb_of]
-    no_recv = np.array([tb.recv < 0 for tb in tbs], dtype=bool)[tb_of]
+    _, _, reads, writes = kind_flags(kind)
     nop = kind == NOP
     has_dep = columns.depid >= 0
-    bad = ~known | (sends & no_send) | (receives & no_recv)
+    bad = ~known | peerless_steps(columns, tbs)
     # the chain rule: nops with dependencies (counted by prefix sums) between a real step and the one before it
     real = np.flatnonzero(~nop)
     if len(real):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import numpy as np
-
 from synth.collectives import ALL_ORIGINS, Collective
-from synth.program.columns import BUFFER_CODE, NO_KIND, StepColumns, kind_table
+from synth.program.columns import BUFFER_CODE, StepColumns, kind_flags
 from synth.program.ir import WRITES_DST, Program
 from synth.verification.common import Errors, describe, fmt_ranks, ranks_of, step_name
 from synth.verification.layout import Layout
@@ -50,10 +48,8 @@ def input_writes(program: Program, coll: Collective, keep_input: bool, max_error
     if coll.inplace or not keep_input:
         return err
     if columns is not None:
-        writes = kind_table()[3]
-        known = columns.kind != NO_KIND
-        if not (known & writes[np.where(known, columns.kind, len(writes) - 1)]
-                & (columns.dstbuf == BUFFER_CODE["i"])).any():
+        writes = kind_flags(columns.kind)[3]
+        if not (writes & (columns.dstbuf == BUFFER_CODE["i"])).any():
             return err
     bad = [(gpu.id, tb.id, s, st) for gpu in program.gpus for tb in gpu.threadblocks
            for s, st in enumerate(tb.steps) if st.dstbuf == "i" and st.type in WRITES_DST]

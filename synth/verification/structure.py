@@ -16,7 +16,7 @@ from synth.program.columns import (
     NO_KIND,
     TYPE_INFO,
     StepColumns,
-    kind_table,
+    kind_flags,
     step_columns,
 )
 from synth.program.ir import READS_SRC, RECEIVES, SENDS, WRITES_DST, Program
@@ -214,8 +214,6 @@ def compile_threadblock(lay: Layout, tbs: tuple, g: int, tb_index: list[dict[int
     return tuple(dl), tuple(recs)
 
 
-# Per kind code (KIND, then one more entry for NO_KIND): sends, receives, reads its src, writes its dst.
-_SENDS_K, _RECVS_K, _READS_K, _WRITES_K = kind_table()
 
 
 _HUGE = 2**62
@@ -237,9 +235,7 @@ def compile_columns(lay: Layout, tbs: tuple, gindex: dict[tuple[int, int], int],
     ranks = np.fromiter((r for r, _ in tbs), np.int64, ntb)
     rank = ranks[tb_of]
     known = cols.kind != NO_KIND
-    kind = np.where(known, cols.kind, len(KIND))        # NO_KIND -> the extra False entry of the tables
-    is_send, is_recv = _SENDS_K[kind], _RECVS_K[kind]
-    reads, writes = _READS_K[kind], _WRITES_K[kind]
+    is_send, is_recv, reads, writes = kind_flags(cols.kind)
     can_send = np.array(conns.send_ok, dtype=bool)[tb_of]
     can_recv = np.array(conns.recv_ok, dtype=bool)[tb_of]
     # per rank and buffer code (NO_BUFFER last): the view's physical slots, writers, base and size
