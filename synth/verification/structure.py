@@ -280,12 +280,15 @@ def compile_columns(lay: Layout, tbs: tuple, gindex: dict[tuple[int, int], int],
         sends=can_send & is_send, cnt=np.maximum(cnt, 0), src_key=src_key.astype(np.int32),
         src_offset=np.where(src_known, base[src_key] + cols.srcoff, 0), dst_key=dst_key.astype(np.int32),
         dst_offset=np.where(dst_known, base[dst_key] + cols.dstoff, 0), dep=dep_col, slots=slots, writers=writers)
+    depended_on = start[target[dep_ok]] + dep_s[dep_ok]
+    records.dep_flat = np.full(len(cnt), -1, dtype=np.int64)
+    records.dep_flat[valid] = depended_on
     if dirty:
         tb_index = _tb_index(num_views, gindex)
         tb_lengths = lengths.tolist()
         for g in dirty:
             records.compiled[g] = compile_threadblock(lay, tbs, g, tb_index, tb_lengths, conns, err, {})
-    _hasdep_errors(tbs, cols, tb_of, valid, start[target[dep_ok]] + dep_s[dep_ok], err)
+    _hasdep_errors(tbs, cols, tb_of, valid, depended_on, err)
     return records
 
 
@@ -306,6 +309,7 @@ class ColumnRecords(StepRecords):
         self.src_key, self.src_offset, self.dst_key, self.dst_offset = src_key, src_offset, dst_key, dst_offset
         self.dep_column, self.slots, self.writers = dep, slots, writers
         self.compiled: dict[int, tuple[tuple, tuple]] = {}
+        self.dep_flat: np.ndarray | None = None   # the flat position each step depends on, -1 for none
 
     def window(self, g: int, p: int) -> tuple[int, tuple]:
         compiled = self.compiled.get(g)
