@@ -91,6 +91,17 @@ class Jobs:
         self.key.append(key)
         return len(self.msg) - 1
 
+    def extend(self, msg: list[tuple[int, ...]], src: list[int], dst: list[int], route: list[Route],
+               reduce: list[bool], deps: list[tuple[int, ...]], key: list[tuple]) -> None:
+        """:meth:`add` for many jobs at once (the i-th of each list makes one job; ids follow on)."""
+        self.msg += msg
+        self.src += src
+        self.dst += dst
+        self.route += route
+        self.reduce += reduce
+        self.deps += deps
+        self.key += key
+
 
 def tree_heights(tree: TreeShape) -> dict[int, int]:
     """Height of the subtree below each node (0 for a leaf)."""

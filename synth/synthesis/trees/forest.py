@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import cached_property
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from synth.synthesis.packing import (
     seeded_packing,
     split_switches,
 )
+from synth.synthesis.timing import tree_heights
 from synth.synthesis.trees import tuning
 from synth.topology.model import Topology
 from synth.topology.routes import rank_routes
@@ -48,6 +50,11 @@ class PlannedTree:
         for parent, child in self.edges:
             depth[child] = depth[parent] + 1
         return depth
+
+    @cached_property
+    def heights(self) -> dict[int, int]:
+        """:func:`~synth.synthesis.timing.tree_heights`, computed once per tree (phases and timings share trees)."""
+        return tree_heights(self)
 
 
 @dataclass(frozen=True)

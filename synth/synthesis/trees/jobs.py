@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from synth.collectives import Collective
 from synth.synthesis.packing import Route
-from synth.synthesis.timing import Jobs, tree_heights
+from synth.synthesis.timing import Jobs
 from synth.synthesis.trees.forest import Forest, PlannedTree
 from synth.synthesis.trees.messages import message_shapes, split_chunks
 
@@ -50,8 +50,11 @@ def add_broadcast(jobs: Jobs, forest: Forest, tree_index: int, chunks: list[tupl
     jobs the root must wait for. ``wanted[j]``: if given, message ``j`` only travels on edges
     leading to those ranks (scatter). ``height_weight`` scales the hops-ahead term of the priority."""
     tree = forest.trees[tree_index]
-    height = tree_heights(tree)
+    height = tree.heights
     count = len(chunks)
+    if wanted is None:
+        _add_whole_broadcast(jobs, forest, tree_index, chunks, phase, root_deps, height_weight)
+        return
     for j, chunk, size, finish in _message_shares(chunks):
         arrived: dict[int, int] = {}
         needed = _needed_nodes(tree, wanted[j]) if wanted is not None else None
@@ -70,6 +73,32 @@ def add_broadcast(jobs: Jobs, forest: Forest, tree_index: int, chunks: list[tupl
             key = (phase, finish - height_weight * height[child] * size, -height[child],
                    (dst - src) % forest.num_ranks, tree_index, e)
             arrived[child] = jobs.add(chunk, src, dst, route, False, deps, key)
+
+
+def _add_whole_broadcast(jobs: Jobs, forest: Forest, tree_index: int, chunks: list[tuple[int, ...]], phase: int,
+                         root_deps: dict[int, tuple[int, ...]] | None, height_weight: float) -> None:
+    """:func:`add_broadcast` where every message travels the whole tree: the same jobs, keys and ids, each
+    message's jobs added at once (a 1024-rank torus allreduce adds 3 million)."""
+    tree = forest.trees[tree_index]
+    edges, routes, height, n = tree.edges, tree.routes, tree.heights, forest.num_ranks
+    edge_of_child = {child: e for e, (_, child) in enumerate(edges)}
+    parent_edge = [edge_of_child.get(parent, -1) for parent, _ in edges]
+    below = [height[child] for _, child in edges]
+    hops_ahead = [-h for h in below]
+    count = len(chunks)
+    one_route = all(len(pieces) == 1 for pieces in routes)
+    for j, chunk, size, finish in _message_shares(chunks):
+        if j == 0 or not one_route:
+            real = [real_edge(forest, parent, child, _route_for(tree, e, j, count))
+                    for e, (parent, child) in enumerate(edges)]
+            turns = [(dst - src) % n for src, dst, _ in real]
+        base = len(jobs.msg)
+        from_root = tuple(sorted({d for c in chunk for d in (root_deps or {}).get(c, ())}))
+        jobs.extend([chunk] * len(edges), [src for src, _, _ in real], [dst for _, dst, _ in real],
+                    [route for _, _, route in real], [False] * len(edges),
+                    [(base + pe,) if pe >= 0 else from_root for pe in parent_edge],
+                    [(phase, finish - height_weight * h * size, ahead, turn, tree_index, e)
+                     for e, (h, ahead, turn) in enumerate(zip(below, hops_ahead, turns))])
 
 
 def add_reduction(jobs: Jobs, forest: Forest, tree_index: int, chunks: list[tuple[int, ...]], phase: int,
