@@ -862,10 +862,8 @@ def block_dependencies(m: _Merged, split: np.ndarray) -> tuple[np.ndarray, np.nd
     return m.sends[idx], m.sends[idx - 1]   # sends are listed in (connection, order) order
 
 
-def effective_deps(a: _Assignment, waiter: np.ndarray, waited: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Cross-threadblock dependencies, keeping only the latest op per threadblock waited on, ordered
-    per waiter by the threadblock key's text (as the reference implementation sorted them).
-    Returns (waiter, waited) sorted by waiter, then that order."""
+def _cross_tb(a: _Assignment, waiter: np.ndarray, waited: np.ndarray) -> np.ndarray:
+    """Which dependencies cross threadblocks (raising where a threadblock would wait on its own later step)."""
     ta, tb = a.tb[waiter], a.tb[waited]
     same = ta == tb
     late = same & (a.position[waited] > a.position[waiter])
@@ -873,7 +871,23 @@ def effective_deps(a: _Assignment, waiter: np.ndarray, waited: np.ndarray) -> tu
         rank = a.keys[ta[np.flatnonzero(late)[0]]][0]
         raise SynthError(f"lowering: rank {rank} has a threadblock that waits on its own "
                          "later step (the schedule's order is inconsistent)")
-    w, d, t = waiter[~same], waited[~same], tb[~same]
+    return ~same
+
+
+def _effective_waiters(a: _Assignment, waiter: np.ndarray, waited: np.ndarray) -> np.ndarray:
+    """The waiter of every dependency :func:`effective_deps` keeps, unordered (one per waiter and threadblock
+    waited on): what the step count needs, without the ordering."""
+    cross = _cross_tb(a, waiter, waited)
+    w = waiter[cross]
+    return np.unique(w * max(len(a.keys), 1) + a.tb[waited[cross]]) // max(len(a.keys), 1)
+
+
+def effective_deps(a: _Assignment, waiter: np.ndarray, waited: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cross-threadblock dependencies, keeping only the latest op per threadblock waited on, ordered
+    per waiter by the threadblock key's text (as the reference implementation sorted them).
+    Returns (waiter, waited) sorted by waiter, then that order."""
+    cross = _cross_tb(a, waiter, waited)
+    w, d, t = waiter[cross], waited[cross], a.tb[waited[cross]]
     text = np.argsort(np.argsort([str((k[0], KIND_NAMES[k[1]], k[2], k[3])) for k in a.keys], kind="stable"))
     order = np.lexsort((a.position[d], t, w))
     w, d, t = w[order], d[order], t[order]
@@ -900,13 +914,13 @@ def assign(ops: _Ops, m: _Merged, waiter: np.ndarray, waited: np.ndarray,
     for _ in range(64):
         a = _place(ops, m, split, base, deps_count, max_steps)
         block_w, block_d = block_dependencies(m, split)
-        w, d = effective_deps(a, np.concatenate([waiter, block_w]), np.concatenate([waited, block_d]))
-        nops = np.maximum(np.bincount(w, minlength=len(ops)) - 1, 0)
+        all_w, all_d = np.concatenate([waiter, block_w]), np.concatenate([waited, block_d])
+        nops = np.maximum(np.bincount(_effective_waiters(a, all_w, all_d), minlength=len(ops)) - 1, 0)
         alive = a.tb >= 0
         steps = np.bincount(a.tb[alive], weights=1 + nops[alive], minlength=len(a.keys))
         over = (steps > max_steps) & (a.conn_of_tb >= 0)
         if not over.any():
-            return a, w, d
+            return (a, *effective_deps(a, all_w, all_d))
         need = np.zeros(nconn)
         np.maximum.at(need, a.conn_of_tb[over], steps[over])
         # connections in order of their first transfer (which one an error names)
