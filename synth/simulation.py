@@ -61,6 +61,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import NamedTuple
 
 import numpy as np
@@ -572,21 +573,22 @@ def _switch_gates(flat: _Flat) -> list[list[int] | None]:
 
 def _match_connections(program: Program, flat: _Flat) -> tuple[list[int], list[int]]:
     """(connection index of each send step, the receive step each send step is matched with: k-th with k-th)."""
-    total = len(flat.nxt)
-    conn_of = [0] * total  # send step -> index of its connection (for the FIFO rule)
-    for c, s_list in enumerate(flat.sends_on.values()):
-        for s in s_list:
-            conn_of[s] = c
-    matched = [-1] * total  # send step -> its receive step
     for key in flat.sends_on.keys() | flat.recvs_on.keys():
         s_list, r_list = flat.sends_on.get(key, []), flat.recvs_on.get(key, [])
         if len(s_list) != len(r_list):
             src, dst, chan = key
             raise SynthError(f"program {program.name!r}: connection {src}->{dst} chan {chan} has "
                              f"{len(s_list)} sends but {len(r_list)} receives")
-        for s, r in zip(s_list, r_list, strict=True):
-            matched[s] = r
-    return conn_of, matched
+    total = len(flat.nxt)
+    lengths = [len(s_list) for s_list in flat.sends_on.values()]
+    sends = np.fromiter(chain.from_iterable(flat.sends_on.values()), np.int64, sum(lengths))
+    receives = np.fromiter(chain.from_iterable(flat.recvs_on.get(key, ()) for key in flat.sends_on), np.int64,
+                           len(sends))
+    conn_of = np.zeros(total, dtype=np.int64)  # send step -> index of its connection (for the FIFO rule)
+    conn_of[sends] = np.repeat(np.arange(len(lengths)), lengths)
+    matched = np.full(total, -1, dtype=np.int64)  # send step -> its receive step: k-th with k-th
+    matched[sends] = receives
+    return conn_of.tolist(), matched.tolist()
 
 
 class _Graph(NamedTuple):
