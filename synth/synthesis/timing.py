@@ -651,19 +651,15 @@ def phase_transfers(jobs: Jobs, mirrored: bool, order: list[int], start: np.ndar
     if mirrored:  # mirror: t -> T - t, and every transfer runs the other way
         starts, ends = [makespan - e for e in ends], [makespan - x for x in starts]
     groups = message_groups(jobs, heads)
-    out = []
-    append = out.append
-    for i in order:
-        msg = jobs.msg[i]
-        group = groups[i]
-        s, e = starts[i] + offset, ends[i] + offset
-        if mirrored:
-            src, dst, route, red = jobs.dst[i], jobs.src[i], jobs.route[i][::-1], reducing
-        else:
-            src, dst, route, red = jobs.src[i], jobs.dst[i], jobs.route[i], False
-        for chunk in msg:
-            append(new_tuple(Transfer, (s, e, chunk, src, dst, red, route, channel, group)))
-    return out
+    msgs, routes = jobs.msg, jobs.route
+    if mirrored:
+        senders, receivers, red = jobs.dst, jobs.src, reducing
+        routes = [route[::-1] for route in routes]
+    else:
+        senders, receivers, red = jobs.src, jobs.dst, False
+    return [new_tuple(Transfer, (starts[i] + offset, ends[i] + offset, chunk, senders[i], receivers[i], red,
+                                 routes[i], channel, groups[i]))
+            for i in order for chunk in msgs[i]]
 
 
 def connection_steps(jobs: Jobs, heads: list[int] | None = None) -> dict[tuple[int, int, bool], int]:
