@@ -51,6 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from synth.arrays import unique_values
 from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.gcpause import gc_paused
@@ -757,7 +758,7 @@ def merge(ops: _Ops, tr: _Transfers, waiter: np.ndarray, waited: np.ndarray,
     keep = a != b
     # unique (a, b) rows in row order, as one int64 key each (np.unique(axis=0) sorts a structured view, ~5x slower)
     span = max(len(ops), 1)
-    keys = np.unique(a[keep].astype(np.int64) * span + b[keep])
+    keys = unique_values(a[keep].astype(np.int64) * span + b[keep])
     merged = _Merged(rep, cnt, src, dst, chan, conn_id, k, sends, locals_by_rank)
     return merged, keys // span, keys % span
 
@@ -787,7 +788,7 @@ def uplink_dependencies(ops: _Ops, tr: _Transfers, m: _Merged) -> tuple[np.ndarr
 
 def _depended_tbs_per_rank(a: _Assignment, d: np.ndarray, n: int) -> np.ndarray:
     """Number of depended-on threadblocks of every rank (MSCCL: their ids must stay <= 127)."""
-    tbs = np.unique(a.tb[d]) if len(d) else np.zeros(0, dtype=np.int64)
+    tbs = unique_values(a.tb[d]) if len(d) else np.zeros(0, dtype=np.int64)
     ranks = np.array([a.keys[t][0] for t in tbs.tolist()], dtype=np.int64)
     return np.bincount(ranks, minlength=n)
 
@@ -879,7 +880,7 @@ def _effective_waiters(a: _Assignment, waiter: np.ndarray, waited: np.ndarray) -
     waited on): what the step count needs, without the ordering."""
     cross = _cross_tb(a, waiter, waited)
     w = waiter[cross]
-    return np.unique(w * max(len(a.keys), 1) + a.tb[waited[cross]]) // max(len(a.keys), 1)
+    return unique_values(w * max(len(a.keys), 1) + a.tb[waited[cross]]) // max(len(a.keys), 1)
 
 
 def effective_deps(a: _Assignment, waiter: np.ndarray, waited: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

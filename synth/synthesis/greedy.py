@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from synth.arrays import unique_values
 from synth.collectives import COLLECTIVES, Collective, CollectiveKind
 from synth.errors import SynthError
 from synth.limits import check_transfer_count
@@ -370,7 +371,7 @@ class _GreedyRun:
         if self.any_sparse:
             self.held[pick, dst] = True
             np.minimum.at(self.best, pick, self.dd[pick, dst])
-        self.refresh(np.unique(pick))
+        self.refresh(unique_values(pick))
         self.pend_end = np.concatenate([self.pend_end, end])
         self.pend_c = np.concatenate([self.pend_c, pick])
         self.pend_v = np.concatenate([self.pend_v, dst])

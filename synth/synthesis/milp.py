@@ -96,6 +96,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from synth.arrays import unique_values
 from synth.collectives import COLLECTIVES
 from synth.errors import SynthError
 from synth.schedule import Schedule, Transfer
@@ -503,7 +504,7 @@ def _must_hold_at_horizon(model: Model, reach: _Reach, h_idx: np.ndarray, horizo
 def _add_link_epochs(model: Model, x_keys: np.ndarray, horizon: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Add y[j, k] for the (j, k) pairs that carry some x: (their keys j(K+1)+k, columns, y of each x)."""
     nx = len(x_keys)
-    jk = np.unique(x_keys[:, 1] * (horizon + 1) + x_keys[:, 2]) if nx else np.zeros(0, dtype=np.int64)
+    jk = unique_values(x_keys[:, 1] * (horizon + 1) + x_keys[:, 2]) if nx else np.zeros(0, dtype=np.int64)
     y_col = model.add_binaries(len(jk))
     x_y = np.searchsorted(jk, x_keys[:, 1] * (horizon + 1) + x_keys[:, 2])
     return jk, y_col, x_y

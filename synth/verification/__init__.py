@@ -26,7 +26,10 @@ record (with its own capped error list) that the next passes read: :mod:`~synth.
 (buffers and in-place aliasing), :mod:`~synth.verification.conditions` (precondition, intact input,
 postcondition), :mod:`~synth.verification.structure` (threadblocks, connections, compiled steps),
 :mod:`~synth.verification.execution` (the symbolic run, blocked threadblocks, unreceived messages) and
-:mod:`~synth.verification.races`. :func:`verify` runs them in order and collects their errors. The per-step checks
+:mod:`~synth.verification.races`. Where the race check does not run (a large program, or ``races=False``),
+:mod:`~synth.verification.dataflow` first tries the symbolic run as array operations, level by level over the
+program's static step graph; it can only answer that the program verifies, and on anything else the worklist run
+above decides and words the errors. :func:`verify` runs them in order and collects their errors. The per-step checks
 run on numpy columns of the steps' fields (:mod:`synth.program.columns`: the ones the lowering built, else read
 once by :func:`verify`); only a threadblock that fails one goes through the per-step code, which words the
 messages.

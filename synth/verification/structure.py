@@ -9,6 +9,7 @@ from itertools import repeat
 
 import numpy as np
 
+from synth.arrays import unique_values
 from synth.program.columns import (
     BUFFER_CODE,
     KIND,
@@ -270,7 +271,7 @@ def compile_columns(lay: Layout, tbs: tuple, gindex: dict[tuple[int, int], int],
     slow[with_dep[~dep_ok]] = True
     for offsets in (cols.srcoff, cols.dstoff):      # base + offset must not wrap around in int64
         slow |= (offsets >= _HUGE) | (offsets <= -_HUGE)
-    dirty = np.unique(tb_of[slow]).tolist()
+    dirty = unique_values(tb_of[slow]).tolist()
     valid = with_dep[dep_ok]
     dep_col = np.full(len(cnt), None, dtype=object)
     dep_col[valid] = np.fromiter(zip(target[dep_ok].tolist(), dep_s[dep_ok].tolist()), object, len(valid))
