@@ -15,6 +15,7 @@ from synth.program.columns import program_columns, step_columns
 from synth.program.ir import Program, Step
 from synth.simulation import simulate
 from synth.topology import generators as gen
+from tests.program_edits import with_step as _edited
 
 FIELDS = ("start", "kind", "srcbuf", "srcoff", "dstbuf", "dstoff", "cnt", "depid", "deps")
 
@@ -71,16 +72,6 @@ def test_simulation_same_with_and_without_carried_columns(lowered):
     b = simulate(lowered.with_(columns=None), fabric, 2**24)
     assert a.time_us == b.time_us and a.events == b.events and a.transfers == b.transfers
     assert a.link_utilization == b.link_utilization
-
-
-def _edited(program: Program, rank: int, tb_index: int, step_index: int, **changes) -> Program:
-    gpus = list(program.gpus)
-    tbs = list(gpus[rank].threadblocks)
-    steps = list(tbs[tb_index].steps)
-    steps[step_index] = replace(steps[step_index], **changes)
-    tbs[tb_index] = replace(tbs[tb_index], steps=tuple(steps))
-    gpus[rank] = replace(gpus[rank], threadblocks=tuple(tbs))
-    return program.with_(gpus=tuple(gpus))
 
 
 def _with_tb(program: Program, rank: int, old, new) -> Program:

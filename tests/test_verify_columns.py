@@ -17,19 +17,9 @@ from synth.runtime_limits import EXECUTOR, runtime_profile
 from synth.verification import verify
 from synth.verification.conditions import fill_inputs
 from synth.verification.layout import layout
+from tests.program_edits import with_step as _with_step
 
 structure_module = sys.modules["synth.verification.structure"]
-
-
-def _with_step(program: Program, rank: int, tb: int, index: int, step: Step | None = None, **changes) -> Program:
-    """``program`` with step ``index`` of threadblock ``tb`` of ``rank`` replaced (or changed)."""
-    gpus = list(program.gpus)
-    tbs = list(gpus[rank].threadblocks)
-    steps = list(tbs[tb].steps)
-    steps[index] = step if step is not None else replace(steps[index], **changes)
-    tbs[tb] = replace(tbs[tb], steps=tuple(steps))
-    gpus[rank] = replace(gpus[rank], threadblocks=tuple(tbs))
-    return program.with_(gpus=tuple(gpus))
 
 
 def _with_tb(program: Program, rank: int, tb: Threadblock) -> Program:

@@ -21,6 +21,8 @@ from synth.verification.conditions import fill_inputs
 from synth.verification.dataflow import dataflow_verified
 from synth.verification.layout import layout
 from synth.verification.structure import structure
+from tests.program_edits import with_step as _with_step
+from tests.program_edits import with_steps
 
 dataflow_module = sys.modules["synth.verification.dataflow"]
 passes_module = sys.modules["synth.verification"]
@@ -45,16 +47,6 @@ def _errors(program: Program, races: bool, monkeypatch=None, dataflow: bool = Tr
     finally:
         if not dataflow:
             monkeypatch.undo()
-
-
-def _with_step(program: Program, rank: int, tb: int, index: int, **changes) -> Program:
-    gpus = list(program.gpus)
-    tbs = list(gpus[rank].threadblocks)
-    steps = list(tbs[tb].steps)
-    steps[index] = replace(steps[index], **changes)
-    tbs[tb] = replace(tbs[tb], steps=tuple(steps))
-    gpus[rank] = replace(gpus[rank], threadblocks=tuple(tbs))
-    return program.with_(gpus=tuple(gpus))
 
 
 def _synthesized() -> dict[str, Program]:
@@ -171,11 +163,7 @@ def test_mutated_programs_get_the_worklist_verdict(monkeypatch, name, mutation, 
             del steps[s]
         elif s + 1 < len(steps):
             steps[s], steps[s + 1] = steps[s + 1], steps[s]
-        gpus = list(program.gpus)
-        tbs = list(gpus[g].threadblocks)
-        tbs[t] = replace(tbs[t], steps=tuple(steps))
-        gpus[g] = replace(gpus[g], threadblocks=tuple(tbs))
-        bad = program.with_(gpus=tuple(gpus))
+        bad = with_steps(program, g, t, tuple(steps))
     traced = _errors(bad, races=True)
     fast = _errors(bad, races=False)
     if _fast_verdict(bad):
