@@ -21,7 +21,7 @@ and the caller then runs the worklist execution, whose messages name the fault. 
 - an output slot that does not hold its postcondition value.
 
 Both runs follow one legal interleaving of the steps, which is the only one when there is no race (the race
-check itself runs on small programs only, in the worklist run, see :data:`RACE_CHECK_BUDGET`).
+check itself runs on small programs only, in the worklist run: ``synth.verification.common.RACE_CHECK_BUDGET``).
 """
 
 from __future__ import annotations
@@ -31,11 +31,10 @@ import numpy as np
 from synth.collectives import ALL_ORIGINS, Collective
 from synth.program.columns import NOP, RE, RRC, RRCS, RRS, kind_flags
 from synth.program.ir import Program
-from synth.verification.common import RACE_CHECK_BUDGET
 from synth.verification.layout import Layout
 from synth.verification.structure import ColumnRecords, Structure
 
-__all__ = ["dataflow_verified", "RACE_CHECK_BUDGET", "VALUE_WORDS_BUDGET"]
+__all__ = ["dataflow_verified", "VALUE_WORDS_BUDGET"]
 
 #: Most ``uint64`` words the symbolic values may take (1 GiB): a program needing more is left to the worklist run.
 VALUE_WORDS_BUDGET = 1 << 27
