@@ -142,8 +142,8 @@ TYPES = ("s", "r", "rcs", "rrs", "rrc", "rrcs", "cpy", "re", "nop")
        value=st.integers(-1, 6), kind=st.sampled_from(TYPES))
 def test_mutated_programs_get_the_worklist_verdict(monkeypatch, name, mutation, pick, value, kind) -> None:
     """On a program with one step changed, removed or moved: where the worklist run with the race check finds no
-    race, the verdict with the dataflow run allowed is the worklist's, errors included; and the dataflow run
-    never calls verified what the worklist rejects."""
+    race, the errors with the dataflow run allowed are the worklist's; and where the dataflow run vouches for the
+    execution, no execution error (blocked, unreceived, wrong output) is reported."""
     program = GOOD[name]
     if program.switches:
         return
@@ -164,10 +164,12 @@ def test_mutated_programs_get_the_worklist_verdict(monkeypatch, name, mutation, 
         elif s + 1 < len(steps):
             steps[s], steps[s + 1] = steps[s + 1], steps[s]
         bad = with_steps(program, g, t, tuple(steps))
-    traced = _errors(bad, races=True)
+    if any("race" in e for e in _errors(bad, races=True)):
+        return
     fast = _errors(bad, races=False)
-    if _fast_verdict(bad):
-        assert not fast
-        assert not _errors(bad, races=False, monkeypatch=monkeypatch, dataflow=False)
-    if not any("race" in e for e in traced):
-        assert fast == _errors(bad, races=False, monkeypatch=monkeypatch, dataflow=False)
+    assert fast == _errors(bad, races=False, monkeypatch=monkeypatch, dataflow=False)
+    if _fast_verdict(bad):   # its answer covers the execution passes; the structure's errors are their own
+        monkeypatch.setattr(passes_module, "dataflow_verified", lambda *args: False)
+        worklist = run_passes(bad, collective_of(bad), MAX_ERRORS, False)
+        monkeypatch.undo()
+        assert len(worklist) == 7 and not any(worklist[2:])   # run, blocked, leftovers, races, postcondition

@@ -48,7 +48,7 @@ def dataflow_verified(program: Program, coll: Collective, lay: Layout, st: Struc
     dataflow run (module docstring)? False means "not shown": the worklist execution must decide. ``lay``: the
     layout with the inputs filled (its slot lists are read for their sizes only); ``st``: the compiled structure."""
     recs = st.steps
-    if (program.switches or not isinstance(recs, ColumnRecords) or recs.compiled or recs.dep_flat is None):
+    if program.switches or not isinstance(recs, ColumnRecords) or recs.compiled:
         return False
     start = np.asarray(recs.start, dtype=np.int64)
     kind = recs.kind

@@ -273,17 +273,16 @@ def compile_columns(lay: Layout, tbs: tuple, gindex: dict[tuple[int, int], int],
         slow |= (offsets >= _HUGE) | (offsets <= -_HUGE)
     dirty = unique_values(tb_of[slow]).tolist()
     valid = with_dep[dep_ok]
-    dep_col = np.full(len(cnt), None, dtype=object)
-    dep_col[valid] = np.fromiter(zip(target[dep_ok].tolist(), dep_s[dep_ok].tolist()), object, len(valid))
+    depended_on = start[target[dep_ok]] + dep_s[dep_ok]
+    dep_flat = np.full(len(cnt), -1, dtype=np.int64)
+    dep_flat[valid] = depended_on
     src_known, dst_known = cols.srcbuf != NO_BUFFER, cols.dstbuf != NO_BUFFER
     records = ColumnRecords(
         start=start.tolist(), kind=np.where(known, cols.kind, NOP).astype(np.int8), receives=can_recv & is_recv,
         sends=can_send & is_send, cnt=np.maximum(cnt, 0), src_key=src_key.astype(np.int32),
         src_offset=np.where(src_known, base[src_key] + cols.srcoff, 0), dst_key=dst_key.astype(np.int32),
-        dst_offset=np.where(dst_known, base[dst_key] + cols.dstoff, 0), dep=dep_col, slots=slots, writers=writers)
-    depended_on = start[target[dep_ok]] + dep_s[dep_ok]
-    records.dep_flat = np.full(len(cnt), -1, dtype=np.int64)
-    records.dep_flat[valid] = depended_on
+        dst_offset=np.where(dst_known, base[dst_key] + cols.dstoff, 0), dep_flat=dep_flat, slots=slots,
+        writers=writers)
     if dirty:
         tb_index = _tb_index(num_views, gindex)
         tb_lengths = lengths.tolist()
@@ -297,20 +296,31 @@ class ColumnRecords(StepRecords):
     """The compiled steps as arrays over all steps (threadblock g's are ``start[g]:start[g + 1]``), turned into
     :class:`StepRecords`' tuples :data:`WINDOW` steps at a time as the execution reaches them, so that only the
     windows of threadblocks under way exist as tuples. ``src_key``/``dst_key`` index ``slots``/``writers`` (rank ×
-    4 + buffer code); ``dep`` holds None or (g, s). Threadblocks in ``compiled`` (g -> (deps, records)) were
-    compiled step by step (they had errors) and are served from there."""
+    4 + buffer code); ``dep_flat`` holds the flat position of the step each step depends on (-1: none), and
+    ``dep_column`` the same as None or (g, s), built on first use (the dataflow run never needs it). Threadblocks in
+    ``compiled`` (g -> (deps, records)) were compiled step by step (they had errors) and are served from there."""
 
     #: Steps turned into tuples at a time.
     WINDOW = 64
 
     def __init__(self, start: list[int], kind: np.ndarray, receives: np.ndarray, sends: np.ndarray, cnt: np.ndarray,
                  src_key: np.ndarray, src_offset: np.ndarray, dst_key: np.ndarray, dst_offset: np.ndarray,
-                 dep: np.ndarray, slots: list, writers: list) -> None:
+                 dep_flat: np.ndarray, slots: list, writers: list) -> None:
         self.start, self.kind, self.receives, self.sends, self.cnt = start, kind, receives, sends, cnt
         self.src_key, self.src_offset, self.dst_key, self.dst_offset = src_key, src_offset, dst_key, dst_offset
-        self.dep_column, self.slots, self.writers = dep, slots, writers
+        self.dep_flat, self.slots, self.writers = dep_flat, slots, writers
         self.compiled: dict[int, tuple[tuple, tuple]] = {}
-        self.dep_flat: np.ndarray | None = None   # the flat position each step depends on, -1 for none
+
+    @cached_property
+    def dep_column(self) -> np.ndarray:
+        """Per step: None or the (g, s) it depends on (from ``dep_flat``)."""
+        column = np.full(len(self.dep_flat), None, dtype=object)
+        with_dep = np.flatnonzero(self.dep_flat >= 0)
+        flat = self.dep_flat[with_dep]
+        starts = np.asarray(self.start, dtype=np.int64)
+        g = np.searchsorted(starts, flat, side="right") - 1
+        column[with_dep] = np.fromiter(zip(g.tolist(), (flat - starts[g]).tolist()), object, len(with_dep))
+        return column
 
     def window(self, g: int, p: int) -> tuple[int, tuple]:
         compiled = self.compiled.get(g)
