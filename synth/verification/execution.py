@@ -11,7 +11,6 @@ from synth.program.ir import Program
 from synth.verification.common import (
     CPY,
     NOP,
-    RACE_CHECK_BUDGET,
     RCS,
     RE,
     READ_KINDS,
@@ -43,12 +42,12 @@ class Execution:
     switches: SwitchRun | None = None
 
 
-def execute(program: Program, st: Structure, races: bool, max_errors: int,
+def execute(program: Program, st: Structure, trace: bool, max_errors: int,
             plan: SwitchPlan = EMPTY_PLAN) -> Execution:
-    """Execute on a worklist: each threadblock runs until it blocks, and is woken by what it waits for."""
+    """Execute on a worklist: each threadblock runs until it blocks, and is woken by what it waits for. ``trace``:
+    record the executed steps for the race check (the caller decides, within ``RACE_CHECK_BUDGET``)."""
     ntb = len(st.tbs)
-    small = ntb * program.num_steps() <= RACE_CHECK_BUDGET
-    run = _Machine(st, races and small, max_errors)
+    run = _Machine(st, trace, max_errors)
     if program.switches:
         run.switches = SwitchRun(program, plan, run.fifos, run.err)
         run.num_ranks = program.num_ranks

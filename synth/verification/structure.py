@@ -215,8 +215,6 @@ def compile_threadblock(lay: Layout, tbs: tuple, g: int, tb_index: list[dict[int
     return tuple(dl), tuple(recs)
 
 
-
-
 _HUGE = 2**62
 
 

@@ -48,57 +48,36 @@ def add_broadcast(jobs: Jobs, forest: Forest, tree_index: int, chunks: list[tupl
                   wanted: list[set[int]] | None = None, height_weight: float = 1.0) -> None:
     """Pipeline messages (``chunks``: tuples of chunk ids) down a tree (copy). ``root_deps[chunk]``:
     jobs the root must wait for. ``wanted[j]``: if given, message ``j`` only travels on edges
-    leading to those ranks (scatter). ``height_weight`` scales the hops-ahead term of the priority."""
+    leading to those ranks (scatter). ``height_weight`` scales the hops-ahead term of the priority.
+    Each message's jobs are added at once (a 1024-rank torus allreduce adds 3 million)."""
     tree = forest.trees[tree_index]
-    height = tree.heights
-    count = len(chunks)
-    if wanted is None:
-        _add_whole_broadcast(jobs, forest, tree_index, chunks, phase, root_deps, height_weight)
-        return
-    for j, chunk, size, finish in _message_shares(chunks):
-        arrived: dict[int, int] = {}
-        needed = _needed_nodes(tree, wanted[j]) if wanted is not None else None
-        for e, (parent, child) in enumerate(tree.edges):
-            if needed is not None and child not in needed:
-                continue
-            src, dst, route = real_edge(forest, parent, child, _route_for(tree, e, j, count))
-            if parent in arrived:
-                deps = (arrived[parent],)
-            else:
-                deps = tuple(sorted({d for c in chunk for d in (root_deps or {}).get(c, ())}))
-            # critical path first: a message's urgency is its position in the tree's data minus the
-            # hops still ahead of it (height of the subtree it enters), so deep subtrees are fed
-            # early and the last transfers on each link are leaf deliveries (short drain); ties rotate
-            # by the sender so concurrent senders fan out to different receivers (a switch shift)
-            key = (phase, finish - height_weight * height[child] * size, -height[child],
-                   (dst - src) % forest.num_ranks, tree_index, e)
-            arrived[child] = jobs.add(chunk, src, dst, route, False, deps, key)
-
-
-def _add_whole_broadcast(jobs: Jobs, forest: Forest, tree_index: int, chunks: list[tuple[int, ...]], phase: int,
-                         root_deps: dict[int, tuple[int, ...]] | None, height_weight: float) -> None:
-    """:func:`add_broadcast` where every message travels the whole tree: the same jobs, keys and ids, each
-    message's jobs added at once (a 1024-rank torus allreduce adds 3 million)."""
-    tree = forest.trees[tree_index]
-    edges, routes, height, n = tree.edges, tree.routes, tree.heights, forest.num_ranks
+    edges, n = tree.edges, forest.num_ranks
     edge_of_child = {child: e for e, (_, child) in enumerate(edges)}
     parent_edge = [edge_of_child.get(parent, -1) for parent, _ in edges]
-    below = [height[child] for _, child in edges]
-    hops_ahead = [-h for h in below]
+    below = [tree.heights[child] for _, child in edges]
     count = len(chunks)
-    one_route = all(len(pieces) == 1 for pieces in routes)
+    fixed_routes = wanted is None and all(len(pieces) == 1 for pieces in tree.routes)
+    kept, parent_at = list(range(len(edges))), parent_edge
     for j, chunk, size, finish in _message_shares(chunks):
-        if j == 0 or not one_route:
-            real = [real_edge(forest, parent, child, _route_for(tree, e, j, count))
-                    for e, (parent, child) in enumerate(edges)]
+        if wanted is not None:   # only the edges towards the wanted ranks; a job's parent is counted among them
+            needed = _needed_nodes(tree, wanted[j])
+            kept = [e for e, (_, child) in enumerate(edges) if child in needed]
+            at = {e: i for i, e in enumerate(kept)}
+            parent_at = [at.get(parent_edge[e], -1) for e in kept]
+        if j == 0 or not fixed_routes:
+            real = [real_edge(forest, *edges[e], _route_for(tree, e, j, count)) for e in kept]
             turns = [(dst - src) % n for src, dst, _ in real]
         base = len(jobs.msg)
         from_root = tuple(sorted({d for c in chunk for d in (root_deps or {}).get(c, ())}))
-        jobs.extend([chunk] * len(edges), [src for src, _, _ in real], [dst for _, dst, _ in real],
-                    [route for _, _, route in real], [False] * len(edges),
-                    [(base + pe,) if pe >= 0 else from_root for pe in parent_edge],
-                    [(phase, finish - height_weight * h * size, ahead, turn, tree_index, e)
-                     for e, (h, ahead, turn) in enumerate(zip(below, hops_ahead, turns))])
+        # critical path first: a message's urgency is its position in the tree's data minus the
+        # hops still ahead of it (height of the subtree it enters), so deep subtrees are fed
+        # early and the last transfers on each link are leaf deliveries (short drain); ties rotate
+        # by the sender so concurrent senders fan out to different receivers (a switch shift)
+        jobs.extend([chunk] * len(kept), [src for src, _, _ in real], [dst for _, dst, _ in real],
+                    [route for _, _, route in real], [False] * len(kept),
+                    [(base + p,) if p >= 0 else from_root for p in parent_at],
+                    [(phase, finish - height_weight * below[e] * size, -below[e], turn, tree_index, e)
+                     for e, turn in zip(kept, turns, strict=True)])
 
 
 def add_reduction(jobs: Jobs, forest: Forest, tree_index: int, chunks: list[tuple[int, ...]], phase: int,
