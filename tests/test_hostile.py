@@ -903,3 +903,41 @@ def test_out_of_memory_is_one_line(monkeypatch):
     result = CliRunner().invoke(cli, ["topology", "validate", "dgx1"])
     assert result.exit_code == 2
     assert result.output.strip().startswith("error: out of memory") and len(result.output.strip().splitlines()) == 1
+
+
+# ---- found by a fuzz campaign (mutated built-in topologies, fixtures and written programs) ----------------
+
+def _json_program() -> dict:
+    """The fixture's 8-rank allgather as a JSON program document (steps ``[type, srcbuf, srcoff, dstbuf, dstoff,
+    cnt, depid, deps, hasdep]``; gpu 0 tb 0 receives from rank 4)."""
+    from synth.program.json_io import program_to_json
+    from synth.program.load import load_program
+
+    program = load_program(str(REPO / "tests" / "fixtures" / "sccl_dgx1_allgather_steps2.xml"))
+    return json.loads(program_to_json(program))
+
+
+@pytest.mark.parametrize(("field", "value"), [(0, ["r"]), (1, {"x": "i"}), (3, [[["o"]]])])
+def test_json_step_with_a_list_or_dict_for_a_name(tmp_path, field, value):
+    """A list or dict where a step's type or buffer name belongs was an unhashable-type internal error."""
+    doc = _json_program()
+    doc["gpus"][0]["threadblocks"][0]["steps"][0][field] = value
+    path = write(tmp_path, "p.json", json.dumps(doc))
+    for command in (["verify", path], ["simulate", path, "-t", "dgx1"], ["convert", path, "-o", "c.xml"]):
+        assert_rejected(run_synth(*command, cwd=tmp_path), "gpus/0/threadblocks/0/steps/0/")
+    assert not (tmp_path / "c.xml").exists()
+
+
+@pytest.mark.parametrize("step", [0, 1])    # a receive (step 0) and, on rank 4, the matching send
+def test_a_step_cnt_far_past_its_buffer_is_a_verify_error(tmp_path, step):
+    """cnt=2**40 on a step was padded to 2**40 chunks by the verifier's message matching: out of memory."""
+    doc = _json_program()
+    if step == 0:
+        doc["gpus"][0]["threadblocks"][0]["steps"][0][5] = 2**40
+    else:
+        sends = [tb for tb in doc["gpus"][4]["threadblocks"] if tb["send"] == 0]
+        sends[0]["steps"][0][5] = 2**40
+    result = run_synth("verify", write(tmp_path, "p.json", json.dumps(doc)))
+    assert_clean(result, (1,))
+    assert "out of range" in result.stderr and "cnt=1099511627776" in result.stderr
+

@@ -205,6 +205,8 @@ def _plain_step(step) -> bool:
     if type(step) is not list or len(step) != 9:
         return False
     kind, srcbuf, srcoff, dstbuf, dstoff, cnt, depid, deps, hasdep = step
+    if type(kind) is not str or type(srcbuf) is not str or type(dstbuf) is not str:  # a list or dict is unhashable
+        return False
     return (kind in _STEP_TYPES and srcbuf in _BUFFERS and dstbuf in _BUFFERS and type(srcoff) is int
             and type(dstoff) is int and type(cnt) is int and type(depid) is int and depid >= -1
             and type(deps) is int and deps >= -1 and type(hasdep) is int and hasdep in (0, 1))

@@ -104,11 +104,12 @@ class _Machine:
                     break
                 inc, mcnt, sg, sp = rq.popleft()
                 if mcnt != cnt:
-                    inc = self.count_mismatch(inc, cnt, mcnt, g, p, sg, sp)
+                    inc = self.count_mismatch(inc if kind != NOP else None, cnt, mcnt, g, p, sg, sp)
             out = None
             if kind == NOP:
-                if snd:
-                    out = (None,) * cnt  # keep the connection's message count right
+                # a nop, or a step whose errors were reported (its cnt may be far past any buffer): the message
+                # keeps the connection's count right (its cnt goes with it) and carries no data
+                out = None
             else:
                 if kind in READ_KINDS:
                     src = sarr[soff:soff + cnt]
@@ -165,7 +166,9 @@ class _Machine:
             sender = f"rank {sr} tb {stb.id} step {sp}"
         self.err.add(f"{step_name(self.tbs, g, p)}: receives cnt={cnt} but the matching send, {sender}, "
                      f"has cnt={mcnt}")
-        return (inc + (None,) * cnt)[:cnt]
+        if inc is None:     # no data: the receiver pads its own cnt, which fits its buffer when the step is valid
+            return None
+        return inc[:cnt] if len(inc) >= cnt else inc + (None,) * (cnt - len(inc))
 
     def combine(self, kind: int, inc, src: list, darr: list, doff: int, cnt: int, g: int, p: int) -> list:
         """The values a reduction step computes: incoming (``re``: its dst) plus its local src, chunk by chunk."""

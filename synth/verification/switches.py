@@ -163,7 +163,8 @@ class SwitchRun:
             value, cnt, _, _ = self.inputs[op_id][src]
             if cnt != op.cnt:
                 self.err.add(f"{where}: rank {src} sends it cnt={cnt} but the op has cnt={op.cnt}")
-            values.append((tuple(value) + (None,) * op.cnt)[:op.cnt])
+            value = () if value is None else tuple(value)    # None: a sender's step that had errors
+            values.append(value[:op.cnt] if len(value) >= op.cnt else value + (None,) * (op.cnt - len(value)))
         if op.type == "multicast":
             out = values[0]
         else:
