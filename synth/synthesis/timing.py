@@ -73,8 +73,9 @@ class Jobs:
     deps: list[tuple[int, ...]]
     key: list[tuple]
     head: list[int] = field(default_factory=list)  # set by the timing: first job of its message
-    # derived once per set of jobs, for the several timings of it (list_schedule): (count, dependents, key ranks)
-    derived: tuple[int, list[list[int]], np.ndarray] | None = field(default=None, repr=False, compare=False)
+    # derived once per set of jobs, for the several timings of it (list_schedule): (count, dependents, key ranks
+    # as an array and as a list, the job of each key rank)
+    derived: tuple | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def empty(cls) -> Jobs:
@@ -202,9 +203,10 @@ def list_schedule(jobs: Jobs, topology: Topology, chunk_bytes: float,
     jobs.head = list(range(n))
     if chained is not None:
         deps_of = [d + (c,) if c >= 0 else d for d, c in zip(jobs.deps, chained)]
-        return _fifo_schedule(deps_of, jobs.key, hops, duration, len(topology.links))
+        _, key_rank, rank_of, _ = _derived(jobs)
+        return _fifo_schedule(deps_of, rank_of, key_rank, hops, duration, len(topology.links))
     # plain lists, not arrays: the loop reads and writes one element at a time
-    dependents, key_rank = _derived(jobs)
+    dependents, key_rank, rank_of, job_at = _derived(jobs)
     waiting = [len(d) for d in jobs.deps]
     free = [0.0] * len(topology.links)
     start = [0.0] * n
@@ -212,7 +214,7 @@ def list_schedule(jobs: Jobs, topology: Topology, chunk_bytes: float,
     queues: list[list] = [[] for _ in range(len(topology.links))]
     taken = [False] * n
     route_alpha, route_rate, duration = route_alpha.tolist(), route_rate.tolist(), duration.tolist()
-    by_first: dict[tuple, int] = {}   # queued jobs by (src, dst, route, first chunk)
+    by_first: dict[int, int] = {}   # queued jobs by their (src, dst, route, first chunk) key
     left = [0.0] * len(topology.links)   # with drain: data time still to cross each link
     if drain is not None:
         data_time = [len(jobs.msg[i]) * chunk_bytes / route_rate[i] for i in range(n)]
@@ -225,48 +227,54 @@ def list_schedule(jobs: Jobs, topology: Topology, chunk_bytes: float,
             events.append((0.0, 0, i))
     heapq.heapify(events)
     heappush, heappop = heapq.heappush, heapq.heappop
-    keys, deps_of, first_link = jobs.key, jobs.deps, [h[0] for h in hops]
+    # link queues hold key ranks (ints compare faster than key tuples; the order is the same, ties by index)
+    deps_of, first_link = jobs.deps, [h[0] for h in hops]
     single = [len(h) == 1 for h in hops]
+    free_at = free.__getitem__
+    end_at = end.__getitem__
+    if coalesce:   # by_first keys as one int per job: (sender, receiver, route) numbered, times a chunk stride
+        head_key, next_key = _message_keys(jobs)
     while events:
         t, kind, ident = heappop(events)
         if kind == 0:
             link = first_link[ident]
-            heappush(queues[link], (keys[ident], ident))
+            heappush(queues[link], rank_of[ident])
             if coalesce:
-                by_first[(jobs.src[ident], jobs.dst[ident], jobs.route[ident], jobs.msg[ident][0])] = ident
-                woken: set[int] = set()   # other links that got jobs now: each tries to start once
-                while batch and events and events[0][1] == 0 and events[0][0] <= t + 1e-12:
-                    other = heappop(events)[2]
-                    other_link = first_link[other]
-                    heappush(queues[other_link], (keys[other], other))
-                    by_first[(jobs.src[other], jobs.dst[other], jobs.route[other], jobs.msg[other][0])] = other
-                    woken.add(other_link)
-                for other_link in woken - {link}:
-                    heappush(events, (t, 1, other_link))
+                by_first[head_key[ident]] = ident
+                if batch:
+                    woken: set[int] = set()   # other links that got jobs now: each tries to start once
+                    while events and events[0][1] == 0 and events[0][0] <= t + 1e-12:
+                        other = heappop(events)[2]
+                        other_link = first_link[other]
+                        heappush(queues[other_link], rank_of[other])
+                        by_first[head_key[other]] = other
+                        woken.add(other_link)
+                    for other_link in woken - {link}:
+                        heappush(events, (t, 1, other_link))
         else:
             link = ident
         queue = queues[link]
-        while queue and taken[queue[0][1]]:
+        while queue and taken[job_at[queue[0]]]:
             heappop(queue)
         if not queue or free[link] > t + 1e-12:
             continue
         # the queue's head starts now in most cases: _pick searches further only when it must wait
-        i = queue[0][1]
+        i = job_at[queue[0]]
         if single[i]:
             s = free[link] if free[link] > t else t
         else:
-            s = max(t, max(free[hop_link] for hop_link in hops[i]))
+            s = max(t, max(map(free_at, hops[i])))
         if s <= t:
             heappop(queue)
         else:
-            i, s = _pick(queue, hops, free, t, taken)
+            i, s = _pick(queue, job_at, hops, free, t, taken)
         members = [i]
         if coalesce:
-            by_first.pop((jobs.src[i], jobs.dst[i], jobs.route[i], jobs.msg[i][0]), None)
+            by_first.pop(head_key[i], None)
             size = len(jobs.msg[i])
             # enough chunks that α is alpha_share of the message, no more (bigger ones slow the pipeline)
             most = min(MAX_COALESCE, max(size, int(route_alpha[i] / alpha_share * route_rate[i] / chunk_bytes)))
-            nxt = by_first.get((jobs.src[i], jobs.dst[i], jobs.route[i], jobs.msg[i][-1] + 1))
+            nxt = by_first.get(next_key[i])
             if drain is not None:   # message <= drain * (data left after it) on its busiest-to-end link
                 left_now = min(left[hop_link] for hop_link in hops[i])
                 most = max(size, min(most, int(left_now * drain / (1 + drain) * route_rate[i] / chunk_bytes)))
@@ -274,8 +282,8 @@ def list_schedule(jobs: Jobs, topology: Topology, chunk_bytes: float,
                 taken[nxt] = True
                 members.append(nxt)
                 size += len(jobs.msg[nxt])
-                by_first.pop((jobs.src[nxt], jobs.dst[nxt], jobs.route[nxt], jobs.msg[nxt][0]), None)
-                nxt = by_first.get((jobs.src[nxt], jobs.dst[nxt], jobs.route[nxt], jobs.msg[nxt][-1] + 1))
+                by_first.pop(head_key[nxt], None)
+                nxt = by_first.get(next_key[nxt])
             finish = s + route_alpha[i] * math.ceil(size / MAX_STEP_CHUNKS) + size * chunk_bytes / route_rate[i]
         else:
             finish = s + duration[i]
@@ -296,7 +304,7 @@ def list_schedule(jobs: Jobs, topology: Topology, chunk_bytes: float,
                 waiting[j] -= 1
                 if waiting[j] == 0:  # ready when the last of its inputs has arrived
                     deps_j = deps_of[j]
-                    heappush(events, (end[deps_j[0]] if len(deps_j) == 1 else max(end[d] for d in deps_j), 0, j))
+                    heappush(events, (end[deps_j[0]] if len(deps_j) == 1 else max(map(end_at, deps_j)), 0, j))
         for m in members[1:]:
             jobs.head[m] = i
     if any(waiting):
@@ -307,22 +315,35 @@ def list_schedule(jobs: Jobs, topology: Topology, chunk_bytes: float,
     return order, start_array, np.array(end)
 
 
-def _derived(jobs: Jobs) -> tuple[list[list[int]], np.ndarray]:
-    """The jobs waiting for each job, and each job's rank in key order (ties by index), computed once for the
-    several timings of one set of jobs (jobs are only ever appended, so the count tells a stale copy)."""
+def _message_keys(jobs: Jobs) -> tuple[list[int], list[int]]:
+    """Per job, one int for (sender, receiver, route, first chunk) and one for the chunk after its last on the same
+    (sender, receiver, route): a coalesced message continues with the job whose first key is this one's next key."""
+    pair_ids: dict[tuple, int] = {}
+    pair = [pair_ids.setdefault(p, len(pair_ids)) for p in zip(jobs.src, jobs.dst, jobs.route)]
+    stride = max((m[-1] for m in jobs.msg), default=0) + 2
+    head_key = [p * stride + m[0] for p, m in zip(pair, jobs.msg)]
+    next_key = [p * stride + m[-1] + 1 for p, m in zip(pair, jobs.msg)]
+    return head_key, next_key
+
+
+def _derived(jobs: Jobs) -> tuple[list[list[int]], np.ndarray, list[int], list[int]]:
+    """The jobs waiting for each job, each job's rank in key order (ties by index) and the job of each rank,
+    computed once for the several timings of one set of jobs (jobs are only ever appended, so the count tells a
+    stale copy)."""
     n = len(jobs.deps)
     if jobs.derived is None or jobs.derived[0] != n:
         _, dependents = _dependents(jobs.deps)
+        job_at = sorted(range(n), key=jobs.key.__getitem__)
         key_rank = np.empty(n, dtype=np.int64)
-        key_rank[sorted(range(n), key=jobs.key.__getitem__)] = np.arange(n)
-        jobs.derived = (n, dependents, key_rank)
-    return jobs.derived[1], jobs.derived[2]
+        key_rank[job_at] = np.arange(n)
+        jobs.derived = (n, dependents, key_rank, key_rank.tolist(), job_at)
+    return jobs.derived[1:]
 
 
-def _fifo_schedule(deps: list[tuple[int, ...]], keys: list[tuple], hops: list[list[int]], duration: np.ndarray,
-                   num_links: int) -> tuple[list[int], np.ndarray, np.ndarray]:
+def _fifo_schedule(deps: list[tuple[int, ...]], rank_of: list[int], key_rank: np.ndarray, hops: list[list[int]],
+                   duration: np.ndarray, num_links: int) -> tuple[list[int], np.ndarray, np.ndarray]:
     """Transfers placed in the order they become ready, each at the earliest time all its links
-    are free (see :func:`list_schedule`); ties by key."""
+    are free (see :func:`list_schedule`); ties by key rank (``rank_of``, the same as ``key_rank``)."""
     import heapq
 
     n = len(deps)
@@ -330,7 +351,7 @@ def _fifo_schedule(deps: list[tuple[int, ...]], keys: list[tuple], hops: list[li
     free = [0.0] * num_links
     start = [0.0] * n
     end = [0.0] * n
-    heap = [(0.0, keys[i], i) for i in range(n) if waiting[i] == 0]
+    heap = [(0.0, rank_of[i], i) for i in range(n) if waiting[i] == 0]
     heapq.heapify(heap)
     placed = 0
     while heap:
@@ -348,11 +369,11 @@ def _fifo_schedule(deps: list[tuple[int, ...]], keys: list[tuple], hops: list[li
         for j in dependents[i]:
             waiting[j] -= 1
             if waiting[j] == 0:
-                heapq.heappush(heap, (max(end[d] for d in deps[j]), keys[j], j))
+                heapq.heappush(heap, (max(end[d] for d in deps[j]), rank_of[j], j))
     if placed < n:
         raise SynthError("internal error: cyclic transfer dependencies")
-    order = sorted(range(n), key=lambda i: (start[i], keys[i]))
-    return order, np.array(start), np.array(end)
+    start_array = np.array(start)
+    return np.lexsort((key_rank, start_array)).tolist(), start_array, np.array(end)
 
 
 def _dependents(deps: list[tuple[int, ...]]) -> tuple[list[int], list[list[int]]]:
@@ -588,10 +609,11 @@ def _serialize(ready: np.ndarray, link: np.ndarray, duration: np.ndarray, free: 
     return out
 
 
-def _pick(queue: list, hops: list[list[int]], free: list[float], t: float, taken: list[bool],
-          width: int = 8) -> tuple[int, float]:
-    """Among the ``width`` best-keyed ready transfers of a link, the one that can start first
-    (a routed transfer may wait for the far links of its route; a direct one never does);
+def _pick(queue: list[int], job_at: list[int], hops: list[list[int]], free: list[float], t: float,
+          taken: list[bool], width: int = 8) -> tuple[int, float]:
+    """Among the ``width`` best-keyed ready transfers of a link (``queue``: a heap of key ranks, ``job_at`` the job
+    of each), the one that can start first (a routed transfer may wait for the far links of its route; a direct
+    one never does);
     transfers already ``taken`` into an earlier message are dropped from the queue. The queue is
     only searched past its head while the transfers seen so far must wait."""
     import heapq
@@ -600,9 +622,10 @@ def _pick(queue: list, hops: list[list[int]], free: list[float], t: float, taken
     best = None
     while queue and len(head) < width:
         item = heapq.heappop(queue)
-        if taken[item[1]]:
+        job = job_at[item]
+        if taken[job]:
             continue
-        route = hops[item[1]]
+        route = hops[job]
         s = max(t, float(free[route[0]] if len(route) == 1 else max(free[link] for link in route)))
         head.append(item)
         if best is None or s < best[1] - 1e-12:
@@ -613,7 +636,7 @@ def _pick(queue: list, hops: list[list[int]], free: list[float], t: float, taken
     for other, item in enumerate(head):
         if other != pos:
             heapq.heappush(queue, item)
-    return head[pos][1], s
+    return job_at[head[pos]], s
 
 
 def message_groups(jobs: Jobs, heads: list[int] | None) -> list[int]:
