@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import stat
 import subprocess
@@ -941,3 +942,78 @@ def test_a_step_cnt_far_past_its_buffer_is_a_verify_error(tmp_path, step):
     assert_clean(result, (1,))
     assert "out of range" in result.stderr and "cnt=1099511627776" in result.stderr
 
+
+def test_schema_range_is_the_checks_range():
+    from synth.topology.checks import MAX_ALPHA_US, MAX_BW_GBPS
+
+    defs = json.loads((REPO / "synth" / "topology" / "schema.json").read_text())["$defs"]
+    assert defs["bw"]["maximum"] == MAX_BW_GBPS and defs["alpha"]["maximum"] == MAX_ALPHA_US
+    mapping = defs["switch"]["properties"]
+    assert mapping["reduce_bw"]["maximum"] == MAX_BW_GBPS and mapping["reduce_alpha"]["maximum"] == MAX_ALPHA_US
+
+
+@pytest.mark.parametrize(("link", "words"), [
+    ({"bw": 1e30}, ["links[0].bw", "must be <= 1000000"]),
+    ({"bw": 10**20}, ["links[0].bw", "must be <= 1000000"]),
+    ({"bw": 1e308}, ["links[0].bw"]),
+    ({"alpha": 1e15}, ["links[0].alpha", "must be <= 1000000"]),
+    ({"bw": float("inf")}, ["links[0].bw", "finite"]),
+])
+@pytest.mark.parametrize("command", [
+    ["topology", "validate"], ["bounds", "-c", "allgather", "-t"],
+    ["synthesize", "-c", "broadcast", "-s", "1MB", "-m", "trees", "-o", "p.json", "-t"]])
+def test_link_numbers_past_the_stated_range(tmp_path, link, words, command):
+    """bw 1e30 overflowed the bounds' int64 capacities and α 1e15 made trees' event times collide ("internal
+    error: cyclic transfer dependencies"); both are refused where the file is read."""
+    links = [{"src": 0, "dst": 1, "bw": 10, **link}, {"src": 1, "dst": 2, "bw": 10}, {"src": 0, "dst": 2, "bw": 10}]
+    path = write(tmp_path, "t.json", json.dumps({"name": "tri", "ranks": 3, "links": links}))
+    assert_rejected(run_synth(*command, path, cwd=tmp_path), *words)
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_parallel_entries_may_not_add_up_past_the_bandwidth_limit(tmp_path):
+    links = [{"src": 0, "dst": 1, "bw": 900_000}] * 2
+    path = write(tmp_path, "t.json", json.dumps({"name": "pair", "ranks": 2, "links": links}))
+    assert_rejected(run_synth("topology", "validate", path), "link 0 -> 1", "bw 1.8e+06")
+
+
+@pytest.mark.parametrize("args", [["ring", "-n", "4", "--bw", "1e9"], ["ring", "-n", "4", "--alpha", "1e9"]])
+def test_generators_refuse_numbers_a_file_may_not_hold(tmp_path, args):
+    assert_rejected(run_synth("topology", "generate", *args, "-o", "r.yaml", cwd=tmp_path), "link 0 -> 1")
+    assert not (tmp_path / "r.yaml").exists()
+
+
+def test_import_refuses_rates_a_file_may_not_hold(tmp_path):
+    source = REPO / "tests" / "fixtures" / "import" / "dgx-a100.nvidia-smi.txt"
+    assert_rejected(run_synth("topology", "import", str(source), "--set", "link_bw=1e12"), "not in (0, 1e+06]")
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 1e309])
+def test_msccl_tools_topology_with_a_non_finite_count(tmp_path, value):
+    """NaN or infinity in an msccl-tools link matrix was a ValueError / OverflowError (import, -t, and the
+    topology an SCCL algorithm embeds)."""
+    doc = json.loads((REPO / "tests" / "fixtures" / "peers" / "dgx1.topology.msccl.json").read_text())
+    doc["links"][1][7] = value
+    path = write(tmp_path, "t.msccl.json", json.dumps(doc))
+    assert_rejected(run_synth("topology", "import", path), "links[1][7]", "whole number")
+    assert_rejected(run_synth("topology", "validate", path), "links[1][7]", "whole number")
+    algo = json.loads((REPO / "tests" / "fixtures" / "peers" / "dgx1_gather_root0.msccl.json").read_text())
+    algo["topology"]["links"][4][2] = value
+    assert_rejected(run_synth("verify", write(tmp_path, "a.msccl.json", json.dumps(algo))), "links[4][2]")
+
+
+@pytest.mark.parametrize(("old", "new", "words"), [
+    ('sm="80"', 'sm="x"', ["GPU", "sm 'x'"]),
+    ('sm="80"', 'sm="inf"', ["GPU", "sm 'inf'"]),
+])
+def test_nccl_topology_dump_with_a_bad_number(tmp_path, old, new, words):
+    text = (REPO / "tests" / "fixtures" / "import" / "dgx-a100.nccl-topo.xml").read_text()
+    assert old in text
+    assert_rejected(run_synth("topology", "import", write(tmp_path, "t.xml", text.replace(old, new, 1))), *words)
+
+
+def test_nccl_topology_dump_with_a_malformed_pcie_speed(tmp_path):
+    """A link_speed such as "8.0.0 GT/s" was a ValueError; it is read as unknown, like a missing one."""
+    text = (REPO / "tests" / "fixtures" / "import" / "dgx-a100.nccl-topo.xml").read_text()
+    text = re.sub(r'link_speed="[^"]*"', 'link_speed="8.0.0 GT/s"', text)
+    assert run_synth("topology", "import", write(tmp_path, "t.xml", text)).returncode == 0

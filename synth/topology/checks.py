@@ -13,6 +13,13 @@ from collections.abc import Callable, Iterable
 from synth.errors import SynthError
 from synth.topology.model import Link, SwitchFeatures, Topology
 
+#: The largest link (and reduction engine) bandwidth, GB/s, and the largest α, µs, a topology may give (the
+#: schema's ``maximum``): a thousand times past any real link, and low enough that times stay exact in
+#: float64 and the bounds' integer capacities in int64 (1e30 GB/s overflowed them; α 1e12 µs made the
+#: schedules' event times collide).
+MAX_BW_GBPS = 1e6
+MAX_ALPHA_US = 1e6
+
 
 def _fail(source: str, where: str, problem: str) -> SynthError:
     where = f"{where}: " if where else ""
@@ -161,10 +168,11 @@ def _check_features(topology: Topology, source: str) -> None:
         if name not in index:
             raise _fail(source, "switches", f"in-network features for unknown switch {name!r}")
         where = f"switches[{index[name]}]"
-        if not (math.isfinite(f.reduce_alpha) and f.reduce_alpha >= 0):
-            raise _fail(source, f"{where}.reduce_alpha", f"must be a finite number >= 0 (µs), got {f.reduce_alpha!r}")
-        if not f.reduce_bw > 0:   # inf: no limit of its own
-            raise _fail(source, f"{where}.reduce_bw", f"must be > 0 (GB/s), got {f.reduce_bw!r}")
+        if not 0 <= f.reduce_alpha <= MAX_ALPHA_US:
+            raise _fail(source, f"{where}.reduce_alpha", f"must be a number in [0, {MAX_ALPHA_US:g}] (µs), "
+                                                         f"got {f.reduce_alpha!r}")
+        if not (0 < f.reduce_bw <= MAX_BW_GBPS or f.reduce_bw == math.inf):   # inf: no limit of its own
+            raise _fail(source, f"{where}.reduce_bw", f"must be in (0, {MAX_BW_GBPS:g}] (GB/s), got {f.reduce_bw!r}")
         if not f.reduce and (f.reduce_alpha != 0 or math.isfinite(f.reduce_bw)):
             raise _fail(source, where, f"reduce_alpha and reduce_bw need reduce: true on switch {name!r}")
         served = switch_ranks(topology, topology.num_ranks + index[name])
@@ -172,6 +180,17 @@ def _check_features(topology: Topology, source: str) -> None:
             what = "reducing" if f.reduce else "multicast"
             raise _fail(source, where, f"{what} switch {name!r} has links to and from {len(served)} rank(s) "
                                        f"(directly or through switches); it needs at least 2")
+
+
+def _check_link_range(topology: Topology, link: Link, source: str) -> None:
+    """Every way a fabric is built (files, generators, importers, merged parallel entries) keeps each link's
+    bandwidth in (0, MAX_BW_GBPS] and its α in [0, MAX_ALPHA_US], finite."""
+    where = f"link {topology.node_name(link.src)!r} -> {topology.node_name(link.dst)!r}"
+    if not 0 < link.bw <= MAX_BW_GBPS:
+        raise _fail(source, "links", f"{where}: bw {link.bw:g} GB/s is not in (0, {MAX_BW_GBPS:g}] (parallel "
+                                     "entries add their bandwidths)")
+    if not 0 <= link.alpha <= MAX_ALPHA_US:
+        raise _fail(source, "links", f"{where}: alpha {link.alpha:g} us is not in [0, {MAX_ALPHA_US:g}]")
 
 
 def check_topology(topology: Topology, source: str | None = None) -> Topology:
@@ -182,6 +201,7 @@ def check_topology(topology: Topology, source: str | None = None) -> Topology:
     for link in topology.links:
         touched.add(link.src)
         touched.add(link.dst)
+        _check_link_range(topology, link, source)
     for k, name in enumerate(topology.switches):
         if topology.num_ranks + k not in touched:
             raise _fail(source, f"switches[{k}]", f"switch {name!r} is isolated (no links)")

@@ -495,7 +495,12 @@ def parse_nccl_xml(text: str) -> BoxFabric:
     pcie = [[_xml_distance(gpus[i][1], gpus[j][1]) if i != j else "" for j in range(n)] for i in range(n)]
     nic_levels = [[_xml_distance(gpus[i][1], net[2]) for net in nets] for i in range(n)]
     order, gpu_nic = _assign_nics(nic_levels, [net[0] for net in nets])
-    sms = {int(g[2].get("sm", "0") or 0) for g in gpus}
+    sms = set()
+    for rank, _, element in gpus:
+        try:
+            sms.add(int(element.get("sm", "0") or 0))
+        except ValueError:
+            raise SynthError(f"nccl-xml: GPU {rank}: sm {element.get('sm')!r} is not an integer") from None
     generation = _generation_from_sm(min(sms)) if any(map(any, counts)) or any(to_switch) else 0
     return BoxFabric("nccl-xml", "nvlink", tuple(map(tuple, counts)), tuple(to_switch), tuple(map(tuple, pcie)),
                      tuple((nets[j][0], nets[j][1]) for j in order), tuple(gpu_nic),
@@ -520,7 +525,10 @@ def _pcie_gbps(pci) -> float | None:
     match = re.match(r"\s*([\d.]+)\s*GT/s", pci.get("link_speed") or "")
     if match is None:
         return None
-    gen = PCIE_GEN_BY_GTS.get(float(match.group(1)))
+    try:
+        gen = PCIE_GEN_BY_GTS.get(float(match.group(1)))
+    except ValueError:   # "2.5.0 GT/s"
+        return None
     try:
         width = int(pci.get("link_width") or 16)
     except ValueError:

@@ -24,7 +24,14 @@ from typing import Any
 
 from synth.errors import SynthError
 from synth.topology.builtin import builtin_names, builtin_path
-from synth.topology.checks import canonical_features, check_topology, hop_diameter, merge_links
+from synth.topology.checks import (
+    MAX_ALPHA_US,
+    MAX_BW_GBPS,
+    canonical_features,
+    check_topology,
+    hop_diameter,
+    merge_links,
+)
 from synth.topology.model import SwitchFeatures, Topology
 
 __all__ = [
@@ -114,6 +121,8 @@ def _schema_problem(error: Any) -> str:
         names = [expected] if isinstance(expected, str) else list(expected)
         want = " or ".join(_TYPE_NAMES.get(n, n) for n in names)
         return f"must be {want}, got {_type_name(value)} {_short(value)}"
+    if kind in ("exclusiveMinimum", "minimum", "maximum") and isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, got {_short(value)}"
     if kind == "exclusiveMinimum":
         return f"must be > {expected}, got {_short(value)}"
     if kind == "minimum":
@@ -157,8 +166,8 @@ def _plain_link(entry: Any) -> bool:
             return False
     bw, alpha, directed = entry.get("bw", 1.0), entry.get("alpha", 0.0), entry.get("directed", False)
     return (
-        type(bw) in (int, float) and bw > 0
-        and type(alpha) in (int, float) and alpha >= 0
+        type(bw) in (int, float) and 0 < bw <= MAX_BW_GBPS
+        and type(alpha) in (int, float) and 0 <= alpha <= MAX_ALPHA_US
         and type(directed) is bool
     )
 

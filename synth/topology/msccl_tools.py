@@ -16,6 +16,7 @@ that many units. Any other constraint cannot be expressed as links and is refuse
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from synth.errors import SynthError
@@ -41,9 +42,10 @@ def looks_like_msccl_topology(text: str) -> bool:
         return False
 
 
-def _count(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or value != int(value):
-        raise SynthError(f"msccl-tools topology: {where} must be a non-negative whole number, got {value!r}")
+def _count(value: Any, where: str, source: str) -> int:
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0
+            or value != int(value)):
+        raise SynthError(f"{source}: {where} must be a non-negative whole number, got {value!r}")
     return int(value)
 
 
@@ -62,7 +64,7 @@ def link_counts(doc: Any, source: str = "msccl-tools topology") -> tuple[str, li
         raise SynthError(f"{source}: {n} GPUs; the limit is {MAX_GPUS}")
     if any(len(row) != n for row in links):
         raise SynthError(f"{source}: 'links' must be {n} x {n}, a row has {next(len(r) for r in links if len(r) != n)}")
-    counts = [[_count(links[dst][src], f"links[{dst}][{src}]") for dst in range(n)] for src in range(n)]
+    counts = [[_count(links[dst][src], f"links[{dst}][{src}]", source) for dst in range(n)] for src in range(n)]
     for i in range(n):
         if counts[i][i]:
             raise SynthError(f"{source}: links[{i}][{i}] = {counts[i][i]}: a GPU has no link to itself")
@@ -87,7 +89,7 @@ def _crossbar(switches: Any, n: int, source: str) -> list[int]:
     for k, entry in enumerate(switches):
         if not (isinstance(entry, list) and len(entry) == 4 and all(isinstance(x, list) for x in entry[:2])):
             raise SynthError(f"{source}: switches[{k}] must be [srcs, dsts, bw, name]")
-        srcs, dsts, bw = entry[0], entry[1], _count(entry[2], f"switches[{k}] bw")
+        srcs, dsts, bw = entry[0], entry[1], _count(entry[2], f"switches[{k}] bw", source)
         if any(isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < n for x in srcs + dsts):
             raise SynthError(f"{source}: switches[{k}] names a GPU outside 0..{n - 1}")
         if len(srcs) == 1 and sorted(dsts) == [r for r in range(n) if r != srcs[0]]:
