@@ -929,6 +929,16 @@ def test_json_step_with_a_list_or_dict_for_a_name(tmp_path, field, value):
     assert not (tmp_path / "c.xml").exists()
 
 
+@pytest.mark.parametrize("num_ranks", [2**31, 10**30])
+def test_json_program_num_ranks_far_past_its_gpus(tmp_path, num_ranks):
+    """num_ranks=2**31 built range(num_ranks) to compare with the gpu ids: out of memory."""
+    doc = {**_json_program(), "num_ranks": num_ranks}
+    path = write(tmp_path, "p.json", json.dumps(doc))
+    for command in (["verify", path], ["bounds", "-t", "dgx1", "-c", "allgather", "--exclude-link", "0:1",
+                                       "--baseline", path]):
+        assert_rejected(run_synth(*command), f"num_ranks={num_ranks}", "gpu ids are [0, 1, 2")
+
+
 @pytest.mark.parametrize("step", [0, 1])    # a receive (step 0) and, on rank 4, the matching send
 def test_a_step_cnt_far_past_its_buffer_is_a_verify_error(tmp_path, step):
     """cnt=2**40 on a step was padded to 2**40 chunks by the verifier's message matching: out of memory."""

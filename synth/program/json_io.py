@@ -263,8 +263,9 @@ def program_from_dict(doc, source: str = "<json>") -> Program:
         gpus.append(Gpu(id=g["id"], i_chunks=g["i_chunks"], o_chunks=g["o_chunks"], s_chunks=g["s_chunks"],
                         threadblocks=tbs))
     ids = [g.id for g in gpus]
-    if ids != list(range(doc["num_ranks"])):
-        raise SynthError(f"{source}: num_ranks={doc['num_ranks']} but gpu ids are {ids} "
+    if len(ids) != doc["num_ranks"] or ids != list(range(len(ids))):   # num_ranks may be any huge integer
+        shown = ", ".join(map(str, ids[:16])) + (f", ... ({len(ids)} gpus)" if len(ids) > 16 else "")
+        raise SynthError(f"{source}: num_ranks={doc['num_ranks']} but gpu ids are [{shown}] "
                          f"(expected 0..{doc['num_ranks'] - 1} in order)")
     switches = _switches_from_doc(doc, source)
     if doc["version"] == SWITCH_VERSION:
