@@ -1027,3 +1027,17 @@ def test_nccl_topology_dump_with_a_malformed_pcie_speed(tmp_path):
     text = (REPO / "tests" / "fixtures" / "import" / "dgx-a100.nccl-topo.xml").read_text()
     text = re.sub(r'link_speed="[^"]*"', 'link_speed="8.0.0 GT/s"', text)
     assert run_synth("topology", "import", write(tmp_path, "t.xml", text)).returncode == 0
+
+
+@pytest.mark.parametrize("where", ["step", "collective"])
+def test_a_huge_value_quoted_in_an_error_is_shortened(tmp_path, where):
+    """A 5 MB step type or collective name came back whole in the one error line (5 MB of stderr)."""
+    doc = _json_program()
+    if where == "step":
+        doc["gpus"][0]["threadblocks"][0]["steps"][0][0] = "x" * 5_000_000
+    else:
+        doc["collective"] = "z" * 5_000_000
+    result = run_synth("verify", write(tmp_path, "p.json", json.dumps(doc)))
+    assert_rejected(result, "characters left out")
+    assert len(result.stderr) < 3000
+    assert result.stderr.rstrip().endswith("'rrc', 'rrcs', 'cpy', 're', 'nop']" if where == "step" else "scatter)")

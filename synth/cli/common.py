@@ -36,7 +36,7 @@ class OptionError(click.BadParameter):
     """A bad option value, shown like every other error: one ``error:`` line (no usage banner)."""
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"error: {self.format_message()}", err=True)
+        click.echo(f"error: {shorten(self.format_message())}", err=True)
 
 
 class _OneLineErrors:
@@ -93,6 +93,24 @@ def _debug_enabled() -> bool:
     return False
 
 
+#: The longest error line printed: a message quoting a hostile value (a 5 MB step type, a collective name)
+#: keeps its start and end, and says how much was left out.
+MAX_MESSAGE_CHARS = 2000
+
+
+def shorten(message: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """Each line of ``message`` at most about ``limit`` characters: its start and end around a count of the rest."""
+    if len(message) <= limit:
+        return message
+    lines = []
+    for line in message.split("\n"):
+        if len(line) > limit:
+            head, tail = line[: limit * 3 // 4], line[-(limit // 4):]
+            line = f"{head} ... ({len(line) - len(head) - len(tail):,} characters left out) ... {tail}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def guarded(func: Callable) -> Callable:
     """Map SynthError -> exit 2 and CheckFailed -> exit 1 with one line on stderr (no traceback)."""
 
@@ -104,7 +122,7 @@ def guarded(func: Callable) -> Callable:
             if _debug_enabled():
                 raise
             code = 1 if isinstance(exc, CheckFailed) else 2
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {shorten(str(exc))}", err=True)
             sys.exit(code)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
             raise
@@ -120,7 +138,8 @@ def guarded(func: Callable) -> Callable:
         except Exception as exc:  # unexpected: still one line unless --debug
             if _debug_enabled():
                 raise
-            click.echo(f"error: internal error: {type(exc).__name__}: {exc} (rerun with --debug)", err=True)
+            click.echo(f"error: internal error: {type(exc).__name__}: {shorten(str(exc))} (rerun with --debug)",
+                       err=True)
             sys.exit(2)
 
     return wrapper
