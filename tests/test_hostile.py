@@ -1041,3 +1041,18 @@ def test_a_huge_value_quoted_in_an_error_is_shortened(tmp_path, where):
     assert_rejected(result, "characters left out")
     assert len(result.stderr) < 3000
     assert result.stderr.rstrip().endswith("'rrc', 'rrcs', 'cpy', 're', 'nop']" if where == "step" else "scatter)")
+
+
+@pytest.mark.parametrize("value", ["１", "٣", "1_0", "\u20031"])
+def test_xml_integer_attribute_the_runtimes_read_otherwise(tmp_path, value):
+    """int() read cnt="１" (a fullwidth digit) as 1 and "1_0" as 10, where the runtimes' strtol reads 0 and 1:
+    synth verify said ok about a file the runtimes run differently."""
+    text = _program_base()
+    assert 'cnt="1"' in text
+    result = run_synth("verify", write(tmp_path, "p.xml", text.replace('cnt="1"', f'cnt="{value}"', 1)))
+    assert_rejected(result, "cnt=", "is not an integer")
+
+
+def test_xml_integer_attribute_with_a_sign_or_spaces_still_reads(tmp_path):
+    text = _program_base().replace('cnt="1"', 'cnt=" +1 "', 1)
+    assert run_synth("verify", write(tmp_path, "p.xml", text)).returncode == 0

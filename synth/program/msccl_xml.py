@@ -204,16 +204,21 @@ def _xml_head(program: Program, coll_spelling: str | None, runtime: str | Runtim
 
 
 # ---- import ---------------------------------------------------------------------------------------
+#: An integer attribute as the runtimes' ``strtol`` reads it whole: ASCII digits, a sign, C white space around.
+#: Python's ``int`` also takes "١" or "１" (non-ASCII digits) and "1_0", which ``strtol`` reads as 0 and 1.
+_INTEGER = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)[ \t\n\v\f\r]*")
+
+
 def _int(elem: ET.Element, key: str, where: str, default: int | None = None) -> int:
     raw = elem.get(key)
     if raw is None:
         if default is None:
             raise SynthError(f"{where}: missing required attribute {key!r}")
         return default
-    try:
-        return int(raw.strip())
-    except ValueError:
-        raise SynthError(f"{where}: attribute {key}={raw!r} is not an integer") from None
+    match = _INTEGER.fullmatch(raw)
+    if match is None:
+        raise SynthError(f"{where}: attribute {key}={raw!r} is not an integer")
+    return int(match.group(1))
 
 
 def _capped(value: int, cap: int, what: str, where: str) -> int:
