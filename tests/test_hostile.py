@@ -1056,3 +1056,16 @@ def test_xml_integer_attribute_the_runtimes_read_otherwise(tmp_path, value):
 def test_xml_integer_attribute_with_a_sign_or_spaces_still_reads(tmp_path):
     text = _program_base().replace('cnt="1"', 'cnt=" +1 "', 1)
     assert run_synth("verify", write(tmp_path, "p.xml", text)).returncode == 0
+
+
+@pytest.mark.parametrize(("fixture", "old", "new", "words"), [
+    ("dgx1-v100.nvidia-smi.txt", "NV2", "NV9999", ["'NV9999'", "more than 64 NVLinks"]),
+    ("dgx1-v100.nvidia-smi.txt", "NV2", "NV" + "9" * 30, ["more than 64 NVLinks"]),
+    ("mi250.rocm-smi.txt", "50000-200000", "50000-" + "9" * 400 + "00000", ["more than 64 xGMI links"]),
+    ("mi250.rocm-smi.txt", "50000-200000", "50000-5000000", ["5000000 MB/s", "more than 64 xGMI links"]),
+])
+def test_import_link_counts_past_any_machine(tmp_path, fixture, old, new, words):
+    """A 400-digit rocm-smi bandwidth was an OverflowError (float division); NV9999 imported 9999 NVLinks."""
+    text = (REPO / "tests" / "fixtures" / "import" / fixture).read_text()
+    assert old in text
+    assert_rejected(run_synth("topology", "import", write(tmp_path, fixture, text.replace(old, new))), *words)

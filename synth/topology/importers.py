@@ -69,6 +69,8 @@ PCIE_LEVELS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 _LEVEL_RANK = {level: k for k, level in enumerate(PCIE_LEVELS)}
 MAX_GPUS = 4096
 MAX_NICS = 4096
+#: Most NVLinks between two GPUs (or from a GPU to the NVSwitches) an import accepts: NVLink 5 has 18 a GPU.
+MAX_PAIR_LINKS = 64
 
 
 @dataclass(frozen=True)
@@ -293,6 +295,10 @@ def parse_nvidia_smi(text: str) -> BoxFabric:
     gpu_part = [[matrix[i][j] for j in range(n)] for i in range(n)]
     _symmetric(gpu_part, "nvidia-smi")
     counts = [[int(c[2:]) if c.startswith("NV") else 0 for c in row] for row in gpu_part]
+    for i, row in enumerate(counts):
+        if max(row) > MAX_PAIR_LINKS:
+            j = row.index(max(row))
+            raise SynthError(f"nvidia-smi: GPU{i}-GPU{j} is {gpu_part[i][j]!r}: more than {MAX_PAIR_LINKS} NVLinks")
     pcie = tuple(tuple(c if c in _LEVEL_RANK else "" for c in row) for row in gpu_part)
     links, switch_links = switch_or_mesh(counts)
     legend = dict(re.findall(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$", text, re.MULTILINE))
@@ -410,10 +416,12 @@ def _xgmi_count(i: int, j: int, weights: list[list[str]] | None, bandwidth: list
         direct = top > 0
     if not direct:
         return 0
-    links = round(top / XGMI_MBPS_PER_LINK)
-    if links < 1 or links * XGMI_MBPS_PER_LINK != top:
+    links, rest = divmod(top, XGMI_MBPS_PER_LINK)   # integers: a 400-digit max does not fit a float
+    if links < 1 or rest:
         raise SynthError(f"rocm-smi: bandwidth GPU{i}-GPU{j} max {top} MB/s is not a whole number of "
                          f"{XGMI_MBPS_PER_LINK} MB/s xGMI links")
+    if links > MAX_PAIR_LINKS:
+        raise SynthError(f"rocm-smi: bandwidth GPU{i}-GPU{j} max {top} MB/s is more than {MAX_PAIR_LINKS} xGMI links")
     return links
 
 
@@ -484,7 +492,7 @@ def parse_nccl_xml(text: str) -> BoxFabric:
                 count = int(link.get("count", "1"))
             except ValueError:
                 raise SynthError(f"nccl-xml: GPU {i}: nvlink count {link.get('count')!r}") from None
-            if count < 0 or count > 64:
+            if count < 0 or count > MAX_PAIR_LINKS:
                 raise SynthError(f"nccl-xml: GPU {i}: nvlink count {count} out of range")
             target = (link.get("target") or "").lower()
             if link.get("tclass") == _NVSWITCH_CLASS:
