@@ -1069,3 +1069,21 @@ def test_import_link_counts_past_any_machine(tmp_path, fixture, old, new, words)
     text = (REPO / "tests" / "fixtures" / "import" / fixture).read_text()
     assert old in text
     assert_rejected(run_synth("topology", "import", write(tmp_path, fixture, text.replace(old, new))), *words)
+
+
+@pytest.mark.parametrize(("path", "value"), [(("gpus", 0, "threadblocks", 0, "steps", 1, 4), -0.0),
+                                             (("gpus", 0, "threadblocks", 0, "steps", 0, 5), 1.0),
+                                             (("gpus", 0, "threadblocks", 0, "id"), 0.0),
+                                             (("num_ranks",), 8.0)])
+def test_json_program_integral_float_for_an_integer(tmp_path, path, value):
+    """jsonschema counts -0.0 as an integer: a float dstoff reached the verifier (TypeError: slice indices)."""
+    doc = _json_program()
+    target = doc
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    path_text = "/".join(map(str, path))
+    for command in (["verify"], ["convert", "-o", "c.xml"]):
+        result = run_synth(*command[:1], write(tmp_path, "p.json", json.dumps(doc)), *command[1:], cwd=tmp_path)
+        assert_rejected(result, path_text, "is not of type 'integer'")
+    assert not (tmp_path / "c.xml").exists()

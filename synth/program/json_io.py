@@ -43,12 +43,21 @@ def program_schema() -> dict:
     return json.loads(resources.files("synth.program").joinpath("schema.json").read_text(encoding="utf-8"))
 
 
-@lru_cache(maxsize=1)
-def _validator():
+def _strict_class(schema: dict):
+    """The schema's validator class with "integer" meaning a JSON integer: jsonschema also takes an integral
+    float (``-0.0``, ``4.0``), which reached the program as a float offset (a TypeError in the verifier)."""
     import jsonschema
 
-    schema = program_schema()
     cls = jsonschema.validators.validator_for(schema)
+    checker = cls.TYPE_CHECKER.redefine(
+        "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool))
+    return jsonschema.validators.extend(cls, type_checker=checker)
+
+
+@lru_cache(maxsize=1)
+def _validator():
+    schema = program_schema()
+    cls = _strict_class(schema)
     cls.check_schema(schema)
     return cls(schema)
 
@@ -189,10 +198,9 @@ def _first_error(instance, validator) -> tuple[list, str] | None:
 
 @lru_cache(maxsize=1)
 def _step_validator():
-    import jsonschema
 
     schema = program_schema()
-    return jsonschema.validators.validator_for(schema)({**schema["$defs"]["step"], "$defs": schema["$defs"]})
+    return _strict_class(schema)({**schema["$defs"]["step"], "$defs": schema["$defs"]})
 
 
 _STEP_TYPES = frozenset(STEP_TYPES)
