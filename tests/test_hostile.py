@@ -1087,3 +1087,31 @@ def test_json_program_integral_float_for_an_integer(tmp_path, path, value):
         result = run_synth(*command[:1], write(tmp_path, "p.json", json.dumps(doc)), *command[1:], cwd=tmp_path)
         assert_rejected(result, path_text, "is not of type 'integer'")
     assert not (tmp_path / "c.xml").exists()
+
+
+@pytest.mark.parametrize("key", ["i_chunks", "o_chunks", "s_chunks"])
+def test_json_program_buffer_past_the_reader_cap(tmp_path, key):
+    """s_chunks=2**31 in a JSON program: the verifier sized its buffers from it and was killed for memory (the XML
+    reader already capped it)."""
+    doc = _json_program()
+    doc["gpus"][3][key] = 2**31
+    path = write(tmp_path, "p.json", json.dumps(doc))
+    for command in (["verify", path], ["convert", path, "-o", "c.xml"]):
+        assert_rejected(run_synth(*command, cwd=tmp_path), f"gpu 3: {key}=2147483648", "cap of 1048576")
+    assert not (tmp_path / "c.xml").exists()
+
+
+@pytest.mark.parametrize("where", ["json", "sccl"])
+def test_recorded_chunk_factor_past_the_reader_cap(tmp_path, where):
+    """A JSON program's chunk_factor or an SCCL instance's chunks of 2**31 made the verifier size the collective's
+    buffers from it: out of memory."""
+    if where == "json":
+        doc = {**_json_program(), "chunk_factor": 2**31}
+        path = write(tmp_path, "p.json", json.dumps(doc))
+    else:
+        doc = json.loads((REPO / "tests" / "fixtures" / "peers" / "dgx1_allgather_steps2.msccl.json").read_text())
+        doc["instance"]["chunks"] = 2**31
+        path = write(tmp_path, "p.msccl.json", json.dumps(doc))
+    for command in (["verify", path], ["convert", path, "-o", "c.xml"], ["simulate", path, "-t", "dgx1"]):
+        assert_rejected(run_synth(*command, cwd=tmp_path), "2147483648 chunks per piece", "cap of 1048576")
+    assert not (tmp_path / "c.xml").exists()

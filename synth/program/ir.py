@@ -221,9 +221,24 @@ def infer_chunk_factor(program: Program) -> int:
     return max(1, factor)
 
 
-def collective_of(program: Program):
-    """The :class:`~synth.collectives.Collective` a program claims to implement."""
+def collective_of(program: Program, capped: bool = True):
+    """The :class:`~synth.collectives.Collective` a program claims to implement (``capped``: checked by
+    :func:`check_buffer_cap`)."""
     from synth.collectives import Collective
 
-    return Collective(program.collective, program.num_ranks, infer_chunk_factor(program),
+    coll = Collective(program.collective, program.num_ranks, infer_chunk_factor(program),
                       root=program.root, inplace=program.inplace)
+    return check_buffer_cap(program, coll) if capped else coll
+
+
+def check_buffer_cap(program: Program, coll):
+    """``coll`` if its buffers fit the readers' cap; a recorded chunk_factor (JSON ``chunk_factor``, an SCCL
+    instance's ``chunks``) of 2**31 made the verifier size its buffers past any memory."""
+    from synth.errors import SynthError
+    from synth.runtime_limits import MAX_PARSE_BUFFER_CHUNKS
+
+    if coll.size_chunks > MAX_PARSE_BUFFER_CHUNKS:
+        raise SynthError(f"program {program.name!r}: {coll.chunk_factor} chunks per piece make {coll.name} on "
+                         f"{coll.num_ranks} ranks need {coll.size_chunks} chunks in a buffer, past the reader's cap "
+                         f"of {MAX_PARSE_BUFFER_CHUNKS}")
+    return coll

@@ -26,6 +26,7 @@ from synth.program.ir import (
     Threadblock,
     switch_op_problem,
 )
+from synth.runtime_limits import MAX_PARSE_BUFFER_CHUNKS, MAX_PARSE_TOTAL_CHUNKS
 
 FORMAT = "synth-program"
 VERSION = 1
@@ -250,6 +251,22 @@ def _schema_error(doc: dict) -> str | None:
     return None
 
 
+def _check_buffer_sizes(gpus: list[dict], source: str) -> None:
+    """The caps the XML reader puts on buffer sizes (synth.runtime_limits): checked before the verifier sizes its
+    buffers from them (s_chunks=2**31 ran out of memory)."""
+    total = 0
+    for g in gpus:
+        for key in ("i_chunks", "o_chunks", "s_chunks"):
+            if g[key] > MAX_PARSE_BUFFER_CHUNKS:
+                raise SynthError(f"{source}: gpu {g['id']}: {key}={g[key]} exceeds the reader's cap of "
+                                 f"{MAX_PARSE_BUFFER_CHUNKS}; not a program synth can check (the MSCCL runtimes "
+                                 "could not run it either)")
+            total += g[key]
+        if total > MAX_PARSE_TOTAL_CHUNKS:
+            raise SynthError(f"{source}: gpu {g['id']}: the buffers' chunks so far ({total}) exceed the reader's cap "
+                             f"of {MAX_PARSE_TOTAL_CHUNKS}")
+
+
 def program_from_dict(doc, source: str = "<json>") -> Program:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise SynthError(f"{source}: not a synth JSON program (missing \"format\": \"{FORMAT}\")")
@@ -262,6 +279,7 @@ def program_from_dict(doc, source: str = "<json>") -> Program:
     error = _schema_error(doc)
     if error is not None:
         raise SynthError(f"{source}: invalid JSON program at {error}")
+    _check_buffer_sizes(doc["gpus"], source)
     gpus = []
     for g in doc["gpus"]:
         tbs = tuple(Threadblock(id=tb["id"], send=tb["send"], recv=tb["recv"], chan=tb["chan"],

@@ -44,7 +44,7 @@ from synth.collectives import Collective, canonical_name
 from synth.errors import SynthError
 from synth.gcpause import gc_paused
 from synth.program.columns import StepColumns, program_columns
-from synth.program.ir import Program, collective_of
+from synth.program.ir import Program, check_buffer_cap, collective_of
 from synth.runtime_limits import EXECUTOR, runtime_profile
 from synth.topology.model import Topology
 from synth.verification.common import MAX_ERRORS, RACE_CHECK_BUDGET, Errors, merge_errors
@@ -81,10 +81,11 @@ def resolve_collective(program: Program, collective: Collective | str | None = N
     """The collective to check: given explicitly (name or object) or the one the program declares."""
     if collective is None:
         try:
-            return collective_of(program)
+            coll = collective_of(program, capped=False)
         except SynthError as exc:
             raise SynthError(f"program {program.name!r}: {exc} (pass the collective explicitly, e.g. -c allreduce)") \
                 from None
+        return check_buffer_cap(program, coll)
     if isinstance(collective, Collective):
         if collective.num_ranks != program.num_ranks:
             raise SynthError(f"collective has {collective.num_ranks} ranks but the program has {program.num_ranks}")
