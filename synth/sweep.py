@@ -135,7 +135,7 @@ class RowCache:
     def _entry(self, key: str) -> dict | None:
         try:
             doc = json.loads(read_input_text(self._path(key), "cache entry"))
-        except (SynthError, ValueError):
+        except (SynthError, ValueError, RecursionError):
             return None
         row = doc.get("row") if isinstance(doc, dict) else None
         if not isinstance(row, dict) or not set(REQUIRED) <= set(row):
@@ -461,6 +461,8 @@ def read_table(path: str | Path) -> list[dict]:
             doc = json.loads(text)
         except ValueError as exc:
             raise SynthError(f"{path}: not JSON: {exc}") from None
+        except RecursionError:
+            raise SynthError(f"{path}: not JSON: nested too deeply") from None
         raw = doc.get("rows") if isinstance(doc, dict) else doc
         if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
             raise SynthError(f"{path}: not a synth sweep table (no list of rows)")

@@ -523,7 +523,7 @@ def write_set(result: TuneResult, directory: str | Path) -> Path:
 def _is_set(path: Path) -> bool:
     try:
         doc = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return False
     return isinstance(doc, dict) and doc.get("format") == FORMAT
 

@@ -1115,3 +1115,28 @@ def test_recorded_chunk_factor_past_the_reader_cap(tmp_path, where):
     for command in (["verify", path], ["convert", path, "-o", "c.xml"], ["simulate", path, "-t", "dgx1"]):
         assert_rejected(run_synth(*command, cwd=tmp_path), "2147483648 chunks per piece", "cap of 1048576")
     assert not (tmp_path / "c.xml").exists()
+
+
+def _deep(levels: int) -> str:
+    return "[" * levels + "0" + "]" * levels
+
+
+@pytest.mark.parametrize("levels", [900, 985, 995])
+def test_nesting_just_under_the_json_decoders_limit(tmp_path, levels):
+    """A list ~1000 deep decodes (or just fails to) where the schema validators, which recurse several frames a
+    level, or the decoder under synth's own frames, then hit the recursion limit: RecursionError, an internal error."""
+    topology = json.dumps({**BASE, "links": [[0]]}).replace("[[0]]", _deep(levels))
+    path = write(tmp_path, "t.json", topology)
+    for command in (["topology", "validate", path], ["bounds", "-c", "allgather", "-t", path]):
+        assert_clean(run_synth(*command), (2,))
+    compact = json.dumps(_json_program(), separators=(",", ":"))
+    program = compact.replace('[["r","i",0,', '[["r",' + _deep(levels) + ",", 1)
+    assert program != compact
+    path = write(tmp_path, "p.json", program)
+    for command in (["verify", path], ["convert", path, "-o", "c.json"], ["simulate", path, "-t", "dgx1"]):
+        assert_clean(run_synth(*command, cwd=tmp_path), (2,))
+    assert not (tmp_path / "c.json").exists()
+    msccl = (REPO / "tests" / "fixtures" / "peers" / "dgx1.topology.msccl.json").read_text()
+    path = write(tmp_path, "t.msccl.json", msccl.replace('"links": [', '"links": [' + _deep(levels) + ", ", 1))
+    for command in (["topology", "import", path], ["topology", "validate", path]):
+        assert_clean(run_synth(*command), (2,))

@@ -276,7 +276,10 @@ def program_from_dict(doc, source: str = "<json>") -> Program:
     if "switches" in doc and doc["version"] != SWITCH_VERSION:
         raise SynthError(f"{source}: \"switches\" needs \"version\": {SWITCH_VERSION} (in-network steps, "
                          "docs/programs.md)")
-    error = _schema_error(doc)
+    try:
+        error = _schema_error(doc)
+    except RecursionError:   # jsonschema recurses per level (and repr in its message): a value ~1000 deep
+        raise SynthError(f"{source}: invalid JSON program: a value is nested too deeply") from None
     if error is not None:
         raise SynthError(f"{source}: invalid JSON program at {error}")
     _check_buffer_sizes(doc["gpus"], source)
@@ -346,4 +349,6 @@ def program_from_json(text: str, source: str = "<json>") -> Program:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SynthError(f"{source}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise SynthError(f"{source}: not valid JSON (nested too deeply)") from None
     return program_from_dict(doc, source)

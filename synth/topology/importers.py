@@ -749,6 +749,8 @@ def parse_msccl_topology(text: str) -> BoxFabric:
         doc = json.loads(text)
     except ValueError as exc:
         raise SynthError(f"msccl-tools topology: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise SynthError("msccl-tools topology: not valid JSON (nested too deeply)") from None
     return msccl_box(doc)
 
 

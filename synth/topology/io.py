@@ -180,9 +180,14 @@ def _schema_check(doc: Any, source: str) -> None:
     links = doc.get("links")
     if type(links) is list and len(links) > 64 and all(_plain_link(e) for e in links):
         doc = {**doc, "links": []}
-    error = best_match(_validator().iter_errors(doc))
+    try:
+        error = best_match(_validator().iter_errors(doc))
+        if error is not None:
+            problem = _fail(source, _path_str(error.absolute_path), _schema_problem(error))
+    except RecursionError:   # jsonschema recurses per level (and repr in its message): a value ~1000 deep
+        raise _fail(source, "", "a value is nested too deeply") from None
     if error is not None:
-        raise _fail(source, _path_str(error.absolute_path), _schema_problem(error))
+        raise problem
 
 
 # --------------------------------------------------------------------------------------------

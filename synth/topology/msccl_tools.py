@@ -38,7 +38,7 @@ def looks_like_msccl_topology(text: str) -> bool:
         return False
     try:
         return is_msccl_object(json.loads(text), MSCCL_TYPE)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
 
 
