@@ -1140,3 +1140,26 @@ def test_nesting_just_under_the_json_decoders_limit(tmp_path, levels):
     path = write(tmp_path, "t.msccl.json", msccl.replace('"links": [', '"links": [' + _deep(levels) + ", ", 1))
     for command in (["topology", "import", path], ["topology", "validate", path]):
         assert_clean(run_synth(*command), (2,))
+
+
+@pytest.mark.parametrize("suffix", [".xml", ".json"])
+def test_control_characters_quoted_from_a_file_stay_on_one_line(tmp_path, suffix):
+    """A program's recorded fabric source with a line break and an escape sequence (%0A%1B in the XML comment)
+    came back raw in the fabric-mismatch error: two lines, and a terminal escape."""
+    topology = write(tmp_path, "ring4.json", json.dumps({"name": "ring-4", "ranks": 4, "defaults": {"bw": 50},
+                                                        "links": [{"src": i, "dst": (i + 1) % 4} for i in range(4)]}))
+    program = tmp_path / f"p{suffix}"
+    made = run_synth("synthesize", "-t", topology, "-c", "allgather", "-s", "1MB", "-m", "ring", "-o", str(program))
+    assert made.returncode == 0, made.stderr
+    text = program.read_text()
+    if suffix == ".xml":
+        text = re.sub(r'source="[^"]*"', 'source="%1B[31mred%0Afake line"', text, count=1)
+    else:
+        doc = json.loads(text)
+        doc["fabric"]["source"] = "\x1b[31mred\nfake line"
+        doc["fabric"].pop("topology")
+        text = json.dumps(doc)
+    program.write_text(text)
+    result = run_synth("simulate", str(program), "-t", "dgx1")
+    assert_rejected(result, "was made for fabric", "\\x1b[31mred\\nfake line")
+    assert "\x1b" not in result.stderr

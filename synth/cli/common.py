@@ -99,16 +99,15 @@ MAX_MESSAGE_CHARS = 2000
 
 
 def shorten(message: str, limit: int = MAX_MESSAGE_CHARS) -> str:
-    """Each line of ``message`` at most about ``limit`` characters: its start and end around a count of the rest."""
-    if len(message) <= limit:
-        return message
-    lines = []
-    for line in message.split("\n"):
-        if len(line) > limit:
-            head, tail = line[: limit * 3 // 4], line[-(limit // 4):]
-            line = f"{head} ... ({len(line) - len(head) - len(tail):,} characters left out) ... {tail}"
-        lines.append(line)
-    return "\n".join(lines)
+    """``message`` as one printable line of at most about ``limit`` characters: a control character quoted from a
+    file (a line break, an escape sequence in a recorded fabric source) is written as its escape, and a longer line
+    keeps its start and end around a count of the rest."""
+    if len(message) > limit:
+        head, tail = message[: limit * 3 // 4], message[-(limit // 4):]
+        message = f"{head} ... ({len(message) - len(head) - len(tail):,} characters left out) ... {tail}"
+    if not message.isprintable():
+        message = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in message)
+    return message
 
 
 def guarded(func: Callable) -> Callable:
