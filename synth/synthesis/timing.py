@@ -76,6 +76,8 @@ class Jobs:
     # derived once per set of jobs, for the several timings of it (list_schedule): (count, dependents, key ranks
     # as an array and as a list, the job of each key rank)
     derived: tuple | None = field(default=None, repr=False, compare=False)
+    # likewise for coalesced timings: (count, first-chunk keys, next-chunk keys), see _message_keys
+    message_keys: tuple | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def empty(cls) -> Jobs:
@@ -317,13 +319,18 @@ def list_schedule(jobs: Jobs, topology: Topology, chunk_bytes: float,
 
 def _message_keys(jobs: Jobs) -> tuple[list[int], list[int]]:
     """Per job, one int for (sender, receiver, route, first chunk) and one for the chunk after its last on the same
-    (sender, receiver, route): a coalesced message continues with the job whose first key is this one's next key."""
-    pair_ids: dict[tuple, int] = {}
-    pair = [pair_ids.setdefault(p, len(pair_ids)) for p in zip(jobs.src, jobs.dst, jobs.route)]
-    stride = max((m[-1] for m in jobs.msg), default=0) + 2
-    head_key = [p * stride + m[0] for p, m in zip(pair, jobs.msg)]
-    next_key = [p * stride + m[-1] + 1 for p, m in zip(pair, jobs.msg)]
-    return head_key, next_key
+    (sender, receiver, route): a coalesced message continues with the job whose first key is this one's next key.
+    Computed once per set of jobs (as :func:`_derived`)."""
+    n = len(jobs.msg)
+    if jobs.message_keys is None or jobs.message_keys[0] != n:
+        pair_ids: dict[tuple, int] = {}
+        pair = [pair_ids.setdefault(p, len(pair_ids)) for p in zip(jobs.src, jobs.dst, jobs.route)]
+        low = min((m[0] for m in jobs.msg), default=0)
+        stride = max((m[-1] for m in jobs.msg), default=0) - low + 2
+        head_key = [p * stride + m[0] - low for p, m in zip(pair, jobs.msg)]
+        next_key = [p * stride + m[-1] + 1 - low for p, m in zip(pair, jobs.msg)]
+        jobs.message_keys = (n, head_key, next_key)
+    return jobs.message_keys[1], jobs.message_keys[2]
 
 
 def _derived(jobs: Jobs) -> tuple[list[list[int]], np.ndarray, list[int], list[int]]:
