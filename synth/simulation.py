@@ -584,6 +584,14 @@ def _match_connections(program: Program, flat: _Flat) -> tuple[list[int], list[i
     sends = np.fromiter(chain.from_iterable(flat.sends_on.values()), np.int64, sum(lengths))
     receives = np.fromiter(chain.from_iterable(flat.recvs_on.get(key, ()) for key in flat.sends_on), np.int64,
                            len(sends))
+    # a message's receive takes what its send moves (MSCCL's runtimes hang or read garbage otherwise)
+    cnt = np.asarray(flat.cnt, dtype=np.int64)
+    unequal = np.flatnonzero(cnt[sends] != cnt[receives])
+    if unequal.size:
+        send, receive = int(sends[unequal[0]]), int(receives[unequal[0]])
+        raise SynthError(f"program {program.name!r}: {_step_label(program, flat.owner(send))} sends {cnt[send]} "
+                         f"chunks but its receive, {_step_label(program, flat.owner(receive))}, takes {cnt[receive]} "
+                         f"({unequal.size} such message{'s' if unequal.size > 1 else ''}); synth verify names them")
     conn_of = np.zeros(total, dtype=np.int64)  # send step -> index of its connection (for the FIFO rule)
     conn_of[sends] = np.repeat(np.arange(len(lengths)), lengths)
     matched = np.full(total, -1, dtype=np.int64)  # send step -> its receive step: k-th with k-th
