@@ -340,11 +340,18 @@ def _derived(jobs: Jobs) -> tuple[list[list[int]], np.ndarray, list[int], list[i
     n = len(jobs.deps)
     if jobs.derived is None or jobs.derived[0] != n:
         _, dependents = _dependents(jobs.deps)
-        job_at = sorted(range(n), key=jobs.key.__getitem__)
-        key_rank = np.empty(n, dtype=np.int64)
-        key_rank[job_at] = np.arange(n)
-        jobs.derived = (n, dependents, key_rank, key_rank.tolist(), job_at)
+        job_at, key_rank, rank_of = _key_ranks(jobs.key)
+        jobs.derived = (n, dependents, key_rank, rank_of, job_at)
     return jobs.derived[1:]
+
+
+def _key_ranks(keys: list[tuple]) -> tuple[list[int], np.ndarray, list[int]]:
+    """(the job of each rank, each job's rank as an array and as a list): ranks in key order, ties by index, so
+    that comparing two jobs' ranks compares (key, index)."""
+    job_at = sorted(range(len(keys)), key=keys.__getitem__)
+    key_rank = np.empty(len(keys), dtype=np.int64)
+    key_rank[job_at] = np.arange(len(keys))
+    return job_at, key_rank, key_rank.tolist()
 
 
 def _fifo_schedule(deps: list[tuple[int, ...]], rank_of: list[int], key_rank: np.ndarray, hops: list[list[int]],
@@ -580,7 +587,8 @@ def replicated_schedule(jobs: Jobs, topology: Topology, chunk_bytes: float,
     deps = [tuple(local[d] for d in jobs.deps[i]) for i in first.tolist()]
     height = tree_heights(forest.trees[int(tree[0])])
     keys = [(-height[forest.trees[int(tree[0])].edges[e][1]], e) for e in range(per_tree)]
-    _, start0, end0 = _fifo_schedule(deps, keys, resources, duration[first], len(kinds))
+    _, key_rank, _ = _key_ranks(keys)
+    _, start0, end0 = _fifo_schedule(deps, key_rank.tolist(), key_rank, resources, duration[first], len(kinds))
     start, end = start0[edge], end0[edge]
     if not np.allclose(end - start, duration):
         return None
