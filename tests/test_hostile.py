@@ -1163,3 +1163,18 @@ def test_control_characters_quoted_from_a_file_stay_on_one_line(tmp_path, suffix
     result = run_synth("simulate", str(program), "-t", "dgx1")
     assert_rejected(result, "was made for fabric", "\\x1b[31mred\\nfake line")
     assert "\x1b" not in result.stderr
+
+
+@pytest.mark.parametrize(("key", "fixture", "address"), [
+    ("output_map", "dgx1_allgather_steps2.msccl.json", 2**40),
+    ("output_map", "dgx1_allgather_steps2.msccl.json", 8),
+    ("input_map", "dgx1_allgather_steps3_chunks2.msccl.json", 16),
+])
+def test_sccl_map_naming_no_chunk_of_the_collective(tmp_path, key, fixture, address):
+    """An SCCL algorithm whose input or output map names an address that is no chunk of its collective (after
+    msccl-tools' chunk_up: addr * chunks + k) verified ok: the extra slot was never filled."""
+    doc = json.loads((REPO / "tests" / "fixtures" / "peers" / fixture).read_text())
+    doc[key]["0"].append(address)
+    assert_rejected(run_synth("verify", write(tmp_path, "a.msccl.json", json.dumps(doc))), f"'{key}'[0]",
+                    str(address), "no chunk of the collective")
+    assert run_synth("verify", str(REPO / "tests" / "fixtures" / "peers" / fixture)).returncode == 0

@@ -76,6 +76,19 @@ def _address_map(doc: Any, key: str, n: int, source: str) -> dict[int, list[int]
     return out
 
 
+def _check_map_addresses(doc: Any, chunks: int, maps: dict[str, dict[int, list[int]]], source: str) -> None:
+    """Every address of the input and output maps is one of the collective's chunks, cut into the instance's
+    ``chunks`` pieces as msccl-tools' ``chunk_up`` does (address ``a`` becomes ``a·chunks + k``, ``k < chunks``): a
+    map naming any other address describes a buffer no rank fills."""
+    addresses = {_int(c.get("addr"), "collective chunk addr", source, 0) for c in doc["collective"]["chunks"]}
+    for key, mapping in maps.items():
+        for rank, addrs in mapping.items():
+            stray = [a for a in addrs if a // chunks not in addresses]
+            if stray:
+                raise _fail(source, f"'{key}'[{rank}] names address {stray[0]}, which is no chunk of the collective "
+                                    f"(its chunks' addresses times instance.chunks = {chunks}, plus 0 .. {chunks - 1})")
+
+
 def _collective(doc: Any, source: str) -> tuple[str, int, int, bool]:
     """(synth collective or ``custom``, root, ranks, combining) of the algorithm's collective object."""
     coll = doc.get("collective")
@@ -307,6 +320,7 @@ def program_from_sccl(doc: Any, source: str = "<sccl>") -> Program:
     chunks = _int(instance.get("chunks", 1), "instance.chunks", source, 1)
     inputs = _address_map(doc, "input_map", n, source)
     outputs = _address_map(doc, "output_map", n, source)
+    _check_map_addresses(doc, chunks, {"input_map": inputs, "output_map": outputs}, source)
     low = _Lowering(n, inputs, outputs, combining)
     _lower(low, _sends(doc, n, source), source)
     _finish_outputs(low, n)
