@@ -1178,3 +1178,13 @@ def test_sccl_map_naming_no_chunk_of_the_collective(tmp_path, key, fixture, addr
     assert_rejected(run_synth("verify", write(tmp_path, "a.msccl.json", json.dumps(doc))), f"'{key}'[0]",
                     str(address), "no chunk of the collective")
     assert run_synth("verify", str(REPO / "tests" / "fixtures" / "peers" / fixture)).returncode == 0
+
+
+def test_nvidia_smi_link_count_in_other_digits(tmp_path):
+    """nvidia-smi writes ASCII digits; 'NV١٢' (Arabic-Indic digits) was read as 12 NVLinks, since re's \\d matches
+    any Unicode digit."""
+    source = (REPO / "tests" / "fixtures" / "import" / "dgx-a100.nvidia-smi.txt").read_text()
+    assert "NV12" in source
+    path = write(tmp_path, "smi.txt", source.replace("NV12", "NV\u0661\u0662", 1))
+    assert_rejected(run_synth("topology", "import", path, "-o", str(tmp_path / "out.yaml")), "row GPU0")
+    assert not (tmp_path / "out.yaml").exists()

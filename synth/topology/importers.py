@@ -235,8 +235,8 @@ def _assign_nics(levels: Sequence[Sequence[str]], names: Sequence[str]) -> tuple
 
 # --- nvidia-smi topo -m -------------------------------------------------------------------------------------
 
-_CELL = re.compile(r"X|NV\d+|SYS|SOC|NODE|PHB|PXB|PIX")
-_NAME_RUN = re.compile(r"(?:GPU\d+|NIC\d+)+")
+_CELL = re.compile(r"X|NV[0-9]+|SYS|SOC|NODE|PHB|PXB|PIX")
+_NAME_RUN = re.compile(r"(?:GPU[0-9]+|NIC[0-9]+)+")
 
 
 def _split_cells(tokens: Sequence[str]) -> list[str]:
@@ -268,8 +268,8 @@ def parse_nvidia_smi(text: str) -> BoxFabric:
         if token in ("CPU", "NUMA", "GPU"):  # "CPU Affinity", "NUMA Affinity", "GPU NUMA ID"
             break
         columns.extend(_NAME_RUN.findall(token) if _NAME_RUN.fullmatch(token) else [token])
-    gpu_cols = [c for c in columns if re.fullmatch(r"GPU\d+", c)]
-    nic_cols = [c for c in columns if not re.fullmatch(r"GPU\d+", c)]
+    gpu_cols = [c for c in columns if re.fullmatch(r"GPU[0-9]+", c)]
+    nic_cols = [c for c in columns if not re.fullmatch(r"GPU[0-9]+", c)]
     if gpu_cols != [f"GPU{k}" for k in range(len(gpu_cols))] or columns[:len(gpu_cols)] != gpu_cols:
         raise SynthError(f"nvidia-smi: the header must list GPU0, GPU1, ... first, got {' '.join(columns[:8])}")
     if len(gpu_cols) > MAX_GPUS or len(nic_cols) > MAX_NICS:
@@ -277,7 +277,7 @@ def parse_nvidia_smi(text: str) -> BoxFabric:
     rows: dict[str, list[str]] = {}
     for line in lines[header_at + 1:]:
         tokens = line.split()
-        if not tokens or not re.fullmatch(r"GPU\d+", tokens[0]):
+        if not tokens or not re.fullmatch(r"GPU[0-9]+", tokens[0]):
             continue
         cells = _split_cells(tokens[1:])[:len(columns)]
         if len(cells) < len(columns) or any(not _CELL.fullmatch(c) for c in cells):
@@ -301,7 +301,7 @@ def parse_nvidia_smi(text: str) -> BoxFabric:
             raise SynthError(f"nvidia-smi: GPU{i}-GPU{j} is {gpu_part[i][j]!r}: more than {MAX_PAIR_LINKS} NVLinks")
     pcie = tuple(tuple(c if c in _LEVEL_RANK else "" for c in row) for row in gpu_part)
     links, switch_links = switch_or_mesh(counts)
-    legend = dict(re.findall(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$", text, re.MULTILINE))
+    legend = dict(re.findall(r"^\s*(NIC[0-9]+)\s*:\s*(\S+)\s*$", text, re.MULTILINE))
     names = [legend.get(c, c) for c in nic_cols]
     nic_levels = [[matrix[i][n + j] for j in range(len(nic_cols))] for i in range(n)]
     if any(c == "X" or c.startswith("NV") for row in nic_levels for c in row):
@@ -338,7 +338,7 @@ def _rocm_sections(text: str) -> dict[str, list[str]]:
 
 def _rocm_matrix(lines: Sequence[str], what: str) -> list[list[str]]:
     header = next((line.split() for line in lines
-                   if line.split() and all(re.fullmatch(r"GPU\d+", t) for t in line.split())), None)
+                   if line.split() and all(re.fullmatch(r"GPU[0-9]+", t) for t in line.split())), None)
     if header is None:
         raise SynthError(f"rocm-smi: {what}: no GPU0 GPU1 ... header")
     n = len(header)
@@ -347,7 +347,7 @@ def _rocm_matrix(lines: Sequence[str], what: str) -> list[list[str]]:
     rows: dict[int, list[str]] = {}
     for line in lines:
         tokens = line.split()
-        if len(tokens) == n + 1 and re.fullmatch(r"GPU\d+", tokens[0]):
+        if len(tokens) == n + 1 and re.fullmatch(r"GPU[0-9]+", tokens[0]):
             rows[int(tokens[0][3:])] = tokens[1:]
     if sorted(rows) != list(range(n)):
         raise SynthError(f"rocm-smi: {what}: expected rows GPU0..GPU{n - 1} with {n} values each")
@@ -377,7 +377,7 @@ def parse_rocm_smi(text: str) -> BoxFabric:
     _symmetric(types, "rocm-smi link type")
     counts = [[0] * n for _ in range(n)]
     pcie = [[""] * n for _ in range(n)]
-    numa = {int(g): int(v) for g, v in re.findall(r"GPU\[(\d+)\]\s*:\s*\(Topology\) Numa Node:\s*(-?\d+)", text)}
+    numa = {int(g): int(v) for g, v in re.findall(r"GPU\[([0-9]+)\]\s*:\s*\(Topology\) Numa Node:\s*(-?[0-9]+)", text)}
     notes: list[str] = []
     for i in range(n):
         for j in range(n):
@@ -408,7 +408,7 @@ def _xgmi_count(i: int, j: int, weights: list[list[str]] | None, bandwidth: list
         direct = weight == XGMI_HOP_WEIGHT
     if bandwidth is None:
         return 1 if direct else 0
-    match = re.fullmatch(r"(\d+)-(\d+)", bandwidth[i][j])
+    match = re.fullmatch(r"([0-9]+)-([0-9]+)", bandwidth[i][j])
     if match is None:
         raise SynthError(f"rocm-smi: bandwidth GPU{i}-GPU{j} {bandwidth[i][j]!r} is not min-max")
     top = int(match.group(2))
@@ -530,7 +530,7 @@ def _generation_from_sm(sm: int) -> int:
 
 def _pcie_gbps(pci) -> float | None:
     """x16 rate of the generation in ``link_speed`` times ``link_width / 16`` (None if not given)."""
-    match = re.match(r"\s*([\d.]+)\s*GT/s", pci.get("link_speed") or "")
+    match = re.match(r"\s*([0-9.]+)\s*GT/s", pci.get("link_speed") or "")
     if match is None:
         return None
     try:
