@@ -26,16 +26,19 @@ _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
 DEFAULT_SIZE = 2**30
 
 
-def parse_size(text: str | int) -> int:
-    """Parse a SIZE such as ``1GiB``, ``64M`` or ``4096`` into bytes."""
+def parse_size(text: str | int, allow_zero: bool = False) -> int:
+    """Parse a SIZE such as ``1GiB``, ``64M`` or ``4096`` into bytes. ``allow_zero``: ``0`` is a value too
+    (``--min-bytes``/``--max-bytes``, where 0 is the default and, for msccl-executor, "no limit")."""
     if isinstance(text, int):
-        if text <= 0:
+        if text < 0 or (text == 0 and not allow_zero):
             raise SynthError(f"size must be positive, got {text}")
         return text
     match = _SIZE_RE.match(str(text))
     if not match or match.group(2).upper() not in _SUFFIX:
         raise SynthError(f"invalid size {text!r}: use bytes or a K/M/G or KiB/MiB/GiB suffix")
     value = float(match.group(1)) * _SUFFIX[match.group(2).upper()]
+    if value == 0 and allow_zero:
+        return 0
     if value < 1:
         raise SynthError(f"size must be at least 1 byte, got {text!r}")
     return int(round(value))

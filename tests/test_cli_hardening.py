@@ -117,3 +117,43 @@ def test_heuristic_time_out_is_one_line_and_writes_nothing(tmp_path, method, col
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
     assert not out.exists()
 
+
+
+# ---- option and output edges found by a second fuzz pass (docs/cli.md: bad input is one error line, exit 2) ----
+def _ring_program(tmp_path, name="ag.json"):
+    program = tmp_path / name
+    result = CliRunner().invoke(cli, ["synthesize", "-t", "ring-8", "-c", "allgather", "-m", "ring", "-s", "1M",
+                                      "-o", str(program)])
+    assert result.exit_code == 0, result.output
+    return program
+
+
+@pytest.mark.parametrize("args", [["--min-bytes", "0"], ["--max-bytes", "0"], ["--min-bytes", "0", "--max-bytes", "0"]])
+def test_byte_range_zero_is_a_value(tmp_path, args):
+    # 0 is --min-bytes' default and msccl-executor's "no limit" for --max-bytes; both used to be refused as sizes
+    out = tmp_path / "p.xml"
+    result = CliRunner().invoke(cli, ["synthesize", "-t", "ring-8", "-c", "allgather", "-m", "ring", "-s", "1M",
+                                      *args, "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert 'minBytes="0" maxBytes="0"' in out.read_text()
+    converted = tmp_path / "c.xml"
+    result = CliRunner().invoke(cli, ["convert", str(out), *args, "-o", str(converted)])
+    assert result.exit_code == 0, result.output
+
+
+def test_max_bytes_zero_on_msccl_names_the_runtime(tmp_path):
+    out = tmp_path / "p.xml"
+    result = CliRunner().invoke(cli, ["synthesize", "-t", "ring-8", "-c", "allgather", "-m", "ring", "-s", "1M",
+                                      "--runtime", "msccl", "--max-bytes", "0", "-o", str(out)])
+    assert result.exit_code == 2
+    assert "no limit only in msccl-executor" in result.output
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("size", ["0", "-1", "nan", ""])
+def test_verify_size_is_checked_for_json_programs(tmp_path, size):
+    # -s was parsed only for XML programs: a JSON program verified "ok" (exit 0) with -s 0 or -s nan
+    program = _ring_program(tmp_path)
+    result = CliRunner().invoke(cli, ["verify", str(program), "--runtime", "msccl", "-s", size])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: ") and "size" in result.output

@@ -45,8 +45,8 @@ def command(prog: str, output: str, collective: str | None, root: int | None, ru
     program, fmt = load_program_format(prog)
     program = name_collective(program, collective, root, prog)
     if min_bytes is not None or max_bytes is not None:
-        low = parse_size(min_bytes) if min_bytes is not None else None
-        high = parse_size(max_bytes) if max_bytes is not None else None
+        low = parse_size(min_bytes, allow_zero=True) if min_bytes is not None else None
+        high = parse_size(max_bytes, allow_zero=True) if max_bytes is not None else None
         program = program.with_(**dict(zip(("min_bytes", "max_bytes"),
                                            byte_range(profile, high or low or 0, low, high), strict=True)))
     elif output.lower().endswith(".xml") and profile.max_bytes_unbounded is None and program.max_bytes == 0 \

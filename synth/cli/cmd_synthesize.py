@@ -128,8 +128,8 @@ def command(topology_name: str | None, collective: str | None, size: str, method
                          f"--runtime {'msccl' if coll_spelling == 'reduce_scatter' else 'msccl-executor'}")
     if profile.coll(name) is None:
         raise SynthError(f"{profile.repo} (--runtime {profile.name}) does not load {name} programs")
-    size_range = byte_range(profile, size_bytes, parse_size(min_bytes) if min_bytes is not None else None,
-                            parse_size(max_bytes) if max_bytes is not None else None)
+    low, high = (parse_size(b, allow_zero=True) if b is not None else None for b in (min_bytes, max_bytes))
+    size_range = byte_range(profile, size_bytes, low, high)
     if output is not None and not output.lower().endswith((".xml", ".json")):
         raise SynthError(f"{output}: program files end in .xml (MSCCL XML) or .json (JSON program)")
     options = SynthOptions(solver=solver, time_limit=time_limit, gap=gap, threads=threads, chunks=chunks,

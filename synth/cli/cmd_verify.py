@@ -37,13 +37,13 @@ def command(prog: str, collective: str | None, root: int | None, runtime: str | 
 
     if size is not None and runtime is None:
         raise SynthError("verify -s/--size needs --runtime (the runtime whose selection rule is checked)")
+    size_b = parse_size(size) if size is not None else None     # a bad -s is exit 2 whatever PROG's format
     text = read_input_text(prog, "program file")    # read once: PROG may be a FIFO
     program, fmt = parse_program_text(text, prog)
     program = name_collective(program, collective, root, prog)
     result = verify(program, None, msccl_limits=fmt == "xml", runtime=runtime)  # XML must load in the runtimes
     if fmt == "xml":   # what synth's reader fills in or normalises, as the loaders see it
         if runtime is not None:
-            size_b = parse_size(size) if size is not None else None
             raw = [f"runtime {runtime}: {e}" for e in loader_errors(runtime, text, size_b)]
         else:
             raw = list(shared_loader_errors(text))
