@@ -82,7 +82,10 @@ def _save(fig, path: str | Path, dpi: int = 120) -> Path:
         raise SynthError(f"cannot write a {fmt!r} image to {out}: {exc}") from exc
     finally:
         plt.close(fig)
-    atomic_write_bytes(out, buf.getvalue())
+    try:
+        atomic_write_bytes(out, buf.getvalue())
+    except OSError as exc:     # a full disk, a read-only directory, /dev/full: the user's problem, one line
+        raise SynthError(f"{out}: cannot write image ({exc.strerror or exc})") from None
     return out
 
 

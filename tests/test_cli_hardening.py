@@ -157,3 +157,33 @@ def test_verify_size_is_checked_for_json_programs(tmp_path, size):
     result = CliRunner().invoke(cli, ["verify", str(program), "--runtime", "msccl", "-s", size])
     assert result.exit_code == 2, result.output
     assert result.output.startswith("error: ") and "size" in result.output
+
+
+@pytest.mark.parametrize("command", [["plot", "{prog}", "--kind", "links", "-o", "{out}"],
+                                     ["simulate", "{prog}", "--gantt", "{out}"]])
+def test_image_write_failure_is_one_line(tmp_path, command):
+    program = _ring_program(tmp_path)
+    args = [a.format(prog=program, out="/dev/full") for a in command]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2
+    assert "cannot write image" in result.output and "internal error" not in result.output
+
+
+@pytest.mark.parametrize("command", [["plot", "{prog}", "--kind", "links", "-o", ""],
+                                     ["simulate", "{prog}", "--gantt", ""],
+                                     ["topology", "generate", "ring", "-n", "4", "-o", ""],
+                                     ["topology", "degrade", "ring-8", "--degrade", "0:1=0.5", "-o", ""],
+                                     ["convert", "{prog}", "-o", ""],
+                                     ["synthesize", "-t", "ring-8", "-c", "allgather", "-m", "ring", "-o", ""],
+                                     ["sweep", "-t", "ring-8", "-c", "allgather", "-m", "ring", "-s", "1K",
+                                      "--no-cache", "-o", ""]])
+def test_empty_output_path_is_refused(tmp_path, monkeypatch, command):
+    # -o '' was: plot an internal error (renaming the image over '.'), simulate --gantt '' no image and exit 0,
+    # topology generate/degrade the YAML on stdout and exit 0
+    program = _ring_program(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = CliRunner().invoke(cli, [a.format(prog=program) for a in command])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: ") and "empty path" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

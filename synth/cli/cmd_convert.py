@@ -6,12 +6,20 @@ from __future__ import annotations
 
 import click
 
-from synth.cli.common import collective_option, emit_json, guarded, json_option, name_collective, root_option
+from synth.cli.common import (
+    OUTPUT_FILE,
+    collective_option,
+    emit_json,
+    guarded,
+    json_option,
+    name_collective,
+    root_option,
+)
 
 
 @click.command("convert")
 @click.argument("prog", type=click.Path(dir_okay=False))
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+@click.option("-o", "--output", required=True, type=OUTPUT_FILE,
               help="File to write: .xml (MSCCL XML) or .json (JSON program).")
 @collective_option
 @root_option

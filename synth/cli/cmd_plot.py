@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from synth.cli.common import (
+    OUTPUT_FILE,
     collective_option,
     emit_json,
     fabric_arg,
@@ -27,7 +28,7 @@ KINDS = ("gantt", "links", "topology", "gaps")
               help="gantt: link timelines; links: per-link utilisation heatmap; topology: the fabric; gaps: "
                    "algbw vs SIZE per method with the bound (SOURCE is a `synth sweep` table). "
                    "Default: gaps for a table, gantt for a program, topology for -t alone.")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+@click.option("-o", "--output", required=True, type=OUTPUT_FILE,
               help="Image file (.png, .svg, .pdf), written atomically.")
 @click.option("-t", "--topology", "topology_name", default=None,
               help="Topology name or file (default: the program's own; required for foreign XML).")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from synth.cli.common import (
+    OUTPUT_FILE,
     collective_option,
     emit_json,
     fabric_arg,
@@ -25,7 +26,7 @@ TOP_LINKS = 8
               help="Topology name or file (default: the program's own `topology`; required for foreign XML).")
 @click.option("-s", "--size", default=None,
               help="SIZE (nccl-tests buffer convention; default: the program's size, else 1GiB).")
-@click.option("--gantt", "gantt", type=click.Path(dir_okay=False), default=None,
+@click.option("--gantt", "gantt", type=OUTPUT_FILE, default=None,
               help="Also draw a link-occupancy timeline to this image file.")
 @collective_option
 @root_option

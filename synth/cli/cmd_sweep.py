@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from synth.cli.common import MAX_JOBS, ROOT, SECONDS, FiniteFloat, count, emit_json, guarded, json_option
+from synth.cli.common import MAX_JOBS, OUTPUT_FILE, ROOT, SECONDS, FiniteFloat, count, emit_json, guarded, json_option
 from synth.errors import SynthError
 from synth.solvers import SOLVERS
 from synth.sweep import MAX_RANGE_SIZES
@@ -40,7 +40,7 @@ DEFAULT_SIZES = "1K,1M,64M,1G"
 @click.option("-m", "--method", "methods", default="all", show_default=True,
               help="Comma-separated methods (`synth synthesize --list-methods`), `all` (every registered method "
                    "that supports the collective) or `auto`.")
-@click.option("-o", "--out", "output", required=True, type=click.Path(dir_okay=False),
+@click.option("-o", "--out", "output", required=True, type=OUTPUT_FILE,
               help="Results table: .csv or .json (written atomically).")
 @click.option("--time-limit", type=SECONDS, default=None, show_default="none",
               help="Wall-clock safety stop per row, seconds (none: rows depend only on deterministic work budgets).")

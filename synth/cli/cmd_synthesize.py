@@ -14,6 +14,7 @@ from synth.cli.common import (
     MAX_CHUNKS,
     MAX_THREADS,
     MAX_TREES,
+    OUTPUT_FILE,
     ROOT,
     SECONDS,
     count,
@@ -91,7 +92,7 @@ def _default_output(topology: str, collective: str, method: str, json_only: bool
 @click.option("--max-scratch", default=None,
               help="Scratch budget per rank: a SIZE (512MiB), a multiple of the buffer (2x) or `none` (default: "
                    "the buffer's size, 1x). auto prefers programs within it; a program over it gets a note.")
-@click.option("-o", "--output", default=None, type=click.Path(dir_okay=False),
+@click.option("-o", "--output", default=None, type=OUTPUT_FILE,
               help="Program file: .xml (MSCCL XML) or .json (default: ./TOPOLOGY-COLLECTIVE-METHOD.xml).")
 @click.option("--list-methods", is_flag=True, help="List the registered methods and exit.")
 @fabric_edit_options

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from synth.cli.common import console, emit_json, guarded, json_option
+from synth.cli.common import OUTPUT_FILE, console, emit_json, guarded, json_option
 from synth.cli.common import count as count_option
 from synth.cli.fabric_edits import fabric_edit_options
 from synth.errors import SynthError
@@ -228,7 +228,7 @@ def _need(value: Any, option: str, kind: str) -> Any:
 @click.option("--ib-switches", type=int, default=1, show_default=True, help="boxes: IB switches (NIC j uses j % k).")
 @click.option("--ib-alpha", type=float, default=2.0, show_default=True, help="boxes: α of NIC<->IB links, µs.")
 @click.option("--name", help="Topology name (default from the kind and size).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="File to write (.yaml/.yml or .json); "
+@click.option("-o", "--output", type=OUTPUT_FILE, help="File to write (.yaml/.yml or .json); "
               "default: print YAML on stdout.")
 @json_option
 @guarded
@@ -327,7 +327,7 @@ def _default_name(path: str, nodes: int) -> str:
               help="Override a rate (repeatable): link_bw, link_alpha (NVLink/xGMI, per link), pcie_bw, pcie_alpha, "
                    "nic_bw, ib_alpha; GB/s per direction and µs.")
 @click.option("--name", help="Topology name (default: FILE's stem).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="File to write (.yaml/.yml or .json); "
+@click.option("-o", "--output", type=OUTPUT_FILE, help="File to write (.yaml/.yml or .json); "
               "default: print YAML on stdout.")
 @json_option
 @guarded
@@ -362,7 +362,7 @@ def import_cmd(file: str, fmt: str | None, nodes: int, ib_switches: int, setting
 @click.argument("topology")
 @fabric_edit_options(baseline=False)
 @click.option("--name", help="Name of the new topology (default: TOPOLOGY's name + '-degraded').")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="File to write (.yaml/.yml or .json); "
+@click.option("-o", "--output", type=OUTPUT_FILE, help="File to write (.yaml/.yml or .json); "
               "default: print YAML on stdout.")
 @json_option
 @guarded

@@ -73,6 +73,25 @@ BANDWIDTH = FiniteFloat(0, min_open=True)
 LATENCY = FiniteFloat(0)
 
 
+class OutputFile(_OneLineErrors, click.Path):
+    """A file to write: not a directory, and not empty (``-o ''`` would otherwise print to stdout, be skipped
+    as "no file" or be renamed over the current directory)."""
+
+    name = "file"
+
+    def __init__(self) -> None:
+        super().__init__(dir_okay=False)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail("an empty path names no file to write.", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+#: -o/--output and --gantt: the file a command writes.
+OUTPUT_FILE = OutputFile()
+
+
 def count(low: int, high: int) -> Count:
     """An integer option between ``low`` and ``high`` (inclusive)."""
     return Count(low, high)
