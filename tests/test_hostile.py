@@ -968,6 +968,8 @@ def test_schema_range_is_the_checks_range():
     ({"bw": 1e308}, ["links[0].bw"]),
     ({"alpha": 1e15}, ["links[0].alpha", "must be <= 1000000"]),
     ({"bw": float("inf")}, ["links[0].bw", "finite"]),
+    ({"bw": 1e-320}, ["links[0].bw", "must be >= 1e-06"]),
+    ({"bw": 1e-9}, ["links[0].bw"]),
 ])
 @pytest.mark.parametrize("command", [
     ["topology", "validate"], ["bounds", "-c", "allgather", "-t"],
@@ -987,7 +989,8 @@ def test_parallel_entries_may_not_add_up_past_the_bandwidth_limit(tmp_path):
     assert_rejected(run_synth("topology", "validate", path), "link 0 -> 1", "bw 1.8e+06")
 
 
-@pytest.mark.parametrize("args", [["ring", "-n", "4", "--bw", "1e9"], ["ring", "-n", "4", "--alpha", "1e9"]])
+@pytest.mark.parametrize("args", [["ring", "-n", "4", "--bw", "1e9"], ["ring", "-n", "4", "--alpha", "1e9"],
+                                  ["ring", "-n", "4", "--bw", "1e-320"]])
 def test_generators_refuse_numbers_a_file_may_not_hold(tmp_path, args):
     assert_rejected(run_synth("topology", "generate", *args, "-o", "r.yaml", cwd=tmp_path), "link 0 -> 1")
     assert not (tmp_path / "r.yaml").exists()
@@ -1188,3 +1191,11 @@ def test_nvidia_smi_link_count_in_other_digits(tmp_path):
     path = write(tmp_path, "smi.txt", source.replace("NV12", "NV\u0661\u0662", 1))
     assert_rejected(run_synth("topology", "import", path, "-o", str(tmp_path / "out.yaml")), "row GPU0")
     assert not (tmp_path / "out.yaml").exists()
+
+
+@pytest.mark.parametrize("factor", ["1e-320", "1e-300"])
+def test_a_degraded_link_slower_than_the_least_bandwidth(tmp_path, factor):
+    """A link slowed below 1 kB/s gave an infinite (or 1e301 µs) time, a NaN gap and exit 0."""
+    assert_rejected(run_synth("synthesize", "-t", "ring-8", "-c", "allgather", "-s", "1M", "-m", "ring",
+                              "--degrade", f"0:1={factor}", "-o", "x.json", cwd=tmp_path), "bw")
+    assert not (tmp_path / "x.json").exists()

@@ -77,7 +77,7 @@ BAD = {
     "unknown.yaml": ("name: u\nranks: 2\nlinks:\n  - {src: 0, dst: 7, bw: 1}\n", "links[0].dst: unknown node 7"),
     "loop.yaml": ("name: l\nranks: 2\nlinks:\n  - {src: 0, dst: 1, bw: 1}\n  - {src: 1, dst: 1, bw: 1}\n",
                   "links[1]: self-loop"),
-    "negbw.yaml": ("name: n\nranks: 2\nlinks:\n  - {src: 0, dst: 1, bw: -3}\n", "links[0].bw: must be > 0"),
+    "negbw.yaml": ("name: n\nranks: 2\nlinks:\n  - {src: 0, dst: 1, bw: -3}\n", "links[0].bw: must be >= 1e-06"),
     "disc.yaml": ("name: d\nranks: 4\nlinks:\n  - {src: 0, dst: 1, bw: 1}\n  - {src: 2, dst: 3, bw: 1}\n",
                   "rank 0 cannot reach rank 2"),
     "iso.json": ('{"name": "i", "ranks": 2, "switches": ["s"], "links": [{"src": 0, "dst": 1, "bw": 1}]}',

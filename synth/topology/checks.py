@@ -19,6 +19,9 @@ from synth.topology.model import Link, SwitchFeatures, Topology
 #: schedules' event times collide).
 MAX_BW_GBPS = 1e6
 MAX_ALPHA_US = 1e6
+#: The least bandwidth, GB/s (1 kB/s, the schema's ``minimum``): a million times below any real link, and high
+#: enough that a transfer's time stays finite (bw 1e-320, a subnormal, made every time infinite).
+MIN_BW_GBPS = 1e-6
 
 
 def _fail(source: str, where: str, problem: str) -> SynthError:
@@ -171,8 +174,9 @@ def _check_features(topology: Topology, source: str) -> None:
         if not 0 <= f.reduce_alpha <= MAX_ALPHA_US:
             raise _fail(source, f"{where}.reduce_alpha", f"must be a number in [0, {MAX_ALPHA_US:g}] (µs), "
                                                          f"got {f.reduce_alpha!r}")
-        if not (0 < f.reduce_bw <= MAX_BW_GBPS or f.reduce_bw == math.inf):   # inf: no limit of its own
-            raise _fail(source, f"{where}.reduce_bw", f"must be in (0, {MAX_BW_GBPS:g}] (GB/s), got {f.reduce_bw!r}")
+        if not (MIN_BW_GBPS <= f.reduce_bw <= MAX_BW_GBPS or f.reduce_bw == math.inf):   # inf: no limit of its own
+            raise _fail(source, f"{where}.reduce_bw", f"must be in [{MIN_BW_GBPS:g}, {MAX_BW_GBPS:g}] (GB/s), "
+                                                      f"got {f.reduce_bw!r}")
         if not f.reduce and (f.reduce_alpha != 0 or math.isfinite(f.reduce_bw)):
             raise _fail(source, where, f"reduce_alpha and reduce_bw need reduce: true on switch {name!r}")
         served = switch_ranks(topology, topology.num_ranks + index[name])
@@ -184,11 +188,11 @@ def _check_features(topology: Topology, source: str) -> None:
 
 def _check_link_range(topology: Topology, link: Link, source: str) -> None:
     """Every way a fabric is built (files, generators, importers, merged parallel entries) keeps each link's
-    bandwidth in (0, MAX_BW_GBPS] and its α in [0, MAX_ALPHA_US], finite."""
+    bandwidth in [MIN_BW_GBPS, MAX_BW_GBPS] and its α in [0, MAX_ALPHA_US], finite."""
     where = f"link {topology.node_name(link.src)!r} -> {topology.node_name(link.dst)!r}"
-    if not 0 < link.bw <= MAX_BW_GBPS:
-        raise _fail(source, "links", f"{where}: bw {link.bw:g} GB/s is not in (0, {MAX_BW_GBPS:g}] (parallel "
-                                     "entries add their bandwidths)")
+    if not MIN_BW_GBPS <= link.bw <= MAX_BW_GBPS:
+        raise _fail(source, "links", f"{where}: bw {link.bw:g} GB/s is not in [{MIN_BW_GBPS:g}, {MAX_BW_GBPS:g}] "
+                                     "(parallel entries add their bandwidths)")
     if not 0 <= link.alpha <= MAX_ALPHA_US:
         raise _fail(source, "links", f"{where}: alpha {link.alpha:g} us is not in [0, {MAX_ALPHA_US:g}]")
 

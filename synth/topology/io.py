@@ -27,6 +27,7 @@ from synth.topology.builtin import builtin_names, builtin_path
 from synth.topology.checks import (
     MAX_ALPHA_US,
     MAX_BW_GBPS,
+    MIN_BW_GBPS,
     canonical_features,
     check_topology,
     hop_diameter,
@@ -166,7 +167,7 @@ def _plain_link(entry: Any) -> bool:
             return False
     bw, alpha, directed = entry.get("bw", 1.0), entry.get("alpha", 0.0), entry.get("directed", False)
     return (
-        type(bw) in (int, float) and 0 < bw <= MAX_BW_GBPS
+        type(bw) in (int, float) and MIN_BW_GBPS <= bw <= MAX_BW_GBPS
         and type(alpha) in (int, float) and 0 <= alpha <= MAX_ALPHA_US
         and type(directed) is bool
     )
