@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from synth.errors import SynthError
+
 MAX_CHANNELS = 32          # MAXCHANNELS
 MAX_STEPS_PER_TB = 64      # MSCCL_MAX_NUM_STEPS: steps per threadblock
 MAX_STEP_CHUNKS = 71       # MSCCL_MAX_COUNT = 72: a step's cnt must be < 72
@@ -31,6 +33,15 @@ RUNTIME_COLLECTIVES = frozenset({"allreduce", "allgather", "reducescatter", "all
 # huge value is a clear error instead of a MemoryError in the verifier or simulator.
 MAX_PARSE_BUFFER_CHUNKS = 1 << 20      # i_chunks / o_chunks / s_chunks / cnt of one gpu or step
 MAX_PARSE_TOTAL_CHUNKS = 1 << 24       # all gpus' buffers together
+
+
+def parse_capped(value: int, cap: int, what: str, where: str) -> int:
+    """``value`` if at most ``cap`` (the program readers' caps above): checked before anything is sized from it, so
+    a huge one is a clear error."""
+    if value > cap:
+        raise SynthError(f"{where}: {what}={value} exceeds the reader's cap of {cap}; not a program synth can "
+                         "check (the MSCCL runtimes could not run it either)")
+    return value
 
 
 @dataclass(frozen=True)

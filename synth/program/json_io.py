@@ -26,7 +26,7 @@ from synth.program.ir import (
     Threadblock,
     switch_op_problem,
 )
-from synth.runtime_limits import MAX_PARSE_BUFFER_CHUNKS, MAX_PARSE_TOTAL_CHUNKS
+from synth.runtime_limits import MAX_PARSE_BUFFER_CHUNKS, MAX_PARSE_TOTAL_CHUNKS, parse_capped
 
 FORMAT = "synth-program"
 VERSION = 1
@@ -256,15 +256,10 @@ def _check_buffer_sizes(gpus: list[dict], source: str) -> None:
     buffers from them (s_chunks=2**31 ran out of memory)."""
     total = 0
     for g in gpus:
+        where = f"{source}: gpu {g['id']}"
         for key in ("i_chunks", "o_chunks", "s_chunks"):
-            if g[key] > MAX_PARSE_BUFFER_CHUNKS:
-                raise SynthError(f"{source}: gpu {g['id']}: {key}={g[key]} exceeds the reader's cap of "
-                                 f"{MAX_PARSE_BUFFER_CHUNKS}; not a program synth can check (the MSCCL runtimes "
-                                 "could not run it either)")
-            total += g[key]
-        if total > MAX_PARSE_TOTAL_CHUNKS:
-            raise SynthError(f"{source}: gpu {g['id']}: the buffers' chunks so far ({total}) exceed the reader's cap "
-                             f"of {MAX_PARSE_TOTAL_CHUNKS}")
+            total += parse_capped(g[key], MAX_PARSE_BUFFER_CHUNKS, key, where)
+        parse_capped(total, MAX_PARSE_TOTAL_CHUNKS, "the buffers' chunks so far", where)
 
 
 def program_from_dict(doc, source: str = "<json>") -> Program:

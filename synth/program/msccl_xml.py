@@ -54,6 +54,7 @@ from synth.runtime_limits import (
     PROTOCOLS,
     RUNTIME_COLLECTIVES,
     RuntimeProfile,
+    parse_capped,
     runtime_profile,
 )
 
@@ -221,14 +222,6 @@ def _int(elem: ET.Element, key: str, where: str, default: int | None = None) -> 
     return int(match.group(1))
 
 
-def _capped(value: int, cap: int, what: str, where: str) -> int:
-    """``value`` if at most ``cap``: checked before anything is sized from it (a huge one is a clear error)."""
-    if value > cap:
-        raise SynthError(f"{where}: {what}={value} exceeds the reader's cap of {cap}; not a program synth can "
-                         "check (the MSCCL runtimes could not run it either)")
-    return value
-
-
 def _canonical_coll(raw: str) -> str:
     key = raw.strip().lower()
     key = COLL_ALIASES.get(key, key)
@@ -253,7 +246,7 @@ def _parse_step(elem: ET.Element, where: str) -> tuple[int, Step]:
         raise SynthError(f"{where}: hasdep must be 0 or 1, not {hasdep}")
     step = Step(type=stype, srcbuf=bufs["srcbuf"], srcoff=_int(elem, "srcoff", where, 0),
                 dstbuf=bufs["dstbuf"], dstoff=_int(elem, "dstoff", where, 0),
-                cnt=_capped(_int(elem, "cnt", where, 1), MAX_PARSE_BUFFER_CHUNKS, "cnt", where),
+                cnt=parse_capped(_int(elem, "cnt", where, 1), MAX_PARSE_BUFFER_CHUNKS, "cnt", where),
                 depid=_int(elem, "depid", where, -1), deps=_int(elem, "deps", where, -1), hasdep=bool(hasdep))
     return _int(elem, "s", where, -1), step
 
@@ -302,7 +295,7 @@ def program_from_xml(text: str, source: str = "<xml>") -> Program:
     if coll_raw is None:
         raise SynthError(f"{where}: missing required attribute 'coll'")
     if "ngpus" in root.attrib:
-        _capped(_int(root, "ngpus", where), MAX_RANKS, "ngpus", where)
+        parse_capped(_int(root, "ngpus", where), MAX_RANKS, "ngpus", where)
     gpus = []
     total = 0
     for k, elem in enumerate(root):
@@ -311,10 +304,10 @@ def program_from_xml(text: str, source: str = "<xml>") -> Program:
         gid = _int(elem, "id", f"{source}: <gpu> #{k}")
         wg = f"{source}: <gpu id={gid}>"
         tbs = tuple(_parse_tb(child, wg, j) for j, child in enumerate(elem) if child.tag == "tb")
-        sizes = {key: _capped(_int(elem, f"{key}_chunks", wg, _usage(tbs, key)), MAX_PARSE_BUFFER_CHUNKS,
+        sizes = {key: parse_capped(_int(elem, f"{key}_chunks", wg, _usage(tbs, key)), MAX_PARSE_BUFFER_CHUNKS,
                               f"{key}_chunks", wg) for key in BUFFERS}
         total += sum(sizes.values())
-        _capped(total, MAX_PARSE_TOTAL_CHUNKS, "the buffers' chunks so far", wg)
+        parse_capped(total, MAX_PARSE_TOTAL_CHUNKS, "the buffers' chunks so far", wg)
         gpus.append(Gpu(id=gid, i_chunks=sizes["i"], o_chunks=sizes["o"], s_chunks=sizes["s"], threadblocks=tbs))
     gpus.sort(key=lambda g: g.id)
     ngpus = _int(root, "ngpus", where, len(gpus))

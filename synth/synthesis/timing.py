@@ -205,8 +205,7 @@ def list_schedule(jobs: Jobs, topology: Topology, chunk_bytes: float,
     jobs.head = list(range(n))
     if chained is not None:
         deps_of = [d + (c,) if c >= 0 else d for d, c in zip(jobs.deps, chained)]
-        _, key_rank, rank_of, _ = _derived(jobs)
-        return _fifo_schedule(deps_of, rank_of, key_rank, hops, duration, len(topology.links))
+        return _fifo_schedule(deps_of, _derived(jobs)[1], hops, duration, len(topology.links))
     # plain lists, not arrays: the loop reads and writes one element at a time
     dependents, key_rank, rank_of, job_at = _derived(jobs)
     waiting = [len(d) for d in jobs.deps]
@@ -354,13 +353,14 @@ def _key_ranks(keys: list[tuple]) -> tuple[list[int], np.ndarray, list[int]]:
     return job_at, key_rank, key_rank.tolist()
 
 
-def _fifo_schedule(deps: list[tuple[int, ...]], rank_of: list[int], key_rank: np.ndarray, hops: list[list[int]],
-                   duration: np.ndarray, num_links: int) -> tuple[list[int], np.ndarray, np.ndarray]:
+def _fifo_schedule(deps: list[tuple[int, ...]], key_rank: np.ndarray, hops: list[list[int]], duration: np.ndarray,
+                   num_links: int) -> tuple[list[int], np.ndarray, np.ndarray]:
     """Transfers placed in the order they become ready, each at the earliest time all its links
-    are free (see :func:`list_schedule`); ties by key rank (``rank_of``, the same as ``key_rank``)."""
+    are free (see :func:`list_schedule`); ties by key rank (:func:`_key_ranks`)."""
     import heapq
 
     n = len(deps)
+    rank_of = key_rank.tolist()
     waiting, dependents = _dependents(deps)
     free = [0.0] * num_links
     start = [0.0] * n
@@ -587,8 +587,7 @@ def replicated_schedule(jobs: Jobs, topology: Topology, chunk_bytes: float,
     deps = [tuple(local[d] for d in jobs.deps[i]) for i in first.tolist()]
     height = tree_heights(forest.trees[int(tree[0])])
     keys = [(-height[forest.trees[int(tree[0])].edges[e][1]], e) for e in range(per_tree)]
-    _, key_rank, _ = _key_ranks(keys)
-    _, start0, end0 = _fifo_schedule(deps, key_rank.tolist(), key_rank, resources, duration[first], len(kinds))
+    _, start0, end0 = _fifo_schedule(deps, _key_ranks(keys)[1], resources, duration[first], len(kinds))
     start, end = start0[edge], end0[edge]
     if not np.allclose(end - start, duration):
         return None
@@ -628,8 +627,7 @@ def _pick(queue: list[int], job_at: list[int], hops: list[list[int]], free: list
           taken: list[bool], width: int = 8) -> tuple[int, float]:
     """Among the ``width`` best-keyed ready transfers of a link (``queue``: a heap of key ranks, ``job_at`` the job
     of each), the one that can start first (a routed transfer may wait for the far links of its route; a direct
-    one never does);
-    transfers already ``taken`` into an earlier message are dropped from the queue. The queue is
+    one never does); transfers already ``taken`` into an earlier message are dropped from the queue. The queue is
     only searched past its head while the transfers seen so far must wait."""
     import heapq
 

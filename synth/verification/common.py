@@ -18,6 +18,12 @@ STEP_FIELDS = attrgetter("type", "srcbuf", "srcoff", "dstbuf", "dstoff", "cnt", 
 RACE_CHECK_BUDGET = 6_000_000
 
 
+def fit_count(values: tuple, cnt: int) -> tuple:
+    """A message's ``values`` as a step of ``cnt`` chunks takes them: cut, or padded with unknown (None) chunks.
+    The receiver's own ``cnt`` sizes the result, so it fits the receiver's buffer when that step is valid."""
+    return values[:cnt] if len(values) >= cnt else values + (None,) * (cnt - len(values))
+
+
 class Errors(list):
     """One pass's error messages: the first ``limit`` kept, the rest only counted."""
 

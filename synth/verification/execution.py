@@ -20,6 +20,7 @@ from synth.verification.common import (
     R,
     S,
     describe,
+    fit_count,
     fmt_ranks,
     operand,
     ranks_of,
@@ -166,9 +167,7 @@ class _Machine:
             sender = f"rank {sr} tb {stb.id} step {sp}"
         self.err.add(f"{step_name(self.tbs, g, p)}: receives cnt={cnt} but the matching send, {sender}, "
                      f"has cnt={mcnt}")
-        if inc is None:     # no data: the receiver pads its own cnt, which fits its buffer when the step is valid
-            return None
-        return inc[:cnt] if len(inc) >= cnt else inc + (None,) * (cnt - len(inc))
+        return None if inc is None else fit_count(inc, cnt)   # no data: the receiver pads its own cnt
 
     def combine(self, kind: int, inc, src: list, darr: list, doff: int, cnt: int, g: int, p: int) -> list:
         """The values a reduction step computes: incoming (``re``: its dst) plus its local src, chunk by chunk."""

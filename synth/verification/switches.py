@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from synth.program.ir import RECEIVES, SENDS, Program, SwitchOp, switch_op_problem
 from synth.topology.model import Topology
-from synth.verification.common import Errors, describe, fmt_ranks, ranks_of
+from synth.verification.common import Errors, describe, fit_count, fmt_ranks, ranks_of
 
 
 @dataclass(frozen=True)
@@ -163,8 +163,7 @@ class SwitchRun:
             value, cnt, _, _ = self.inputs[op_id][src]
             if cnt != op.cnt:
                 self.err.add(f"{where}: rank {src} sends it cnt={cnt} but the op has cnt={op.cnt}")
-            value = () if value is None else tuple(value)    # None: a sender's step that had errors
-            values.append(value[:op.cnt] if len(value) >= op.cnt else value + (None,) * (op.cnt - len(value)))
+            values.append(fit_count(() if value is None else tuple(value), op.cnt))   # None: a step with errors
         if op.type == "multicast":
             out = values[0]
         else:
