@@ -303,18 +303,33 @@ def test_seeded_packing_takes_only_what_keeps_the_rest_completable():
 def test_resynthesis_reuses_healthy_trees_and_is_no_slower_than_fresh(tmp_path):
     from synth.pipeline import synthesize
 
-    args = ("-t", "dgx-a100-2node", "-c", "allgather", "-s", "16MiB", "-m", "trees", "--exclude-link", "b0.nic3:ib1")
+    # a NIC link at half speed: the trees that avoid it are kept (with the link removed the forest packed afresh
+    # is faster at 16 MiB, and is kept instead: reused 0, as test_warm_start_gives_way_to_a_faster_forest checks)
+    args = ("-t", "dgx-a100-2node", "-c", "allgather", "-s", "16MiB", "-m", "trees", "--degrade", "b0.nic3:ib1=0.5")
     payload, program = synthesize_json(tmp_path, *args)
     reused = payload["reused_trees"]
     assert 0 < reused["reused"] < reused["healthy"] and reused["reused"] <= reused["trees"]
     # the same request without the warm start (no healthy fabric given): the warm one is never slower
-    edited = degrade_topology(load_topology("dgx-a100-2node"), FabricEdits(exclude_links=(("b0.nic3", "ib1"),)))
+    edited = degrade_topology(load_topology("dgx-a100-2node"), FabricEdits(degrade=(("b0.nic3", "ib1", 0.5),)))
     fresh = synthesize(edited.topology, "allgather", 16 * 2**20, "trees")
     assert "reused_trees" not in fresh.to_dict()
     assert payload["time_us"] <= fresh.time_us * (1 + 1e-9)
     # the human table says it too
     res = invoke("synthesize", *args, "-o", str(tmp_path / "again.json"))
     assert res.exit_code == 0 and f"reused       {reused['reused']} of" in res.output
+
+
+def test_warm_start_gives_way_to_a_faster_forest(tmp_path):
+    # one NIC link of dgx-a100-2node removed: the forest packed afresh leaves the remaining NIC links slack
+    # (packing.slow_link_slack) and is faster than the healthy trees' warm start at 16 MiB, so none is reused
+    args = ("-t", "dgx-a100-2node", "-c", "allgather", "-s", "16MiB", "-m", "trees", "--exclude-link", "b0.nic3:ib1")
+    payload, _ = synthesize_json(tmp_path, *args)
+    assert payload["reused_trees"]["reused"] == 0 and payload["reused_trees"]["healthy"] > 0
+    edited = degrade_topology(load_topology("dgx-a100-2node"), FabricEdits(exclude_links=(("b0.nic3", "ib1"),)))
+    from synth.pipeline import synthesize
+
+    fresh = synthesize(edited.topology, "allgather", 16 * 2**20, "trees")
+    assert payload["time_us"] == fresh.time_us
 
 
 def test_no_warm_start_without_link_edits(tmp_path):

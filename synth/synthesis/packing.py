@@ -201,6 +201,65 @@ def choose_capacities(fabric: Fabric, weights: dict[int, int], ratio: Fraction,
     return max_trees, caps, achieved
 
 
+#: The share of a slow link class's slack that :func:`slow_link_slack` keeps when it picks how many more trees
+#: per root to plan (more trees make the shares finer, and the pipeline coarser).
+SLACK_SHARE = 0.75
+
+
+def slow_link_slack(fabric: Fabric, weights: dict[int, int], k: int, caps: np.ndarray,
+                    max_trees: int) -> tuple[int, np.ndarray]:
+    """(k', capacities) at the same rate as ``(k, caps)`` that leave every link slower than the fastest the
+    slack the rate does not need.
+
+    Edmonds' condition (module docstring, step 3) only bounds cuts from below, so capacities ``c_e = B_e·T*·k``
+    let a packing load every link up to the rate, including links off the binding cut: on two DGX A100 boxes with
+    one NIC link removed the binding cut is a rank's NVSwitch port, yet the packing filled all seven remaining
+    NIC links into that box to the rate with 35 tree units where 32 cross (trees rooted in a box leaving it and
+    coming back). A full slow link is a second bottleneck: it pays α on every message and delivers its last
+    bytes at the bound's time, so the box behind it drains after that.
+
+    For each class of links of one bandwidth (in fabric units), slowest first and the fastest class left alone,
+    the least share ``f`` of its capacity that keeps every rank's ``maxflow >= k·Σw`` is found by bisection
+    at ``m_max = max_trees // k`` times the trees (capacities ``⌈f·c_e⌉``, the other classes as already
+    chosen). Capacities ``c_e·m`` with the class at ``⌈f·c_e·m⌉`` stay feasible for every ``m <= m_max`` (each
+    is at least ``m / m_max`` times a feasible vector, and the cut condition scales), so ``m`` is the least
+    multiplier at which every class keeps ``SLACK_SHARE`` of its slack ``1 - f``. Unchanged where no class
+    has slack."""
+    m_max = max(1, max_trees // k)
+    trimmed = caps * m_max
+    shares: list[tuple[np.ndarray, Fraction]] = []
+    classes = sorted(set(fabric.units.tolist()))[:-1]
+    for units in classes:
+        members = (fabric.units == units) & (caps > 0)
+        if not members.any():
+            continue
+        full = int(trimmed[members].max())
+        lo, hi = 0, full        # hi: least feasible numerator of f = hi / full found so far
+        while lo < hi:
+            mid = (lo + hi) // 2
+            trial = trimmed.copy()
+            trial[members] = -(-trimmed[members] * mid // full)
+            if is_feasible(fabric, trial, weights, k * m_max):
+                hi = mid
+            else:
+                lo = mid + 1
+        if hi < full:
+            trimmed[members] = -(-trimmed[members] * hi // full)
+            shares.append((members, Fraction(hi, full)))
+    if not shares:
+        return k, caps
+    for m in range(1, m_max + 1):
+        chosen = caps * m
+        for members, share in shares:
+            chosen[members] = -(-chosen[members] * share.numerator // share.denominator)
+        kept = all(Fraction(int(chosen[members].max()), int(caps[members].max() * m)) <= 1 - SLACK_SHARE * (1 - share)
+                   for members, share in shares)
+        if kept or m == m_max:
+            # feasible by the scaling argument; checked, as the packing relies on it
+            return (k * m, chosen) if is_feasible(fabric, chosen, weights, k * m) else (k, caps)
+    return k, caps
+
+
 # ---------------------------------------------------------------------------------------------
 # the routes programs can take
 # ---------------------------------------------------------------------------------------------
