@@ -91,3 +91,32 @@ def test_generated_fabrics_keep_the_rate_and_trim_only_below_the_fastest(make):
 def test_a_fabric_with_one_bandwidth_is_left_alone():
     fabric, weights, k, caps = _exact(gen.torus([4, 4]))
     assert packing.slow_link_slack(fabric, weights, k, caps, 256) == (k, caps)
+
+
+def test_plan_forest_says_whether_it_left_slack():
+    topology = _degraded_pair()
+    assert plan_forest(topology, tuple(range(16))).slack
+    full = plan_forest(topology, tuple(range(16)), slack=False)
+    assert not full.slack and full.k == 4    # the rate 5/4 at its own denominator
+    # a fabric whose slow links are on the binding cut has none to leave
+    assert not plan_forest(load_topology("dgx-a100-2node"), tuple(range(16))).slack
+
+
+def test_trees_search_the_full_capacity_forests_too(monkeypatch):
+    # slack is not always faster, so where it changed the forests the method also searches those on full capacities
+    # and keeps the faster of the two
+    import synth
+    from synth.synthesis.trees import method
+
+    searched = []
+    original = method.run_pipeline
+
+    def recording(*args, **kwargs):
+        found = original(*args, **kwargs)
+        searched.append((tuple(f.slack for f in found.plans), found.timed[1]))
+        return found
+
+    monkeypatch.setattr(method, "run_pipeline", recording)
+    result = synth.synthesize(_degraded_pair(), "allgather", "16MiB", method="trees")
+    assert ((True,), searched[0][1]) == searched[0] and searched[1][0] == (False,)
+    assert result.schedule.predicted_time_us <= min(t for _, t in searched) * (1 + 1e-9)

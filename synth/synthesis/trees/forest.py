@@ -80,6 +80,9 @@ class Forest:
     # root weights per rank (an allreduce's ownership, trees.ownership): root r has k·w_r trees and owns
     # w_r units of the buffer; None: one unit per root
     weights: tuple[int, ...] | None = None
+    # packed on capacities that leave slow links slack (:func:`synth.synthesis.packing.slow_link_slack`
+    # changed them); False where it did not, or was not asked to
+    slack: bool = False
 
     def bandwidth_time_us(self, bytes_per_root: float) -> float:
         """µs to broadcast ``bytes_per_root`` per unit of root weight (per root where roots weigh 1)."""
@@ -92,7 +95,7 @@ class Forest:
 
 def plan_forest(topology: Topology, roots: tuple[int, ...], *, reverse: bool = False,
                 max_trees: int = tuning.TUNING.default_max_trees, healthy: Topology | None = None,
-                weights: tuple[int, ...] | None = None) -> Forest:
+                weights: tuple[int, ...] | None = None, slack: bool = True) -> Forest:
     """Optimal forest for broadcasts from ``roots`` (reduce towards them if ``reverse``).
 
     Beyond ``TUNING.large_ranks`` ranks the fast constructions of :mod:`synth.synthesis.scale` replace
@@ -107,6 +110,9 @@ def plan_forest(topology: Topology, roots: tuple[int, ...], *, reverse: bool = F
 
     ``weights`` (per rank): root ``r`` gets ``k·w_r`` trees, as for a broadcast of ``w_r`` units (an allreduce's
     ownership, :mod:`synth.synthesis.trees.ownership`); no warm start then.
+
+    ``slack``: capacities that leave the slow links slack (:func:`synth.synthesis.packing.slow_link_slack`);
+    ``Forest.slack`` says whether that changed them.
     """
     if topology.num_ranks > tuning.TUNING.large_ranks:
         return _large_forest(topology, roots, reverse)
@@ -115,12 +121,12 @@ def plan_forest(topology: Topology, roots: tuple[int, ...], *, reverse: bool = F
     weights_of = {r: 1 for r in roots} if weights is None else {r: weights[r] for r in roots if weights[r] > 0}
     if weights is not None:
         healthy = None   # the healthy fabric's trees were packed for equal roots
-    optimal, k, graph, ratio = _split_graph(topology, fabric, weights_of, max_trees, reverse)
+    optimal, k, graph, ratio, slackened = _split_graph(topology, fabric, weights_of, max_trees, reverse, slack)
     pools = {key: [list(item) for item in pool] for key, pool in graph.routes.items()}
     trees = []
     reused = None
     if healthy is not None and healthy.num_ranks == topology.num_ranks:
-        old = plan_forest(healthy, roots, reverse=reverse, max_trees=max_trees)
+        old = plan_forest(healthy, roots, reverse=reverse, max_trees=max_trees, slack=slack)
         seeds = warm_seeds(old, healthy, topology, k)
         kept, packed = seeded_packing(topology.num_ranks, dict(graph.cap), weights_of, k,
                                       [(root, edges, wanted) for root, edges, wanted, _ in seeds])
@@ -138,15 +144,16 @@ def plan_forest(topology: Topology, roots: tuple[int, ...], *, reverse: bool = F
             routes.append(tuple(draw_units(pools[edge], tree.mult)))
         trees.append(PlannedTree(tree.root, tree.mult, tuple(tree.edges), tuple(routes)))
     return Forest(tuple(trees), k, ratio, optimal, fabric.unit_GBps, reverse, topology.num_ranks, reused=reused,
-                  weights=weights)
+                  weights=weights, slack=slackened)
 
 
 def _split_graph(topology: Topology, fabric: Fabric, weights: dict[int, int], max_trees: int, reverse: bool,
                  slack: bool = True):
-    """(optimal rate, k, rank-to-rank split of the switches, the rate it keeps) for forests from roots of
-    ``weights`` with at most ``max_trees`` per unit of weight: capacities at the optimal rate (or the nearest
-    ``k`` allows; ``slack``: with the slow links' slack left, :func:`slow_link_slack`), then disjoint rank pairings
-    first, edge splitting along canonical routes next, else the least rate at which that splits."""
+    """(optimal rate, k, rank-to-rank split of the switches, the rate it keeps, whether the slow links' slack was
+    left) for forests from roots of ``weights`` with at most ``max_trees`` per unit of weight: capacities at the
+    optimal rate (or the nearest ``k`` allows; ``slack``: with the slow links' slack left where that splits,
+    :func:`slow_link_slack`), then disjoint rank pairings first, edge splitting along canonical routes next, else
+    the least rate at which that splits."""
     optimal = optimal_ratio(fabric, weights)
     k, caps, ratio = choose_capacities(fabric, weights, optimal, max_trees)
     allowed = allowed_routes(topology, reverse)
@@ -158,15 +165,17 @@ def _split_graph(topology: Topology, fabric: Fabric, weights: dict[int, int], ma
     # them to their tight values reshapes the forest (mi250-2node at 16 trees per root: 0.952 -> 0.938)
     trimmed = slow_link_slack(fabric, weights, k, caps, max_trees) if slack and ratio == optimal else (k, caps)
     for k_tried, caps_tried in [trimmed] + ([(k, caps)] if trimmed[1] is not caps else []):
+        slackened = caps_tried is not caps
         for pairs in _disjoint_pair_candidates(topology, reverse):
             graph = disjoint_pair_split(fabric, caps_tried, weights, k_tried, pairs)
             if graph is not None:
-                return optimal, k_tried, graph, ratio
+                return optimal, k_tried, graph, ratio, slackened
         try:
-            return optimal, k_tried, split_switches(fabric, caps_tried, weights, k_tried, allowed, step), ratio
+            return (optimal, k_tried, split_switches(fabric, caps_tried, weights, k_tried, allowed, step), ratio,
+                    slackened)
         except SplitError:
             pass
-    return optimal, k, *_degraded_split(fabric, weights, optimal, k, allowed, step)
+    return optimal, k, *_degraded_split(fabric, weights, optimal, k, allowed, step), False
 
 
 def split_rank_fabric(topology: Topology, reverse: bool = False) -> Fabric:
@@ -179,8 +188,8 @@ def split_rank_fabric(topology: Topology, reverse: bool = False) -> Fabric:
     if not topology.switches:
         return fabric
     n = topology.num_ranks
-    _, k, graph, ratio = _split_graph(topology, fabric, {r: 1 for r in range(n)}, tuning.TUNING.default_max_trees,
-                                      reverse, slack=False)
+    _, k, graph, ratio, _ = _split_graph(topology, fabric, {r: 1 for r in range(n)},
+                                         tuning.TUNING.default_max_trees, reverse, slack=False)
     arcs = sorted((u, v, c) for (u, v), c in graph.cap.items() if c > 0)
     # c units of capacity carry c trees of 1/k of a root's data each, at rate ``ratio``: c / (k·ratio) fabric units
     return Fabric(n, n, np.array([a[0] for a in arcs], dtype=np.int64), np.array([a[1] for a in arcs], dtype=np.int64),

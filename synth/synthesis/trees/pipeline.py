@@ -63,15 +63,16 @@ def routes_symmetric(topology: Topology) -> bool:
 
 
 def flipped_planner(topology: Topology, trees_cap: int, healthy: Topology | None = None,
-                    weights: tuple[int, ...] | None = None):
+                    weights: tuple[int, ...] | None = None, slack: bool = True):
     """Each phase's forest planned on the other orientation (broadcast trees on the reversed fabric,
     reductions on the fabric itself). On a fabric equal to its reverse, routes included, those trees
     are as optimal and as valid, but the packing breaks its ties differently, and one forest may suit
     the message shape better (dgx-a100-2node allgather at 64 chunks per root: 0.9794, flipped 0.9807).
-    ``healthy``, ``weights``: :func:`plan_forest`'s warm start on an edited fabric and root weights."""
+    ``healthy``, ``weights``, ``slack``: :func:`plan_forest`'s warm start on an edited fabric, root weights and
+    slow-link slack."""
     def planner(roots: tuple[int, ...], reverse: bool) -> Forest:
         return replace(plan_forest(topology, roots, reverse=not reverse, max_trees=trees_cap, healthy=healthy,
-                                   weights=weights), reversed=reverse)
+                                   weights=weights, slack=slack), reversed=reverse)
     return planner
 
 
