@@ -22,7 +22,7 @@ def test_split_arcs_fit_each_links_time(slow, fast, fast_boxes, reverse):
     planning = topology.reversed() if reverse else topology
     fabric = integer_fabric(planning)
     units = dict(zip(fabric.arcs, fabric.units.tolist()))
-    _, k, graph, ratio = _split_graph(topology, fabric, {r: 1 for r in range(topology.num_ranks)}, 256, reverse)
+    _, k, graph, ratio, _ = _split_graph(topology, fabric, {r: 1 for r in range(topology.num_ranks)}, 256, reverse)
     # the capacity each link had to give: its units at the forest's rate
     scale = Fraction(k) * ratio
     busy: dict[tuple[int, int], Fraction] = defaultdict(Fraction)
