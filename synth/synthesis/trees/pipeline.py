@@ -153,6 +153,11 @@ def run_pipeline(topology: Topology, collective: Collective, size_bytes: float, 
                              timing=Timing(weight, coalescings=tuning.TUNING.built)), c, m)
                      for c, m in built_shapes(plans, fit, shape, messages, tail)]
             best, chunks, messages = min(built, key=lambda b: b[0][1])
+            # the same messages cut from coarser chunks: a message holds at most MAX_COALESCE chunks, so on a link that
+            # is busy to the end coarser chunks mean fewer, larger messages (polish times them)
+            coarser = [(c, messages, tail) for c in dict.fromkeys(fit(max(1, chunks // d))[0]
+                                                                  for d in tuning.TUNING.coarser_chunks) if c < chunks]
+            runners = tuple(dict.fromkeys((*runners, *coarser)))
         if outcome is None or best[1] < outcome[0][1] * (1 - 1e-9):
             outcome = (best, chunks, messages, tail, trials, weight, runners)
         if not search:   # no search, no alternatives: large schedules are timed once
