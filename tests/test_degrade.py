@@ -265,14 +265,7 @@ def test_warm_forest_keeps_untouched_healthy_trees_at_the_fresh_rate(name, link,
                 assert not {(a, b), (b, a)} & set(zip(path, path[1:]))
     # every unit of every link is used at most as often as its capacity allows (same load bound as fresh)
     fabric_topology = edited.reversed() if reverse else edited
-    load: dict = {}
-    for tree in warm.trees:
-        for (u, v), pool in zip(tree.edges, tree.routes):
-            for route, units in pool:
-                path = (u, *route, v)
-                for arc in zip(path, path[1:]):
-                    load[arc] = load.get(arc, 0) + units
-    for (u, v), units in load.items():
+    for (u, v), units in warm.link_units().items():
         bw = fabric_topology.link(u, v).bw
         assert units <= bw / float(warm.unit_GBps) * warm.ratio * warm.k + 1e-9
 

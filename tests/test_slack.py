@@ -60,14 +60,7 @@ def test_the_forest_packed_on_them_loads_each_nic_link_below_the_rate():
     topology = _degraded_pair()
     forest = plan_forest(topology, tuple(range(16)))
     assert forest.ratio == forest.optimal
-    load: dict = {}
-    for tree in forest.trees:
-        for (u, v), pool in zip(tree.edges, tree.routes):
-            for route, units in pool:
-                path = (u, *route, v)
-                for arc in zip(path, path[1:]):
-                    load[arc] = load.get(arc, 0) + units
-    nic_in = {arc: units for arc, units in load.items()
+    nic_in = {arc: units for arc, units in forest.link_units().items()
               if str(topology.node_name(arc[0])).startswith("ib") and str(topology.node_name(arc[1])).startswith("b0.")}
     full = forest.ratio * forest.k * 1    # capacity of a 25 GB/s link (1 fabric unit) at the rate
     assert len(nic_in) == 7 and all(Fraction(units) < full for units in nic_in.values())

@@ -92,6 +92,17 @@ class Forest:
         """Units of data root ``root`` carries (1 without weights)."""
         return 1 if self.weights is None else self.weights[root]
 
+    def link_units(self) -> dict[tuple[int, int], int]:
+        """Tree units each link of the planning fabric carries (node pairs; at most its capacity at the rate)."""
+        load: dict[tuple[int, int], int] = {}
+        for tree in self.trees:
+            for (u, v), pool in zip(tree.edges, tree.routes):
+                for route, units in pool:
+                    path = (u, *route, v)
+                    for arc in zip(path, path[1:]):
+                        load[arc] = load.get(arc, 0) + units
+        return load
+
 
 def plan_forest(topology: Topology, roots: tuple[int, ...], *, reverse: bool = False,
                 max_trees: int = tuning.TUNING.default_max_trees, healthy: Topology | None = None,
