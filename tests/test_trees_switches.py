@@ -344,8 +344,9 @@ def test_cli_max_trees_caps_the_trees_per_root(tmp_path):
     assert res.exit_code == 0, res.output
     payload = json.loads(res.stdout)
     assert payload["method"] == "trees" and payload["collective"] == "allgather"
-    # chunks per piece are k·P: with k <= 2 trees per root instead of the optimal forest's 83
-    assert payload["chunks"] % 2 == 0 and payload["chunks"] < 83
+    # chunks per piece are k·P (or 2x or 4x coarser, which polish times too: 1 here): with k <= 2 trees per root
+    # instead of the optimal forest's 83
+    assert payload["chunks"] < 83
     program = load_program(out)
     assert program.num_ranks == 32
     assert verify(program).ok
