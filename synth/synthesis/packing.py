@@ -252,12 +252,11 @@ def slow_link_slack(fabric: Fabric, weights: dict[int, int], k: int, caps: np.nd
         chosen = caps * m
         for members, share in shares:
             chosen[members] = -(-chosen[members] * share.numerator // share.denominator)
-        kept = all(Fraction(int(chosen[members].max()), int(caps[members].max() * m)) <= 1 - SLACK_SHARE * (1 - share)
-                   for members, share in shares)
-        if kept or m == m_max:
-            # feasible by the scaling argument; checked, as the packing relies on it
-            return (k * m, chosen) if is_feasible(fabric, chosen, weights, k * m) else (k, caps)
-    return k, caps
+        if all(Fraction(int(chosen[members].max()), int(caps[members].max() * m)) <= 1 - SLACK_SHARE * (1 - share)
+               for members, share in shares):
+            break
+    # feasible by the scaling argument; checked, as the packing relies on it
+    return (k * m, chosen) if is_feasible(fabric, chosen, weights, k * m) else (k, caps)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -171,9 +171,9 @@ def _split_graph(topology: Topology, fabric: Fabric, weights: dict[int, int], ma
     # Reductions run on the reversed fabric; pairing u with u-1 there makes their real transfers
     # go u -> u+1 like the broadcasts', so allreduce keeps one peer per rank in both phases.
     step = -1 if reverse else 1
-    # the slow links' slack first; capacities that leave it may not split along the routes, the full ones next
-    # only at the exact rate: capacities rounded for a capped k leave every link some slack already, and trimming
-    # them to their tight values reshapes the forest (mi250-2node at 16 trees per root: 0.952 -> 0.938)
+    # The slow links' slack first, only at the exact rate (capacities rounded for a capped k leave every link some
+    # slack already, and trimming them to their tight values reshapes the forest: mi250-2node at 16 trees per root,
+    # 0.952 -> 0.938); capacities that leave it may not split along the routes, so the full ones come next.
     trimmed = slow_link_slack(fabric, weights, k, caps, max_trees) if slack and ratio == optimal else (k, caps)
     for k_tried, caps_tried in [trimmed] + ([(k, caps)] if trimmed[1] is not caps else []):
         slackened = caps_tried is not caps
