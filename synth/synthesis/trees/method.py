@@ -13,7 +13,7 @@ from synth.synthesis.base import Instance, MethodSpec, SynthOptions, check_deadl
 from synth.synthesis.trees import tuning
 from synth.synthesis.trees.composed import COMPOSED, composed_planner
 from synth.synthesis.trees.forest import Forest, plan_forest
-from synth.synthesis.trees.messages import chunk_fit, root_piece_bytes
+from synth.synthesis.trees.messages import chunk_fit, owner_units, root_piece_bytes
 from synth.synthesis.trees.ownership import ownership_weights
 from synth.synthesis.trees.pathsched import path_schedule
 from synth.synthesis.trees.pipeline import (
@@ -82,15 +82,41 @@ def synthesize(inst: Instance) -> Schedule:
     def flipped_for(trees_cap: int, owners: tuple[int, ...] | None = None, slack: bool = True):
         return flipped_planner(topology, trees_cap, weights=owners, slack=slack) if flippable else None
 
+    def forests_floor(planner) -> float:
+        # the bandwidth time of the forests planner packs (Pipelined.floor before any pipeline is searched)
+        plans = [planner(roots, reverse) for roots, reverse in forest_phases(collective)]
+        per_root_bytes = root_piece_bytes(name, n, size_bytes, owner_units(plans))
+        return sum(forest.bandwidth_time_us(per_root_bytes) for forest in plans)
+
+    def searched(planner, other_planner) -> Pipelined:
+        # run_pipeline, once per set of forests: a capped k often packs the forests the default did, and the cap
+        # search would search them again (dgx-a100-2node without one NIC, allreduce: 4 trees per root, 10.6 s)
+        plans = tuple(planner(roots, reverse) for roots, reverse in forest_phases(collective))
+        key = (plans, other_planner is None)
+        for earlier_others, found in searches.get(key, []):
+            # run_pipeline plans the other orientation only where its schedule is small: the same forests decide
+            # that the same way, and where it did, those forests must match too
+            if earlier_others is None or earlier_others == tuple(other_planner(roots, reverse)
+                                                                 for roots, reverse in forest_phases(collective)):
+                return found
+        others: list[Forest] = []
+
+        def other_recorded(roots: tuple[int, ...], reverse: bool) -> Forest:
+            others.append(other_planner(roots, reverse))
+            return others[-1]
+
+        found = run_pipeline(topology, collective, size_bytes, options, lambda roots, reverse: plans[
+            forest_phases(collective).index((roots, reverse))], other_recorded if other_planner is not None else None)
+        searches.setdefault(key, []).append((tuple(others) if others else None, found))
+        return found
+
     def pipelined(trees_cap: int, owners: tuple[int, ...] | None = None) -> tuple[Pipelined, Schedule]:
-        found = run_pipeline(topology, collective, size_bytes, options, planner_for(trees_cap, owners=owners),
-                             flipped_for(trees_cap, owners))
+        found = searched(planner_for(trees_cap, owners=owners), flipped_for(trees_cap, owners))
         if any(f.slack for f in found.plans):
             # slack on the slow links is not always faster (mixed MI250 + A100 allgather 0.952 against 0.962 with full
             # capacities): the forests on full capacities are searched too, and the faster kept
-            full = run_pipeline(topology, collective, size_bytes, options,
-                                planner_for(trees_cap, owners=owners, slack=False),
-                                flipped_for(trees_cap, owners, slack=False))
+            full = searched(planner_for(trees_cap, owners=owners, slack=False),
+                            flipped_for(trees_cap, owners, slack=False))
             if full.timed[1] < found.timed[1] * (1 - 1e-9):
                 found, full = full, found
             if trees_cap == max_trees and owners is None:   # the runner-up is simulated too (the plan can misrank)
@@ -132,16 +158,20 @@ def synthesize(inst: Instance) -> Schedule:
         if weights is None:
             return None
         found = done = None
+        uniform_floor = min(earlier.floor for entries in searches.values() for _, earlier in entries
+                            if earlier.plans[0].weights is None)
         # fewest trees first: those forests are the cheapest to time, and more trees per unit win only while
         # their finer rate outweighs the α and the coarser pipelines that come with them
         for cap in (*sorted(c for c in tuning.TUNING.weighted_caps if c < max_trees), max_trees):
             check_deadline(deadline, "trees", f"timing the weighted allreduce forests at {cap} trees per unit")
+            if forests_floor(planner_for(cap, owners=weights)) >= uniform_floor * (1 - 1e-9):
+                continue   # weights buy no rate at this cap (dgx-a100-2node without one NIC: 1 and 2 per unit)
             trial_found, trial = pipelined(cap, weights)
             if done is None or trial.predicted_time_us < done.predicted_time_us * (1 - 1e-9):
                 found, done = trial_found, trial
             elif trial.predicted_time_us > done.predicted_time_us * (1 + tuning.TUNING.cap_stop):
                 break
-        if found.floor >= kept.predicted_time_us:
+        if found is None or found.floor >= kept.predicted_time_us:
             return None
         done = polished(found, done)
         if done.predicted_time_us >= kept.predicted_time_us:
@@ -166,6 +196,7 @@ def synthesize(inst: Instance) -> Schedule:
         return polished(other, finish_schedule(topology, collective, size_bytes, options, other, "trees"))
 
     capacity_runner_ups: list[Pipelined] = []
+    searches: dict[tuple[tuple[Forest, ...], bool], list[tuple[tuple[Forest, ...] | None, Pipelined]]] = {}
     deadline = deadline_of(options)
     best_found, best = pipelined(max_trees)
     composed = composed_schedule(best)
