@@ -71,6 +71,7 @@ def test_compare_default_methods_cover_registry() -> None:
 
 @pytest.mark.parametrize("args, needle", [
     (("-t", "dgx1", "-c", "allreduce", "--methods", "nope"), "unknown method"),
+    (("-t", "dgx1", "-c", "allreduce", "--methods", " , "), "names no method"),
     (("-t", "dgx1", "-c", "alltoall", "--methods", "dbt"), "do not support"),
     (("-t", "dgx1", "-c", "allreduce", "--root", "9"), "not a rank"),
     (("-t", "dgx1", "-c", "allreduce", "--time-limit", "0"), "time-limit"),

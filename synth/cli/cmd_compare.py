@@ -97,6 +97,8 @@ def command(topology_name: str, collective: str, size: str, root: int, methods: 
     check_root(topology, root)
     if methods:
         chosen = [m.strip().lower() for m in methods.split(",") if m.strip()]
+        if not chosen:
+            raise SynthError(f"--methods {methods!r} names no method; expected some of {', '.join(METHODS)}")
         unknown = [m for m in chosen if m not in METHODS]
         if unknown:
             raise SynthError(f"unknown method(s) {', '.join(unknown)}; expected some of {', '.join(METHODS)}")
