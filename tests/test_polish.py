@@ -30,3 +30,59 @@ def test_polish_times_coarser_chunks_too(monkeypatch):
     fine = synth.synthesize(topology, "allgather", "1GiB", method="trees")
     assert coarse.schedule.collective.chunk_factor < fine.schedule.collective.chunk_factor
     assert coarse.time_us < fine.time_us * 0.998
+
+
+def test_finer_chunks_are_nominated_only_for_one_chunk_shapes_the_search_could_not_time():
+    from synth.synthesis.trees.composed import composed_planner
+    from synth.synthesis.trees.messages import any_chunks, job_estimate
+    from synth.synthesis.trees.pipeline import _finer_chunks, forest_phases
+    from synth.topology.families import mi250_boxes
+
+    topology = mi250_boxes(4, 16.0)
+    planner = composed_planner(topology, 256)
+    plans = [planner(*phase) for phase in forest_phases(synth.collectives.Collective("allgather", 64))]
+    assert job_estimate(plans, 32, None) > tuning.TUNING.refine_jobs   # 16 chunks per root: the search's reach
+    assert _finer_chunks(plans, any_chunks, 16, None, 0) == 32
+    assert _finer_chunks(plans, any_chunks, 16, 4, 0) is None      # messages per tree: finer chunks change nothing
+    assert _finer_chunks(plans, any_chunks, 16, None, 2) is None    # a tailed shape
+    assert _finer_chunks(plans, any_chunks, 8, None, 0) is None     # 16 chunks: the search could time them
+    assert _finer_chunks(plans, any_chunks, 32, None, 0) is None    # 64 chunks: beyond finer_jobs
+    assert _finer_chunks(plans, lambda chunks: [16], 16, None, 0) is None   # --chunks 16: the count stays
+
+
+def test_polish_builds_the_finer_chunks_the_search_could_not_time():
+    # four MI250 boxes on one IB switch, the composed box forests' allgather: the search (scored by the plan and the
+    # runtime's replayed order) keeps 16 chunks per root, one per message; 32, beyond its transfer budget, are
+    # planned and simulated at 3399.8 us against 3649.0 simulated for 16 (0.925 of the bound against 0.862)
+    from synth.collectives import Collective
+    from synth.pipeline import _program
+    from synth.simulation import simulate
+    from synth.synthesis.base import Instance, SynthOptions
+    from synth.synthesis.trees.composed import composed_planner
+    from synth.synthesis.trees.pipeline import finish_schedule, forest_phases, polish, run_pipeline
+    from synth.synthesis.trees.programs import justified_schedule
+    from synth.topology.families import mi250_boxes
+
+    topology = mi250_boxes(4, 16.0)
+    collective = Collective("allgather", 64)
+    planner = composed_planner(topology, 256)
+    plans = {phase: planner(*phase) for phase in forest_phases(collective)}
+    found = run_pipeline(topology, collective, 2**30, SynthOptions(), lambda roots, reverse: plans[(roots, reverse)])
+    assert (found.chunks, found.messages, found.finer) == (16, None, 32)
+    kept = polish(topology, collective, 2**30, found)
+    assert kept.chunks == 32 and kept.timed[1] < found.timed[1] * 0.96
+    schedule = justified_schedule(topology, finish_schedule(topology, collective, 2**30, SynthOptions(), kept, "trees"))
+    program = _program(Instance(topology, collective, 2**30), "trees", schedule)
+    simulated = simulate(program, topology, 2**30, record_events=False).time_us
+    assert simulated <= kept.timed[1] * 1.001 and 3145.7 / simulated > 0.92
+
+
+def test_xml_nodes_count_a_grouped_message_once():
+    from synth.schedule import Transfer
+    from synth.synthesis.trees.messages import busiest_rank_xml
+    from synth.synthesis.trees.pipeline import _xml_nodes
+
+    grouped = [Transfer(0.0, 1.0, chunk, 0, 1, group=7) for chunk in range(4)]   # one message of four chunks
+    single = [Transfer(1.0, 2.0, chunk, 0, 1) for chunk in range(4, 7)]          # three one-chunk messages
+    other = [Transfer(0.0, 1.0, 0, 2, 1, group=7)]                                # the same group id elsewhere
+    assert _xml_nodes(grouped + single + other, 3) == busiest_rank_xml({(0, 1): 4, (2, 1): 1}, 3)

@@ -9,12 +9,27 @@ from dataclasses import dataclass, replace
 from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.schedule import Schedule, Transfer
-from synth.synthesis.base import SynthOptions, check_deadline, deadline_of
+from synth.synthesis.base import (
+    MAX_CHANNELS,
+    MAX_STEPS_PER_TB,
+    MAX_XML_NODES,
+    SynthOptions,
+    check_deadline,
+    deadline_of,
+)
 from synth.synthesis.packing import choose_capacities, integer_fabric, optimal_ratio
 from synth.synthesis.trees import tuning
 from synth.synthesis.trees.depth import built_shapes, choose_chunks, refine_depth
 from synth.synthesis.trees.forest import Forest, plan_forest
-from synth.synthesis.trees.messages import chunk_fit, job_estimate, owner_units, root_piece_bytes
+from synth.synthesis.trees.messages import (
+    busiest_pair_load,
+    busiest_rank_xml,
+    chunk_fit,
+    job_estimate,
+    owner_units,
+    root_piece_bytes,
+    tree_messages,
+)
 from synth.synthesis.trees.programs import forest_schedule, justified_schedule
 from synth.synthesis.trees.rounds_timing import timed_rounds
 from synth.synthesis.trees.timed import Timing, timed_forests
@@ -113,6 +128,7 @@ class Pipelined:
     floor: float
     deadline: float | None
     runners: tuple[tuple[int, int | None, int], ...] = ()   # the search's next best shapes (chunks, messages, tail)
+    finer: int | None = None   # chunks per root of the kept one-chunk-per-message shape cut finer (polish builds it)
 
 
 def run_pipeline(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
@@ -163,6 +179,7 @@ def run_pipeline(topology: Topology, collective: Collective, size_bytes: float, 
         if not search:   # no search, no alternatives: large schedules are timed once
             break
     best, chunks, messages, tail, trials, weight, runners = outcome
+    finer = _finer_chunks(plans, fit, chunks, messages, tail) if search else None
     # five more list schedules: only where they are quick (dgx-a100-2node 2.4k transfers, mi250-2node 70k)
     check_deadline(deadline, "trees", "timing the flipped forests")
     if other_planner is not None and job_estimate(plans, chunks, messages, tail) <= tuning.TUNING.forward_jobs:
@@ -172,7 +189,24 @@ def run_pipeline(topology: Topology, collective: Collective, size_bytes: float, 
                            timing=Timing(weight, coalescings=tuning.TUNING.built))
             if timed[1] < best[1] * (1 - 1e-9):
                 best, plans = timed, others
-    return Pipelined(plans, best, chunks, messages, tail, trials, weight, floor, deadline, runners)
+    return Pipelined(plans, best, chunks, messages, tail, trials, weight, floor, deadline, runners, finer)
+
+
+def _finer_chunks(plans: list[Forest], fit, chunks: int, messages: int | None, tail: int) -> int | None:
+    """Twice the chunks per root of a one-chunk-per-message shape (the nearest count ``fit`` allows), where the
+    depth search could not time it (more than ``TUNING.refine_jobs`` transfers) and it has at most
+    ``TUNING.finer_jobs`` transfers within MSCCL's steps per connection; else None. Searches on switch fabrics
+    score shapes by the mean of the plan and the runtime's replayed order, which can rank such a shape well below
+    what it simulates at (mi250x4-ib16 allgather: 32 chunks per root, 3399.8 µs planned and simulated, against
+    3649.0 for the 16 the search kept)."""
+    if messages is not None or tail != 0:
+        return None
+    finer = fit(chunks * 2)[0]
+    if finer <= chunks or not (tuning.TUNING.refine_jobs < job_estimate(plans, finer, None)
+                               <= tuning.TUNING.finer_jobs):
+        return None
+    steps = busiest_pair_load(plans, tree_messages(plans, finer, None))
+    return finer if steps <= MAX_CHANNELS * MAX_STEPS_PER_TB else None
 
 
 def polish(topology: Topology, collective: Collective, size_bytes: float, pipelined: Pipelined) -> Pipelined:
@@ -192,7 +226,28 @@ def polish(topology: Topology, collective: Collective, size_bytes: float, pipeli
                               timing=Timing(pipelined.weight, coalescings=tuning.TUNING.polish))
         if timed[1] < best.timed[1] * (1 - 1e-9):
             best = replace(pipelined, timed=timed, chunks=chunks, messages=messages, tail=tail)
+    if pipelined.finer is not None:   # one chunk per job: the messages are what batched coalescing makes of them
+        batched = tuple(how for how in tuning.TUNING.polish if how.batch)
+        timed = timed_forests(topology, collective, pipelined.plans, pipelined.finer, None, size_bytes,
+                              timing=Timing(pipelined.weight, coalescings=batched))
+        if timed[1] < best.timed[1] * (1 - 1e-9) and _xml_nodes(timed[2], topology.num_ranks) <= MAX_XML_NODES:
+            best = replace(pipelined, timed=timed, chunks=pipelined.finer, messages=None, tail=0)
     return best
+
+
+def _xml_nodes(transfers: list[Transfer], n: int) -> float:
+    """XML nodes of the busiest rank of a timed schedule (:func:`busiest_rank_xml`), a step per message: the
+    transfers of one ``group`` on a connection are one message, every other transfer its own (mi250x4-ib16
+    reducescatter at 32 chunks per root, one per message: 5440 estimated, 4174 lowered, over MSCCL's 4096)."""
+    messages: dict[tuple[int, int], int] = {}
+    grouped: set[tuple[int, int, int, int]] = set()
+    for t in transfers:
+        if t.group >= 0:
+            if (t.src, t.dst, t.channel, t.group) in grouped:
+                continue
+            grouped.add((t.src, t.dst, t.channel, t.group))
+        messages[(t.src, t.dst)] = messages.get((t.src, t.dst), 0) + 1
+    return busiest_rank_xml(messages, n)
 
 
 def finish_schedule(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,

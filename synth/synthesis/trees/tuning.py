@@ -38,6 +38,8 @@ class TreesTuning:
     # mixed-mi250-h100 1 GiB, 7 per unit 7268 µs predicted, 1 per unit 6473)
     large_ranks: int = 256           # beyond this, one fast tree per root (synth.synthesis.scale)
     refine_jobs: int = 80_000        # time other pipeline depths only below this many transfers (mi250-2node AR: 69.5k)
+    finer_jobs: int = 160_000        # ... beyond them, a one-chunk-per-message shape is also built at twice its chunks
+    # up to this many transfers, and polish keeps it where faster (mi250x4-ib16 allgather: 16 -> 32 chunks per root)
     replay: bool = True              # score searches on switch fabrics with the runtime's rule replayed too
     path_chunks: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)   # chunks per rank piece tried for
     # scatter/gather on flow paths

@@ -1,0 +1,54 @@
+"""Method trees searches each set of forests once, and skips weighted allreduce forests that buy no rate."""
+
+from __future__ import annotations
+
+import pytest
+
+from synth.api import load_topology
+from synth.collectives import Collective
+from synth.synthesis.base import Instance, SynthOptions
+from synth.synthesis.trees import method as trees_method
+from synth.topology.degrade import FabricEdits, degrade_topology
+
+
+@pytest.fixture(scope="module")
+def degraded_pair_searches():
+    """The run_pipeline calls of the trees allreduce on two DGX A100 boxes with one NIC down (1 MiB): the
+    full-capacity forests of the slack search are also the 4-trees-per-root forests of the cap search, and
+    the weighted forests at 1 and 2 trees per unit run at the uniform forests' rate."""
+    topology = degrade_topology(load_topology("dgx-a100-2node"),
+                                FabricEdits(exclude_links=(("b0.nic3", "ib1"),))).topology
+    calls = []
+    original = trees_method.run_pipeline
+
+    def recording(*args, **kwargs):
+        found = original(*args, **kwargs)
+        calls.append(found)
+        return found
+
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(trees_method, "run_pipeline", recording)
+    try:
+        schedule = trees_method.synthesize(Instance(topology, Collective("allreduce", 16, 1, 0, True), float(2**20),
+                                                    SynthOptions()))
+    finally:
+        monkeypatch.undo()
+    assert schedule.predicted_time_us > 0
+    return calls, schedule
+
+
+def test_each_set_of_forests_is_searched_once(degraded_pair_searches) -> None:
+    calls, _ = degraded_pair_searches
+    forests = [tuple(found.plans) for found in calls]
+    assert len(forests) == len(set(forests))
+    # the cap search's 4 trees per root are the slack search's full-capacity forests: searched once, still there
+    assert any(found.plans[0].weights is None and found.plans[0].k == 4 for found in calls)
+
+
+def test_weighted_forests_without_a_faster_rate_are_not_searched(degraded_pair_searches) -> None:
+    calls, _ = degraded_pair_searches
+    uniform = min(found.floor for found in calls if found.plans[0].weights is None)
+    weighted = [found for found in calls if found.plans[0].weights is not None]
+    assert weighted, "the weighted forests below the uniform rate are searched"
+    assert all(found.floor < uniform for found in weighted)
+    assert sorted(found.plans[0].k for found in weighted) == [4, 7]   # 1 and 2 per unit: the uniform rate
