@@ -417,7 +417,7 @@ def justify(transfers: list[Transfer], topology: Topology, chunk_bytes: float, m
     passes repacks what that greedy rule left idle (ring-8 scatter: 0.974 -> 1.0 of the first
     schedule's time; dgx-h100-2node broadcast 0.951).
     """
-    messages = _schedule_messages(transfers)
+    messages = schedule_messages(transfers)
     jobs = _message_jobs(transfers, messages)
     n = len(jobs.msg)
     if n == 0:
@@ -468,7 +468,7 @@ def _prioritised(jobs: Jobs, priority: np.ndarray, fabric: Topology,
     return start[new_index], end[new_index]
 
 
-def _schedule_messages(transfers: list[Transfer]) -> list[list[int]]:
+def schedule_messages(transfers: list[Transfer]) -> list[list[int]]:
     """Transfer indices per message: those of one ``group`` moving together, or one transfer."""
     grouped: dict[tuple, list[int]] = defaultdict(list)
     for i, t in enumerate(transfers):

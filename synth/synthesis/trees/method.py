@@ -13,7 +13,7 @@ from synth.synthesis.base import Instance, MethodSpec, SynthOptions, check_deadl
 from synth.synthesis.trees import tuning
 from synth.synthesis.trees.composed import COMPOSED, composed_planner
 from synth.synthesis.trees.forest import Forest, plan_forest
-from synth.synthesis.trees.messages import chunk_fit, owner_units, root_piece_bytes
+from synth.synthesis.trees.messages import chunk_fit, root_piece_bytes
 from synth.synthesis.trees.ownership import ownership_weights
 from synth.synthesis.trees.pathsched import path_schedule
 from synth.synthesis.trees.pipeline import (
@@ -22,6 +22,7 @@ from synth.synthesis.trees.pipeline import (
     finish_schedule,
     flipped_planner,
     forest_phases,
+    forests_floor_us,
     is_symmetric,
     piece_options,
     polish,
@@ -60,7 +61,7 @@ def synthesize(inst: Instance) -> Schedule:
     # at FORWARD_JOBS transfers anyway, and the route check runs one search per rank
     flippable = (bool(topology.switches) and n <= tuning.TUNING.tree_search_ranks and is_symmetric(topology)
                  and routes_symmetric(topology))
-    cache: dict[tuple[tuple[int, ...], int, bool, tuple[int, ...] | None, bool], Forest] = {}
+    cache: dict[tuple[tuple[int, ...], int, bool, tuple[int, ...] | None, bool, bool], Forest] = {}
 
     # on an edited fabric, the forests warm-started from the healthy fabric's are tried at the shape found (_or_warm)
     healthy = options.healthy
@@ -68,36 +69,30 @@ def synthesize(inst: Instance) -> Schedule:
     def planner_for(trees_cap: int, warm: Topology | None = None, owners: tuple[int, ...] | None = None,
                     slack: bool = True):
         def planner(roots: tuple[int, ...], reverse: bool) -> Forest:
-            if not symmetric:
-                return plan_forest(topology, roots, reverse=reverse, max_trees=trees_cap, healthy=warm, weights=owners,
-                                   slack=slack)
-            # a switchless fabric equal to its reverse: the reduction trees are the broadcast trees
-            key = (roots, trees_cap, warm is not None, owners, slack)
+            # each forest planned once (the weighted caps read their floor before the search plans them again);
+            # on a switchless fabric equal to its reverse the reduction trees are the broadcast trees
+            planned_reverse = reverse and not symmetric
+            key = (roots, trees_cap, warm is not None, owners, slack, planned_reverse)
             if key not in cache:
-                cache[key] = plan_forest(topology, roots, max_trees=trees_cap, healthy=warm, weights=owners,
-                                         slack=slack)
-            return replace(cache[key], reversed=reverse)
+                cache[key] = plan_forest(topology, roots, reverse=planned_reverse, max_trees=trees_cap, healthy=warm,
+                                         weights=owners, slack=slack)
+            return replace(cache[key], reversed=reverse) if symmetric else cache[key]
         return planner
 
     def flipped_for(trees_cap: int, owners: tuple[int, ...] | None = None, slack: bool = True):
         return flipped_planner(topology, trees_cap, weights=owners, slack=slack) if flippable else None
 
-    def forests_floor(planner) -> float:
-        # the bandwidth time of the forests planner packs (Pipelined.floor before any pipeline is searched)
-        plans = [planner(roots, reverse) for roots, reverse in forest_phases(collective)]
-        per_root_bytes = root_piece_bytes(name, n, size_bytes, owner_units(plans))
-        return sum(forest.bandwidth_time_us(per_root_bytes) for forest in plans)
+    phases = forest_phases(collective)
 
     def searched(planner, other_planner) -> Pipelined:
         # run_pipeline, once per set of forests: a capped k often packs the forests the default did, and the cap
         # search would search them again (dgx-a100-2node without one NIC, allreduce: 4 trees per root, 10.6 s)
-        plans = tuple(planner(roots, reverse) for roots, reverse in forest_phases(collective))
+        plans = tuple(planner(*phase) for phase in phases)
         key = (plans, other_planner is None)
         for earlier_others, found in searches.get(key, []):
             # run_pipeline plans the other orientation only where its schedule is small: the same forests decide
             # that the same way, and where it did, those forests must match too
-            if earlier_others is None or earlier_others == tuple(other_planner(roots, reverse)
-                                                                 for roots, reverse in forest_phases(collective)):
+            if earlier_others is None or earlier_others == tuple(other_planner(*phase) for phase in phases):
                 return found
         others: list[Forest] = []
 
@@ -105,8 +100,10 @@ def synthesize(inst: Instance) -> Schedule:
             others.append(other_planner(roots, reverse))
             return others[-1]
 
-        found = run_pipeline(topology, collective, size_bytes, options, lambda roots, reverse: plans[
-            forest_phases(collective).index((roots, reverse))], other_recorded if other_planner is not None else None)
+        by_phase = dict(zip(phases, plans))
+        found = run_pipeline(topology, collective, size_bytes, options,
+                             lambda roots, reverse: by_phase[(roots, reverse)],
+                             other_recorded if other_planner is not None else None)
         searches.setdefault(key, []).append((tuple(others) if others else None, found))
         return found
 
@@ -141,7 +138,7 @@ def synthesize(inst: Instance) -> Schedule:
         if planner is None:
             return None
         check_deadline(deadline, "trees", "timing the composed box forests")
-        plans = {phase: planner(*phase) for phase in forest_phases(collective)}
+        plans = {phase: planner(*phase) for phase in phases}
         piece = root_piece_bytes(name, n, size_bytes)
         if sum(forest.bandwidth_time_us(piece) for forest in plans.values()) >= kept.predicted_time_us:
             return None
@@ -164,7 +161,9 @@ def synthesize(inst: Instance) -> Schedule:
         # their finer rate outweighs the α and the coarser pipelines that come with them
         for cap in (*sorted(c for c in tuning.TUNING.weighted_caps if c < max_trees), max_trees):
             check_deadline(deadline, "trees", f"timing the weighted allreduce forests at {cap} trees per unit")
-            if forests_floor(planner_for(cap, owners=weights)) >= uniform_floor * (1 - 1e-9):
+            planner = planner_for(cap, owners=weights)
+            floor = forests_floor_us(collective, [planner(*phase) for phase in phases], size_bytes)
+            if floor >= uniform_floor * (1 - 1e-9):
                 continue   # weights buy no rate at this cap (dgx-a100-2node without one NIC: 1 and 2 per unit)
             trial_found, trial = pipelined(cap, weights)
             if done is None or trial.predicted_time_us < done.predicted_time_us * (1 - 1e-9):

@@ -18,6 +18,7 @@ from synth.synthesis.base import (
     deadline_of,
 )
 from synth.synthesis.packing import choose_capacities, integer_fabric, optimal_ratio
+from synth.synthesis.timing import schedule_messages
 from synth.synthesis.trees import tuning
 from synth.synthesis.trees.depth import built_shapes, choose_chunks, refine_depth
 from synth.synthesis.trees.forest import Forest, plan_forest
@@ -63,6 +64,12 @@ def capped_floor_us(topology: Topology, collective: Collective, size_bytes: floa
         _, _, ratio = choose_capacities(fabric, weights, optimal_ratio(fabric, weights), cap)
         total += per_root_bytes * float(ratio) / (float(fabric.unit_GBps) * 1e3)
     return total
+
+
+def forests_floor_us(collective: Collective, plans: list[Forest], size_bytes: float) -> float:
+    """The bandwidth time of a collective's forests, phase after phase (:attr:`Pipelined.floor`)."""
+    per_root_bytes = root_piece_bytes(collective.name, collective.num_ranks, size_bytes, owner_units(plans))
+    return sum(forest.bandwidth_time_us(per_root_bytes) for forest in plans)
 
 
 def is_symmetric(topology: Topology) -> bool:
@@ -150,7 +157,7 @@ def run_pipeline(topology: Topology, collective: Collective, size_bytes: float, 
     # the 4x priority only where the first search is cheap (deterministic: by transfer count)
     cheap = job_estimate(plans, first_chunks, first_messages) <= tuning.TUNING.alt_priority_jobs
     weights = tuning.TUNING.height_weights if cheap else (1.0,)
-    floor = sum(f.bandwidth_time_us(per_root_bytes) for f in plans)   # the forests' bandwidth time
+    floor = forests_floor_us(collective, plans, size_bytes)
     for weight in weights:
         chunks, messages, tail, trials, runners = first_chunks, first_messages, 0, 0, ()
         # at scale one message per tree is final (see choose_chunks): no depth search, one timing pass
@@ -237,17 +244,13 @@ def polish(topology: Topology, collective: Collective, size_bytes: float, pipeli
 
 def _xml_nodes(transfers: list[Transfer], n: int) -> float:
     """XML nodes of the busiest rank of a timed schedule (:func:`busiest_rank_xml`), a step per message: the
-    transfers of one ``group`` on a connection are one message, every other transfer its own (mi250x4-ib16
-    reducescatter at 32 chunks per root, one per message: 5440 estimated, 4174 lowered, over MSCCL's 4096)."""
-    messages: dict[tuple[int, int], int] = {}
-    grouped: set[tuple[int, int, int, int]] = set()
-    for t in transfers:
-        if t.group >= 0:
-            if (t.src, t.dst, t.channel, t.group) in grouped:
-                continue
-            grouped.add((t.src, t.dst, t.channel, t.group))
-        messages[(t.src, t.dst)] = messages.get((t.src, t.dst), 0) + 1
-    return busiest_rank_xml(messages, n)
+    messages of :func:`synth.synthesis.timing.schedule_messages` (mi250x4-ib16 reducescatter at 32 chunks per root,
+    one per message: 5440 estimated, 4174 lowered, over MSCCL's 4096)."""
+    per_pair: dict[tuple[int, int], int] = {}
+    for members in schedule_messages(transfers):
+        first = transfers[members[0]]
+        per_pair[(first.src, first.dst)] = per_pair.get((first.src, first.dst), 0) + 1
+    return busiest_rank_xml(per_pair, n)
 
 
 def finish_schedule(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
