@@ -86,3 +86,58 @@ def test_xml_nodes_count_a_grouped_message_once():
     single = [Transfer(1.0, 2.0, chunk, 0, 1) for chunk in range(4, 7)]          # three one-chunk messages
     other = [Transfer(0.0, 1.0, 0, 2, 1, group=7)]                                # the same group id elsewhere
     assert _xml_nodes(grouped + single + other, 3) == busiest_rank_xml({(0, 1): 4, (2, 1): 1}, 3)
+
+
+def test_polish_times_large_runners_and_hands_close_ones_to_the_pipeline(monkeypatch):
+    # runners above forward_jobs are timed batched; those planned within runner_up_margin of the kept shape come back
+    # as runner-ups, which the method passes on as alternatives for the pipeline to simulate
+    from synth.collectives import Collective
+    from synth.synthesis.base import SynthOptions
+    from synth.synthesis.trees.forest import plan_forest
+    from synth.synthesis.trees.pipeline import finish_schedule, forest_phases, polish, run_pipeline, with_runner_ups
+
+    monkeypatch.setattr(tuning, "TUNING", replace(tuning.TUNING, forward_jobs=0, runner_ups=2,
+                                                  runner_up_margin=0.5))
+    topology = degrade_topology(synth.load_topology("dgx-a100-2node"),
+                                FabricEdits(exclude_links=(("b0.nic3", "ib1"),))).topology
+    collective = Collective("allgather", 16)
+    plans = {(roots, reverse): plan_forest(topology, roots, reverse=reverse)
+             for roots, reverse in forest_phases(collective)}
+    found = run_pipeline(topology, collective, 2**26, SynthOptions(), lambda roots, reverse: plans[(roots, reverse)])
+    assert found.runners
+    kept = polish(topology, collective, 2**26, found)
+    assert kept.timed[1] <= found.timed[1]
+    assert 1 <= len(kept.runner_ups) <= 2
+    shapes = [(p.chunks, p.messages, p.tail) for p in (kept, *kept.runner_ups)]
+    assert len(set(shapes)) == len(shapes)
+    assert all(kept.timed[1] <= p.timed[1] <= kept.timed[1] * 1.5 for p in kept.runner_ups)
+    schedule = with_runner_ups(topology, collective, 2**26, SynthOptions(),
+                               finish_schedule(topology, collective, 2**26, SynthOptions(), kept, "trees"), kept)
+    assert [s.predicted_time_us for s in schedule.alternatives] == [p.timed[1] for p in kept.runner_ups]
+    monkeypatch.setattr(tuning, "TUNING", replace(tuning.TUNING, runner_ups=0))
+    assert not polish(topology, collective, 2**26, found).runner_ups
+
+
+def test_polish_finds_the_large_runner_the_plan_and_the_simulator_agree_on():
+    # four MI250 boxes at 25 GB/s per GCD, the composed box forests' allgather: the search keeps 64 chunks per root,
+    # 3 messages per tree, tail 2, planned at 3267.5 us and simulated at 3677.6; its runner 256 chunks, 64 messages,
+    # halving tail (69.6k transfers, beyond forward_jobs) is planned batched at 3262.3 and simulated at that
+    from synth.collectives import Collective
+    from synth.pipeline import _program
+    from synth.simulation import simulate
+    from synth.synthesis.base import Instance, SynthOptions
+    from synth.synthesis.trees.composed import composed_planner
+    from synth.synthesis.trees.pipeline import finish_schedule, forest_phases, polish, run_pipeline
+    from synth.topology.families import mi250_boxes
+
+    topology = mi250_boxes(4, 25.0)
+    collective = Collective("allgather", 64)
+    planner = composed_planner(topology, 256)
+    plans = {phase: planner(*phase) for phase in forest_phases(collective)}
+    found = run_pipeline(topology, collective, 2**30, SynthOptions(), lambda roots, reverse: plans[(roots, reverse)])
+    kept = polish(topology, collective, 2**30, found)
+    assert (kept.chunks, kept.messages) != (found.chunks, found.messages)
+    schedule = finish_schedule(topology, collective, 2**30, SynthOptions(), kept, "trees")
+    program = _program(Instance(topology, collective, 2**30), "trees", schedule)
+    simulated = simulate(program, topology, 2**30, record_events=False).time_us
+    assert simulated <= kept.timed[1] * 1.001 and 2972.0 / simulated > 0.91

@@ -29,6 +29,7 @@ from synth.synthesis.trees.pipeline import (
     routes_symmetric,
     run_pipeline,
     schedule_from_plans,
+    with_runner_ups,
 )
 from synth.synthesis.trees.programs import first_with_runner_ups, justified_schedule
 from synth.synthesis.trees.split_allreduce import split_allreduce
@@ -125,11 +126,12 @@ def synthesize(inst: Instance) -> Schedule:
         return found, finish_schedule(topology, collective, size_bytes, options, found, "trees")
 
     def polished(found: Pipelined, kept: Schedule) -> Schedule:
-        # only the shape finally kept is polished (TUNING.polish: 15 more list schedules)
+        # only the shape finally kept is polished (TUNING.polish: 15 more list schedules); the shapes planned
+        # nearly as fast go with it for the pipeline to simulate (polish)
         better = polish(topology, collective, size_bytes, found)
-        if better is found or better.timed[1] >= kept.predicted_time_us * (1 - 1e-9):
-            return kept
-        return finish_schedule(topology, collective, size_bytes, options, better, "trees", rounds_tried=True)
+        if better.timed[1] < kept.predicted_time_us * (1 - 1e-9):
+            kept = finish_schedule(topology, collective, size_bytes, options, better, "trees", rounds_tried=True)
+        return with_runner_ups(topology, collective, size_bytes, options, kept, better)
 
     def composed_schedule(kept: Schedule) -> Schedule | None:
         # the rails + box forest composition (trees.composed), where the fabric has rail boxes: pipelined only

@@ -31,7 +31,7 @@ from synth.synthesis.trees.messages import (
     root_piece_bytes,
     tree_messages,
 )
-from synth.synthesis.trees.programs import forest_schedule, justified_schedule
+from synth.synthesis.trees.programs import first_with_runner_ups, forest_schedule, justified_schedule
 from synth.synthesis.trees.rounds_timing import timed_rounds
 from synth.synthesis.trees.timed import Timing, timed_forests
 from synth.synthesis.trees.tuning import HALVING, ROUND_TIMED
@@ -115,9 +115,21 @@ def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: 
     """Plan the forests a collective needs with ``planner(roots, reverse)`` and pipeline them
     (:func:`run_pipeline`, :func:`polish`, :func:`finish_schedule`)."""
     options = piece_options(collective, options)
-    pipelined = run_pipeline(topology, collective, size_bytes, options, planner, other_planner)
-    return justified_schedule(topology, finish_schedule(topology, collective, size_bytes, options,
-                                        polish(topology, collective, size_bytes, pipelined), method))
+    pipelined = polish(topology, collective, size_bytes,
+                       run_pipeline(topology, collective, size_bytes, options, planner, other_planner))
+    kept = justified_schedule(topology, finish_schedule(topology, collective, size_bytes, options, pipelined, method))
+    return with_runner_ups(topology, collective, size_bytes, options, kept, pipelined, method)
+
+
+def with_runner_ups(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
+                    kept: Schedule, polished: Pipelined, method: str = "trees") -> Schedule:
+    """``kept`` with the schedules of ``polished``'s runner-up shapes (:func:`polish`) as its alternatives, which
+    the pipeline simulates, keeping the fastest."""
+    if not polished.runner_ups:
+        return kept
+    others = [finish_schedule(topology, collective, size_bytes, options, other, method, rounds_tried=True)
+              for other in polished.runner_ups]
+    return first_with_runner_ups([kept, *others])
 
 
 @dataclass(frozen=True)
@@ -136,6 +148,9 @@ class Pipelined:
     deadline: float | None
     runners: tuple[tuple[int, int | None, int], ...] = ()   # the search's next best shapes (chunks, messages, tail)
     finer: int | None = None   # chunks per root of the kept one-chunk-per-message shape cut finer (polish builds it)
+    # other shapes polish timed within TUNING.runner_up_margin of this one, fastest first: the pipeline simulates
+    # them as alternatives (polish sets them)
+    runner_ups: tuple[Pipelined, ...] = ()
 
 
 def run_pipeline(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
@@ -220,26 +235,60 @@ def polish(topology: Topology, collective: Collective, size_bytes: float, pipeli
     """The kept shape timed once more with the coalescings only it gets (:attr:`TreesTuning.polish`: drained and
     batched messages), and so are the search's next best shapes (``runners``) where their schedules are small
     (``TUNING.forward_jobs``): the search scores shapes without drains, which can rank them differently. The
-    fastest timing is kept. Not at scale (one timing pass there)."""
+    fastest timing is kept. Not at scale (one timing pass there).
+
+    The plan can misrank shapes that are close (mi250x4-ib25 composed allgather: 64 chunks per root, 3 messages,
+    tail 2 plans 3267.5 µs and simulates 3677.6; 32 chunks, 3 messages, tail 2 plans 3266.3 and simulates as
+    planned), so runners too large for the polish's coalescings are timed as the search's shapes are built
+    (``TUNING.built``) up to ``TUNING.finer_jobs`` transfers, and the timed shapes within
+    ``TUNING.runner_up_margin`` of the fastest, at most ``TUNING.runner_ups`` of them, come back as its
+    :attr:`Pipelined.runner_ups` for the pipeline to simulate."""
     if topology.num_ranks > tuning.TUNING.large_ranks:
         return pipelined
     check_deadline(pipelined.deadline, "trees", "polishing its schedule")
-    best = pipelined
+    timed_shapes = [pipelined]
     shapes = [(pipelined.chunks, pipelined.messages, pipelined.tail)]
-    shapes += [shape for shape in pipelined.runners
-               if job_estimate(pipelined.plans, *shape) <= tuning.TUNING.forward_jobs]
-    for chunks, messages, tail in shapes:
-        timed = timed_forests(topology, collective, pipelined.plans, chunks, messages, size_bytes, tail=tail,
+    for shape in pipelined.runners:
+        jobs = job_estimate(pipelined.plans, *shape)
+        if jobs <= tuning.TUNING.forward_jobs:
+            shapes.append(shape)
+        elif jobs <= tuning.TUNING.finer_jobs and tuning.TUNING.runner_ups:
+            # batched, the coalescing that wins on such shapes, at a third of the polish's list schedules
+            timed = timed_forests(topology, collective, pipelined.plans, *shape[:2], size_bytes, tail=shape[2],
+                                  timing=Timing(pipelined.weight, coalescings=tuning.TUNING.batched))
+            timed_shapes.append(_reshaped(pipelined, timed, shape))
+    for shape in shapes:
+        timed = timed_forests(topology, collective, pipelined.plans, *shape[:2], size_bytes, tail=shape[2],
                               timing=Timing(pipelined.weight, coalescings=tuning.TUNING.polish))
-        if timed[1] < best.timed[1] * (1 - 1e-9):
-            best = replace(pipelined, timed=timed, chunks=chunks, messages=messages, tail=tail)
+        timed_shapes.append(_reshaped(pipelined, timed, shape))
     if pipelined.finer is not None:   # one chunk per job: the messages are what batched coalescing makes of them
         batched = tuple(how for how in tuning.TUNING.polish if how.batch)
         timed = timed_forests(topology, collective, pipelined.plans, pipelined.finer, None, size_bytes,
                               timing=Timing(pipelined.weight, coalescings=batched))
-        if timed[1] < best.timed[1] * (1 - 1e-9) and _xml_nodes(timed[2], topology.num_ranks) <= MAX_XML_NODES:
-            best = replace(pipelined, timed=timed, chunks=pipelined.finer, messages=None, tail=0)
-    return best
+        if _xml_nodes(timed[2], topology.num_ranks) <= MAX_XML_NODES:
+            timed_shapes.append(_reshaped(pipelined, timed, (pipelined.finer, None, 0)))
+    # fastest first; a tie keeps the earlier (the kept shape before its runners)
+    ordered = sorted(range(len(timed_shapes)), key=lambda i: (timed_shapes[i].timed[1], i))
+    best = timed_shapes[ordered[0]]
+    if best is not pipelined and best.timed[1] >= pipelined.timed[1] * (1 - 1e-9):
+        best = pipelined
+    others: list[Pipelined] = []
+    seen = {(best.chunks, best.messages, best.tail)}
+    within = best.timed[1] * (1 + tuning.TUNING.runner_up_margin)
+    for i in ordered:
+        found = timed_shapes[i]
+        shape = (found.chunks, found.messages, found.tail)
+        if len(others) < tuning.TUNING.runner_ups and found.timed[1] <= within and shape not in seen:
+            others.append(found)
+            seen.add(shape)
+    return replace(best, runner_ups=tuple(others))
+
+
+def _reshaped(pipelined: Pipelined, timed: tuple[Collective, float, list[Transfer]],
+              shape: tuple[int, int | None, int]) -> Pipelined:
+    """``pipelined`` timed at another message shape (chunks, messages, tail)."""
+    chunks, messages, tail = shape
+    return replace(pipelined, timed=timed, chunks=chunks, messages=messages, tail=tail)
 
 
 def _xml_nodes(transfers: list[Transfer], n: int) -> float:

@@ -49,6 +49,8 @@ class TreesTuning:
     polish_runners: int = 2          # ... and so are the search's next best shapes (search scores rank shapes
     # before drains: dgx-a100-2node without one NIC, allgather: 128 chunks, 4 messages, tail 3 polishes to 3453.8 µs,
     # the best-scored 32 chunks, 3 messages, tail 2 to 3505.2); only schedules of at most forward_jobs transfers
+    runner_ups: int = 1              # polish's other shapes the pipeline simulates as alternatives, where their plan
+    runner_up_margin: float = 0.02   # ... is within this share of the kept one (close plans can simulate far apart)
     coarser_chunks: tuple[int, ...] = (2, 4)   # ... and so is the kept shape cut from this many times coarser
     # chunks (a message holds at most MAX_COALESCE chunks: dgx-a100-2node without one NIC, allgather 128 -> 32
     # chunks per root, 0.9796 -> 0.9828 of the bound)
@@ -91,6 +93,13 @@ class TreesTuning:
     def built(self) -> tuple[Coalescing, ...]:
         """Coalescings the searched shapes are built with: every share of α."""
         return tuple(Coalescing(share) for share in self.alpha_shares)
+
+    @property
+    def batched(self) -> tuple[Coalescing, ...]:
+        """Coalescings polish times the runners of large schedules with: the default share of α, batched (on
+        mi250x4-ib25's composed allgather the polish's best timing of such runners was batched and undrained; one
+        list schedule each keeps the extra CPU to a fifth)."""
+        return (Coalescing(ALPHA_SHARE, None, True),)
 
     @property
     def polish(self) -> tuple[Coalescing, ...]:
