@@ -50,31 +50,45 @@ def test_finer_chunks_are_nominated_only_for_one_chunk_shapes_the_search_could_n
     assert _finer_chunks(plans, lambda chunks: [16], 16, None, 0) is None   # --chunks 16: the count stays
 
 
-def test_polish_builds_the_finer_chunks_the_search_could_not_time():
-    # four MI250 boxes on one IB switch, the composed box forests' allgather: the search (scored by the plan and the
-    # runtime's replayed order) keeps 16 chunks per root, one per message; 32, beyond its transfer budget, are
-    # planned and simulated at 3399.8 us against 3649.0 simulated for 16 (0.925 of the bound against 0.862)
+def _composed_allgather(ib_gbps: float):
+    """Four MI250 boxes on one IB switch at ``ib_gbps`` per GCD: the composed box forests' allgather at 1 GiB as the
+    search finds it, and a function giving a polished shape's simulated time."""
     from synth.collectives import Collective
     from synth.pipeline import _program
     from synth.simulation import simulate
     from synth.synthesis.base import Instance, SynthOptions
     from synth.synthesis.trees.composed import composed_planner
-    from synth.synthesis.trees.pipeline import finish_schedule, forest_phases, polish, run_pipeline
+    from synth.synthesis.trees.pipeline import finish_schedule, forest_phases, run_pipeline
     from synth.synthesis.trees.programs import justified_schedule
     from synth.topology.families import mi250_boxes
 
-    topology = mi250_boxes(4, 16.0)
+    topology = mi250_boxes(4, ib_gbps)
     collective = Collective("allgather", 64)
     planner = composed_planner(topology, 256)
     plans = {phase: planner(*phase) for phase in forest_phases(collective)}
     found = run_pipeline(topology, collective, 2**30, SynthOptions(), lambda roots, reverse: plans[(roots, reverse)])
+
+    def simulated(kept) -> float:
+        schedule = justified_schedule(topology, finish_schedule(topology, collective, 2**30, SynthOptions(), kept,
+                                                                "trees"))
+        program = _program(Instance(topology, collective, 2**30), "trees", schedule)
+        return simulate(program, topology, 2**30, record_events=False).time_us
+
+    return topology, collective, found, simulated
+
+
+def test_polish_builds_the_finer_chunks_the_search_could_not_time():
+    # the composed allgather at 16 GB/s: the search (scored by the plan and the runtime's replayed order) keeps 16
+    # chunks per root, one per message; 32, beyond its transfer budget, are planned and simulated at 3399.8 us
+    # against 3649.0 simulated for 16 (0.925 of the bound against 0.862)
+    from synth.synthesis.trees.pipeline import polish
+
+    topology, collective, found, simulated = _composed_allgather(16.0)
     assert (found.chunks, found.messages, found.finer) == (16, None, 32)
     kept = polish(topology, collective, 2**30, found)
     assert kept.chunks == 32 and kept.timed[1] < found.timed[1] * 0.96
-    schedule = justified_schedule(topology, finish_schedule(topology, collective, 2**30, SynthOptions(), kept, "trees"))
-    program = _program(Instance(topology, collective, 2**30), "trees", schedule)
-    simulated = simulate(program, topology, 2**30, record_events=False).time_us
-    assert simulated <= kept.timed[1] * 1.001 and 3145.7 / simulated > 0.92
+    time_us = simulated(kept)
+    assert time_us <= kept.timed[1] * 1.001 and 3145.7 / time_us > 0.92
 
 
 def test_xml_nodes_count_a_grouped_message_once():
@@ -119,25 +133,13 @@ def test_polish_times_large_runners_and_hands_close_ones_to_the_pipeline(monkeyp
 
 
 def test_polish_finds_the_large_runner_the_plan_and_the_simulator_agree_on():
-    # four MI250 boxes at 25 GB/s per GCD, the composed box forests' allgather: the search keeps 64 chunks per root,
-    # 3 messages per tree, tail 2, planned at 3267.5 us and simulated at 3677.6; its runner 256 chunks, 64 messages,
-    # halving tail (69.6k transfers, beyond forward_jobs) is planned batched at 3262.3 and simulated at that
-    from synth.collectives import Collective
-    from synth.pipeline import _program
-    from synth.simulation import simulate
-    from synth.synthesis.base import Instance, SynthOptions
-    from synth.synthesis.trees.composed import composed_planner
-    from synth.synthesis.trees.pipeline import finish_schedule, forest_phases, polish, run_pipeline
-    from synth.topology.families import mi250_boxes
+    # the composed allgather at 25 GB/s: the search keeps 64 chunks per root, 3 messages per tree, tail 2, planned at
+    # 3267.5 us and simulated at 3677.6; its runner 256 chunks, 64 messages, halving tail (69.6k transfers, beyond
+    # forward_jobs) is planned batched at 3262.3 and simulated at that
+    from synth.synthesis.trees.pipeline import polish
 
-    topology = mi250_boxes(4, 25.0)
-    collective = Collective("allgather", 64)
-    planner = composed_planner(topology, 256)
-    plans = {phase: planner(*phase) for phase in forest_phases(collective)}
-    found = run_pipeline(topology, collective, 2**30, SynthOptions(), lambda roots, reverse: plans[(roots, reverse)])
+    topology, collective, found, simulated = _composed_allgather(25.0)
     kept = polish(topology, collective, 2**30, found)
     assert (kept.chunks, kept.messages) != (found.chunks, found.messages)
-    schedule = finish_schedule(topology, collective, 2**30, SynthOptions(), kept, "trees")
-    program = _program(Instance(topology, collective, 2**30), "trees", schedule)
-    simulated = simulate(program, topology, 2**30, record_events=False).time_us
-    assert simulated <= kept.timed[1] * 1.001 and 2972.0 / simulated > 0.91
+    time_us = simulated(kept)
+    assert time_us <= kept.timed[1] * 1.001 and 2972.0 / time_us > 0.91
