@@ -128,6 +128,7 @@ def test_polish_times_large_runners_and_hands_close_ones_to_the_pipeline(monkeyp
     schedule = with_runner_ups(topology, collective, 2**26, SynthOptions(),
                                finish_schedule(topology, collective, 2**26, SynthOptions(), kept, "trees"), kept)
     assert [s.predicted_time_us for s in schedule.alternatives] == [p.timed[1] for p in kept.runner_ups]
+    assert all(s.notes["polish_runner_up"] for s in schedule.alternatives)
     monkeypatch.setattr(tuning, "TUNING", replace(tuning.TUNING, runner_ups=0))
     assert not polish(topology, collective, 2**26, found).runner_ups
 

@@ -129,6 +129,7 @@ def with_runner_ups(topology: Topology, collective: Collective, size_bytes: floa
         return kept
     others = [finish_schedule(topology, collective, size_bytes, options, other, method, rounds_tried=True)
               for other in polished.runner_ups]
+    others = [replace(other, notes={**other.notes, "polish_runner_up": True}) for other in others]
     return first_with_runner_ups([kept, *others])
 
 
