@@ -46,6 +46,9 @@ The shape finally kept (after the trees-per-root search) is polished (:func:`pol
 timed again with messages that are at most ``0.7×`` what their links still carry after them
 (each link's stream ends in shrinking messages while its earlier ones grow) and with the transfers
 ready at one instant queued together before a link starts one (so the first does not leave alone).
+The search's next best shapes are timed there too (batched only where their schedules are large), and
+the shapes planned within ``TUNING.runner_up_margin`` of the fastest go with it as alternatives the
+pipeline simulates: close plans can simulate far apart on switch fabrics.
 
 Round timing: where α, fill and drain still cost more than 1 % at a bandwidth-bound SIZE, the same
 forests are also timed by rounds (:mod:`synth.synthesis.rounds`): an LP over ``TUNING.rounds`` rounds
