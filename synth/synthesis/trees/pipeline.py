@@ -240,8 +240,8 @@ def polish(topology: Topology, collective: Collective, size_bytes: float, pipeli
 
     The plan can misrank shapes that are close (mi250x4-ib25 composed allgather: 64 chunks per root, 3 messages,
     tail 2 plans 3267.5 µs and simulates 3677.6; 32 chunks, 3 messages, tail 2 plans 3266.3 and simulates as
-    planned), so runners too large for the polish's coalescings are timed as the search's shapes are built
-    (``TUNING.built``) up to ``TUNING.finer_jobs`` transfers, and the timed shapes within
+    planned), so runners too large for the polish's coalescings are timed with ``TUNING.runner_coalescings`` up to
+    ``TUNING.finer_jobs`` transfers, and the timed shapes within
     ``TUNING.runner_up_margin`` of the fastest, at most ``TUNING.runner_ups`` of them, come back as its
     :attr:`Pipelined.runner_ups` for the pipeline to simulate."""
     if topology.num_ranks > tuning.TUNING.large_ranks:
@@ -254,9 +254,9 @@ def polish(topology: Topology, collective: Collective, size_bytes: float, pipeli
         if jobs <= tuning.TUNING.forward_jobs:
             shapes.append(shape)
         elif jobs <= tuning.TUNING.finer_jobs and tuning.TUNING.runner_ups:
-            # batched, the coalescing that wins on such shapes, at a third of the polish's list schedules
+            # one batched coalescing, the one that wins on such shapes, instead of the polish's fifteen
             timed = timed_forests(topology, collective, pipelined.plans, *shape[:2], size_bytes, tail=shape[2],
-                                  timing=Timing(pipelined.weight, coalescings=tuning.TUNING.batched))
+                                  timing=Timing(pipelined.weight, coalescings=tuning.TUNING.runner_coalescings))
             timed_shapes.append(_reshaped(pipelined, timed, shape))
     for shape in shapes:
         timed = timed_forests(topology, collective, pipelined.plans, *shape[:2], size_bytes, tail=shape[2],

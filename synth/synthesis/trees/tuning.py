@@ -95,7 +95,7 @@ class TreesTuning:
         return tuple(Coalescing(share) for share in self.alpha_shares)
 
     @property
-    def batched(self) -> tuple[Coalescing, ...]:
+    def runner_coalescings(self) -> tuple[Coalescing, ...]:
         """Coalescings polish times the runners of large schedules with: the default share of α, batched (on
         mi250x4-ib25's composed allgather the polish's best timing of such runners was batched and undrained; one
         list schedule each keeps the extra CPU to a fifth)."""
