@@ -3,13 +3,13 @@
 Usage: python benchmarks/bench_scale.py [--ranks 256,1024,4096] [--filter REGEX] [-c allgather,...] [--size 1GiB]
        [--method M] [--timeout 1200]
 
-Fabrics per rank count (names are stable): 256: torus-16x16, a100x32 (32 DGX A100 boxes), leafspine-16x16;
-1024: torus-32x32, torus-16x16x4, a100x128, leafspine-32x32; 4096: torus-64x64, a100x512. Each fabric x
-collective runs in its own child process, one at a time (``--child``): the default ``synth synthesize`` pipeline
-(``synth.pipeline.synthesize``: method, lowering, verification, simulation, bound), then ``verify`` and
-``simulate`` of its program timed again on their own. A row gives the child's CPU seconds for the pipeline, its
-peak RSS (``ru_maxrss``), the ratio bound / simulated time, the method, and the verify and simulate CPU seconds.
-Failures and timeouts are rows too.
+Fabrics per rank count (names are stable): 256: torus-16x16, a100x32 (32 DGX A100 boxes), leafspine-16x16; 1024:
+torus-32x32, torus-16x16x4, a100x128, leafspine-32x32; 2048 (not run by default): torus-64x32; 4096: torus-64x64,
+a100x512. Each fabric x collective runs in its own child process, one at a time (``--child``): the default ``synth
+synthesize`` pipeline (``synth.pipeline.synthesize``: method, lowering, verification, simulation, bound), then
+``verify`` and ``simulate`` of its program timed again on their own. A row gives the child's CPU seconds for the
+pipeline, its peak RSS (``ru_maxrss``), the ratio bound / simulated time, the method, and the verify and simulate
+CPU seconds. Failures and timeouts are rows too.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ def fabrics() -> dict[str, tuple[int, object]]:
         "torus-16x16": (256, torus(16, 16)), "a100x32": (256, boxes(32)), "leafspine-16x16": (256, leaf_spine(16, 16)),
         "torus-32x32": (1024, torus(32, 32)), "torus-16x16x4": (1024, torus(16, 16, 4)),
         "a100x128": (1024, boxes(128)), "leafspine-32x32": (1024, leaf_spine(32, 32)),
+        "torus-64x32": (2048, torus(64, 32)),
         "torus-64x64": (4096, torus(64, 64)), "a100x512": (4096, boxes(512)),
     }
 

@@ -117,6 +117,24 @@ def test_large_scale_greedy_first_ring_only_as_a_fallback():
     assert [c.method for c in _plan(t1024, "gather", GiB)] == ["trees", "greedy", "ring"]
 
 
+def test_scale_trees_first_where_small_pieces_still_cost_many_alphas():
+    # 64x32 torus, 1 GiB: 512 KiB pieces, under BANDWIDTH_PIECE, but 21 α on the 50 GB/s, 0.5 µs links
+    t2048 = gen.torus((64, 32))
+    inst = Instance(t2048, Collective("allgather", 2048), GiB)
+    assert inst.latency_bound and inst.piece_alphas == pytest.approx(GiB / 2048 / 50e3 / 0.5)
+    for coll in ("allgather", "reducescatter", "allreduce"):
+        plan = _plan(t2048, coll, GiB)
+        assert [c.method for c in plan] == ["trees", "greedy", "ring"], coll
+        assert [c.fallback for c in plan] == [False, True, True]
+    # the same ranks at 1 MiB (512 B pieces, 0.02 α): greedy first, as before
+    plan = _plan(t2048, "allgather", MiB)
+    assert [c.method for c in plan] == ["greedy", "ring"] and not plan[0].fallback
+    # 1024 ranks at 64 MiB: 64 KiB pieces, 2.6 α, under SCALE_PIECE_ALPHAS
+    assert [c.method for c in _plan(gen.torus((32, 32)), "allgather", 64 * MiB)] == ["greedy", "ring"]
+    # behind switches the rule does not apply (leafring, railblocks serve those fabrics)
+    assert not auto._scale_trees(Instance(gen.star(300), Collective("allgather", 300), GiB))
+
+
 def test_every_candidate_supports_the_collective():
     from synth.synthesis.registry import METHODS
 

@@ -10,10 +10,11 @@ reducescatter, alltoall, gather, scatter and allreduce; SIZE for broadcast and r
 *bandwidth-bound* when ``piece >= 1 MB`` (``BANDWIDTH_PIECE``) and *latency-bound* otherwise.
 
 **The rule** (``RULES``; a row is tried when its predicate holds and the method supports the
-collective; rows are in execution order, cheapest first, except that a bandwidth-bound case runs the
-tree methods, ``multiring``, ``spantree``, ``trees`` and ``lp``, first: they are the expected winners there,
-and a wall-clock ``--time-limit`` that runs out must cut the baselines, not them). Figures are simulated gaps
-``(time - bound) / time`` from the full sweep of ``notebooks/optimality_gaps.ipynb`` (dgx1,
+collective; rows are in execution order, cheapest first, except that a bandwidth-bound case (and one where
+``trees``' scale path runs below 1 MB pieces, ``_scale_trees``) runs the tree methods, ``multiring``,
+``spantree``, ``trees`` and ``lp``, first: they are the expected winners there, and a wall-clock
+``--time-limit`` that runs out must cut the baselines, not them). Figures are simulated gaps ``(time - bound) /
+time`` from the full sweep of ``notebooks/optimality_gaps.ipynb`` (dgx1,
 dgx-a100-2node, mi250, ndv2-2node × allgather, allreduce × 1 KB, 1 MB, 64 MB, 1 GB × every method,
 10 s limit), plus the runs named below:
 
@@ -56,14 +57,16 @@ greedy    N <= 256; above: alltoall/gather/scatter or       -        cheap (<0.5
           latency-bound; not where direct's switched                 at 256); best on mi250 1 KB/1 MB, dgx1
           alltoall row above holds, nor bandwidth-bound      1 KB; won every >16-rank case the
           AG/RS/AR on a leaf fabric above 128 ranks                  milp author measured (16 A100 boxes
-                                                                     alltoall 1 GiB: 0.68 of the bound, 70 s;
-                                                                     32 boxes: over 10 minutes); 256-rank
+          (a fallback after trees' scale path where                  alltoall 1 GiB: 0.68 of the bound, 70 s;
+          that runs below 1 MB pieces)                               32 boxes: over 10 minutes); 256-rank
                                                                      2:1 leaf-spine allgather 0.58 in 128 s
 trees     N <= 32 at any size; bandwidth-bound at          -        best at 64 MB/1 GB on multi-box fabrics
           N <= 128 or N > 256 (its fast scale path),
           not bandwidth-bound switchless allreduce
           at 17-128 ranks (spantree's), nor AG/RS/AR             (dgx-a100-2node 1 GB 10.1 % vs ring
-          above 256 ranks on rail boxes (railblocks')
+          above 256 ranks on rail boxes (railblocks');
+          switchless AG/RS/AR above 256 ranks whose
+          pieces take >= 8 α (_scale_trees)
                                                                      54.5 %; dgx-a100-4node 1 GiB 1.05x
                                                                      bound vs greedy 3.5x) and at 1 KB/1 MB
                                                                      on ndv2-2node. The exact packing
@@ -154,6 +157,7 @@ TREES_ALLREDUCE_RANKS = 16   # ... and above this many ranks trees gives it way 
 GREEDY_MAX_RANKS = 256       # greedy at every size and collective up to this scale
 EXACT_TREES_SLOW = 128       # trees' exact packing is skipped above this ...
 LARGE_TREES = 256            # ... up to where its fast scale path starts (trees.LARGE_RANKS)
+SCALE_PIECE_ALPHAS = 8.0     # ... which also runs below BANDWIDTH_PIECE where a piece costs this many α (_scale_trees)
 MULTIRING_LEAF_RANKS = 128   # multiring after leafring on a 1:1 leaf fabric up to here (_multiring_on_leaves)
 CLOSE_ENOUGH = 0.01          # stop once the best program is within 1 % of the lower bound
 SWITCHED_ALLTOALL_RANKS = 512  # bandwidth-bound alltoall behind switches: direct, no greedy, up to here ...
@@ -183,6 +187,18 @@ def _small(inst: Instance) -> bool:
 def _greedy(inst: Instance) -> bool:
     return (inst.ranks <= GREEDY_MAX_RANKS or inst.collective.name in ("alltoall", "gather", "scatter")
             or inst.latency_bound)
+
+
+def _scale_trees(inst: Instance) -> bool:
+    """A switchless allgather, reducescatter or allreduce past ``LARGE_TREES`` ranks whose pieces are small only
+    because SIZE is cut N ways: each still takes ``SCALE_PIECE_ALPHAS`` α or more on the widest link
+    (``Instance.piece_alphas``), so the case is bandwidth-bound in every sense but ``BANDWIDTH_PIECE``'s. trees'
+    scale path runs first there and greedy only as a fallback: the 64×32 torus 1 GiB allgather (512 KiB pieces,
+    21 α) took greedy 188 s of CPU for 0.910 of the bound and trees 148 s for 0.954; greedy's own run grows
+    faster than its N² transfers (11 s at 1024 ranks, 76 s at 2048)."""
+    return (not inst.switches and inst.ranks > LARGE_TREES
+            and inst.collective.name in ("allgather", "reducescatter", "allreduce")
+            and (inst.bandwidth_bound or inst.piece_alphas >= SCALE_PIECE_ALPHAS))
 
 
 def _switched_alltoall(inst: Instance) -> bool:
@@ -283,7 +299,8 @@ RULES: tuple[Rule, ...] = (
     Rule("nccl", lambda i: _small(i) and i.latency_bound),
     Rule("hierarchical", lambda i: _small(i) and i.boxes >= 2),
     Rule("greedy", lambda i: _greedy(i) and not _switched_alltoall(i) and not _leafring_only(i, MULTIRING_LEAF_RANKS)),
-    Rule("trees", lambda i: (i.ranks <= 32 or (i.bandwidth_bound and not EXACT_TREES_SLOW < i.ranks <= LARGE_TREES))
+    Rule("trees", lambda i: (i.ranks <= 32 or (i.bandwidth_bound and not EXACT_TREES_SLOW < i.ranks <= LARGE_TREES)
+                             or _scale_trees(i))
          and not _spantree_allreduce(i) and not _leafring_only(i, LARGE_TREES) and not _railblocks_only(i)),
     Rule("lp", lambda i: i.bandwidth_bound and (
         i.ranks <= 32 and (not i.switches and _small_lp(i) or i.collective.name == "alltoall")
@@ -333,13 +350,15 @@ def plan(inst: Instance) -> list[Candidate]:
     demote = not _small(inst) and "ring" in names and len(names) > 1
     if demote:
         names = [n for n in names if n != "ring"] + ["ring"]
-    if inst.bandwidth_bound:   # the expected winners first (module docstring)
+    scale_trees = _scale_trees(inst)
+    if inst.bandwidth_bound or scale_trees:   # the expected winners first (module docstring)
         first = ("nvls", *TREE_METHODS)
         names = [n for n in names if n in first] + [n for n in names if n not in first]
     for name in names:
         rule = next((r for r in rules() if r.method == name), None)
         limit = rule.limit(inst) if rule is not None else None
-        out.append(Candidate(name, limit, fallback=demote and name == "ring"))
+        fallback = demote and name == "ring" or scale_trees and name == "greedy"
+        out.append(Candidate(name, limit, fallback=fallback))
     return out
 
 

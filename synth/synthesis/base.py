@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -124,6 +125,20 @@ class Instance:
     @property
     def latency_bound(self) -> bool:
         return not self.bandwidth_bound
+
+    @cached_property
+    def piece_alphas(self) -> float:
+        """One rank's piece moved over the fabric's widest rank-to-rank link, in that link's α: the piece's
+        ``bytes / bw`` over ``α`` (docs/cost-model.md), the most over the links of the widest bandwidth (inf
+        where one has α = 0, 0 without links). Large fabrics cut SIZE into small pieces, yet each piece can
+        still cost many α: a 64×64 torus at 1 GiB moves 256 KiB pieces, 10.5 α on its 50 GB/s links."""
+        ranks = self.ranks
+        links = [link for link in self.topology.links if link.src < ranks and link.dst < ranks]
+        if not links:
+            return 0.0
+        widest = max(link.bw for link in links)
+        alpha = min(link.alpha for link in links if link.bw == widest)
+        return math.inf if alpha <= 0 else self.piece_bytes / (widest * 1e3) / alpha
 
 
 MethodFn = Callable[[Instance], Schedule]

@@ -5,6 +5,7 @@ into messages (plain, tailed, halving), the chunk counts MSCCL runtimes run, and
 from __future__ import annotations
 
 import math
+import weakref
 from collections import defaultdict
 from dataclasses import replace
 from fractions import Fraction
@@ -31,14 +32,16 @@ def split_chunks(forest: Forest, root: int, count: int) -> list[int]:
     """Chunks per distinct tree of ``root`` when every root of ``forest`` has ``count`` chunks per unit of
     weight (:func:`balanced_split`; others' trees 0)."""
     key = (id(forest), count)
-    if key not in _SPLITS or _SPLITS[key][0] is not forest:
+    if key not in _SPLITS or _SPLITS[key][0]() is not forest:
         if len(_SPLITS) > 64:
             _SPLITS.clear()
-        _SPLITS[key] = (forest, balanced_split(forest, count))
+        _SPLITS[key] = (weakref.ref(forest), balanced_split(forest, count))
     return [c if t.root == root else 0 for t, c in zip(forest.trees, _SPLITS[key][1])]
 
 
-_SPLITS: dict[tuple[int, int], tuple[Forest, tuple[int, ...]]] = {}   # by identity: hashing a forest walks it
+# by identity (hashing a forest walks it), and weakly: a 2048-rank torus forest holds 4 million edges, which
+# must not outlive its synthesis
+_SPLITS: dict[tuple[int, int], tuple[weakref.ref, tuple[int, ...]]] = {}
 
 
 def balanced_split(forest: Forest, count: int) -> tuple[int, ...]:
