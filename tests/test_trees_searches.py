@@ -52,3 +52,22 @@ def test_weighted_forests_without_a_faster_rate_are_not_searched(degraded_pair_s
     assert weighted, "the weighted forests below the uniform rate are searched"
     assert all(found.floor < uniform for found in weighted)
     assert sorted(found.plans[0].k for found in weighted) == [4, 7]   # 1 and 2 per unit: the uniform rate
+
+
+def test_no_forest_outlives_its_synthesis() -> None:
+    """The forests a synthesis packs are freed with it: a 1024-rank torus forest holds a million edges, and
+    trees' split cache (``messages._SPLITS``) used to keep the last 64 forests alive for good."""
+    import gc
+
+    from synth.synthesis.trees.forest import Forest
+    from synth.topology import generators as gen
+
+    def forests() -> int:
+        gc.collect()
+        return sum(isinstance(o, Forest) for o in gc.get_objects())
+
+    before = forests()
+    schedule = trees_method.synthesize(Instance(gen.torus([4, 4]), Collective("allgather", 16), float(2**30),
+                                                SynthOptions()))
+    assert schedule.transfers
+    assert forests() == before
