@@ -71,3 +71,20 @@ def test_no_forest_outlives_its_synthesis() -> None:
                                                 SynthOptions()))
     assert schedule.transfers
     assert forests() == before
+
+
+def test_trees_refuses_past_its_transfer_limit_before_packing(monkeypatch) -> None:
+    """A request whose least schedule exceeds ``TUNING.max_transfers`` is refused at once, naming the count."""
+    from dataclasses import replace
+
+    from synth.errors import SynthError
+    from synth.synthesis.trees import tuning
+    from synth.topology import generators as gen
+
+    monkeypatch.setattr(tuning, "TUNING", replace(tuning.TUNING, max_transfers=2 * 16 * 15 - 1))
+    planned = []
+    monkeypatch.setattr(trees_method, "plan_forest", lambda *a, **k: planned.append(a))
+    inst = Instance(gen.torus([4, 4]), Collective("allreduce", 16), float(2**30), SynthOptions())
+    with pytest.raises(SynthError, match="at least 480 transfers for allreduce on 16 ranks"):
+        trees_method.synthesize(inst)
+    assert not planned
