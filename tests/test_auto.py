@@ -131,8 +131,10 @@ def test_scale_trees_first_where_small_pieces_still_cost_many_alphas():
     assert [c.method for c in plan] == ["greedy", "ring"] and not plan[0].fallback
     # 1024 ranks at 64 MiB: 64 KiB pieces, 2.6 α, under SCALE_PIECE_ALPHAS
     assert [c.method for c in _plan(gen.torus((32, 32)), "allgather", 64 * MiB)] == ["greedy", "ring"]
-    # behind switches the rule does not apply (leafring, railblocks serve those fabrics)
+    # behind switches, or on a mesh (balanced BFS trees, not translated ones), the rule does not apply
     assert not auto._scale_trees(Instance(gen.star(300), Collective("allgather", 300), GiB))
+    plan = _plan(gen.mesh((64, 32)), "allgather", GiB)
+    assert [c.method for c in plan] == ["greedy", "ring"] and not plan[0].fallback
 
 
 def test_every_candidate_supports_the_collective():

@@ -65,7 +65,7 @@ trees     N <= 32 at any size; bandwidth-bound at          -        best at 64 M
           not bandwidth-bound switchless allreduce
           at 17-128 ranks (spantree's), nor AG/RS/AR             (dgx-a100-2node 1 GB 10.1 % vs ring
           above 256 ranks on rail boxes (railblocks');
-          switchless AG/RS/AR above 256 ranks whose
+          AG/RS/AR above 256 ranks on a torus whose
           pieces take >= 8 α (_scale_trees)
                                                                      54.5 %; dgx-a100-4node 1 GiB 1.05x
                                                                      bound vs greedy 3.5x) and at 1 KB/1 MB
@@ -190,15 +190,21 @@ def _greedy(inst: Instance) -> bool:
 
 
 def _scale_trees(inst: Instance) -> bool:
-    """A switchless allgather, reducescatter or allreduce past ``LARGE_TREES`` ranks whose pieces are small only
-    because SIZE is cut N ways: each still takes ``SCALE_PIECE_ALPHAS`` α or more on the widest link
+    """An allgather, reducescatter or allreduce past ``LARGE_TREES`` ranks on a torus (read from the links,
+    ``scale.torus_dims``: where trees' scale path builds translated trees) whose pieces are small only because
+    SIZE is cut N ways: each still takes ``SCALE_PIECE_ALPHAS`` α or more on the widest link
     (``Instance.piece_alphas``), so the case is bandwidth-bound in every sense but ``BANDWIDTH_PIECE``'s. trees'
     scale path runs first there and greedy only as a fallback: the 64×32 torus 1 GiB allgather (512 KiB pieces,
-    21 α) took greedy 188 s of CPU for 0.910 of the bound and trees 148 s for 0.954; greedy's own run grows
-    faster than its N² transfers (11 s at 1024 ranks, 76 s at 2048)."""
-    return (not inst.switches and inst.ranks > LARGE_TREES
-            and inst.collective.name in ("allgather", "reducescatter", "allreduce")
-            and (inst.bandwidth_bound or inst.piece_alphas >= SCALE_PIECE_ALPHAS))
+    21 α) took greedy 161 s of CPU for 0.910 of the bound and trees 143 s for 0.954; greedy's own run grows
+    faster than its N² transfers (11 s at 1024 ranks, 76 s at 2048). On other switchless fabrics the scale path
+    packs balanced BFS trees, which lost to greedy (32×32 mesh allgather at 256 MiB, 10.5 α: 0.866 against
+    0.912), so nothing changes there."""
+    if not (inst.ranks > LARGE_TREES and inst.collective.name in ("allgather", "reducescatter", "allreduce")
+            and (inst.bandwidth_bound or inst.piece_alphas >= SCALE_PIECE_ALPHAS)):
+        return False
+    from synth.synthesis.scale import torus_dims
+
+    return torus_dims(inst.topology) is not None
 
 
 def _switched_alltoall(inst: Instance) -> bool:
