@@ -202,9 +202,7 @@ def _scale_trees(inst: Instance) -> bool:
     if not (inst.ranks > LARGE_TREES and inst.collective.name in ("allgather", "reducescatter", "allreduce")
             and (inst.bandwidth_bound or inst.piece_alphas >= SCALE_PIECE_ALPHAS)):
         return False
-    from synth.synthesis.scale import torus_dims
-
-    return torus_dims(inst.topology) is not None
+    return inst.torus_dims is not None
 
 
 def _switched_alltoall(inst: Instance) -> bool:

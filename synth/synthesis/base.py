@@ -140,6 +140,14 @@ class Instance:
         alpha = min(link.alpha for link in links if link.bw == widest)
         return math.inf if alpha <= 0 else self.piece_bytes / (widest * 1e3) / alpha
 
+    @cached_property
+    def torus_dims(self) -> tuple[int, ...] | None:
+        """The torus the fabric's links form (:func:`synth.synthesis.scale.torus_dims`), read once per request:
+        the check builds a torus per factorisation of N (0.5 s at 4096 ranks), and auto's rules ask it twice."""
+        from synth.synthesis.scale import torus_dims
+
+        return torus_dims(self.topology)
+
 
 MethodFn = Callable[[Instance], Schedule]
 
