@@ -16,7 +16,7 @@ from synth.collectives import COLLECTIVES, ROOTED, Collective
 from synth.errors import SynthError
 from synth.program.ir import Program
 from synth.program.lower import Layout, initial_holds, lower, spread_peers
-from synth.schedule import Schedule, Transfer
+from synth.schedule import TABLE_FIELDS, Schedule, Transfer, TransferTable
 from synth.verification import verify
 
 
@@ -367,3 +367,31 @@ def test_alltoall_on_64_ranks_lowers_within_msccls_limits():
     check_runtime_limits(result.program)
     assert result.program.nchannels == 2
     assert result.bound_us / result.time_us > 0.9
+
+
+def _table_of(transfers) -> TransferTable:
+    return TransferTable.of(**{name: [getattr(t, name) for t in transfers] for name in TABLE_FIELDS})
+
+
+@pytest.mark.parametrize(("n", "c", "grouped"), [(4, 1, False), (5, 3, True), (6, 2, False)])
+def test_a_transfer_table_lowers_as_its_records(n, c, grouped):
+    """A schedule given as columns (TransferTable) reads as its records and lowers to the same program."""
+    records = ring_allgather(n, c, grouped)
+    shuffled = tuple(sorted(records.transfers, key=lambda t: (-t.chunk, t.start)))   # not in time order
+    table = _table_of(shuffled)
+    assert len(table) == len(shuffled) and list(table) == list(shuffled) and table == shuffled
+    assert table[3] == shuffled[3] and list(table[2:5]) == list(shuffled[2:5])
+    assert table.sorted_by_time() == tuple(sorted(shuffled, key=lambda t: (t.start, t.end)))
+    assert table != shuffled[:-1] and table != _table_of(shuffled[1:] + shuffled[:1])
+    plain = dataclasses.replace(records, transfers=shuffled)
+    columns = dataclasses.replace(records, transfers=table)
+    assert columns == plain and columns.makespan == plain.makespan == n - 1.0
+    program = lower(columns)
+    assert program == lower(plain) and verify(program).ok
+
+
+def test_a_transfer_table_refuses_ragged_columns():
+    with pytest.raises(ValueError, match="differ in length"):
+        TransferTable.of(start=[0.0, 1.0], end=[1.0], chunk=[0, 1], src=[0, 1], dst=[1, 2])
+    table = TransferTable.of(start=[0.0], end=[1.0], chunk=[2], src=[0], dst=[1], reduce=True)
+    assert list(table) == [Transfer(0.0, 1.0, 2, 0, 1, True, (), 0, -1)]

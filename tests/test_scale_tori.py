@@ -19,8 +19,9 @@ from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.lower_bounds import compute_bounds
 from synth.program.lower import lower
+from synth.schedule import TransferTable
 from synth.simulation import simulate
-from synth.synthesis import scale, timing, trees
+from synth.synthesis import scale, trees
 from synth.synthesis.base import Instance, SynthOptions
 from synth.topology import generators
 from synth.topology.model import Link, Topology
@@ -269,13 +270,14 @@ def test_large_forest_dispatch(monkeypatch):
 def test_slot_timing_is_contention_free_in_simulation(monkeypatch, name):
     monkeypatch.setattr(trees.tuning, "TUNING", replace(trees.tuning.TUNING, large_ranks=8))
     calls = []
-    real_slot_schedule = timing.slot_schedule
+    real_slot_phase = trees.timed._slot_phase
 
-    def spy(jobs, topology, chunk_bytes, slots):
-        calls.append(len(jobs.msg))
-        return real_slot_schedule(jobs, topology, chunk_bytes, slots)
+    def spy(*args):
+        found = real_slot_phase(*args)
+        calls.append(None if found is None else len(found[0]))
+        return found
 
-    monkeypatch.setattr(trees.timed, "slot_schedule", spy)
+    monkeypatch.setattr(trees.timed, "_slot_phase", spy)
     topo = generators.torus([6, 6])
     n = topo.num_ranks
     assert trees.plan_forest(topo, tuple(range(n))).slots is not None
@@ -347,3 +349,34 @@ def test_balanced_bfs_trees_subset_of_roots_and_errors():
                                                        Link(2, 3, 50.0), Link(3, 2, 50.0)))
     with pytest.raises(SynthError, match="cannot reach"):
         scale.balanced_bfs_trees(split, (0, 2))
+
+
+@pytest.mark.parametrize(("name", "chunks", "messages"), [("allgather", 1, 1), ("allgather", 3, 1),
+                                                          ("reducescatter", 2, 1), ("allreduce", 1, 1),
+                                                          ("allgather", 2, None)])
+def test_slot_phase_table_is_the_job_timing(monkeypatch, name, chunks, messages):
+    """The columns built for translated trees are exactly what the job path (phase_jobs, slot_schedule,
+    phase_transfers) makes of them: the same transfers, in the same order, at the same times; and where a tree
+    carries several messages the job path times the phase."""
+    monkeypatch.setattr(trees.tuning, "TUNING", replace(trees.tuning.TUNING, large_ranks=8))
+    topo = generators.torus([6, 6])
+    n = topo.num_ranks
+    coll = Collective(name, n, chunks)
+    chunk_bytes = coll.chunk_bytes(SIZE)
+    offset = 0.0
+    for phase, (roots, reverse) in enumerate(trees.pipeline.forest_phases(coll)):
+        forest = trees.plan_forest(topo, roots, reverse=reverse)
+        assert forest.slots is not None
+        found = trees.timed._slot_phase(coll, forest, phase, chunks, messages, 0, topo, chunk_bytes, offset, True)
+        jobs = trees.jobs.phase_jobs(coll, forest, phase, chunks, messages)
+        timed, makespan = trees.timed._timed_phase(jobs, forest, topo, chunk_bytes, offset, coll.is_reduction,
+                                                   channel=phase)
+        if messages is None:    # a message per chunk: not one slot per edge
+            assert found is None
+            continue
+        table, table_makespan = found
+        assert isinstance(table, TransferTable) and len(table) == n * (n - 1) * chunks
+        assert table_makespan == makespan and table == timed and list(table) == timed
+        assert bool(table.reduce.any()) == (reverse and coll.is_reduction)
+        assert (table.group >= 0).all() == (chunks > 1)
+        offset += makespan

@@ -58,7 +58,7 @@ from synth.gcpause import gc_paused
 from synth.program.columns import BUFFER_CODE, KIND, StepColumns
 from synth.program.ir import Gpu, Program, Step, Threadblock
 from synth.runtime_limits import MAX_CHANNELS, MAX_DEPENDED_TB, MAX_STEP_CHUNKS, MAX_STEPS_PER_TB, MAX_TB_PER_CHANNEL
-from synth.schedule import Schedule, Transfer
+from synth.schedule import Schedule, Transfer, TransferTable
 
 _EPS = 1e-9
 
@@ -165,6 +165,10 @@ class _Transfers:
     @staticmethod
     def of(schedule: Schedule) -> _Transfers:
         ts = schedule.transfers
+        if isinstance(ts, TransferTable):   # columns already (direct links: the first hop is the receiver)
+            start, end, chunk, src, dst, reduce, channel, group = ts.columns()
+            order = np.lexsort((chunk, group, channel, end, start))
+            return _Transfers(*(a[order] for a in (start, end, chunk, src, dst, reduce, channel, group, dst)))
 
         fields = list(zip(*ts, strict=True)) if ts else [()] * len(Transfer._fields)
 

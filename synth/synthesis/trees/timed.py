@@ -7,9 +7,12 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import asdict, dataclass, replace
 
+import numpy as np
+
 from synth.collectives import Collective
 from synth.errors import SynthError
-from synth.schedule import Transfer
+from synth.schedule import Transfer, TransferTable
+from synth.synthesis.base import MAX_STEP_CHUNKS
 from synth.synthesis.timing import (
     Coalescing,
     Jobs,
@@ -26,8 +29,16 @@ from synth.synthesis.timing import (
 )
 from synth.synthesis.trees import tuning
 from synth.synthesis.trees.forest import Forest
-from synth.synthesis.trees.jobs import add_broadcast, add_reduction, owned_chunk_ids, phase_jobs, spread_chunks
-from synth.synthesis.trees.messages import job_estimate, loop_chunk_factor, owner_units
+from synth.synthesis.trees.jobs import (
+    add_broadcast,
+    add_reduction,
+    owned_chunk_ids,
+    phase_jobs,
+    root_chunk_ids,
+    spread_chunks,
+    tree_shares,
+)
+from synth.synthesis.trees.messages import job_estimate, loop_chunk_factor, message_shapes, owner_units
 from synth.synthesis.trees.tuning import COALESCING
 from synth.topology.model import Topology
 
@@ -55,18 +66,22 @@ def timed_forests(topology: Topology, collective: Collective, plans: list[Forest
     coll = Collective(name, n, loop_chunk_factor(name, n, chunks, owner_units(plans)), collective.root,
                       collective.inplace)
     chunk_bytes = coll.chunk_bytes(size_bytes)
-    transfers: list[Transfer] = []
+    parts: list[list[Transfer] | TransferTable] = []
     offset = 0.0
     for phase, forest in enumerate(plans):
-        jobs = phase_jobs(coll, forest, phase, chunks, messages, timing.height_weight, tail)
-        if len(jobs.msg) > tuning.TUNING.max_transfers:
-            raise SynthError(f"--chunks {chunks} makes {len(jobs.msg)} transfers; use fewer chunks")
         # each phase on its own channel: an allreduce's two phases fill a threadblock each
-        part, makespan = _timed_phase(jobs, forest, topology, chunk_bytes, offset, coll.is_reduction, build,
-                                      channel=phase, coalesce=name in COALESCING,
-                                      coalescings=timing.coalescings)
-        transfers += part
+        slotted = _slot_phase(coll, forest, phase, chunks, messages, tail, topology, chunk_bytes, offset, build)
+        if slotted is not None:
+            part, makespan = slotted
+        else:
+            jobs = phase_jobs(coll, forest, phase, chunks, messages, timing.height_weight, tail)
+            _check_transfer_limit(len(jobs.msg), chunks)
+            part, makespan = _timed_phase(jobs, forest, topology, chunk_bytes, offset, coll.is_reduction, build,
+                                          channel=phase, coalesce=name in COALESCING,
+                                          coalescings=timing.coalescings)
+        parts.append(part)
         offset += makespan
+    transfers = _joined(parts)
     if name in ("reducescatter", "allreduce"):
         forward = timed_forward(coll, plans, topology, chunks, messages, chunk_bytes, build, tail,
                                  coalescings=timing.coalescings)
@@ -78,6 +93,89 @@ def timed_forests(topology: Topology, collective: Collective, plans: list[Forest
         if mirrored is not None and mirrored[0] < offset * (1 - 1e-9):
             return coll, mirrored[0], mirrored[1]
     return coll, offset, transfers
+
+
+def _check_transfer_limit(jobs: int, chunks: int) -> None:
+    if jobs > tuning.TUNING.max_transfers:
+        raise SynthError(f"--chunks {chunks} makes {jobs} transfers; use fewer chunks")
+
+
+def _joined(parts: list[list[Transfer] | TransferTable]) -> list[Transfer] | TransferTable:
+    """The phases' transfers one after the other: a table where every phase built one."""
+    if parts and all(isinstance(part, TransferTable) for part in parts):
+        return TransferTable.concatenate(parts)
+    return [t for part in parts for t in part]
+
+
+def _slot_phase(coll: Collective, forest: Forest, phase: int, chunks: int, messages: int | None, tail: int,
+                topology: Topology, chunk_bytes: float, offset: float, build: bool
+                ) -> tuple[TransferTable, float] | None:
+    """One phase of translated trees (``forest.slots``, :func:`synth.synthesis.scale.translated_trees`) as a
+    :class:`TransferTable`: the transfers :func:`phase_jobs`, :func:`slot_schedule` and :func:`phase_transfers`
+    make of it, computed on arrays instead of a Python record per job (a 64×64 torus allgather has 16.8 M).
+
+    Slot timing: the job on edge ``e`` of any tree runs in ``[slots[e]·L, (slots[e] + 1)·L]`` with ``L`` the
+    longest transfer ``α·⌈c / MAX_STEP_CHUNKS⌉ + c·b / bw`` (``c`` chunks of ``b`` bytes, docs/cost-model.md); a
+    reversed forest is mirrored in time and direction (a reduction). None where that timing does not apply: a
+    tree that carries other than one message, or a fabric with switches (routes a table does not hold); the job
+    path then times the phase."""
+    name, n = coll.name, coll.num_ranks
+    fabric = topology.reversed() if forest.reversed else topology
+    if forest.slots is None or fabric.switches or name in ("scatter", "gather"):
+        return None
+    plain = replace(forest, reversed=False)
+    tree_order: list[int] = []
+    carried: list[tuple[int, ...]] = []
+    for r in (range(n) if name in ("allgather", "reducescatter", "allreduce") else (coll.root,)):
+        for t, share in tree_shares(plain, r, root_chunk_ids(coll, r, chunks, forest.weights)):
+            shapes = message_shapes(share, messages, tail)
+            if len(shapes) != 1:
+                return None
+            tree_order.append(t)
+            carried.append(shapes[0])
+    per_tree = len(forest.slots)
+    trees = [forest.trees[t] for t in tree_order]
+    if len(trees) != len(forest.trees) or any(len(tree.edges) != per_tree for tree in trees):
+        return None
+    _check_transfer_limit(len(trees) * per_tree, chunks)
+    edges = np.array([tree.edges for tree in trees], dtype=np.int64).reshape(len(trees) * per_tree, 2)
+    parent, child = edges[:, 0], edges[:, 1]
+    size = np.repeat(np.array([len(c) for c in carried], dtype=np.float64), per_tree)
+    # the (parent, child) link of each job on the planning fabric, as route_costs finds it
+    keys = np.array([link.src * fabric.num_nodes + link.dst for link in fabric.links], dtype=np.int64)
+    by_key = np.argsort(keys, kind="stable")
+    wanted = parent * fabric.num_nodes + child
+    at = np.minimum(np.searchsorted(keys[by_key], wanted), len(keys) - 1)
+    found = keys[by_key][at] == wanted
+    if not found.all():
+        i = int(np.argmin(found))
+        raise SynthError(f"internal error: route {(int(parent[i]), int(child[i]))} uses a missing link")
+    link = by_key[at]
+    _, _, bw, alpha = fabric.arrays
+    duration = alpha[link] * np.ceil(size / MAX_STEP_CHUNKS) + size * chunk_bytes / (bw[link] * 1e3)
+    longest = float(duration.max(initial=0.0))
+    slot = np.tile(np.asarray(forest.slots, dtype=np.float64), len(trees))
+    start, end = slot * longest, (slot + 1) * longest
+    makespan = float(end.max()) if len(end) else 0.0
+    if not build:
+        return TransferTable.of(start=np.zeros(0), end=np.zeros(0), chunk=[], src=[], dst=[]), makespan
+    order = np.argsort(start, kind="stable")
+    if forest.reversed:   # mirrored: t -> T - t, every transfer the other way, reducing
+        start, end, sender, receiver = makespan - end, makespan - start, child, parent
+    else:
+        sender, receiver = parent, child
+    # each job in start order, then its message's chunks in order
+    counts = np.array([len(c) for c in carried], dtype=np.int64)
+    first = np.cumsum(counts) - counts
+    flat_chunks = np.fromiter((c for message in carried for c in message), dtype=np.int64, count=int(counts.sum()))
+    job_tree = order // per_tree
+    per_job = counts[job_tree]
+    job = np.repeat(order, per_job)
+    within = np.arange(int(per_job.sum())) - np.repeat(np.cumsum(per_job) - per_job, per_job)
+    group = np.where(np.repeat(counts[job_tree] > 1, per_job), job, -1)
+    return TransferTable.of(start=start[job] + offset, end=end[job] + offset,
+                            chunk=flat_chunks[first[job // per_tree] + within], src=sender[job], dst=receiver[job],
+                            reduce=forest.reversed and coll.is_reduction, channel=phase, group=group), makespan
 
 
 def _mirrored_reduction(coll: Collective, forest: Forest, topology: Topology, chunks: int, messages: int | None,
@@ -118,6 +216,10 @@ def timed_forward(coll: Collective, plans: list[Forest], topology: Topology, chu
     n = coll.num_ranks
     priorities: list[dict | None] = [None]
     if not joint:
+        # each root with chunks sends them down spanning trees, n - 1 jobs at least: refused before building them
+        owners = n if plans[0].weights is None else sum(1 for w in plans[0].weights if w > 0)
+        if owners * (n - 1) * len(plans) > tuning.TUNING.forward_jobs:
+            return None
         # the start times of the mirrored broadcast schedule (the reduction that _timed_phase builds)
         mirror = phase_jobs(coll, plans[0], 0, chunks, messages, tail=tail)
         if len(mirror.msg) * len(plans) > tuning.TUNING.forward_jobs:   # five more list schedules: keep synthesis quick
