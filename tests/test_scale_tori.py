@@ -380,3 +380,27 @@ def test_slot_phase_table_is_the_job_timing(monkeypatch, name, chunks, messages)
         assert bool(table.reduce.any()) == (reverse and coll.is_reduction)
         assert (table.group >= 0).all() == (chunks > 1)
         offset += makespan
+
+
+@pytest.mark.parametrize("dims", [(4, 4), (5, 3), (3, 3, 4)])
+def test_translated_tree_arrays_are_the_translated_trees(dims):
+    """The array form the forest keeps (and times from) holds the same edges, and gives the same ratio."""
+    topo = generators.torus(list(dims))
+    roots = tuple(range(topo.num_ranks))
+    trees_, slots = scale.translated_trees(topo, dims, roots)
+    parents, children, array_slots = scale.translated_tree_arrays(topo, dims, roots)
+    assert array_slots == slots
+    assert [list(zip(p.tolist(), c.tolist())) for p, c in zip(parents, children)] == [e for _, e, _ in trees_]
+    for reverse in (False, True):
+        assert scale.direct_ratio(topo, parents, children, reverse) == scale.achieved_ratio(topo, trees_, reverse)
+
+
+def test_pair_index_finds_links_like_a_dict_of_pairs():
+    from synth.arrays import pair_index
+
+    tails, heads = [0, 1, 2, 0, 3], [1, 2, 0, 1, 0]          # links 0 and 3 are parallel: the last one counts
+    index = {(a, b): i for i, (a, b) in enumerate(zip(tails, heads))}
+    queries = [(0, 1), (1, 2), (2, 0), (3, 0), (1, 0), (5, 1), (-1, 0), (0, 7)]
+    found = pair_index(tails, heads, [q[0] for q in queries], [q[1] for q in queries]).tolist()
+    assert found == [index.get(q, -1) for q in queries]
+    assert pair_index([], [], [0], [1]).tolist() == [-1]

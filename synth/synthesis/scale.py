@@ -41,9 +41,11 @@ The rate is not certified exact here; the forest reports the achieved ratio from
 from __future__ import annotations
 
 from fractions import Fraction
+from itertools import chain
 
 import numpy as np
 
+from synth.arrays import pair_index
 from synth.errors import SynthError
 from synth.synthesis.packing import Route, integer_fabric
 from synth.topology.model import Topology
@@ -219,7 +221,17 @@ def _ordered_factors(n: int, parts: int, smallest: int = 3) -> list[tuple[int, .
 
 def translated_trees(topology: Topology, dims: tuple[int, ...], roots: tuple[int, ...]):
     """(trees, slots): the translates of one balanced shortest-path tree of rank 0 (module docstring)
-    with every tree's edges in the same order, and the time slot of each edge."""
+    with every tree's edges in the same order, and the time slot of each edge; a tree is (root, edges, routes)
+    (routes empty: direct links). :func:`translated_tree_arrays` gives the same edges as arrays."""
+    parents, children, slots = translated_tree_arrays(topology, dims, roots)
+    direct = [()] * parents.shape[1]
+    return [(r, list(zip(p.tolist(), c.tolist())), list(direct)) for r, p, c in zip(roots, parents, children)], slots
+
+
+def translated_tree_arrays(topology: Topology, dims: tuple[int, ...], roots: tuple[int, ...]
+                           ) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+    """(parents, children, slots) of :func:`translated_trees`: row ``i`` holds the (parent, child) of every edge of
+    root ``roots[i]``'s tree, edges in the same order in every row (int32 arrays, one row per root)."""
     n = topology.num_ranks
     coords = np.array(np.unravel_index(np.arange(n), dims)).T          # row-major, as the generator
     dims_arr = np.array(dims)
@@ -243,15 +255,15 @@ def translated_trees(topology: Topology, dims: tuple[int, ...], roots: tuple[int
     edges = [parent_edge[v][:2] for v in np.argsort(dist, kind="stable").tolist()[1:]]
     classes = [parent_edge[v][2] for _, v in edges]
     slots = _slot_schedule(edges, classes)
-    src0 = np.array([u for u, _ in edges])
-    dst0 = np.array([v for _, v in edges])
-    out = []
-    for r in roots:
-        shift = coords[r]
-        src = rank_of(coords[src0] + shift).tolist()
-        dst = rank_of(coords[dst0] + shift).tolist()
-        out.append((r, list(zip(src, dst)), [()] * len(edges)))
-    return out, slots
+    src0 = np.array([u for u, _ in edges], dtype=np.int64)
+    dst0 = np.array([v for _, v in edges], dtype=np.int64)
+    shifts = coords[np.asarray(roots, dtype=np.int64)]                   # (roots, dims)
+    parents = np.empty((len(roots), len(edges)), dtype=np.int32)
+    children = np.empty((len(roots), len(edges)), dtype=np.int32)
+    for i in range(len(roots)):
+        parents[i] = rank_of(coords[src0] + shifts[i])
+        children[i] = rank_of(coords[dst0] + shifts[i])
+    return parents, children, slots
 
 
 def _balanced_choice(options: list[list[tuple[int, int]]], classes: int) -> list[int]:
@@ -332,15 +344,41 @@ def _slot_schedule(edges: list[tuple[int, int]], classes: list) -> tuple[int, ..
 
 
 def achieved_ratio(topology: Topology, trees, reverse: bool) -> tuple[Fraction, Fraction]:
-    """(ratio, unit) of a one-tree-per-root forest: max over links of load / bandwidth units."""
-    fabric_topology = topology.reversed() if reverse else topology
-    fabric = integer_fabric(fabric_topology)
+    """(ratio, unit) of a one-tree-per-root forest: max over links of load / bandwidth units (``trees``: (root,
+    edges, routes) each)."""
+    fabric = integer_fabric(topology.reversed() if reverse else topology)
     index = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(fabric.tails, fabric.heads))}
     load = np.zeros(len(fabric.units), dtype=np.int64)
+    direct = []
     for _, edges, routes in trees:
+        if not any(routes):
+            direct.append(edges)
+            continue
         for (u, v), route in zip(edges, routes):
             nodes = (u, *route, v)
             for a, b in zip(nodes, nodes[1:]):
                 load[index[(a, b)]] += 1
-    ratio = max(Fraction(int(x), int(u)) for x, u in zip(load, fabric.units))
-    return ratio, fabric.unit_GBps
+    pairs = np.fromiter(chain.from_iterable(chain.from_iterable(direct)), dtype=np.int64).reshape(-1, 2)
+    load += direct_link_load(fabric, pairs[:, 0], pairs[:, 1])
+    return _max_ratio(load, fabric), fabric.unit_GBps
+
+
+def direct_ratio(topology: Topology, parents: np.ndarray, children: np.ndarray,
+                 reverse: bool) -> tuple[Fraction, Fraction]:
+    """:func:`achieved_ratio` of trees on direct links given as arrays of (parent, child) pairs."""
+    fabric = integer_fabric(topology.reversed() if reverse else topology)
+    return _max_ratio(direct_link_load(fabric, parents.ravel(), children.ravel()), fabric), fabric.unit_GBps
+
+
+def direct_link_load(fabric, tails: np.ndarray, heads: np.ndarray) -> np.ndarray:
+    """Edges (``tails[i]`` -> ``heads[i]``, direct links) per link of ``fabric`` (:func:`synth.arrays.pair_index`);
+    a KeyError names a pair with no link."""
+    link = pair_index(fabric.tails, fabric.heads, tails, heads)
+    if (link < 0).any():
+        i = int(np.argmin(link))
+        raise KeyError((int(tails[i]), int(heads[i])))
+    return np.bincount(link, minlength=len(fabric.units)).astype(np.int64)
+
+
+def _max_ratio(load: np.ndarray, fabric) -> Fraction:
+    return max(Fraction(int(x), int(u)) for x, u in zip(load, fabric.units))

@@ -4,7 +4,7 @@ arXiv 2402.06787; :mod:`synth.synthesis.packing`), and the switch routes of thei
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
 
@@ -83,6 +83,9 @@ class Forest:
     # packed on capacities that leave slow links slack (:func:`synth.synthesis.packing.slow_link_slack`
     # changed them); False where it did not, or was not asked to
     slack: bool = False
+    # translated trees (slots): every tree's (parent, child) pairs as arrays, row i for trees[i] (int32, trees x
+    # edges), so that their timing need not read millions of edge tuples (not compared: the trees say the same)
+    edge_arrays: tuple[np.ndarray, np.ndarray] | None = field(default=None, compare=False, repr=False)
 
     def bandwidth_time_us(self, bytes_per_root: float) -> float:
         """µs to broadcast ``bytes_per_root`` per unit of root weight (per root where roots weigh 1)."""
@@ -241,19 +244,34 @@ def _large_forest(topology: Topology, roots: tuple[int, ...], reverse: bool) -> 
     from synth.synthesis import scale
 
     fabric_topology = topology.reversed() if reverse else topology
-    slots = None
     dims = scale.torus_dims(fabric_topology)
     if dims is not None:
-        raw, slots = scale.translated_trees(fabric_topology, dims, roots)
-    elif topology.switches and boxes_of(topology):
+        return _translated_forest(topology, fabric_topology, dims, roots, reverse)
+    if topology.switches and boxes_of(topology):
         raw = scale.box_trees(fabric_topology, roots)
     else:
         raw = scale.balanced_bfs_trees(fabric_topology, roots)
     ratio, unit = scale.achieved_ratio(topology, raw, reverse)
     trees = tuple(PlannedTree(r, 1, tuple(edges), tuple(((route, 1),) for route in routes))
                   for r, edges, routes in raw)
-    replicated = slots is None and bool(topology.switches and boxes_of(topology))
-    return Forest(trees, 1, ratio, ratio, unit, reverse, topology.num_ranks, slots, replicated)
+    replicated = bool(topology.switches and boxes_of(topology))
+    return Forest(trees, 1, ratio, ratio, unit, reverse, topology.num_ranks, None, replicated)
+
+
+def _translated_forest(topology: Topology, fabric_topology: Topology, dims: tuple[int, ...], roots: tuple[int, ...],
+                       reverse: bool) -> Forest:
+    """The translated trees of a torus (:func:`synth.synthesis.scale.translated_tree_arrays`) as a Forest. A 64×64
+    torus has 16.8 M edges: every tree shares one int object per rank and one tuple of direct routes."""
+    from synth.synthesis import scale
+
+    parents, children, slots = scale.translated_tree_arrays(fabric_topology, dims, roots)
+    ratio, unit = scale.direct_ratio(topology, parents, children, reverse)
+    ranks = list(range(topology.num_ranks))
+    direct = ((((), 1),),) * parents.shape[1]
+    trees = tuple(PlannedTree(r, 1, tuple(zip(map(ranks.__getitem__, p.tolist()), map(ranks.__getitem__, c.tolist()))),
+                              direct) for r, p, c in zip(roots, parents, children))
+    return Forest(trees, 1, ratio, ratio, unit, reverse, topology.num_ranks, slots, False,
+                  edge_arrays=(parents, children))
 
 
 def _disjoint_pair_candidates(topology: Topology, reverse: bool):

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import asdict, dataclass, replace
+from itertools import chain
 
 import numpy as np
 
+from synth.arrays import pair_index
 from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.schedule import Transfer, TransferTable
@@ -138,19 +140,19 @@ def _slot_phase(coll: Collective, forest: Forest, phase: int, chunks: int, messa
     if len(trees) != len(forest.trees) or any(len(tree.edges) != per_tree for tree in trees):
         return None
     _check_transfer_limit(len(trees) * per_tree, chunks)
-    edges = np.array([tree.edges for tree in trees], dtype=np.int64).reshape(len(trees) * per_tree, 2)
-    parent, child = edges[:, 0], edges[:, 1]
-    size = np.repeat(np.array([len(c) for c in carried], dtype=np.float64), per_tree)
+    if forest.edge_arrays is not None:
+        rows = np.asarray(tree_order, dtype=np.int64)
+        parent, child = (a[rows].astype(np.int64).ravel() for a in forest.edge_arrays)
+    else:
+        edges = np.array([tree.edges for tree in trees], dtype=np.int64).reshape(len(trees) * per_tree, 2)
+        parent, child = edges[:, 0], edges[:, 1]
+    counts = np.fromiter(map(len, carried), dtype=np.int64, count=len(carried))
+    size = np.repeat(counts.astype(np.float64), per_tree)
     # the (parent, child) link of each job on the planning fabric, as route_costs finds it
-    keys = np.array([link.src * fabric.num_nodes + link.dst for link in fabric.links], dtype=np.int64)
-    by_key = np.argsort(keys, kind="stable")
-    wanted = parent * fabric.num_nodes + child
-    at = np.minimum(np.searchsorted(keys[by_key], wanted), len(keys) - 1)
-    found = keys[by_key][at] == wanted
-    if not found.all():
-        i = int(np.argmin(found))
+    link = pair_index([lk.src for lk in fabric.links], [lk.dst for lk in fabric.links], parent, child)
+    if (link < 0).any():
+        i = int(np.argmin(link))
         raise SynthError(f"internal error: route {(int(parent[i]), int(child[i]))} uses a missing link")
-    link = by_key[at]
     _, _, bw, alpha = fabric.arrays
     duration = alpha[link] * np.ceil(size / MAX_STEP_CHUNKS) + size * chunk_bytes / (bw[link] * 1e3)
     longest = float(duration.max(initial=0.0))
@@ -165,9 +167,9 @@ def _slot_phase(coll: Collective, forest: Forest, phase: int, chunks: int, messa
     else:
         sender, receiver = parent, child
     # each job in start order, then its message's chunks in order
-    counts = np.array([len(c) for c in carried], dtype=np.int64)
     first = np.cumsum(counts) - counts
-    flat_chunks = np.fromiter((c for message in carried for c in message), dtype=np.int64, count=int(counts.sum()))
+    flat_chunks = (np.array(carried, dtype=np.int64).ravel() if (counts == counts[0]).all() else
+                   np.fromiter(chain.from_iterable(carried), dtype=np.int64, count=int(counts.sum())))
     job_tree = order // per_tree
     per_job = counts[job_tree]
     job = np.repeat(order, per_job)
