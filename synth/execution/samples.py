@@ -9,6 +9,8 @@ dependencies and in-place aliasing appear in at least one of them.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from synth.program.ir import Gpu, Program, Step, SwitchOp, SwitchProgram, Threadblock
 
 
@@ -43,7 +45,7 @@ class _Builder:
             tbs = []
             for key, steps in self.tbs[r].items():
                 tid = self.ids[r][key]
-                marked = tuple(s if (tid, k) not in needed else Step(**{**s.__dict__, "hasdep": True})
+                marked = tuple(s if (tid, k) not in needed else replace(s, hasdep=True)
                                for k, s in enumerate(steps))
                 tbs.append(Threadblock(tid, key[0], key[1], key[2], marked))
             gpus.append(Gpu(r, i_chunks, o_chunks, s_chunks, tuple(sorted(tbs, key=lambda t: t.id))))

@@ -29,7 +29,7 @@ READS_SRC = frozenset({"s", "rrs", "rrc", "rrcs", "cpy", "re"})
 WRITES_DST = frozenset({"r", "rcs", "rrc", "rrcs", "cpy", "re"})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)   # slots: a 64x64 torus program holds millions of Steps
 class Step:
     type: str
     srcbuf: str = "i"

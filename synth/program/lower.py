@@ -1040,7 +1040,10 @@ def _build_steps(ops: _Ops, m: _Merged, a: _Assignment, members: np.ndarray, w: 
     threadblock order; identical rows (common: same offsets and dependency shape on every rank)
     share one frozen :class:`Step`, so Python builds only the distinct ones."""
     width = 1 + nops[members]
-    rows = np.zeros((int(width.sum()), 9), dtype=np.int64)
+    # int32 rows where every value fits (any MSCCL-sized program): half the memory of the largest array here
+    largest = max(int(np.abs(ops.src_off).max(initial=0)), int(np.abs(ops.dst_off).max(initial=0)),
+                  int(m.cnt.max(initial=0)), int(tb_id.max(initial=0)), int(step_index.max(initial=0)))
+    rows = np.zeros((int(width.sum()), 9), dtype=np.int32 if largest < 2**30 else np.int64)
     rows[:, 0], rows[:, 3] = len(OP_TYPES), O_BUF      # default: nop "i"[0] -> "o"[0], cnt 0
     rows[:, 6:8] = -1
     own = np.cumsum(width) - 1                           # row of each member's own step
@@ -1060,11 +1063,12 @@ def _build_steps(ops: _Ops, m: _Merged, a: _Assignment, members: np.ndarray, w: 
               for t, sb, so, db, do, cnt, depid, deps, hasdep in uniq.tolist()]
     table = np.empty(len(shared), dtype=object)
     table[:] = shared
-    flat = table[inverse].tolist()
+    flat = table[inverse]
+    del inverse
     bounds = np.concatenate([[0], np.cumsum(np.bincount(a.tb[members], weights=width, minlength=len(a.keys)))])
     bounds = bounds.astype(np.int64)
     at = bounds.tolist()
-    return [tuple(flat[at[t]:at[t + 1]]) for t in range(len(a.keys))], rows, bounds
+    return [tuple(flat[at[t]:at[t + 1]].tolist()) for t in range(len(a.keys))], rows, bounds
 
 
 #: Row codes (:data:`OP_TYPES`, then nop; :data:`BUFFERS`) -> :mod:`synth.program.columns` codes.
@@ -1126,6 +1130,7 @@ def _lower(schedule: Schedule, name: str | None, max_steps_per_tb: int) -> Progr
         keep = ~crowded[ops.rank[up_d]]
         assignment, w, d = assign(ops, merged, np.concatenate([waiter, up_w[keep]]),
                                   np.concatenate([waited, up_d[keep]]), max_steps_per_tb, advice)
-    waiter, waited = w, d
+    # the transfers and the dependencies before assignment are not needed to emit: freed before its peak
+    del tr, waiter, waited, up_w, up_d
     default = f"{coll.name}-{schedule.method or 'schedule'}-{schedule.topology or 'topology'}"
-    return emit(coll, schedule, ops, merged, assignment, waiter, waited, scratch, name or default)
+    return emit(coll, schedule, ops, merged, assignment, w, d, scratch, name or default)
