@@ -88,3 +88,28 @@ def test_trees_refuses_past_its_transfer_limit_before_packing(monkeypatch) -> No
     with pytest.raises(SynthError, match="at least 480 transfers for allreduce on 16 ranks"):
         trees_method.synthesize(inst)
     assert not planned
+
+
+def test_translated_tree_schedules_have_their_own_transfer_limit(monkeypatch) -> None:
+    """Past ``large_ranks`` a torus's schedule is built as columns: ``max_table_transfers`` bounds it, not the
+    record path's ``max_transfers``; past it the request is refused before packing, naming that limit."""
+    from dataclasses import replace
+
+    from synth.errors import SynthError
+    from synth.schedule import TransferTable
+    from synth.synthesis.trees import tuning
+    from synth.topology import generators as gen
+
+    least = 16 * 15
+    monkeypatch.setattr(tuning, "TUNING", replace(tuning.TUNING, large_ranks=8, max_transfers=least - 1))
+    inst = Instance(gen.torus([4, 4]), Collective("allgather", 16), float(2**30), SynthOptions())
+    schedule = trees_method.synthesize(inst)
+    assert isinstance(schedule.transfers, TransferTable) and len(schedule.transfers) == least
+    monkeypatch.setattr(tuning, "TUNING", replace(tuning.TUNING, large_ranks=8, max_table_transfers=least - 1))
+    planned = []
+    monkeypatch.setattr(trees_method, "plan_forest", lambda *a, **k: planned.append(a))
+    with pytest.raises(SynthError, match=f"at least {least} transfers for allgather on 16 ranks, more than its "
+                                         f"limit of {least - 1}"):
+        trees_method.synthesize(Instance(gen.torus([4, 4]), Collective("allgather", 16), float(2**30),
+                                         SynthOptions()))
+    assert not planned

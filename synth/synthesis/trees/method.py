@@ -56,9 +56,12 @@ def synthesize(inst: Instance) -> Schedule:
     # each phase moves every root's piece to the n - 1 other ranks, a transfer each at least: refuse before
     # packing forests whose schedule could not be kept (a 64x64 torus allgather: 16.8 M transfers)
     least = sum(len(roots) for roots, _ in forest_phases(collective)) * (n - 1)
-    if least > tuning.TUNING.max_transfers:
+    # past large_ranks a torus gets translated trees, whose schedule is built as columns (max_table_transfers)
+    tabled = n > tuning.TUNING.large_ranks and inst.torus_dims is not None
+    limit = tuning.TUNING.max_table_transfers if tabled else tuning.TUNING.max_transfers
+    if least > limit:
         raise SynthError(f"method trees needs at least {least:,} transfers for {name} on {n} ranks, more than its "
-                         f"limit of {tuning.TUNING.max_transfers:,}")
+                         f"limit of {limit:,}")
     # an allreduce's ownership, where owning 1/N each is clearly slower (trees.ownership): an alternative forest
     # pair, not with --chunks (counted per rank)
     weights = ownership_weights(topology) if name == "allreduce" and options.chunks is None else None

@@ -97,8 +97,8 @@ def timed_forests(topology: Topology, collective: Collective, plans: list[Forest
     return coll, offset, transfers
 
 
-def _check_transfer_limit(jobs: int, chunks: int) -> None:
-    if jobs > tuning.TUNING.max_transfers:
+def _check_transfer_limit(jobs: int, chunks: int, limit: int | None = None) -> None:
+    if jobs > (tuning.TUNING.max_transfers if limit is None else limit):
         raise SynthError(f"--chunks {chunks} makes {jobs} transfers; use fewer chunks")
 
 
@@ -139,7 +139,7 @@ def _slot_phase(coll: Collective, forest: Forest, phase: int, chunks: int, messa
     trees = [forest.trees[t] for t in tree_order]
     if len(trees) != len(forest.trees) or any(len(tree.edges) != per_tree for tree in trees):
         return None
-    _check_transfer_limit(len(trees) * per_tree, chunks)
+    _check_transfer_limit(len(trees) * per_tree, chunks, tuning.TUNING.max_table_transfers)
     if forest.edge_arrays is not None:
         rows = np.asarray(tree_order, dtype=np.int64)
         parent, child = (a[rows].astype(np.int64).ravel() for a in forest.edge_arrays)

@@ -28,7 +28,10 @@ class TreesTuning:
     max_chunks: int = 512            # chunks per root piece considered by the cost model
     one_root_chunks: int = 2048      # ONE_ROOT: chunks it may be cut into (ring-8 broadcast of 1 GiB: 512 -> 0.966)
     deep_grid: tuple[int, ...] = (192, 256, 384, 512)   # ... messages per tree tried beyond pipeline_grid there
-    max_transfers: int = 1 << 23     # keep schedules within memory/time budgets
+    max_transfers: int = 1 << 23     # keep schedules within memory/time budgets (a Python record per transfer)
+    # translated trees (tori past large_ranks) are built as columns (schedule.TransferTable): up to synth's own
+    # limit (limits.MAX_TRANSFERS, 16.8 M: a 64x64 torus allgather, lowered at a 14.6 GB peak)
+    max_table_transfers: int = 1 << 24
     tree_search_ranks: int = 64      # up to this many ranks, fewer trees per root are tried too
     tree_search_caps: tuple[int, ...] = (16, 8, 4)
     cap_stop: float = 0.005          # ... past a cap this much slower than the best (mi250-2node: 8 trees +0.7 %) only
