@@ -3,6 +3,7 @@ mistake (deadlock, dropped or misplaced receives, bad offsets, double counting..
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections import defaultdict
@@ -122,9 +123,9 @@ def remove_step(program: Program, rank: int, tb_pos: int, index: int) -> Program
                 continue
             if st.depid == tb_id and st.deps >= index:
                 deps = st.deps - 1 if st.deps > index else index - 1
-                st = st.__class__(**{**st.__dict__, "deps": deps, "depid": tb_id if deps >= 0 else -1})
+                st = dataclasses.replace(st, **{"deps": deps, "depid": tb_id if deps >= 0 else -1})
                 if deps < 0:
-                    st = st.__class__(**{**st.__dict__, "deps": -1})
+                    st = dataclasses.replace(st, **{"deps": -1})
             out.append(st)
         new_tbs.append(Threadblock(tb.id, tb.send, tb.recv, tb.chan, tuple(out)))
     # keep hasdep consistent: a step that dependents now point at must signal
@@ -132,7 +133,7 @@ def remove_step(program: Program, rank: int, tb_pos: int, index: int) -> Program
     fixed = []
     for tb in new_tbs:
         fixed.append(Threadblock(tb.id, tb.send, tb.recv, tb.chan, tuple(
-            st.__class__(**{**st.__dict__, "hasdep": st.hasdep or (tb.id, k) in needed})
+            dataclasses.replace(st, **{"hasdep": st.hasdep or (tb.id, k) in needed})
             for k, st in enumerate(tb.steps))))
     gpus = list(program.gpus)
     gpus[rank] = Gpu(gpu.id, gpu.i_chunks, gpu.o_chunks, gpu.s_chunks, tuple(fixed))
@@ -197,7 +198,7 @@ def _mutants(program: Program):
         span = limit - st.cnt + 1
         if span > 1:
             new_off = (getattr(st, field_off) + 1) % span
-            moved = st.__class__(**{**st.__dict__, field_off: new_off})
+            moved = dataclasses.replace(st, **{field_off: new_off})
             steps = list(gpu.threadblocks[pos].steps)
             steps[k] = moved
             yield f"move r{r} tb{pos} s{k} {st.type} {field_off}->{new_off}", replace_steps(program, r, pos, steps)
@@ -265,10 +266,10 @@ def test_dependency_deadlock_cycle_within_rank():
 def test_out_of_range_offsets():
     program = ring_allgather(4)
     st = program.gpus[2].threadblocks[0].steps
-    bad = replace_steps(program, 2, 0, [st[0].__class__(**{**st[0].__dict__, "srcoff": 4})] + list(st[1:]))
+    bad = replace_steps(program, 2, 0, [dataclasses.replace(st[0], **{"srcoff": 4})] + list(st[1:]))
     result = verify(bad)
     assert any("rank 2 tb 0 step 0 (s)" in e and "out of range" in e for e in result.errors), result.errors
-    neg = replace_steps(program, 1, 0, list(st[:1]) + [st[1].__class__(**{**st[1].__dict__, "dstoff": -1})]
+    neg = replace_steps(program, 1, 0, list(st[:1]) + [dataclasses.replace(st[1], **{"dstoff": -1})]
                         + list(st[2:]))
     assert any("rank 1 tb 0 step 1 (rcs)" in e and "out of range" in e for e in verify(neg).errors)
 
