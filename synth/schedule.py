@@ -49,13 +49,14 @@ TABLE_FIELDS = ("start", "end", "chunk", "src", "dst", "reduce", "channel", "gro
 _TABLE_DTYPES = (np.float64, np.float64, np.int64, np.int64, np.int64, np.bool_, np.int64, np.int64)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False)
 class TransferTable(Sequence):
     """Transfers on direct links (``route`` empty) as one numpy column per field, in schedule order.
 
     It reads as a sequence of :class:`Transfer` (``len``, indexing, iteration make the records on demand) and
     equals any sequence of the same records, so a consumer that needs records gets them; the lowering reads the
-    columns. Columns are not copied: do not change them after building the table."""
+    columns. Columns are not copied: do not change them after building the table (a schedule holding it is
+    frozen, its columns are not)."""
 
     start: np.ndarray
     end: np.ndarray

@@ -148,18 +148,11 @@ def _first_come_slots(rank: np.ndarray, chunk: np.ndarray, nchunks: int, n: int)
 # ---------------------------------------------------------------------------------------------
 # the transfers as arrays
 # ---------------------------------------------------------------------------------------------
-@dataclass
-class _Transfers:
-    """Schedule transfers sorted by (start, end, channel, group, chunk), one array per field."""
+@dataclass(eq=False)
+class _Transfers(TransferTable):
+    """Schedule transfers sorted by (start, end, channel, group, chunk), one array per field, and the first hop
+    of each (the lowering reassigns ``channel``)."""
 
-    start: np.ndarray
-    end: np.ndarray
-    chunk: np.ndarray
-    src: np.ndarray
-    dst: np.ndarray
-    reduce: np.ndarray
-    channel: np.ndarray
-    group: np.ndarray
     hop: np.ndarray          # first node after src: route[0] (a switch) or dst (direct link)
 
     @staticmethod
@@ -182,9 +175,6 @@ class _Transfers:
         hop = np.fromiter((t.route[0] if t.route else t.dst for t in ts), dtype=np.int64, count=len(ts))
         order = np.lexsort((chunk, group, channel, end, start))   # stable, like the sorted() it replaces
         return _Transfers(*(a[order] for a in (start, end, chunk, src, dst, reduce, channel, group, hop)))
-
-    def __len__(self) -> int:
-        return len(self.start)
 
     def check(self, coll: Collective) -> None:
         """Reject transfers that name bad ranks/chunks; reports the first bad one, in order."""
