@@ -41,7 +41,7 @@ The rate is not certified exact here; the forest reports the achieved ratio from
 from __future__ import annotations
 
 from fractions import Fraction
-from itertools import chain
+from itertools import chain, pairwise
 
 import numpy as np
 
@@ -347,32 +347,24 @@ def achieved_ratio(topology: Topology, trees, reverse: bool) -> tuple[Fraction, 
     """(ratio, unit) of a one-tree-per-root forest: max over links of load / bandwidth units (``trees``: (root,
     edges, routes) each)."""
     fabric = integer_fabric(topology.reversed() if reverse else topology)
-    index = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(fabric.tails, fabric.heads))}
-    load = np.zeros(len(fabric.units), dtype=np.int64)
-    direct = []
+    hops = []     # per tree, the node pairs its edges cross (a direct tree: its edges as they are)
     for _, edges, routes in trees:
-        if not any(routes):
-            direct.append(edges)
-            continue
-        for (u, v), route in zip(edges, routes):
-            nodes = (u, *route, v)
-            for a, b in zip(nodes, nodes[1:]):
-                load[index[(a, b)]] += 1
-    pairs = np.fromiter(chain.from_iterable(chain.from_iterable(direct)), dtype=np.int64).reshape(-1, 2)
-    load += direct_link_load(fabric, pairs[:, 0], pairs[:, 1])
-    return _max_ratio(load, fabric), fabric.unit_GBps
+        hops.append(edges if not any(routes) else
+                    [hop for (u, v), route in zip(edges, routes) for hop in pairwise((u, *route, v))])
+    pairs = np.fromiter(chain.from_iterable(chain.from_iterable(hops)), dtype=np.int64).reshape(-1, 2)
+    return _max_ratio(link_load(fabric, pairs[:, 0], pairs[:, 1]), fabric), fabric.unit_GBps
 
 
 def direct_ratio(topology: Topology, parents: np.ndarray, children: np.ndarray,
                  reverse: bool) -> tuple[Fraction, Fraction]:
     """:func:`achieved_ratio` of trees on direct links given as arrays of (parent, child) pairs."""
     fabric = integer_fabric(topology.reversed() if reverse else topology)
-    return _max_ratio(direct_link_load(fabric, parents.ravel(), children.ravel()), fabric), fabric.unit_GBps
+    return _max_ratio(link_load(fabric, parents.ravel(), children.ravel()), fabric), fabric.unit_GBps
 
 
-def direct_link_load(fabric, tails: np.ndarray, heads: np.ndarray) -> np.ndarray:
-    """Edges (``tails[i]`` -> ``heads[i]``, direct links) per link of ``fabric`` (:func:`synth.arrays.pair_index`);
-    a KeyError names a pair with no link."""
+def link_load(fabric, tails: np.ndarray, heads: np.ndarray) -> np.ndarray:
+    """Hops (``tails[i]`` -> ``heads[i]``) per link of ``fabric`` (:func:`synth.arrays.pair_index`); a KeyError
+    names a pair with no link."""
     link = pair_index(fabric.tails, fabric.heads, tails, heads)
     if (link < 0).any():
         i = int(np.argmin(link))
