@@ -219,19 +219,11 @@ def _ordered_factors(n: int, parts: int, smallest: int = 3) -> list[tuple[int, .
             for rest in _ordered_factors(n // d, parts - 1, smallest)]
 
 
-def translated_trees(topology: Topology, dims: tuple[int, ...], roots: tuple[int, ...]):
-    """(trees, slots): the translates of one balanced shortest-path tree of rank 0 (module docstring)
-    with every tree's edges in the same order, and the time slot of each edge; a tree is (root, edges, routes)
-    (routes empty: direct links). :func:`translated_tree_arrays` gives the same edges as arrays."""
-    parents, children, slots = translated_tree_arrays(topology, dims, roots)
-    direct = [()] * parents.shape[1]
-    return [(r, list(zip(p.tolist(), c.tolist())), list(direct)) for r, p, c in zip(roots, parents, children)], slots
-
-
 def translated_tree_arrays(topology: Topology, dims: tuple[int, ...], roots: tuple[int, ...]
                            ) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
-    """(parents, children, slots) of :func:`translated_trees`: row ``i`` holds the (parent, child) of every edge of
-    root ``roots[i]``'s tree, edges in the same order in every row (int32 arrays, one row per root)."""
+    """(parents, children, slots): the translates of one balanced shortest-path tree of rank 0 (module docstring),
+    row ``i`` holding the (parent, child) of every edge of root ``roots[i]``'s tree, edges in the same order in
+    every row (int32 arrays, one row per root), and the time slot of each edge (all edges are direct links)."""
     n = topology.num_ranks
     coords = np.array(np.unravel_index(np.arange(n), dims)).T          # row-major, as the generator
     dims_arr = np.array(dims)

@@ -541,7 +541,7 @@ def level_schedule(jobs: Jobs, topology: Topology, chunk_bytes: float) -> tuple[
 
 def slot_schedule(jobs: Jobs, topology: Topology, chunk_bytes: float,
                   slots: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Translation-invariant timing (:func:`synth.synthesis.scale.translated_trees`): one message per
+    """Translation-invariant timing (:func:`synth.synthesis.scale.translated_tree_arrays`): one message per
     tree, and the job on edge ``e`` of any tree runs in slot ``slots[e]``; a slot lasts the longest
     transfer. Returns (order by start, start, end)."""
     longest = float(route_costs(jobs, topology, chunk_bytes)[3].max(initial=0.0))

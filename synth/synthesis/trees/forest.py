@@ -73,7 +73,7 @@ class Forest:
     unit_GBps: Fraction
     reversed: bool
     num_ranks: int
-    slots: tuple[int, ...] | None = None   # translation-invariant timing (scale.translated_trees)
+    slots: tuple[int, ...] | None = None   # translation-invariant timing (scale.translated_tree_arrays)
     replicated: bool = False               # trees are translates with edges in the same order
     # warm start (plan_forest's ``healthy``): (trees kept from the healthy fabric's forest, its distinct trees)
     reused: tuple[int, int] | None = None

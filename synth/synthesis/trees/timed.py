@@ -112,7 +112,7 @@ def _joined(parts: list[list[Transfer] | TransferTable]) -> list[Transfer] | Tra
 def _slot_phase(coll: Collective, forest: Forest, phase: int, chunks: int, messages: int | None, tail: int,
                 topology: Topology, chunk_bytes: float, offset: float, build: bool
                 ) -> tuple[TransferTable, float] | None:
-    """One phase of translated trees (``forest.slots``, :func:`synth.synthesis.scale.translated_trees`) as a
+    """One phase of translated trees (``forest.slots``, :func:`synth.synthesis.scale.translated_tree_arrays`) as a
     :class:`TransferTable`: the transfers :func:`phase_jobs`, :func:`slot_schedule` and :func:`phase_transfers`
     make of it, computed on arrays instead of a Python record per job (a 64×64 torus allgather has 16.8 M).
 
