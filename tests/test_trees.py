@@ -488,6 +488,16 @@ def test_tree_count_search_goes_past_a_cap_that_is_barely_slower():
     assert schedule.predicted_time_us < 20.0
 
 
+def test_tree_count_search_reaches_one_or_two_trees_per_root():
+    # three DGX H100 boxes, 64 MiB allgather: every NVSwitch message pays 1.4 µs of α, and a rank's in-port takes
+    # one per tree delivering to it; 8 trees per root (the search's least cap was 4) 194.7 µs, 2 trees 169.1 µs
+    from synth.topology.families import dgx_h100_boxes
+
+    schedule = synthesize(Instance(dgx_h100_boxes(3), Collective("allgather", 24), 2**26, SynthOptions()))
+    assert max(schedule.notes["trees_per_root"]) <= 2
+    assert schedule.predicted_time_us < 175.0
+
+
 def test_runtime_divides_counts_the_buffer_in_four_byte_elements():
     # msccl-executor-nccl selects a program only where nchunksperloop divides the element count
     assert Collective("allgather", 16, 32).runtime_divides(2**30)         # 512 per loop | 2^28

@@ -33,7 +33,8 @@ class TreesTuning:
     # limit (limits.MAX_TRANSFERS, 16.8 M: a 64x64 torus allgather, lowered at a 14.6 GB peak)
     max_table_transfers: int = 1 << 24
     tree_search_ranks: int = 64      # up to this many ranks, fewer trees per root are tried too
-    tree_search_caps: tuple[int, ...] = (16, 8, 4)
+    tree_search_caps: tuple[int, ...] = (16, 8, 4, 2, 1)   # down to one tree per root: behind NVSwitch every
+    # tree into a rank is a message on its port (three DGX H100 boxes, 1 GiB allgather: 8 trees 0.931, 1 tree 0.959)
     cap_stop: float = 0.005          # ... past a cap this much slower than the best (mi250-2node: 8 trees +0.7 %) only
     cap_room: float = 0.05           # ... where the next cap's rate leaves this much room below the best time
     weighted_caps: tuple[int, ...] = (1, 2, 4)   # trees per unit of ownership tried before the default, until one
