@@ -217,7 +217,8 @@ def synthesize(inst: Instance) -> Schedule:
     # chunk limits; a few trees at a rate within ~1/K of the optimum are often faster in the
     # α-β model (mi250-2node allgather: 83 trees 0.875 of the bound, 8 trees 0.92).
     slower = False
-    for cap in tuning.TUNING.tree_search_caps:
+    least_cap = 1 if topology.switches else tuning.TUNING.switchless_least_cap
+    for cap in (c for c in tuning.TUNING.tree_search_caps if c >= least_cap):
         if cap >= max(best.notes["trees_per_root"]):
             continue
         check_deadline(deadline, "trees", f"it had tried {cap} trees per root")

@@ -35,6 +35,9 @@ class TreesTuning:
     tree_search_ranks: int = 64      # up to this many ranks, fewer trees per root are tried too
     tree_search_caps: tuple[int, ...] = (16, 8, 4, 2, 1)   # down to one tree per root: behind NVSwitch every
     # tree into a rank is a message on its port (three DGX H100 boxes, 1 GiB allgather: 8 trees 0.931, 1 tree 0.959)
+    switchless_least_cap: int = 4    # ... but not below this on fabrics without switches, where the kept forests are
+    # also timed by rounds and few trees make that LP large (torus-3x3x3 reducescatter at 1 tree per root: 39.8k
+    # columns, 63 s of interior point, then minutes of simplex clean-up)
     cap_stop: float = 0.005          # ... past a cap this much slower than the best (mi250-2node: 8 trees +0.7 %) only
     cap_room: float = 0.05           # ... where the next cap's rate leaves this much room below the best time
     weighted_caps: tuple[int, ...] = (1, 2, 4)   # trees per unit of ownership tried before the default, until one
