@@ -62,8 +62,8 @@ def _default_output(topology: str, collective: str, method: str, json_only: bool
               help="Chunks per rank piece (default: the method chooses).")
 @click.option("--max-trees", type=count(1, MAX_TREES), default=None,
               help="trees: at most K spanning trees per root (default: the optimum's count up to 256, and "
-                   "16/8/4 are tried too); fewer trees mean fewer messages per link, at a rate within ~1/K "
-                   "of the optimum.")
+                   "16/8/4 are tried too, and 2/1 behind switches); fewer trees mean fewer messages per link, at "
+                   "a rate within ~1/K of the optimum.")
 @click.option("--any-chunks", is_flag=True,
               help="Allow programs whose nchunksperloop does not divide the SIZE buffer: trees and ring may pick "
                    "such a chunk count and auto may keep such a program when it is the fastest (MSCCL runtimes then "
