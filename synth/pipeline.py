@@ -150,17 +150,17 @@ def _run_one(inst: Instance, method: str) -> MethodRun:
         raise SynthError(f"method {spec.name!r} does not support {collective.name} "
                          f"(it supports {', '.join(sorted(spec.collectives))})")
     t0 = time.perf_counter()
-    schedule, program, chosen, over_limits = _fitted(spec, inst)
+    schedule, programs, chosen, over_limits = _fitted(spec, inst)
     if chosen is not None:
         schedule = replace(schedule, notes={**schedule.notes, "chunks_chosen": chosen})
     if over_limits is not None:
         schedule = replace(schedule, notes={**schedule.notes, "over_limits": over_limits})
-    lowered = [(schedule, program)]
+    lowered = [(schedule, program) for program in programs]
     seconds = time.perf_counter() - t0
     for alternative in schedule.alternatives:
         alternative = replace(alternative, method=alternative.method or spec.name, fabric=inst.fabric)
         try:
-            lowered.append((alternative, _program(inst, spec.name, alternative)))
+            lowered += [(alternative, program) for program in _programs(inst, spec.name, alternative)]
         except _DoesNotLower:
             pass     # a runner-up that does not lower is no candidate; one that lowers wrong still raises
     solver = schedule.solver or (None if spec.kind == "heuristic" else inst.options.solver)
@@ -168,8 +168,9 @@ def _run_one(inst: Instance, method: str) -> MethodRun:
                      lowered=tuple((replace(s, alternatives=()), program) for s, program in lowered))
 
 
-def _fitted(spec: MethodSpec, inst: Instance) -> tuple[Schedule, Program, int | None, str | None]:
-    """``spec``'s schedule for ``inst`` and its verified program, as (schedule, program, chosen, over_limits).
+def _fitted(spec: MethodSpec, inst: Instance) -> tuple[Schedule, list[Program], int | None, str | None]:
+    """``spec``'s schedule for ``inst`` and its verified programs (:func:`_programs`), as (schedule, programs,
+    chosen, over_limits).
 
     Where the program exceeds an MSCCL limit and the method chose its own chunk count, the count is halved
     until the program fits (``chosen``: the count first chosen). Where nothing smaller fits (one chunk, a
@@ -189,7 +190,7 @@ def _fitted(spec: MethodSpec, inst: Instance) -> tuple[Schedule, Program, int | 
                 raise
             return _over_limits(spec.name, over, first)
         try:
-            return schedule, _program(inst, spec.name, schedule), chosen, None
+            return schedule, _programs(inst, spec.name, schedule), chosen, None
         except _DoesNotLower as exc:
             if over is None and exc.program is not None:
                 over = (schedule, exc.program, str(exc))
@@ -202,12 +203,12 @@ def _fitted(spec: MethodSpec, inst: Instance) -> tuple[Schedule, Program, int | 
 
 
 def _over_limits(method: str, over: tuple[Schedule, Program, str] | None,
-                 first: tuple[Instance, Schedule, _DoesNotLower] | None) -> tuple[Schedule, Program, None, str]:
+                 first: tuple[Instance, Schedule, _DoesNotLower] | None) -> tuple[Schedule, list[Program], None, str]:
     """The program kept over an MSCCL limit: the first verified one, or else the first schedule lowered with
     threadblocks of any length (the lowering spreads a connection over at most 32 channels of 64 steps, an MSCCL
     limit the JSON program does not have); the first refusal when neither exists."""
     if over is not None:
-        return over[0], over[1], None, over[2]
+        return over[0], [over[1]], None, over[2]
     assert first is not None
     inst, schedule, refusal = first   # the request as first made: later ones pinned halved chunk counts
     try:
@@ -216,7 +217,7 @@ def _over_limits(method: str, over: tuple[Schedule, Program, str] | None,
         if exc.program is None:
             raise refusal from None
         program = exc.program
-    return schedule, program, None, str(refusal)
+    return schedule, [program], None, str(refusal)
 
 
 def _run_method(spec: MethodSpec, inst: Instance) -> Schedule:
@@ -250,11 +251,39 @@ class _DoesNotLower(SynthError):
 UNLIMITED_STEPS = 1 << 30   # steps per threadblock when a program is lowered for its JSON form only
 
 
+PACED_RANKS = 256   # up to this many ranks a schedule is also lowered with switch pacing (_programs)
+
+
+def _programs(inst: Instance, method: str, schedule: Schedule) -> list[Program]:
+    """:func:`_program`, and on fabrics with switches of up to :data:`PACED_RANKS` ranks also the program
+    lowered with switch pacing (:func:`synth.program.lower.lower_variants`) where pacing adds an edge and that
+    program holds to MSCCL's limits: the pipeline simulates both and keeps the faster (a reduction's sends
+    through a switch, unpaced, can take the switch's links out of turn: mi250x4-ib16's composed
+    reducescatter simulated at 4550.1 µs, 3403.1 paced; a send that may use a link's idle gap early, paced,
+    cannot: dbt's 3-rank allreduce on a star, 5d unpaced against 6d). Past ``PACED_RANKS`` the second
+    lowering, verification and simulation would cost more CPU and memory than the scale targets leave."""
+    paced = bool(inst.topology.switches) and inst.topology.num_ranks <= PACED_RANKS
+    first, *others = _lowered(inst, method, schedule, MAX_STEPS_PER_TB, paced)
+    programs = [_checked(inst, method, schedule.collective, first)]
+    for other in others:
+        try:
+            programs.append(_checked(inst, method, schedule.collective, other))
+        except _DoesNotLower:
+            pass     # pacing's nop steps can pass a limit the unpaced program kept within
+    return programs
+
+
 def _program(inst: Instance, method: str, schedule: Schedule, max_steps_per_tb: int = MAX_STEPS_PER_TB) -> Program:
     """``schedule`` checked against the request, lowered, verified and held to MSCCL's limits; the program
     records the fabric the schedule carries."""
-    from synth.program.lower import lower
-    from synth.verification import verify
+    return _checked(inst, method, schedule.collective,
+                    _lowered(inst, method, schedule, max_steps_per_tb, False)[0])
+
+
+def _lowered(inst: Instance, method: str, schedule: Schedule, max_steps_per_tb: int, paced: bool) -> list[Program]:
+    """``schedule`` checked against the request and lowered (:func:`synth.program.lower.lower_variants`), or the
+    program a method built itself."""
+    from synth.program.lower import lower_variants
 
     collective, options = inst.collective, inst.options
     coll = schedule.collective
@@ -267,15 +296,22 @@ def _program(inst: Instance, method: str, schedule: Schedule, max_steps_per_tb: 
     name = f"{coll.name}-{method}-{inst.topology.name}"
     if schedule.program is not None:   # in-network steps: the method built the program (JSON only, no MSCCL XML)
         size = float(inst.size_bytes)
-        program = schedule.program.with_(name=name, topology=inst.topology.name, size_bytes=size,
-                                         chunk_bytes=coll.chunk_bytes(size), extra={"method": method},
-                                         fabric=schedule.fabric)
-    else:
-        try:
-            program = lower(schedule, name=name, max_steps_per_tb=max_steps_per_tb).with_(fabric=schedule.fabric)
-        except SynthError as exc:
-            raise _DoesNotLower(f"method {method}: {exc}") from None
-    result = verify(program, coll, topology=inst.topology)
+        return [schedule.program.with_(name=name, topology=inst.topology.name, size_bytes=size,
+                                       chunk_bytes=coll.chunk_bytes(size), extra={"method": method},
+                                       fabric=schedule.fabric)]
+    try:
+        programs = lower_variants(schedule, name=name, max_steps_per_tb=max_steps_per_tb, paced=paced)
+    except SynthError as exc:
+        raise _DoesNotLower(f"method {method}: {exc}") from None
+    return [program.with_(fabric=schedule.fabric) for program in programs]
+
+
+def _checked(inst: Instance, method: str, collective: Collective, program: Program) -> Program:
+    """``program`` (of ``collective``) verified and held to MSCCL's limits (:class:`_DoesNotLower` where it
+    passes one)."""
+    from synth.verification import verify
+
+    result = verify(program, collective, topology=inst.topology)
     if not result.ok:
         first = result.errors[0] if result.errors else "unknown error"
         raise SynthError(f"internal: method {method} produced an invalid program: {first}")
@@ -287,7 +323,7 @@ def _program(inst: Instance, method: str, schedule: Schedule, max_steps_per_tb: 
         pass
     else:
         try:
-            check_runtime_limits(program, runtime=options.runtime)
+            check_runtime_limits(program, runtime=inst.options.runtime)
         except SynthError as exc:
             raise _DoesNotLower(f"method {method}: program exceeds an MSCCL limit: {exc}", program) from None
     return program

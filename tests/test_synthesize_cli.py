@@ -301,15 +301,15 @@ def _refusing_more_than(limit: int, monkeypatch) -> list[int]:
     would); returns the chunk counts it was asked to lower."""
     from synth import pipeline
 
-    real, asked = pipeline._program, []
+    real, asked = pipeline._lowered, []
 
-    def program(inst, method, schedule, **kwargs):
+    def lowered(inst, method, schedule, *args):
         asked.append(schedule.collective.chunk_factor)
         if schedule.collective.chunk_factor > limit:
             raise pipeline._DoesNotLower(f"method {method}: lowering: too many steps")
-        return real(inst, method, schedule, **kwargs)
+        return real(inst, method, schedule, *args)
 
-    monkeypatch.setattr(pipeline, "_program", program)
+    monkeypatch.setattr(pipeline, "_lowered", lowered)
     return asked
 
 
@@ -365,7 +365,7 @@ def test_a_kept_program_over_a_limit_says_so(monkeypatch):
     topology = gen.ring(8)
     base = synthesize(topology, "allgather", 2**20, "ring")
     over = replace(base.schedule, notes={**base.schedule.notes, "over_limits": "a test limit"})
-    monkeypatch.setattr(pipeline, "_fitted", lambda spec, inst: (over, base.program, None, "a test limit"))
+    monkeypatch.setattr(pipeline, "_fitted", lambda spec, inst: (over, [base.program], None, "a test limit"))
     result = synthesize(topology, "allgather", 2**20, "ring")
     assert result.schedule.notes.get("over_limits") == "a test limit"
     assert any("no MSCCL runtime loads this program" in note for note in result.notes)
