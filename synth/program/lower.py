@@ -815,13 +815,13 @@ def switch_pacing(ops: _Ops, tr: _Transfers, m: _Merged) -> tuple[np.ndarray, np
     # per send (in its first link's order), the last receive of its rank that ends by its start
     order = np.lexsort((s, ops.src_off[s], tr.group[i], tr.start[i], tr.hop[i], tr.src[i]))
     s, i = s[order], i[order]
-    span = 2.0 * (float(max(tr.end.max(), 0.0)) + 1.0)
-    at = np.searchsorted(recv_rank * span + recv_end, tr.src[i] * span + tr.start[i] + _tol(tr.start[i]),
-                         side="right") - 1
+    src, hop, start = tr.src[i], tr.hop[i], tr.start[i]
+    span = 2.0 * (float(max(tr.end.max(), 0.0)) + 1.0)   # (rank, time) as one sorted key
+    at = np.searchsorted(recv_rank * span + recv_end, src * span + start + _tol(start), side="right") - 1
     has = at >= 0
-    has[has] = recv_rank[at[has]] == tr.src[i[has]]
+    has[has] = recv_rank[at[has]] == src[has]
     target = np.where(has, recv[np.maximum(at, 0)], -1)
-    same_link = np.concatenate([[False], (tr.src[i][1:] == tr.src[i][:-1]) & (tr.hop[i][1:] == tr.hop[i][:-1])])
+    same_link = np.concatenate([[False], (src[1:] == src[:-1]) & (hop[1:] == hop[:-1])])
     new = has & ~(same_link & (target == np.concatenate([[-1], target[:-1]])))
     return s[new], target[new]
 
@@ -1132,16 +1132,15 @@ def _program_order_columns(rows: np.ndarray, bounds: np.ndarray, tb_order: np.nd
                        depid=column(6), deps=column(7), hasdep_column=rows[at, 8].astype(bool), of=gpus)
 
 
-def lower(schedule: Schedule, *, name: str | None = None, max_steps_per_tb: int = MAX_STEPS_PER_TB,
-          paced: bool = False) -> Program:
-    """Lower a chunk-level schedule to an MSCCL program (see the module docstring for the rules); ``paced``: with
-    :func:`switch_pacing`'s edges.
+def lower(schedule: Schedule, *, name: str | None = None, max_steps_per_tb: int = MAX_STEPS_PER_TB) -> Program:
+    """Lower a chunk-level schedule to an MSCCL program (see the module docstring for the rules; without
+    :func:`switch_pacing`, which :func:`lower_variants` adds).
 
     Raises :class:`SynthError` when the schedule is inconsistent (a chunk sent before it arrives,
     an in-place buffer conflict) or cannot fit MSCCL's limits (≤ 32 channels, ≤ 64 steps per
     threadblock, depended-on threadblock ids ≤ 127).
     """
-    return lower_variants(schedule, name=name, max_steps_per_tb=max_steps_per_tb, paced=paced)[-1]
+    return lower_variants(schedule, name=name, max_steps_per_tb=max_steps_per_tb, paced=False)[0]
 
 
 def lower_variants(schedule: Schedule, *, name: str | None = None, max_steps_per_tb: int = MAX_STEPS_PER_TB,
