@@ -19,6 +19,9 @@ MAX_ROUTE_SWITCHES = 64
 # Ranks of a fabric with switches, for synthesis: methods hold the runtime's route for every rank pair
 # (routes.rank_routes, N^2 paths: 2048 ranks take 8 s and ~1 GB; a 5000-rank star ran out of time and memory).
 MAX_ROUTED_RANKS = 2048
+# ... except on boxes joined by NIC rails (synth.synthesis.railblocks), whose method routes only the pairs it uses:
+# 512 DGX A100 boxes
+MAX_RAIL_BOX_RANKS = 4096
 
 
 def check_transfer_count(count: int, what: str) -> None:
@@ -35,12 +38,14 @@ def check_rank_count(num_ranks: int, name: str, task: str) -> None:
                          f"{MAX_SOLVED_RANKS:,} (docs/cli.md)")
 
 
-def check_route_switches(longest: int, name: str, num_ranks: int) -> None:
+def check_route_switches(longest: int, name: str, num_ranks: int, rail_boxes=lambda: False) -> None:
     """Refuse synthesis where a rank-to-rank route passes more than :data:`MAX_ROUTE_SWITCHES` switches, or
-    switches join more than :data:`MAX_ROUTED_RANKS` ranks (``longest`` > 0)."""
-    if longest and num_ranks > MAX_ROUTED_RANKS:
+    switches join more than :data:`MAX_ROUTED_RANKS` ranks (``longest`` > 0), :data:`MAX_RAIL_BOX_RANKS` where
+    ``rail_boxes()`` (asked only past the first) says the fabric is boxes joined by NIC rails."""
+    if longest and num_ranks > MAX_ROUTED_RANKS and not (num_ranks <= MAX_RAIL_BOX_RANKS and rail_boxes()):
         raise SynthError(f"topology {name!r} has {num_ranks:,} ranks behind switches; synth synthesizes on fabrics "
-                         f"with switches of at most {MAX_ROUTED_RANKS:,} ranks (docs/cli.md)")
+                         f"with switches of at most {MAX_ROUTED_RANKS:,} ranks, {MAX_RAIL_BOX_RANKS:,} on boxes "
+                         "joined by NIC rails (docs/cli.md)")
     if longest > MAX_ROUTE_SWITCHES:
         raise SynthError(f"topology {name!r} routes a send through {longest:,} switches; synth synthesizes for at "
                          f"most {MAX_ROUTE_SWITCHES} switches per route (docs/cli.md)")

@@ -28,6 +28,7 @@ from synth.runtimes import scratch_bytes
 from synth.schedule import Schedule
 from synth.solvers import SOLVERS
 from synth.synthesis.base import Instance, MethodSpec, SynthOptions
+from synth.synthesis.railblocks import has_rail_boxes
 from synth.topology.model import Topology
 from synth.topology.routes import longest_switch_route, route_capacities
 from synth.units import algbw_GBps
@@ -384,7 +385,8 @@ def instance(topology: Topology, collective_name: str, size_bytes: float, option
     if topology.num_ranks < 2:
         raise SynthError(f"topology {topology.name!r} has {topology.num_ranks} rank; a collective needs at least 2")
     check_rank_count(topology.num_ranks, topology.name, "schedules")
-    check_route_switches(longest_switch_route(topology), topology.name, topology.num_ranks)
+    check_route_switches(longest_switch_route(topology), topology.name, topology.num_ranks,
+                         lambda: has_rail_boxes(topology))
     try:
         runtime_profile(options.runtime)
     except ValueError as exc:

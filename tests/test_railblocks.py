@@ -6,12 +6,30 @@ from collections import Counter
 
 import pytest
 
+from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.lower_bounds import compute_bounds
 from synth.pipeline import instance, synthesize
+from synth.program.lower import lower
+from synth.runtime_limits import MAX_DEPENDED_TB
+from synth.simulation import simulate
 from synth.synthesis.auto import plan
+from synth.synthesis.base import SynthOptions
+from synth.synthesis.baselines import routes_cost
 from synth.synthesis.leafring import LazyRoutes
-from synth.synthesis.railblocks import _ramped, own_runs, rail_boxes, rail_runs
+from synth.synthesis.railblocks import (
+    RailShape,
+    _message_shape,
+    _partners,
+    _ramped,
+    _routed_rail_boxes,
+    group_count,
+    own_runs,
+    rail_boxes,
+    rail_runs,
+    railblocks_schedule,
+    ramp_keep,
+)
 from synth.topology import generators as gen
 from synth.topology.families import dgx_a100_boxes, fabric_family
 from synth.topology.io import load_topology
@@ -139,3 +157,80 @@ def test_auto_leaves_trees_out_above_256_ranks_on_rail_boxes():
     assert "railblocks" in methods and "trees" not in methods
     torus = gen.torus((16, 17))   # no boxes: trees stays
     assert "trees" in [c.method for c in plan(instance(torus, "allgather", GiB))]
+
+
+def test_auto_runs_railblocks_first_where_only_the_pieces_are_small():
+    # 264 ranks, 512 KiB pieces (below 1 MB: latency-bound by the piece) but 4 MiB box blocks, what railblocks
+    # sends: railblocks first, greedy only if it fails (at 4096 ranks greedy would route every rank pair)
+    t = dgx_a100_boxes(33)
+    candidates = plan(instance(t, "allgather", 264 * (1 << 19)))
+    assert candidates[0].method == "railblocks"
+    assert [c.fallback for c in candidates if c.method == "greedy"] == [True]
+    # a box block below 1 MB stays latency-bound: railblocks is not tried
+    assert "railblocks" not in [c.method for c in plan(instance(t, "allgather", 264 * (1 << 16)))]
+
+
+def test_rail_boxes_are_synthesized_past_the_routed_rank_limit():
+    from synth.limits import MAX_RAIL_BOX_RANKS, MAX_ROUTED_RANKS, check_route_switches
+
+    check_route_switches(3, "rails", MAX_RAIL_BOX_RANKS, lambda: True)
+    with pytest.raises(SynthError, match="at most 2,048 ranks, 4,096 on boxes joined by NIC rails"):
+        check_route_switches(3, "star", MAX_ROUTED_RANKS + 1, lambda: False)
+    with pytest.raises(SynthError, match="4,096 on boxes"):
+        check_route_switches(3, "rails", MAX_RAIL_BOX_RANKS + 8, lambda: True)
+
+
+@pytest.mark.parametrize("boxes, width", [(4, 8), (16, 8), (128, 8), (512, 8), (96, 4)])
+def test_grouped_stages_move_every_piece_once_from_few_boxes_per_nic(boxes, width):
+    groups = group_count(boxes, width)
+    per = boxes // groups
+    assert groups * per == boxes and groups >= 2 and per >= 2
+    inner = rail_runs(per, width)
+    outer = rail_runs(groups, per * width, rails=width)
+    # together the two stages carry K - 1 pieces per NIC, the network cut's share, as one stage does
+    assert [sum(len(u) for _, u in a) + sum(len(u) for _, u in b) for a, b in zip(inner, outer)] == [boxes - 1] * width
+    assert Counter((d, u) for run in outer for d, units in run for u in units) == Counter(
+        {(d, u): 1 for d in range(1, groups) for u in range(per * width)})
+    assert 2 * (_partners(inner) + _partners(outer)) + width <= MAX_DEPENDED_TB
+    if boxes == 512:   # one stage would reach 65 boxes per NIC: past what MSCCL can order
+        assert 2 * _partners(rail_runs(boxes, width)) + width > MAX_DEPENDED_TB
+    assert group_count(17, width) is None   # a prime count of boxes has no groups
+
+
+def _grouped(boxes: int, groups: int, collective: str = "allgather"):
+    t = dgx_a100_boxes(boxes)
+    found, routes = _routed_rail_boxes(t)
+    rail = routes_cost(t, routes, zip(found[0], found[1]))
+    chunks, most = _message_shape(GiB / t.num_ranks, rail, None)
+    shape = RailShape(chunks, most, ramp_keep(t, found, routes, rail[0]), groups=groups)
+    return t, railblocks_schedule(t, Collective(collective, t.num_ranks), GiB, SynthOptions(), found, routes, shape)
+
+
+@pytest.mark.parametrize("collective, boxes, groups", [
+    ("allgather", 16, 4), ("allgather", 16, 8), ("allgather", 32, 16),
+    ("reducescatter", 16, 4), ("reducescatter", 16, 8), ("allreduce", 16, 8)])
+def test_grouped_programs_run_as_planned_near_the_bound(collective, boxes, groups):
+    # 1 GiB, measured: allgather 0.954 (16 boxes in groups of 4), 0.969 (of 2; one stage 0.954), 0.968 (32 boxes
+    # in groups of 2; one stage 0.956); reducescatter 0.935 (groups of 4; one stage 0.937), 0.967 (of 2);
+    # allreduce 0.966 (one stage 0.945)
+    t, schedule = _grouped(boxes, groups, collective)
+    program = lower(schedule, name="grouped")
+    assert verify(program).ok
+    simulated = simulate(program, t, GiB).time_us
+    assert simulated == pytest.approx(schedule.predicted_time_us, rel=0.02)
+    floor = 0.93 if (collective, groups) == ("reducescatter", 4) else 0.95
+    assert compute_bounds(t, collective, GiB).time_bound_us / simulated >= floor
+
+
+def test_second_stage_rails_do_not_wait_for_the_first():
+    # each rail's second-stage run starts on its own box's pieces: 64 boxes in 16 groups, 1 GiB, every NIC sends
+    # without a pause from its first message to its last (starting where rail_runs cuts, rail 1 waited 74 µs)
+    _, schedule = _grouped(64, 16)
+    messages: dict[int, set[tuple[float, float]]] = {}
+    for transfer in schedule.transfers:
+        if transfer.channel == 1:   # RAIL
+            messages.setdefault(transfer.src, set()).add((transfer.start, transfer.end))
+    assert len(messages) == 512
+    for spans in messages.values():
+        ordered = sorted(spans)
+        assert max(start - end for (_, end), (start, _) in zip(ordered, ordered[1:])) <= 1e-6

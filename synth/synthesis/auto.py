@@ -268,11 +268,26 @@ def _railblocks_only(inst: Instance) -> bool:
     """Above ``LARGE_TREES`` ranks on boxes joined by NIC rails railblocks is the method: trees' scale path sends
     a network message per piece (128 DGX A100 boxes, 1 GiB: trees 0.908 against railblocks 0.951 / 0.958 / 0.955)
     and running it too took auto's allreduce to 219 s of CPU and 6 GB."""
-    if not (inst.bandwidth_bound and inst.ranks > LARGE_TREES and inst.boxes >= 2
-            and inst.collective.name in ("allgather", "reducescatter", "allreduce")):
+    if not (inst.ranks > LARGE_TREES and inst.boxes >= 2
+            and inst.collective.name in ("allgather", "reducescatter", "allreduce")
+            and (inst.bandwidth_bound or _box_blocks_bandwidth_bound(inst))):
         return False
     from synth.synthesis.railblocks import has_rail_boxes
     return has_rail_boxes(inst.topology)
+
+
+def _box_blocks_bandwidth_bound(inst: Instance) -> bool:
+    """A box's pieces together (what railblocks sends as one block per destination box) reach
+    ``BANDWIDTH_PIECE``: railblocks moves blocks, not pieces, so a case whose pieces are small only because SIZE is
+    cut N ways is bandwidth-bound for it (512 DGX A100 boxes at 1 GiB: 256 KiB pieces, 2 MiB blocks)."""
+    return inst.piece_bytes * inst.ranks / max(inst.boxes, 1) >= BANDWIDTH_PIECE
+
+
+def _scale_blocks(inst: Instance) -> bool:
+    """Past ``LARGE_TREES`` ranks on rail boxes whose pieces are below ``BANDWIDTH_PIECE`` but whose box blocks
+    are not (:func:`_box_blocks_bandwidth_bound`): railblocks runs first there and greedy only as a fallback
+    (greedy sends a message per piece; 512 A100 boxes, 4096 ranks, 1 GiB: railblocks' two-stage blocks)."""
+    return not inst.bandwidth_bound and _railblocks_only(inst)
 
 
 def _small_lp(inst: Instance) -> bool:
@@ -293,7 +308,7 @@ RULES: tuple[Rule, ...] = (
     Rule("nvls", _in_network),
     Rule("ring", lambda i: True),
     Rule("leafring", _leaf_fabric),
-    Rule("railblocks", lambda i: i.bandwidth_bound and i.boxes >= 2),
+    Rule("railblocks", lambda i: i.bandwidth_bound and i.boxes >= 2 or _scale_blocks(i)),
     Rule("multiring", lambda i: i.bandwidth_bound and i.ranks <= GREEDY_MAX_RANKS and _multiring_on_leaves(i)),
     Rule("spantree", lambda i: i.bandwidth_bound and not i.switches and i.ranks <= SPANTREE_MAX_RANKS),
     Rule("direct", lambda i: _small(i) and (i.collective.name == "alltoall" or i.latency_bound)
@@ -354,7 +369,7 @@ def plan(inst: Instance) -> list[Candidate]:
     demote = not _small(inst) and "ring" in names and len(names) > 1
     if demote:
         names = [n for n in names if n != "ring"] + ["ring"]
-    scale_trees = _scale_trees(inst)
+    scale_trees = _scale_trees(inst) or _scale_blocks(inst)
     if inst.bandwidth_bound or scale_trees:   # the expected winners first (module docstring)
         first = ("nvls", *TREE_METHODS)
         names = [n for n in names if n in first] + [n for n in names if n not in first]
