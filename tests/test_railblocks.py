@@ -14,7 +14,7 @@ from synth.program.lower import lower
 from synth.runtime_limits import MAX_DEPENDED_TB
 from synth.simulation import simulate
 from synth.synthesis.auto import plan
-from synth.synthesis.base import SynthOptions
+from synth.synthesis.base import Instance, SynthOptions
 from synth.synthesis.baselines import routes_cost
 from synth.synthesis.leafring import LazyRoutes
 from synth.synthesis.railblocks import (
@@ -30,6 +30,7 @@ from synth.synthesis.railblocks import (
     railblocks_schedule,
     ramp_keep,
 )
+from synth.synthesis.railblocks import synthesize as railblocks_synthesize
 from synth.topology import generators as gen
 from synth.topology.families import dgx_a100_boxes, fabric_family
 from synth.topology.io import load_topology
@@ -234,3 +235,12 @@ def test_second_stage_rails_do_not_wait_for_the_first():
     for spans in messages.values():
         ordered = sorted(spans)
         assert max(start - end for (_, end), (start, _) in zip(ordered, ordered[1:])) <= 1e-6
+
+
+def test_a_schedule_past_the_transfer_limit_is_refused_before_it_is_planned():
+    # every rank receives every other piece once per phase: 512 ranks x 128 chunks is 33.5 M moves (the limit is
+    # 16.8 M), refused by the count alone (planning it took minutes and gigabytes before the pipeline refused it)
+    t = dgx_a100_boxes(64)
+    inst = Instance(t, Collective("allgather", t.num_ranks), GiB, SynthOptions(chunks=128))
+    with pytest.raises(SynthError, match="railblocks' allgather on 512 ranks would have 33,488,896 chunk transfers"):
+        railblocks_synthesize(inst)

@@ -35,10 +35,12 @@ leafring  bandwidth-bound, every rank behind one leaf       -        two-level r
                                                                      (a ring's N-1 steps of α: 0.84)
 railbl.   bandwidth-bound AG/RS/AR, 2 or more boxes (it     -        one network message per block of a box's
           refuses where they are no crossbars on NIC                 pieces: 128 DGX A100 boxes 1 GiB allgather
-          rails)                                                     0.948 of the bound (trees 0.908, a message
-                                                                     per piece paying the IB route's α); own
-                                                                     pieces on few boxes: 8 A100 boxes 0.982
-                                                                     (trees 0.978), 17 boxes 0.978 (0.925)
+          rails); above 256 ranks also where only the                0.948 of the bound (trees 0.908, a message
+          box blocks reach 1 MB (first; greedy then a                per piece paying the IB route's α); own
+          fallback: _scale_blocks)                                   pieces on few boxes: 8 A100 boxes 0.982
+                                                                     (trees 0.978), 17 boxes 0.978 (0.925);
+                                                                     512 boxes (4096 ranks) in two stages:
+                                                                     0.935 in 365 s of CPU
 multir.   bandwidth-bound AG/RS/AR, N <= 256; on a          -        rings at the rank-pair cut rate are
           leaf fabric N <= 128 (AG/RS: 256 if oversubscr.)           optimal among rings: 8x8 torus 1 GiB
                                                                      AG/AR 0.994 of the bound (ring 0.499),

@@ -72,6 +72,7 @@ from dataclasses import dataclass
 
 from synth.collectives import Collective
 from synth.errors import SynthError
+from synth.limits import check_transfer_count
 from synth.runtime_limits import MAX_DEPENDED_TB
 from synth.schedule import Schedule
 from synth.synthesis.base import Instance, MethodSpec
@@ -476,6 +477,11 @@ def synthesize(inst: Instance) -> Schedule:
     rail = routes_cost(topology, routes, zip(boxes[0], boxes[1]))   # (slowest bw, largest α) of the rail routes
     piece_bytes = size_bytes / topology.num_ranks
     chunks, most = _message_shape(piece_bytes, rail, options.chunks)
+    # every rank receives every other rank's piece once per phase: refuse before planning past synth's limit
+    # (512 DGX A100 boxes: an allreduce would move 33.5 M chunks)
+    n = topology.num_ranks
+    check_transfer_count(n * (n - 1) * chunks * (2 if collective.name == "allreduce" else 1),
+                         f"railblocks' {collective.name} on {n} ranks would have")
     keep = ramp_keep(topology, boxes, routes, rail[0])
     k, width = len(boxes), len(boxes[0])
     # two stages only where one cannot be kept in order (a racing single stage is still a verified program):
