@@ -223,7 +223,7 @@ def railblocks_schedule(topology: Topology, collective: Collective, size_bytes: 
             _allgather(plan, boxes, runs, pieces, piece, ready, limit, shape)
     return plan.schedule("railblocks", size_bytes, {"boxes": k, "box_ranks": width,
                                                     "rail_messages": max(len(r) for r in runs),
-                                                    "own_pieces": shape.own})
+                                                    "own_pieces": shape.own, "groups": shape.groups})
 
 
 def _box_exchange(plan: Plan, boxes: Boxes, runs, piece, ready: dict[int, list[int]],
