@@ -5,6 +5,8 @@ Beyond them a request is refused at once with one clear error rather than runnin
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from synth.errors import SynthError
 
 # Chunk transfers per schedule: an allgather on 4096 ranks with one chunk each. Every transfer is a Python
@@ -38,7 +40,8 @@ def check_rank_count(num_ranks: int, name: str, task: str) -> None:
                          f"{MAX_SOLVED_RANKS:,} (docs/cli.md)")
 
 
-def check_route_switches(longest: int, name: str, num_ranks: int, rail_boxes=lambda: False) -> None:
+def check_route_switches(longest: int, name: str, num_ranks: int,
+                         rail_boxes: Callable[[], bool] = lambda: False) -> None:
     """Refuse synthesis where a rank-to-rank route passes more than :data:`MAX_ROUTE_SWITCHES` switches, or
     switches join more than :data:`MAX_ROUTED_RANKS` ranks (``longest`` > 0), :data:`MAX_RAIL_BOX_RANKS` where
     ``rail_boxes()`` (asked only past the first) says the fabric is boxes joined by NIC rails."""

@@ -368,7 +368,8 @@ def _grouped_allgather(plan: Plan, boxes: Boxes, piece, ready: dict[int, list[in
 
 
 class _Sums:
-    """Reduction moves into each rank, by contiguous chunk range: (rank) -> [(first chunk, last chunk, moves)]."""
+    """Reduction moves into each rank by chunk range: (rank) -> [(first chunk, last chunk, moves)]. A part that wraps
+    around its group block is held as its whole range: an extra dependency at worst, never a missing one."""
 
     def __init__(self) -> None:
         self.into: dict[int, list[tuple[int, int, list[int]]]] = defaultdict(list)
