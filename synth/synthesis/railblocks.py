@@ -275,19 +275,24 @@ def _rail_stage(plan: Plan, boxes: Boxes, runs, pieces, most: int, ramp: float, 
     return arrivals
 
 
+def _held_deps(held: dict[tuple[int, int], list[int]], ready: dict[int, list[int]], owner: dict[int, int]):
+    """``deps_of(b, holder, part)`` for :func:`_rail_stage`: the moves that gave ``holder`` the pieces of ``part``
+    inside its box (:func:`_box_exchange`), or completed its own piece's sum (``ready``, an allreduce)."""
+    def deps_of(b: int, holder: int, part: list[int]) -> list[int]:
+        sources = sorted({owner[c] for c in part})
+        return ([m for r in sources if r != holder for m in held[(holder, r)]]
+                + [m for r in sources if r == holder for m in ready.get(holder, ())])
+    return deps_of
+
+
 def _allgather(plan: Plan, boxes: Boxes, runs, pieces, piece, ready: dict[int, list[int]], most: int,
                shape: RailShape) -> None:
     k = len(boxes)
     base = 3 if ready else 0           # an allreduce's allgather ranks after its reduce-scatter
     held = _box_exchange(plan, boxes, runs, piece, ready, base)
     owner = {c: r for box in boxes for r in box for c in piece(r)}
-
-    def deps_of(b: int, holder: int, part: list[int]) -> list[int]:
-        sources = sorted({owner[c] for c in part})
-        return ([m for r in sources if r != holder for m in held[(holder, r)]]
-                + [m for r in sources if r == holder for m in ready.get(holder, ())])
-
-    _rail_stage(plan, boxes, runs, pieces, most, shape.ramp, base, lambda b, d: (b + d) % k, deps_of)
+    _rail_stage(plan, boxes, runs, pieces, most, shape.ramp, base, lambda b, d: (b + d) % k,
+                _held_deps(held, ready, owner))
 
 
 class _Groups:
@@ -343,12 +348,7 @@ def _grouped_allgather(plan: Plan, boxes: Boxes, piece, ready: dict[int, list[in
     base = 5 if ready else 0           # an allreduce's allgather ranks after its reduce-scatter
     held = _box_exchange(plan, boxes, grouped.inner, piece, ready, base)
     owner = {c: r for box in boxes for r in box for c in piece(r)}
-
-    def own_deps(b: int, holder: int, part: list[int]) -> list[int]:
-        sources = sorted({owner[c] for c in part})
-        return ([m for r in sources if r != holder for m in held[(holder, r)]]
-                + [m for r in sources if r == holder for m in ready.get(holder, ())])
-
+    own_deps = _held_deps(held, ready, owner)
     # the first stage's stream needs no ramp: the second follows it on every rail
     arrivals = _rail_stage(plan, boxes, grouped.inner, grouped.inner_pieces, most, 0.0, base, grouped.inner_target,
                            own_deps)
@@ -390,36 +390,16 @@ def _grouped_reduce_scatter(plan: Plan, boxes: Boxes, piece, most: int, shape: R
     group, each holder's sum carrying what the first stage brought it, then to the pieces' ranks. Returns rank
     -> the moves completing its piece's sum there."""
     grouped = _Groups(boxes, shape.groups, piece)
-    width = grouped.width
     sums = _Sums()
 
-    def stage(runs, pieces, ramp: float, base: int, target_box) -> None:
-        for messages in _steps(runs, pieces, most, ramp, reverse=True):
-            moves = [(g, boxes[b], boxes[target_box(b, d)], pieces(b, js)[first:first + count])
-                     for g, d, js, first, count in messages for b in range(len(boxes))]
-            gathered: dict[int, list[int]] = defaultdict(list)
-            # round by round (shift s: holder g gathers from g − s), so a round's senders reach distinct holders
-            for shift in range(1, width):
-                for i, (g, _, target, part) in enumerate(moves):
-                    sender = target[(g - shift) % width]
-                    gathered[i] += plan.send(base, sender, target[g], part, reduce=True, channel=FORWARD,
-                                             deps=sums.before(sender, part))
-            for i, (g, box, target, part) in enumerate(moves):
-                moved = plan.send(base + 1, target[g], box[g], part, reduce=True, channel=RAIL,
-                                  deps=gathered[i] + sums.before(target[g], part))
-                sums.add(box[g], part, moved)
+    def record(b: int, g: int, part: list[int], moved: list[int]) -> None:
+        sums.add(boxes[b][g], part, moved)
 
-    stage(grouped.outer, grouped.group_pieces, shape.ramp, 0, grouped.outer_target)
-    stage(grouped.inner, grouped.inner_pieces, 0.0, 2, grouped.inner_target)
-    ready: dict[int, list[int]] = defaultdict(list)
-    # each rank's piece summed from the other ranks of its box, round by round (shift s: position j to j + s)
-    for j, shift in ((j, s) for s in range(1, width) for j in range(width)):
-        for box in boxes:
-            other, r = box[j], box[(j + shift) % width]
-            ready[r] += plan.send(4, other, r, piece(r), reduce=True, channel=BOX, deps=sums.before(other, piece(r)))
-    for r in range(plan.coll.num_ranks):
-        ready[r] += sums.before(r, piece(r))
-    return ready
+    _sum_stage(plan, boxes, grouped.outer, grouped.group_pieces, most, shape.ramp, 0, grouped.outer_target,
+               sums.before, record)
+    _sum_stage(plan, boxes, grouped.inner, grouped.inner_pieces, most, 0.0, 2, grouped.inner_target, sums.before,
+               record)
+    return _sums_to_owners(plan, boxes, piece, 4, lambda other, r: sums.before(other, piece(r)))
 
 
 def _steps(runs, pieces, most: int, ramp: float, reverse: bool = False):
@@ -433,37 +413,62 @@ def _steps(runs, pieces, most: int, ramp: float, reverse: bool = False):
         yield [(g, *parts[step]) for g, parts in enumerate(per_rail) if step < len(parts)]
 
 
-def _reduce_scatter(plan: Plan, boxes: Boxes, runs, pieces, piece, most: int,
-                    shape: RailShape) -> dict[int, list[int]]:
-    """The allgather's moves backwards with sums (module docstring), each rail's messages in reverse order (the
-    time mirror: its short messages first, so the first gather inside the box is short); returns rank -> the
-    moves completing its piece's sum there."""
-    k, width = len(boxes), len(boxes[0])
-    into: dict[tuple[int, int], list[int]] = defaultdict(list)   # (source-side holder, piece rank) -> partial sums
-    for messages in _steps(runs, pieces, most, shape.ramp, reverse=True):
-        moves = [(g, box, boxes[(b + d) % k], pieces(b, js)[first:first + count],
-                  {c: box[j] for j in js for c in piece(box[j])})
-                 for g, d, js, first, count in messages for b, box in enumerate(boxes)]
+def _sum_stage(plan: Plan, boxes: Boxes, runs, pieces, most: int, ramp: float, base: int, target_box, waits,
+               record) -> None:
+    """The rail messages of ``runs`` backwards with sums, each rail's stream in reverse order (the time mirror of
+    :func:`_rail_stage`: its short messages first, so the first gather inside the box is short): for the message
+    box ``b`` would send box ``target_box(b, d)``, the ranks of that box send their sums of its chunks to the
+    holder ``g``, round by round (shift s: holder g gathers from g − s, so a round's senders reach distinct
+    holders), and the holder sends one partial sum over its rail to rank ``g`` of box ``b``. A rank's send of a
+    sum waits for ``waits(rank, part)``, the sums that reached it for those chunks; ``record(b, g, part, moved)``
+    hears of each rail sum."""
+    width = len(boxes[0])
+    for messages in _steps(runs, pieces, most, ramp, reverse=True):
+        moves = [(g, b, boxes[target_box(b, d)], pieces(b, js)[first:first + count])
+                 for g, d, js, first, count in messages for b in range(len(boxes))]
         gathered: dict[int, list[int]] = defaultdict(list)
-        # round by round (shift s: holder g gathers from g − s), so a round's senders reach distinct holders
         for shift in range(1, width):
-            for i, (g, _, target, part, _) in enumerate(moves):
-                gathered[i] += plan.send(0, target[(g - shift) % width], target[g], part, reduce=True,
-                                         channel=FORWARD)
-        for i, (g, box, target, part, owner) in enumerate(moves):
-            moved = plan.send(1, target[g], box[g], part, reduce=True, channel=RAIL, deps=gathered[i])
-            for r in sorted({owner[c] for c in part}):
-                into[(box[g], r)] += moved
+            for i, (g, _, target, part) in enumerate(moves):
+                sender = target[(g - shift) % width]
+                gathered[i] += plan.send(base, sender, target[g], part, reduce=True, channel=FORWARD,
+                                         deps=waits(sender, part))
+        for i, (g, b, target, part) in enumerate(moves):
+            moved = plan.send(base + 1, target[g], boxes[b][g], part, reduce=True, channel=RAIL,
+                              deps=gathered[i] + waits(target[g], part))
+            record(b, g, part, moved)
+
+
+def _sums_to_owners(plan: Plan, boxes: Boxes, piece, level: int, summed) -> dict[int, list[int]]:
+    """Each rank's piece summed from the other ranks of its box, round by round (shift s: position j to j + s, as
+    the gathers): rank ``other`` sends its sum of ``r``'s piece after ``summed(other, r)``, the rail sums of it
+    that reached ``other``. Returns rank -> the moves completing its piece's sum there."""
+    width = len(boxes[0])
     ready: dict[int, list[int]] = defaultdict(list)
-    # a holder adds the rail sums of r's piece it received first; round by round (shift s: position j to j + s,
-    # as the gathers)
     for j, shift in ((j, s) for s in range(1, width) for j in range(width)):
         for box in boxes:
             other, r = box[j], box[(j + shift) % width]
-            ready[r] += plan.send(2, other, r, piece(r), reduce=True, channel=BOX, deps=into[(other, r)])
+            ready[r] += plan.send(level, other, r, piece(r), reduce=True, channel=BOX, deps=summed(other, r))
     for r in range(plan.coll.num_ranks):
-        ready[r] += into[(r, r)]
+        ready[r] += summed(r, r)
     return ready
+
+
+def _reduce_scatter(plan: Plan, boxes: Boxes, runs, pieces, piece, most: int,
+                    shape: RailShape) -> dict[int, list[int]]:
+    """The allgather's moves backwards with sums (module docstring; :func:`_sum_stage`), then each piece's sum to
+    its rank; returns rank -> the moves completing its piece's sum there. In one stage no rank sends a sum of
+    chunks that a rail brought it, so no send waits for one."""
+    k = len(boxes)
+    owner = {c: r for box in boxes for r in box for c in piece(r)}
+    into: dict[tuple[int, int], list[int]] = defaultdict(list)   # (source-side holder, piece rank) -> partial sums
+
+    def record(b: int, g: int, part: list[int], moved: list[int]) -> None:
+        for r in sorted({owner[c] for c in part}):
+            into[(boxes[b][g], r)] += moved
+
+    _sum_stage(plan, boxes, runs, pieces, most, shape.ramp, 0, lambda b, d: (b + d) % k, lambda rank, part: [],
+               record)
+    return _sums_to_owners(plan, boxes, piece, 2, lambda other, r: into[(other, r)])
 
 
 def synthesize(inst: Instance) -> Schedule:
