@@ -268,26 +268,28 @@ def choose_chunks(topology: Topology, collective: Collective, plans: list[Forest
             total += np.array(split_chunks(forest, r, c * spread))
         return total
 
-    def per_chunk(c: int) -> tuple[float, int]:
+    def shape_cost(chunks: int, messages: int | None) -> tuple[float, int]:
+        # each tree's chunks as balanced_split deals them, in at most ``messages`` messages (None: one chunk each)
+        chunk_bytes = per_root_bytes / (chunks * spread)
         phases = []
         for forest, usage in zip(plans, usages):
-            cnt = counts(forest, c)
-            b = per_root_bytes / (c * spread)
-            phases.append((forest, usage, cnt.tolist(), [b] * len(cnt), len(roots)))
+            carried = counts(forest, chunks).tolist()
+            if messages is None:
+                sent, msg_bytes = carried, [chunk_bytes] * len(carried)
+            else:
+                sent = [min(c, messages) for c in carried]
+                msg_bytes = [chunk_bytes * c / m if m else 0.0 for c, m in zip(carried, sent)]
+            phases.append((forest, usage, sent, msg_bytes, len(roots)))
         return predicted_time(phases, len(topology.links))
+
+    def per_chunk(c: int) -> tuple[float, int]:
+        return shape_cost(c, None)
 
     def per_message(p: int) -> tuple[float, int]:
         # costed at the count the runtime runs, fit(k·p), split over the trees as they will carry it: with k = 3
         # trees per root and power-of-two counts, 3 chunks become 2 and one tree carries none (mi250x8-ib25
         # allgather, where no depth search can correct it: 0.864 of the bound at 2 chunks per root, 0.919 at 8)
-        chunks = fit(k * p)[0]
-        phases = []
-        for forest, usage in zip(plans, usages):
-            carried = counts(forest, chunks).tolist()
-            sent = [min(c, p) for c in carried]
-            msg_bytes = [per_root_bytes / chunks * c / m if m else 0.0 for c, m in zip(carried, sent)]
-            phases.append((forest, usage, sent, msg_bytes, len(roots)))
-        return predicted_time(phases, len(topology.links))
+        return shape_cost(fit(k * p)[0], p)
 
     uneven = spread > 1 or any(f.k != k for f in plans)
     if requested is not None and (uneven or n > tuning.TUNING.large_ranks):
