@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from synth.errors import SynthError
 from synth.synthesis.base import MAX_STEP_CHUNKS
 from synth.synthesis.timing import MAX_COALESCE, Jobs, list_schedule, route_costs
 from synth.topology import generators as gen
@@ -20,11 +22,15 @@ CHUNK_BYTES = 1 << 20
 
 @st.composite
 def job_sets(draw):
-    """(fabric, jobs): a ring or a fully connected fabric of 3-5 ranks; each job sends 1-3 contiguous chunks to a
-    neighbour, after 0-2 earlier jobs, with a random key of few values (so ties happen)."""
+    """(fabric, jobs): a ring, a fully connected fabric or a star (one switch) of 3-5 ranks; each job sends 1-3
+    contiguous chunks to a neighbour (through the switch on the star), after 0-2 earlier jobs, with a random key of
+    few values (so ties happen)."""
     n = draw(st.integers(3, 5))
-    fabric = draw(st.sampled_from([gen.ring(n, bw=25.0, alpha=1.0), gen.fully_connected(n, bw=50.0, alpha=0.5)]))
-    pairs = sorted({(link.src, link.dst) for link in fabric.links})
+    fabric = draw(st.sampled_from([gen.ring(n, bw=25.0, alpha=1.0), gen.fully_connected(n, bw=50.0, alpha=0.5),
+                                   gen.star(n, bw=40.0, alpha=0.7)]))
+    route = (n,) if fabric.switches else ()
+    pairs = sorted({(src, dst) for src in range(n) for dst in range(n) if src != dst} if route else
+                   {(link.src, link.dst) for link in fabric.links})
     jobs = Jobs.empty()
     next_chunk: dict[tuple[int, int], int] = {}
     for i in range(draw(st.integers(1, 40))):
@@ -34,7 +40,7 @@ def job_sets(draw):
         size = draw(st.integers(1, 3))
         next_chunk[(src, dst)] = first + size
         deps = tuple(sorted(set(draw(st.lists(st.integers(0, i - 1), max_size=2))))) if i else ()
-        jobs.add(tuple(range(first, first + size)), src, dst, (), False, deps, (draw(st.integers(0, 3)),))
+        jobs.add(tuple(range(first, first + size)), src, dst, route, False, deps, (draw(st.integers(0, 3)),))
     return fabric, jobs
 
 
@@ -45,8 +51,10 @@ def _messages(jobs: Jobs) -> dict[int, list[int]]:
     return heads
 
 
-def _check_rules(fabric, jobs: Jobs, coalesce: bool, alpha_share: float = 0.01) -> None:
-    order, start, end = list_schedule(jobs, fabric, CHUNK_BYTES, coalesce=coalesce, alpha_share=alpha_share)
+def _check_rules(fabric, jobs: Jobs, coalesce: bool, alpha_share: float = 0.01, drain: float | None = None,
+                 batch: bool = False) -> None:
+    order, start, end = list_schedule(jobs, fabric, CHUNK_BYTES, coalesce=coalesce, alpha_share=alpha_share,
+                                      drain=drain, batch=batch)
     n = len(jobs.msg)
     assert sorted(order) == list(range(n))
     assert all(start[a] <= start[b] + EPS for a, b in zip(order, order[1:]))
@@ -71,6 +79,8 @@ def _check_rules(fabric, jobs: Jobs, coalesce: bool, alpha_share: float = 0.01) 
         busy.sort()
         for (_, e0, _), (s1, _, _) in zip(busy, busy[1:]):
             assert s1 >= e0 - EPS                  # one message at a time per link direction
+    if fabric.switches:
+        return   # a routed job may wait for the far links of its route, and a later one overtake it
     for i in range(n):
         link = hops[i][0]
         # work-conserving: from the moment job i was ready until it started, its link was busy
@@ -97,10 +107,31 @@ def test_plain_list_schedule_keeps_its_rules(case):
 
 
 @settings(max_examples=150, deadline=None)
-@given(job_sets(), st.sampled_from([0.01, 0.0025, 1.0]))
-def test_coalesced_list_schedule_keeps_its_rules(case, alpha_share):
+@given(job_sets(), st.sampled_from([0.01, 0.0025, 1.0]), st.sampled_from([None, 1.0, 0.25]), st.booleans())
+def test_coalesced_list_schedule_keeps_its_rules(case, alpha_share, drain, batch):
     fabric, jobs = case
-    _check_rules(fabric, jobs, coalesce=True, alpha_share=alpha_share)
+    _check_rules(fabric, jobs, coalesce=True, alpha_share=alpha_share, drain=drain, batch=batch)
+
+
+@settings(max_examples=60, deadline=None)
+@given(job_sets(), st.booleans())
+def test_timing_again_gives_the_same_schedule(case, coalesce):
+    # the derived arrays cached on the jobs serve a second timing unchanged
+    fabric, jobs = case
+    first = list_schedule(jobs, fabric, CHUNK_BYTES, coalesce=coalesce)
+    heads = list(jobs.head)
+    second = list_schedule(jobs, fabric, CHUNK_BYTES, coalesce=coalesce)
+    assert first[0] == second[0] and heads == jobs.head
+    assert (first[1] == second[1]).all() and (first[2] == second[2]).all()
+
+
+def test_cyclic_dependencies_are_an_error():
+    fabric = gen.ring(3, bw=25.0, alpha=1.0)
+    jobs = Jobs.empty()
+    jobs.add((0,), 0, 1, (), False, (1,), (0,))
+    jobs.add((1,), 1, 2, (), False, (0,), (0,))
+    with pytest.raises(SynthError, match="cyclic"):
+        list_schedule(jobs, fabric, CHUNK_BYTES)
 
 
 def test_coalescing_merges_queued_contiguous_chunks_into_one_message():

@@ -5,7 +5,8 @@ flag, dependencies, priority key). The engines give each job a start and an end 
 (a transfer holds every link of its route for ``Σα + b / min bw``):
 
 - :func:`list_schedule`: work-conserving list schedule, smallest key first, optionally coalescing queued
-  transfers into one message (:class:`Coalescing`) or replaying the runtime's threadblock rule;
+  transfers into one message (:class:`Coalescing`) or replaying the runtime's threadblock rule; its event loop
+  is :func:`synth.synthesis.listkernel.list_kernel` (numba), fed the jobs as arrays;
 - :func:`justify`: forward-backward improvement of a timed schedule (Valls, Ballestín & Quintanilla,
   EJOR 165(2), 2005);
 - :func:`level_schedule`, :func:`slot_schedule`, :func:`replicated_schedule`: vectorised timings for very
@@ -23,6 +24,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Protocol
 
 import numpy as np
@@ -198,149 +200,76 @@ def list_schedule(jobs: Jobs, topology: Topology, chunk_bytes: float,
 
     ``costs``: :func:`route_costs` of these jobs, where the caller times them several ways.
     """
-    import heapq
+    from synth.synthesis.listkernel import list_kernel  # numba: imported (and its cache loaded) when first timed
 
     n = len(jobs.msg)
     hops, route_alpha, route_rate, duration = costs if costs is not None else route_costs(jobs, topology, chunk_bytes)
     jobs.head = list(range(n))
+    key_rank, job_at, dep_ptr, dep_idx, dnt_ptr, dnt_idx = _derived(jobs)
     if chained is not None:
         deps_of = [d + (c,) if c >= 0 else d for d, c in zip(jobs.deps, chained)]
-        return _fifo_schedule(deps_of, _derived(jobs)[1], hops, duration, len(topology.links))
-    # plain lists, not arrays: the loop reads and writes one element at a time
-    dependents, key_rank, rank_of, job_at = _derived(jobs)
-    waiting = [len(d) for d in jobs.deps]
-    free = [0.0] * len(topology.links)
-    start = [0.0] * n
-    end = [0.0] * n
-    queues: list[list] = [[] for _ in range(len(topology.links))]
-    taken = [False] * n
-    route_alpha, route_rate, duration = route_alpha.tolist(), route_rate.tolist(), duration.tolist()
-    by_first: dict[int, int] = {}   # queued jobs by their (src, dst, route, first chunk) key
-    left = [0.0] * len(topology.links)   # with drain: data time still to cross each link
-    if drain is not None:
-        data_time = [len(jobs.msg[i]) * chunk_bytes / route_rate[i] for i in range(n)]
-        for i in range(n):
-            for hop_link in hops[i]:
-                left[hop_link] += data_time[i]
-    events: list[tuple[float, int, int]] = []   # (time, 0 = job ready / 1 = link free, id)
-    for i in range(n):
-        if waiting[i] == 0:
-            events.append((0.0, 0, i))
-    heapq.heapify(events)
-    heappush, heappop = heapq.heappush, heapq.heappop
-    # link queues hold key ranks (ints compare faster than key tuples; the order is the same, ties by index)
-    deps_of, first_link = jobs.deps, [h[0] for h in hops]
-    single = [len(h) == 1 for h in hops]
-    free_at = free.__getitem__
-    end_at = end.__getitem__
-    if coalesce:   # by_first keys as one int per job: (sender, receiver, route) numbered, times a chunk stride
-        head_key, next_key = _message_keys(jobs)
-    while events:
-        t, kind, ident = heappop(events)
-        if kind == 0:
-            link = first_link[ident]
-            heappush(queues[link], rank_of[ident])
-            if coalesce:
-                by_first[head_key[ident]] = ident
-                if batch:
-                    woken: set[int] = set()   # other links that got jobs now: each tries to start once
-                    while events and events[0][1] == 0 and events[0][0] <= t + 1e-12:
-                        other = heappop(events)[2]
-                        other_link = first_link[other]
-                        heappush(queues[other_link], rank_of[other])
-                        by_first[head_key[other]] = other
-                        woken.add(other_link)
-                    for other_link in woken - {link}:
-                        heappush(events, (t, 1, other_link))
-        else:
-            link = ident
-        queue = queues[link]
-        while queue and taken[job_at[queue[0]]]:
-            heappop(queue)
-        if not queue or free[link] > t + 1e-12:
-            continue
-        # the queue's head starts now in most cases: _pick searches further only when it must wait
-        i = job_at[queue[0]]
-        if single[i]:
-            s = free[link] if free[link] > t else t
-        else:
-            s = max(t, max(map(free_at, hops[i])))
-        if s <= t:
-            heappop(queue)
-        else:
-            i, s = _pick(queue, job_at, hops, free, t, taken)
-        members = [i]
-        if coalesce:
-            by_first.pop(head_key[i], None)
-            size = len(jobs.msg[i])
-            # enough chunks that α is alpha_share of the message, no more (bigger ones slow the pipeline)
-            most = min(MAX_COALESCE, max(size, int(route_alpha[i] / alpha_share * route_rate[i] / chunk_bytes)))
-            nxt = by_first.get(next_key[i])
-            if drain is not None:   # message <= drain * (data left after it) on its busiest-to-end link
-                left_now = min(left[hop_link] for hop_link in hops[i])
-                most = max(size, min(most, int(left_now * drain / (1 + drain) * route_rate[i] / chunk_bytes)))
-            while nxt is not None and not taken[nxt] and size + len(jobs.msg[nxt]) <= most:
-                taken[nxt] = True
-                members.append(nxt)
-                size += len(jobs.msg[nxt])
-                by_first.pop(head_key[nxt], None)
-                nxt = by_first.get(next_key[nxt])
-            finish = s + route_alpha[i] * math.ceil(size / MAX_STEP_CHUNKS) + size * chunk_bytes / route_rate[i]
-        else:
-            finish = s + duration[i]
-        taken[i] = True
-        if drain is not None:
-            moved = sum(data_time[m] for m in members)
-            for hop_link in hops[i]:
-                free[hop_link] = finish
-                left[hop_link] -= moved
-        else:
-            for hop_link in hops[i]:
-                free[hop_link] = finish
-        heappush(events, (finish, 1, link))
-        for m in members:
-            start[m] = s
-            end[m] = finish
-            for j in dependents[m]:
-                waiting[j] -= 1
-                if waiting[j] == 0:  # ready when the last of its inputs has arrived
-                    deps_j = deps_of[j]
-                    heappush(events, (end[deps_j[0]] if len(deps_j) == 1 else max(map(end_at, deps_j)), 0, j))
-        for m in members[1:]:
-            jobs.head[m] = i
-    if any(waiting):
+        return _fifo_schedule(deps_of, key_rank, hops, duration, len(topology.links))
+    if n == 0:
+        return [], np.zeros(0), np.zeros(0)
+    hop_ptr = np.zeros(n + 1, dtype=np.int64)
+    hop_ptr[1:] = np.cumsum(np.fromiter(map(len, hops), dtype=np.int64, count=n))
+    hop_link = np.fromiter(chain.from_iterable(hops), dtype=np.int64, count=int(hop_ptr[-1]))
+    msg_size = np.fromiter(map(len, jobs.msg), dtype=np.int64, count=n)
+    chunk_bytes = float(chunk_bytes)
+    data_time = msg_size * chunk_bytes / route_rate if drain is not None else np.zeros(0)
+    head_id, next_id, num_head_ids = _message_keys(jobs) if coalesce else (dep_ptr, dep_ptr, 0)
+    start, end, head, unplaced = list_kernel(
+        len(topology.links), hop_ptr, hop_link, dep_ptr, dep_idx, dnt_ptr, dnt_idx, key_rank, job_at,
+        np.ascontiguousarray(duration, dtype=np.float64), np.ascontiguousarray(route_alpha, dtype=np.float64),
+        np.ascontiguousarray(route_rate, dtype=np.float64), msg_size, chunk_bytes, MAX_STEP_CHUNKS, MAX_COALESCE,
+        bool(coalesce), float(alpha_share), drain is not None, float(drain or 0.0), data_time, bool(batch),
+        head_id, next_id, num_head_ids)
+    if unplaced:
         raise SynthError("internal error: cyclic transfer dependencies")
+    jobs.head = head.tolist()
     # by start, then key (the stable rank of every key, computed once per set of jobs)
-    start_array = np.array(start)
-    order = np.lexsort((key_rank, start_array)).tolist()
-    return order, start_array, np.array(end)
+    order = np.lexsort((key_rank, start)).tolist()
+    return order, start, end
 
 
-def _message_keys(jobs: Jobs) -> tuple[list[int], list[int]]:
-    """Per job, one int for (sender, receiver, route, first chunk) and one for the chunk after its last on the same
-    (sender, receiver, route): a coalesced message continues with the job whose first key is this one's next key.
-    Computed once per set of jobs (as :func:`_derived`)."""
+def _message_keys(jobs: Jobs) -> tuple[np.ndarray, np.ndarray, int]:
+    """Per job, the id of its (sender, receiver, route, first chunk) and the id of the chunk after its last on the
+    same (sender, receiver, route), or -1 where no job starts there: a coalesced message continues with the job
+    whose first id is this one's next id. Ids are dense (their count is the third item). Computed once per set of
+    jobs (as :func:`_derived`)."""
     n = len(jobs.msg)
     if jobs.message_keys is None or jobs.message_keys[0] != n:
         pair_ids: dict[tuple, int] = {}
-        pair = [pair_ids.setdefault(p, len(pair_ids)) for p in zip(jobs.src, jobs.dst, jobs.route)]
-        low = min((m[0] for m in jobs.msg), default=0)
-        stride = max((m[-1] for m in jobs.msg), default=0) - low + 2
-        head_key = [p * stride + m[0] - low for p, m in zip(pair, jobs.msg)]
-        next_key = [p * stride + m[-1] + 1 - low for p, m in zip(pair, jobs.msg)]
-        jobs.message_keys = (n, head_key, next_key)
-    return jobs.message_keys[1], jobs.message_keys[2]
+        pair = np.array([pair_ids.setdefault(p, len(pair_ids)) for p in zip(jobs.src, jobs.dst, jobs.route)],
+                        dtype=np.int64)
+        first = np.fromiter((m[0] for m in jobs.msg), dtype=np.int64, count=n)
+        last = np.fromiter((m[-1] for m in jobs.msg), dtype=np.int64, count=n)
+        stride = int(last.max(initial=0)) - int(first.min(initial=0)) + 2
+        head_key = pair * stride + first
+        next_key = pair * stride + last + 1
+        keys = np.unique(head_key)
+        head_id = np.searchsorted(keys, head_key)
+        next_pos = np.minimum(np.searchsorted(keys, next_key), max(len(keys) - 1, 0))
+        next_id = np.where(keys[next_pos] == next_key, next_pos, -1) if len(keys) else next_pos
+        jobs.message_keys = (n, head_id.astype(np.int64), next_id.astype(np.int64), len(keys))
+    return jobs.message_keys[1:]
 
 
-def _derived(jobs: Jobs) -> tuple[list[list[int]], np.ndarray, list[int], list[int]]:
-    """The jobs waiting for each job, each job's rank in key order (ties by index) and the job of each rank,
-    computed once for the several timings of one set of jobs (jobs are only ever appended, so the count tells a
-    stale copy)."""
+def _derived(jobs: Jobs) -> tuple[np.ndarray, ...]:
+    """Each job's rank in key order (ties by index), the job of each rank, and the dependencies and dependents as
+    CSR arrays (pointers, indices), computed once for the several timings of one set of jobs (jobs are only ever
+    appended, so the count tells a stale copy)."""
     n = len(jobs.deps)
     if jobs.derived is None or jobs.derived[0] != n:
-        _, dependents = _dependents(jobs.deps)
-        job_at, key_rank, rank_of = _key_ranks(jobs.key)
-        jobs.derived = (n, dependents, key_rank, rank_of, job_at)
+        job_at, key_rank, _ = _key_ranks(jobs.key)
+        dep_ptr = np.zeros(n + 1, dtype=np.int64)
+        dep_ptr[1:] = np.cumsum(np.fromiter(map(len, jobs.deps), dtype=np.int64, count=n))
+        dep_idx = np.fromiter(chain.from_iterable(jobs.deps), dtype=np.int64, count=int(dep_ptr[-1]))
+        waiter = np.repeat(np.arange(n, dtype=np.int64), np.diff(dep_ptr))
+        by_dep = np.argsort(dep_idx, kind="stable")
+        dnt_ptr = np.zeros(n + 1, dtype=np.int64)
+        dnt_ptr[1:] = np.cumsum(np.bincount(dep_idx, minlength=n))
+        jobs.derived = (n, key_rank, np.array(job_at, dtype=np.int64), dep_ptr, dep_idx, dnt_ptr, waiter[by_dep])
     return jobs.derived[1:]
 
 
@@ -621,35 +550,6 @@ def _serialize(ready: np.ndarray, link: np.ndarray, duration: np.ndarray, free: 
     tail[:-1] = lk[1:] != lk[:-1]
     free[lk[tail]] = (s + d)[tail]
     return out
-
-
-def _pick(queue: list[int], job_at: list[int], hops: list[list[int]], free: list[float], t: float,
-          taken: list[bool], width: int = 8) -> tuple[int, float]:
-    """Among the ``width`` best-keyed ready transfers of a link (``queue``: a heap of key ranks, ``job_at`` the job
-    of each), the one that can start first (a routed transfer may wait for the far links of its route; a direct
-    one never does); transfers already ``taken`` into an earlier message are dropped from the queue. The queue is
-    only searched past its head while the transfers seen so far must wait."""
-    import heapq
-
-    head = []
-    best = None
-    while queue and len(head) < width:
-        item = heapq.heappop(queue)
-        job = job_at[item]
-        if taken[job]:
-            continue
-        route = hops[job]
-        s = max(t, float(free[route[0]] if len(route) == 1 else max(free[link] for link in route)))
-        head.append(item)
-        if best is None or s < best[1] - 1e-12:
-            best = (len(head) - 1, s)
-        if s <= t:
-            break
-    pos, s = best
-    for other, item in enumerate(head):
-        if other != pos:
-            heapq.heappush(queue, item)
-    return job_at[head[pos]], s
 
 
 def message_groups(jobs: Jobs, heads: list[int] | None) -> list[int]:
