@@ -28,6 +28,13 @@ def _event_less(times, kinds, ids, a, b):
     return ids[a] < ids[b]
 
 
+@njit(cache=True, inline="always")
+def _event_swap(times, kinds, ids, a, b):
+    times[a], times[b] = times[b], times[a]
+    kinds[a], kinds[b] = kinds[b], kinds[a]
+    ids[a], ids[b] = ids[b], ids[a]
+
+
 @njit(cache=True)
 def _event_push(times, kinds, ids, size, t, kind, ident):
     """Push (t, kind, ident) on the event heap of ``size`` entries; returns the new size."""
@@ -36,9 +43,7 @@ def _event_push(times, kinds, ids, size, t, kind, ident):
     while pos > 0:
         parent = (pos - 1) >> 1
         if _event_less(times, kinds, ids, pos, parent):
-            times[pos], times[parent] = times[parent], times[pos]
-            kinds[pos], kinds[parent] = kinds[parent], kinds[pos]
-            ids[pos], ids[parent] = ids[parent], ids[pos]
+            _event_swap(times, kinds, ids, pos, parent)
             pos = parent
         else:
             break
@@ -49,9 +54,7 @@ def _event_push(times, kinds, ids, size, t, kind, ident):
 def _event_pop(times, kinds, ids, size):
     """Remove the least event (left at index ``size - 1``); returns the new size."""
     last = size - 1
-    times[0], times[last] = times[last], times[0]
-    kinds[0], kinds[last] = kinds[last], kinds[0]
-    ids[0], ids[last] = ids[last], ids[0]
+    _event_swap(times, kinds, ids, 0, last)
     pos = 0
     while True:
         child = 2 * pos + 1
@@ -60,9 +63,7 @@ def _event_pop(times, kinds, ids, size):
         if child + 1 < last and _event_less(times, kinds, ids, child + 1, child):
             child += 1
         if _event_less(times, kinds, ids, child, pos):
-            times[pos], times[child] = times[child], times[pos]
-            kinds[pos], kinds[child] = kinds[child], kinds[pos]
-            ids[pos], ids[child] = ids[child], ids[pos]
+            _event_swap(times, kinds, ids, pos, child)
             pos = child
         else:
             break
