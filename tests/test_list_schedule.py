@@ -58,7 +58,7 @@ def _check_rules(fabric, jobs: Jobs, coalesce: bool, alpha_share: float = 0.01, 
     n = len(jobs.msg)
     assert sorted(order) == list(range(n))
     assert all(start[a] <= start[b] + EPS for a, b in zip(order, order[1:]))
-    hops, route_alpha, route_rate, _ = route_costs(jobs, fabric, CHUNK_BYTES)
+    hops, route_alpha, route_rate = route_costs(jobs, fabric, CHUNK_BYTES)[:3]
     ready = [max((end[d] for d in jobs.deps[i]), default=0.0) for i in range(n)]
     messages = _messages(jobs)
     by_link: dict[int, list[tuple[float, float, int]]] = {}

@@ -443,7 +443,8 @@ def test_messages_longer_than_one_msccl_step_pay_alpha_per_step():
     jobs = Jobs.empty()
     for count in (MAX_STEP_CHUNKS, MAX_STEP_CHUNKS + 1, 3 * MAX_STEP_CHUNKS):
         jobs.add(tuple(range(count)), 0, 1, (), False, (), (0,))
-    _, _, rate, duration = route_costs(jobs, topology, 1000.0)
+    costs = route_costs(jobs, topology, 1000.0)
+    rate, duration = costs.route_rate, costs.duration
     steps = [d - count * 1000.0 / rate[0] for d, count in zip(duration, (71, 72, 213))]
     assert steps == pytest.approx([alpha, 2 * alpha, 3 * alpha])
 

@@ -25,7 +25,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -129,33 +129,51 @@ def route_cost(nodes: tuple[int, ...], link_index: dict[tuple[int, int], int], a
     return links, float(alpha[links].sum()), float(bw[links].min())
 
 
-def route_costs(jobs: Jobs, topology: Topology,
-                chunk_bytes: float) -> tuple[list[list[int]], np.ndarray, np.ndarray, np.ndarray]:
+class RouteCosts(NamedTuple):
+    """Per job of a :class:`Jobs`: its route's link ids (a list, and as CSR arrays), summed α (µs), least bandwidth
+    (bytes/µs) and duration (µs); see :func:`route_costs`."""
+    hops: list[list[int]]
+    route_alpha: np.ndarray
+    route_rate: np.ndarray
+    duration: np.ndarray
+    hop_ptr: np.ndarray     # job i's links are hop_link[hop_ptr[i]:hop_ptr[i + 1]]
+    hop_link: np.ndarray
+
+
+def route_costs(jobs: Jobs, topology: Topology, chunk_bytes: float) -> RouteCosts:
     """Per job: the link ids of its route, their summed α (µs), their least bandwidth (bytes/µs)
     and the transfer's duration ``Σα + b / min bw`` (docs/cost-model.md), with one ``Σα`` per MSCCL
     step: a message of more than ``MAX_STEP_CHUNKS`` chunks is lowered as several steps."""
     link_index = {(link.src, link.dst): i for i, link in enumerate(topology.links)}
     _, _, bw, alpha = topology.arrays
     n = len(jobs.msg)
-    hops: list[list[int]] = []
-    route_alpha = np.zeros(n)
-    route_rate = np.zeros(n)
-    size = np.fromiter((len(m) for m in jobs.msg), dtype=np.float64, count=n)
-    cache: dict[tuple, tuple[list[int], float, float]] = {}
-    for i in range(n):
-        hop_key = (jobs.src[i], jobs.dst[i], jobs.route[i])
-        hit = cache.get(hop_key)
-        if hit is None:
-            nodes = (jobs.src[i], *jobs.route[i], jobs.dst[i])
-            try:
-                links, route_alpha_us, route_bw = route_cost(nodes, link_index, alpha, bw)
-            except KeyError as exc:
-                raise SynthError(f"internal error: route {nodes} uses a missing link") from exc
-            hit = cache[hop_key] = (links, route_alpha_us, route_bw * 1e3)
-        hops.append(hit[0])
-        route_alpha[i], route_rate[i] = hit[1], hit[2]
+    ids: dict[tuple, int] = {}   # each distinct (sender, receiver, route) is costed once
+    route_id = np.fromiter((ids.setdefault(key, len(ids)) for key in zip(jobs.src, jobs.dst, jobs.route)),
+                           dtype=np.int64, count=n)
+    unique_links: list[list[int]] = []
+    unique_alpha = np.zeros(len(ids))
+    unique_rate = np.zeros(len(ids))
+    for r, (src, dst, route) in enumerate(ids):
+        nodes = (src, *route, dst)
+        try:
+            links, route_alpha_us, route_bw = route_cost(nodes, link_index, alpha, bw)
+        except KeyError as exc:
+            raise SynthError(f"internal error: route {nodes} uses a missing link") from exc
+        unique_links.append(links)
+        unique_alpha[r], unique_rate[r] = route_alpha_us, route_bw * 1e3
+    unique_len = np.fromiter(map(len, unique_links), dtype=np.int64, count=len(ids))
+    unique_ptr = np.concatenate(([0], np.cumsum(unique_len)[:-1])).astype(np.int64)
+    unique_flat = np.fromiter(chain.from_iterable(unique_links), dtype=np.int64, count=int(unique_len.sum()))
+    lengths = unique_len[route_id]
+    hop_ptr = np.zeros(n + 1, dtype=np.int64)
+    hop_ptr[1:] = np.cumsum(lengths)
+    hop_link = unique_flat[np.repeat(unique_ptr[route_id] - hop_ptr[:-1], lengths) + np.arange(hop_ptr[-1])]
+    route_alpha, route_rate = unique_alpha[route_id], unique_rate[route_id]
+    size = np.fromiter(map(len, jobs.msg), dtype=np.float64, count=n)
     steps = np.ceil(size / MAX_STEP_CHUNKS)
-    return hops, route_alpha, route_rate, route_alpha * steps + size * chunk_bytes / route_rate
+    hops = [unique_links[r] for r in route_id.tolist()]
+    return RouteCosts(hops, route_alpha, route_rate, route_alpha * steps + size * chunk_bytes / route_rate, hop_ptr,
+                      hop_link)
 
 
 @dataclass(frozen=True)
@@ -173,7 +191,7 @@ def list_schedule(jobs: Jobs, topology: Topology, chunk_bytes: float,
                   chained: list[int] | None = None,
                   coalesce: bool = False, alpha_share: float = ALPHA_SHARE,
                   drain: float | None = None, batch: bool = False,
-                  costs: tuple | None = None) -> tuple[list[int], np.ndarray, np.ndarray]:
+                  costs: RouteCosts | None = None) -> tuple[list[int], np.ndarray, np.ndarray]:
     """Work-conserving list schedule: whenever a link is free it starts the ready transfer with the
     smallest key (critical path first, see :func:`add_broadcast`) among those whose route begins on it.
 
@@ -203,25 +221,21 @@ def list_schedule(jobs: Jobs, topology: Topology, chunk_bytes: float,
     from synth.synthesis.listkernel import list_kernel  # numba: imported (and its cache loaded) when first timed
 
     n = len(jobs.msg)
-    hops, route_alpha, route_rate, duration = costs if costs is not None else route_costs(jobs, topology, chunk_bytes)
+    costs = costs if costs is not None else route_costs(jobs, topology, chunk_bytes)
     jobs.head = list(range(n))
     key_rank, job_at, dep_ptr, dep_idx, dnt_ptr, dnt_idx = _derived(jobs)
     if chained is not None:
         deps_of = [d + (c,) if c >= 0 else d for d, c in zip(jobs.deps, chained)]
-        return _fifo_schedule(deps_of, key_rank, hops, duration, len(topology.links))
+        return _fifo_schedule(deps_of, key_rank, costs.hops, costs.duration, len(topology.links))
     if n == 0:
         return [], np.zeros(0), np.zeros(0)
-    hop_ptr = np.zeros(n + 1, dtype=np.int64)
-    hop_ptr[1:] = np.cumsum(np.fromiter(map(len, hops), dtype=np.int64, count=n))
-    hop_link = np.fromiter(chain.from_iterable(hops), dtype=np.int64, count=int(hop_ptr[-1]))
     msg_size = np.fromiter(map(len, jobs.msg), dtype=np.int64, count=n)
     chunk_bytes = float(chunk_bytes)
-    data_time = msg_size * chunk_bytes / route_rate if drain is not None else np.zeros(0)
+    data_time = msg_size * chunk_bytes / costs.route_rate if drain is not None else np.zeros(0)
     head_id, next_id, num_head_ids = _message_keys(jobs) if coalesce else (dep_ptr, dep_ptr, 0)
     start, end, head, unplaced = list_kernel(
-        len(topology.links), hop_ptr, hop_link, dep_ptr, dep_idx, dnt_ptr, dnt_idx, key_rank, job_at,
-        np.ascontiguousarray(duration, dtype=np.float64), np.ascontiguousarray(route_alpha, dtype=np.float64),
-        np.ascontiguousarray(route_rate, dtype=np.float64), msg_size, chunk_bytes, MAX_STEP_CHUNKS, MAX_COALESCE,
+        len(topology.links), costs.hop_ptr, costs.hop_link, dep_ptr, dep_idx, dnt_ptr, dnt_idx, key_rank, job_at,
+        costs.duration, costs.route_alpha, costs.route_rate, msg_size, chunk_bytes, MAX_STEP_CHUNKS, MAX_COALESCE,
         bool(coalesce), float(alpha_share), drain is not None, float(drain or 0.0), data_time, bool(batch),
         head_id, next_id, num_head_ids)
     if unplaced:
@@ -444,7 +458,7 @@ def level_schedule(jobs: Jobs, topology: Topology, chunk_bytes: float) -> tuple[
     Returns (order by start, start, end).
     """
     n = len(jobs.msg)
-    hops, _, _, duration = route_costs(jobs, topology, chunk_bytes)
+    hops, _, _, duration, _, _ = route_costs(jobs, topology, chunk_bytes)
     first = np.fromiter((h[0] for h in hops), dtype=np.int64, count=n)
     last = np.fromiter((h[-1] for h in hops), dtype=np.int64, count=n)
     dep = np.fromiter((d[0] if d else -1 for d in jobs.deps), dtype=np.int64, count=n)
@@ -473,7 +487,7 @@ def slot_schedule(jobs: Jobs, topology: Topology, chunk_bytes: float,
     """Translation-invariant timing (:func:`synth.synthesis.scale.translated_tree_arrays`): one message per
     tree, and the job on edge ``e`` of any tree runs in slot ``slots[e]``; a slot lasts the longest
     transfer. Returns (order by start, start, end)."""
-    longest = float(route_costs(jobs, topology, chunk_bytes)[3].max(initial=0.0))
+    longest = float(route_costs(jobs, topology, chunk_bytes).duration.max(initial=0.0))
     edge = np.fromiter((key[-1] for key in jobs.key), dtype=np.int64, count=len(jobs.key))
     slot = np.asarray(slots, dtype=np.float64)[edge]
     start, end = slot * longest, (slot + 1) * longest   # a child's start is exactly its parent's end
@@ -498,7 +512,7 @@ def replicated_schedule(jobs: Jobs, topology: Topology, chunk_bytes: float,
               for v in range(topology.num_nodes)]
     role = ["rank" if v < n else degree[v] for v in range(topology.num_nodes)]
     kinds: dict[tuple, int] = {}
-    links_of, _, _, duration = route_costs(jobs, topology, chunk_bytes)
+    links_of, _, _, duration, _, _ = route_costs(jobs, topology, chunk_bytes)
     edge = np.fromiter((key[-1] for key in jobs.key), dtype=np.int64, count=len(jobs.key))
     tree = np.fromiter((key[-2] for key in jobs.key), dtype=np.int64, count=len(jobs.key))
     first = np.nonzero(tree == tree[0])[0]
@@ -561,7 +575,7 @@ def message_groups(jobs: Jobs, heads: list[int] | None) -> list[int]:
 
 
 def replayed_makespan(jobs: Jobs, fabric: Topology, chunk_bytes: float, order: list[int],
-                      costs: tuple | None = None) -> float:
+                      costs: RouteCosts | None = None) -> float:
     """Makespan under the runtime's rule (:func:`list_schedule` with ``chained``): each connection's
     sends in ``order``, spread round-robin over threadblocks of at most ``MAX_STEPS_PER_TB`` steps."""
     count: dict[tuple[int, int], int] = defaultdict(int)

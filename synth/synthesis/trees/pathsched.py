@@ -167,7 +167,7 @@ def _timed_paths(jobs: Jobs, topology: Topology, chunk_bytes: float, in_rounds: 
     costs = route_costs(jobs, topology, chunk_bytes)
     for how in (("ordered",) if in_rounds else (None, *tuning.TUNING.built)):
         if how == "ordered":
-            links, _, _, duration = costs
+            links, duration = costs.hops, costs.duration
             order, start, end = circuits.ordered_schedule(jobs.key, jobs.deps, links, duration, len(topology.links))
         else:
             order, start, end = list_schedule(jobs, topology, chunk_bytes, coalesce=how is not None,
@@ -304,7 +304,7 @@ def _in_circuit_rounds(jobs: Jobs, fabric: Topology, chunk_bytes: float) -> Jobs
     instead: switch hops in rounds of disjoint circuits, a path's other hops a round per hop before or
     after its bottleneck; paths without a switch hop by position, spread over as many rounds. None
     where no path crosses a switch."""
-    links, _, _, duration = route_costs(jobs, fabric, chunk_bytes)
+    links, _, _, duration, _, _ = route_costs(jobs, fabric, chunk_bytes)
     chains = circuits.chains_of(jobs.deps)
     rounds_of = circuits.circuit_rounds(chains, links, [bool(route) for route in jobs.route], duration, jobs.key)
     if all(r is None for r in rounds_of):
