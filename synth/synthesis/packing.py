@@ -522,8 +522,11 @@ def pack_arborescences(num_ranks: int, cap: dict[tuple[int, int], int], weights:
     refused: dict[int, set[tuple[int, int]]] = {id(t): set() for t in active}
     done: list[Tree] = []
 
-    def out_left(v: int) -> float:
+    def unused_share(v: int) -> float:
         return sum(cap[(v, y)] / cap0[(v, y)] for y in out.get(v, ()))
+
+    # each node's unused out-capacity (as a fraction), kept current: only the taken arc's tail changes
+    out_left = {v: unused_share(v) for v in sorted(set(range(num_ranks)) | set(out))}
 
     while active:
         tree = active.popleft()
@@ -531,7 +534,7 @@ def pack_arborescences(num_ranks: int, cap: dict[tuple[int, int], int], weights:
         arc = None
         others = list(active)
         for retry in (False, True):   # skip arcs refused before, unless nothing else fits
-            for x in sorted(tree.nodes, key=lambda v: (depth[v], -out_left(v), v)):
+            for x in sorted(tree.nodes, key=lambda v: (depth[v], -out_left[v], v)):
                 for y in sorted(out.get(x, ()), key=lambda v: (-cap[(x, v)] / cap0[(x, v)], v)):
                     if y in tree.nodes or cap.get((x, y), 0) == 0:
                         continue
@@ -563,6 +566,7 @@ def pack_arborescences(num_ranks: int, cap: dict[tuple[int, int], int], weights:
         depth[y] = depth[x] + 1
         node_arr[id(tree)] = np.append(node_arr[id(tree)], y)
         cap[(x, y)] -= copies
+        out_left[x] = unused_share(x)
         arcs[2][slot[(x, y)]] -= copies
         if len(tree.nodes) < num_ranks:
             active.append(tree)
