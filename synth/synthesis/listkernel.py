@@ -231,8 +231,7 @@ def list_kernel(num_links, hop_ptr, hop_link, dep_ptr, dep_idx, dnt_ptr, dnt_idx
                 for h in range(hop_ptr[i], hop_ptr[i + 1]):
                     if left[hop_link[h]] < left_now:
                         left_now = left[hop_link[h]]
-                most = max(size, min(most, int(min(left_now * drain / (1 + drain) * route_rate[i] / chunk_bytes,
-                                                   most))))
+                most = max(size, int(min(left_now * drain / (1 + drain) * route_rate[i] / chunk_bytes, most)))
             while nxt >= 0 and not taken[nxt] and size + msg_size[nxt] <= most:
                 taken[nxt] = True
                 members[num_members] = nxt

@@ -223,15 +223,15 @@ def list_schedule(jobs: Jobs, topology: Topology, chunk_bytes: float,
     n = len(jobs.msg)
     costs = costs if costs is not None else route_costs(jobs, topology, chunk_bytes)
     jobs.head = list(range(n))
-    key_rank, job_at, dep_ptr, dep_idx, dnt_ptr, dnt_idx = _derived(jobs)
+    key_rank, job_at, dep_ptr, dep_idx, dnt_ptr, dnt_idx, msg_size = _derived(jobs)
     if chained is not None:
         deps_of = [d + (c,) if c >= 0 else d for d, c in zip(jobs.deps, chained)]
         return _fifo_schedule(deps_of, key_rank, costs.hops, costs.duration, len(topology.links))
     if n == 0:
         return [], np.zeros(0), np.zeros(0)
-    msg_size = np.fromiter(map(len, jobs.msg), dtype=np.int64, count=n)
     chunk_bytes = float(chunk_bytes)
     data_time = msg_size * chunk_bytes / costs.route_rate if drain is not None else np.zeros(0)
+    # without coalescing the kernel reads no message ids: any int array stands in
     head_id, next_id, num_head_ids = _message_keys(jobs) if coalesce else (dep_ptr, dep_ptr, 0)
     start, end, head, unplaced = list_kernel(
         len(topology.links), costs.hop_ptr, costs.hop_link, dep_ptr, dep_idx, dnt_ptr, dnt_idx, key_rank, job_at,
@@ -270,12 +270,12 @@ def _message_keys(jobs: Jobs) -> tuple[np.ndarray, np.ndarray, int]:
 
 
 def _derived(jobs: Jobs) -> tuple[np.ndarray, ...]:
-    """Each job's rank in key order (ties by index), the job of each rank, and the dependencies and dependents as
-    CSR arrays (pointers, indices), computed once for the several timings of one set of jobs (jobs are only ever
-    appended, so the count tells a stale copy)."""
+    """Each job's rank in key order (ties by index), the job of each rank, the dependencies and dependents as
+    CSR arrays (pointers, indices) and each job's chunk count, computed once for the several timings of one set
+    of jobs (jobs are only ever appended, so the count tells a stale copy)."""
     n = len(jobs.deps)
     if jobs.derived is None or jobs.derived[0] != n:
-        job_at, key_rank, _ = _key_ranks(jobs.key)
+        job_at, key_rank = _key_ranks(jobs.key)
         dep_ptr = np.zeros(n + 1, dtype=np.int64)
         dep_ptr[1:] = np.cumsum(np.fromiter(map(len, jobs.deps), dtype=np.int64, count=n))
         dep_idx = np.fromiter(chain.from_iterable(jobs.deps), dtype=np.int64, count=int(dep_ptr[-1]))
@@ -283,17 +283,19 @@ def _derived(jobs: Jobs) -> tuple[np.ndarray, ...]:
         by_dep = np.argsort(dep_idx, kind="stable")
         dnt_ptr = np.zeros(n + 1, dtype=np.int64)
         dnt_ptr[1:] = np.cumsum(np.bincount(dep_idx, minlength=n))
-        jobs.derived = (n, key_rank, np.array(job_at, dtype=np.int64), dep_ptr, dep_idx, dnt_ptr, waiter[by_dep])
+        msg_size = np.fromiter(map(len, jobs.msg), dtype=np.int64, count=n)
+        jobs.derived = (n, key_rank, np.array(job_at, dtype=np.int64), dep_ptr, dep_idx, dnt_ptr, waiter[by_dep],
+                        msg_size)
     return jobs.derived[1:]
 
 
-def _key_ranks(keys: list[tuple]) -> tuple[list[int], np.ndarray, list[int]]:
-    """(the job of each rank, each job's rank as an array and as a list): ranks in key order, ties by index, so
-    that comparing two jobs' ranks compares (key, index)."""
+def _key_ranks(keys: list[tuple]) -> tuple[list[int], np.ndarray]:
+    """(the job of each rank, each job's rank): ranks in key order, ties by index, so that comparing two jobs'
+    ranks compares (key, index)."""
     job_at = sorted(range(len(keys)), key=keys.__getitem__)
     key_rank = np.empty(len(keys), dtype=np.int64)
     key_rank[job_at] = np.arange(len(keys))
-    return job_at, key_rank, key_rank.tolist()
+    return job_at, key_rank
 
 
 def _fifo_schedule(deps: list[tuple[int, ...]], key_rank: np.ndarray, hops: list[list[int]], duration: np.ndarray,
