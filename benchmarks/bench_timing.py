@@ -30,12 +30,14 @@ def capture(topology, collective: str, calls: int, min_jobs: int) -> list[tuple]
     """The first ``calls`` list_schedule calls of a ``-m trees`` synthesis with at least ``min_jobs`` jobs."""
     kept: list[tuple] = []
     copies: dict[int, object] = {}   # one copy per set of jobs: the calls that time it share its derived lists
+    originals: list = []   # kept alive, so that no later set of jobs reuses the id of one copied here
     original = timing.list_schedule
 
     def recording(jobs, fabric, chunk_bytes, chained=None, coalesce=False, **options):
         if len(kept) < calls and len(jobs.msg) >= min_jobs:
             if id(jobs) not in copies:
                 copies[id(jobs)] = copy.deepcopy(jobs)
+                originals.append(jobs)
             recorded = {k: v for k, v in options.items() if k != "costs"}
             kept.append((copies[id(jobs)], fabric, chunk_bytes, chained, coalesce, recorded))
         return original(jobs, fabric, chunk_bytes, chained, coalesce, **options)
