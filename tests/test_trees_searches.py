@@ -113,3 +113,34 @@ def test_translated_tree_schedules_have_their_own_transfer_limit(monkeypatch) ->
         trees_method.synthesize(Instance(gen.torus([4, 4]), Collective("allgather", 16), float(2**30),
                                          SynthOptions()))
     assert not planned
+
+
+def test_a_repeated_forward_timing_reuses_the_winner_and_builds_the_same_transfers(monkeypatch) -> None:
+    """timed_forward keeps the winning (priority, coalescing) of recent arguments: the search's repeat of a shape
+    is not timed again, and building it times only the winner, with the transfers a fresh timing gives."""
+    from synth.synthesis.trees import timed
+    from synth.synthesis.trees.forest import plan_forest
+    from synth.synthesis.trees.pipeline import forest_phases
+
+    topology = degrade_topology(load_topology("dgx-a100-2node"),
+                                FabricEdits(exclude_links=(("b0.nic3", "ib1"),))).topology
+    coll = Collective("allreduce", 16, 64, 0, False)
+    plans = [plan_forest(topology, roots, reverse=reverse, max_trees=4) for roots, reverse in forest_phases(coll)]
+    chunk_bytes = coll.chunk_bytes(2**26)
+    searched: list[tuple[int, int] | None] = []
+    original = timed._forward_search
+
+    def recording(*args):
+        searched.append(args[-2])   # only: None for a full search
+        return original(*args)
+
+    monkeypatch.setattr(timed, "_forward_search", recording)
+    timed._FORWARD_WINNERS.clear()
+    first = timed.timed_forward(coll, plans, topology, 4, 2, chunk_bytes, False, 1)
+    again = timed.timed_forward(coll, plans, topology, 4, 2, chunk_bytes, False, 1)
+    built = timed.timed_forward(coll, plans, topology, 4, 2, chunk_bytes, True, 1)
+    assert first is not None and again == first and built[0] == first[0]
+    assert searched[0] is None and len(searched) == 2 and searched[1] is not None
+    timed._FORWARD_WINNERS.clear()
+    fresh = timed.timed_forward(coll, plans, topology, 4, 2, chunk_bytes, True, 1)
+    assert fresh == built and len(built[1]) > 0

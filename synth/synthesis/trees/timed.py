@@ -4,6 +4,7 @@ forward-timed allreduce (:mod:`synth.synthesis.timing`).
 
 from __future__ import annotations
 
+import weakref
 from collections import defaultdict
 from dataclasses import asdict, dataclass, replace
 from itertools import chain
@@ -70,6 +71,7 @@ def timed_forests(topology: Topology, collective: Collective, plans: list[Forest
     chunk_bytes = coll.chunk_bytes(size_bytes)
     parts: list[list[Transfer] | TransferTable] = []
     offset = 0.0
+    mirror = None   # phase 0's jobs and plain end times, which timed_forward's mirrored priorities reuse
     for phase, forest in enumerate(plans):
         # each phase on its own channel: an allreduce's two phases fill a threadblock each
         slotted = _slot_phase(coll, forest, phase, chunks, messages, tail, topology, chunk_bytes, offset, build)
@@ -78,15 +80,17 @@ def timed_forests(topology: Topology, collective: Collective, plans: list[Forest
         else:
             jobs = phase_jobs(coll, forest, phase, chunks, messages, timing.height_weight, tail)
             _check_transfer_limit(len(jobs.msg), chunks)
-            part, makespan = _timed_phase(jobs, forest, topology, chunk_bytes, offset, coll.is_reduction, build,
-                                          channel=phase, coalesce=name in COALESCING,
-                                          coalescings=timing.coalescings)
+            part, makespan, plain_end = _timed_phase(jobs, forest, topology, chunk_bytes, offset, coll.is_reduction,
+                                                     build, channel=phase, coalesce=name in COALESCING,
+                                                     coalescings=timing.coalescings)
+            if phase == 0 and plain_end is not None and timing.height_weight == 1.0:
+                mirror = (jobs, plain_end)
         parts.append(part)
         offset += makespan
     transfers = _joined(parts)
     if name in ("reducescatter", "allreduce"):
         forward = timed_forward(coll, plans, topology, chunks, messages, chunk_bytes, build, tail,
-                                 coalescings=timing.coalescings)
+                                coalescings=timing.coalescings, mirror=mirror)
         if forward is not None and forward[0] < offset * (1 - 1e-9):
             return coll, forward[0], forward[1]
     if name == "allgather" and timing.mirror:
@@ -200,7 +204,7 @@ def _mirrored_reduction(coll: Collective, forest: Forest, topology: Topology, ch
 def timed_forward(coll: Collective, plans: list[Forest], topology: Topology, chunks: int, messages: int | None,
                   chunk_bytes: float, build: bool, tail: int = 0,
                   joint: bool = False, coalescings: tuple[Coalescing, ...] = (Coalescing(),),
-                  fits=None) -> tuple[float, list[Transfer]] | None:
+                  fits=None, mirror: tuple[Jobs, np.ndarray] | None = None) -> tuple[float, list[Transfer]] | None:
     """Reductions timed forward, leaf to root (:func:`add_reduction`), instead of as a mirrored
     broadcast; for allreduce the two phases overlap: each piece's allgather starts from its owner
     as soon as its sum is complete there, and links serve reduction transfers first.
@@ -214,46 +218,26 @@ def timed_forward(coll: Collective, plans: list[Forest], topology: Topology, chu
     in- and out-links are not all saturated in both phases (a mesh corner), the allgather of early
     pieces fills the reduction's idle links. None on fabrics where rank pairs share switch links
     (the runtime's arbitration is not modelled here) and on schedules too large to list-schedule.
+
+    ``mirror``: the first forest's broadcast jobs (:func:`phase_jobs`, default priority) and their plain list
+    schedule's end times on the reversed fabric, where the caller has timed them already.
     """
-    n = coll.num_ranks
-    priorities: list[dict | None] = [None]
-    if not joint:
-        # each root with chunks sends them down spanning trees, n - 1 jobs at least: refused before building them
-        owners = n if plans[0].weights is None else sum(1 for w in plans[0].weights if w > 0)
-        if owners * (n - 1) * len(plans) > tuning.TUNING.forward_jobs:
-            return None
-        # the start times of the mirrored broadcast schedule (the reduction that _timed_phase builds)
-        mirror = phase_jobs(coll, plans[0], 0, chunks, messages, tail=tail)
-        if len(mirror.msg) * len(plans) > tuning.TUNING.forward_jobs:   # five more list schedules: keep synthesis quick
-            return None
-        _, _, mirror_end = list_schedule(mirror, topology.reversed(), chunk_bytes)
-        total = float(mirror_end.max()) if len(mirror_end) else 0.0
-        planned: dict[tuple[int, int, int], float] = {}
-        seen: dict[tuple[int, int], int] = defaultdict(int)
-        for key, finish in zip(mirror.key, mirror_end.tolist()):
-            edge = (key[-2], key[-1])
-            planned[(*edge, seen[edge])] = total - finish
-            seen[edge] += 1
-        priorities.append(planned)
-    best = None
-    # priorities for the reductions (hops still ahead; the mirrored broadcast's times), each
-    # timed plain and coalesced: the fastest is kept
-    for priority in priorities:
-        jobs = _forward_jobs(plans, n, chunks, messages, priority, tail, 0 if joint else 1)
-        if (len(jobs.msg) > tuning.TUNING.max_transfers or len(jobs.msg) > tuning.TUNING.level_jobs
-                or (topology.switches and shares_links(jobs))):
-            return None
-        costs = route_costs(jobs, topology, chunk_bytes)
-        for how in (None, *coalescings):
-            if how is None and fits is not None and not fits(jobs, None):
-                continue   # one message per job: its steps are known before the timing
-            timed = list_schedule(jobs, topology, chunk_bytes, coalesce=how is not None,
-                                  **(asdict(how) if how is not None else {}), costs=costs)
-            heads = list(jobs.head) if how is not None else None
-            if heads is not None and fits is not None and not fits(jobs, heads):
-                continue
-            if best is None or timed[2].max() < best[1][2].max() * (1 - 1e-9):
-                best = (jobs, timed, heads)
+    key = (coll, tuple(map(id, plans)), topology.num_ranks, topology.links, chunks, messages, chunk_bytes, tail,
+           joint, coalescings)
+    known = _FORWARD_WINNERS.get(key) if fits is None else None
+    if known is not None and all(ref() is plan for ref, plan in zip(known[0], plans)):
+        _, winner, makespan = known
+        if winner is None or not build:
+            return None if winner is None else (makespan, [])
+    else:
+        winner = None
+    best, winner = _forward_search(coll, plans, topology, chunks, messages, chunk_bytes, tail, joint, coalescings,
+                                   fits, winner, mirror)
+    if fits is None:   # weak references: a forest that dies frees its id for another, which they then tell apart
+        makespan = float(best[1][2].max()) if best is not None and len(best[1][2]) else 0.0
+        _FORWARD_WINNERS[key] = (tuple(weakref.ref(plan) for plan in plans), winner, makespan)
+        if len(_FORWARD_WINNERS) > FORWARD_WINNERS_SIZE:
+            del _FORWARD_WINNERS[next(iter(_FORWARD_WINNERS))]
     if best is None:
         return None
     jobs, (order, start, end), heads = best
@@ -269,6 +253,67 @@ def timed_forward(coll: Collective, plans: list[Forest], topology: Topology, chu
         out += [new_tuple(Transfer, (s, e, chunk, src, dst, reduce, route, 0 if reduce else 1, group))
                 for chunk in jobs.msg[i]]
     return makespan, out
+
+
+# the winning forward timing of recent arguments (:func:`timed_forward`): the depth search times a shape and the
+# pipeline builds it later (a third of an allreduce search's forward timings repeat one); only the winner is kept
+# (which priority and coalescing, and its makespan), as its jobs would hold megabytes
+_FORWARD_WINNERS: dict[tuple, tuple[tuple[weakref.ref, ...], tuple[int, int] | None, float]] = {}
+FORWARD_WINNERS_SIZE = 256
+
+
+def _forward_search(coll: Collective, plans: list[Forest], topology: Topology, chunks: int,
+                    messages: int | None, chunk_bytes: float, tail: int, joint: bool,
+                    coalescings: tuple[Coalescing, ...], fits, only: tuple[int, int] | None,
+                    mirror: tuple[Jobs, np.ndarray] | None):
+    """The timings of :func:`timed_forward` (its docstring): the fastest as ((jobs, (order, start, end), heads),
+    (priority, coalescing) indices), or (None, None); ``only``: time just that (priority, coalescing)."""
+    n = coll.num_ranks
+    priorities: list[dict | None] = [None]
+    if not joint:
+        # each root with chunks sends them down spanning trees, n - 1 jobs at least: refused before building them
+        owners = n if plans[0].weights is None else sum(1 for w in plans[0].weights if w > 0)
+        if owners * (n - 1) * len(plans) > tuning.TUNING.forward_jobs:
+            return None, None
+    if not joint and (only is None or only[0] == 1):
+        # the start times of the mirrored broadcast schedule (the reduction that _timed_phase builds)
+        mirror_jobs = mirror[0] if mirror is not None else phase_jobs(coll, plans[0], 0, chunks, messages, tail=tail)
+        if len(mirror_jobs.msg) * len(plans) > tuning.TUNING.forward_jobs:   # five more list schedules: keep it quick
+            return None, None
+        mirror_end = mirror[1] if mirror is not None else list_schedule(mirror_jobs, topology.reversed(),
+                                                                          chunk_bytes)[2]
+        total = float(mirror_end.max()) if len(mirror_end) else 0.0
+        planned: dict[tuple[int, int, int], float] = {}
+        seen: dict[tuple[int, int], int] = defaultdict(int)
+        for key, finish in zip(mirror_jobs.key, mirror_end.tolist()):
+            edge = (key[-2], key[-1])
+            planned[(*edge, seen[edge])] = total - finish
+            seen[edge] += 1
+        priorities.append(planned)
+    best = winner = None
+    # priorities for the reductions (hops still ahead; the mirrored broadcast's times), each
+    # timed plain and coalesced: the fastest is kept
+    for p, priority in enumerate(priorities):
+        if only is not None and p != only[0]:
+            continue
+        jobs = _forward_jobs(plans, n, chunks, messages, priority, tail, 0 if joint else 1)
+        if (len(jobs.msg) > tuning.TUNING.max_transfers or len(jobs.msg) > tuning.TUNING.level_jobs
+                or (topology.switches and shares_links(jobs))):
+            return None, None
+        costs = route_costs(jobs, topology, chunk_bytes)
+        for h, how in enumerate((None, *coalescings)):
+            if only is not None and h != only[1]:
+                continue
+            if how is None and fits is not None and not fits(jobs, None):
+                continue   # one message per job: its steps are known before the timing
+            timed = list_schedule(jobs, topology, chunk_bytes, coalesce=how is not None,
+                                  **(asdict(how) if how is not None else {}), costs=costs)
+            heads = list(jobs.head) if how is not None else None
+            if heads is not None and fits is not None and not fits(jobs, heads):
+                continue
+            if best is None or timed[2].max() < best[1][2].max() * (1 - 1e-9):
+                best, winner = (jobs, timed, heads), (p, h)
+    return best, winner
 
 
 def _forward_jobs(plans: list[Forest], n: int, chunks: int, messages: int | None,
@@ -302,13 +347,15 @@ def _timed_phase(jobs: Jobs, forest: Forest, topology: Topology, chunk_bytes: fl
                  reducing: bool, build: bool = True, channel: int = 0,
                  coalesce: bool = False,
                  coalescings: tuple[Coalescing, ...] = (Coalescing(),)
-                 ) -> tuple[list[Transfer], float]:
+                 ) -> tuple[list[Transfer], float, np.ndarray | None]:
     """Time one phase's broadcasts on its planning fabric; a reversed forest's schedule is then
     mirrored in time (t -> T - t) and direction: the broadcast becomes a reduction (or a gather)
     with the same makespan, and link serialization and data dependencies carry over. With
-    ``coalesce``, coalesced timings (one per :class:`Coalescing` in ``coalescings``) compete with the plain one."""
+    ``coalesce``, coalesced timings (one per :class:`Coalescing` in ``coalescings``) compete with the plain one.
+    Returns (transfers, makespan, the plain list schedule's end times where one was made)."""
     fabric = topology.reversed() if forest.reversed else topology
     heads = None   # set when a coalesced timing wins: the first job of each job's message
+    plain_end = None
     if forest.slots is not None and len(jobs.msg) == len(forest.trees) * len(forest.slots):
         order, start, end = slot_schedule(jobs, fabric, chunk_bytes, forest.slots)
         order = order.tolist()
@@ -321,6 +368,7 @@ def _timed_phase(jobs: Jobs, forest: Forest, topology: Topology, chunk_bytes: fl
     else:
         costs = route_costs(jobs, fabric, chunk_bytes)
         order, start, end = list_schedule(jobs, fabric, chunk_bytes, costs=costs)
+        plain_end = end
         # Coalescing usually cuts α on bottleneck links but can delay a pipeline: keep the faster.
         # Mirrored into reductions too: once the lowering kept the planned order (blocks per
         # connection, one α per step), their simulated times match the plan (benchmarks/bench_trees.py
@@ -335,9 +383,9 @@ def _timed_phase(jobs: Jobs, forest: Forest, topology: Topology, chunk_bytes: fl
             # that rule (each connection's sends in priority order, spread round-robin over
             # threadblocks of <= 64 steps, no backfilling) and score the mean of the two makespans
             # (the simulator lies between them). The transfers keep the priority order's times.
-            return [], (float(end.max()) + replayed_makespan(jobs, fabric, chunk_bytes, order, costs)) / 2
+            return [], (float(end.max()) + replayed_makespan(jobs, fabric, chunk_bytes, order, costs)) / 2, plain_end
     makespan = float(end.max()) if len(end) else 0.0
     if not build:
-        return [], makespan
+        return [], makespan, plain_end
     transfers = phase_transfers(jobs, forest.reversed, order, start, end, makespan, offset, reducing, channel, heads)
-    return transfers, makespan
+    return transfers, makespan, plain_end
