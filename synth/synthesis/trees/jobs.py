@@ -89,14 +89,18 @@ def add_reduction(jobs: Jobs, forest: Forest, tree_index: int, chunks: list[tupl
     tree = forest.trees[tree_index]
     depth = tree.depth
     count = len(chunks)
+    n = forest.num_ranks
+    order = range(len(tree.edges) - 1, -1, -1)   # children before parents
+    fixed = all(len(pieces) == 1 for pieces in tree.routes)   # each edge's route, rotation and depth once
+    real = [real_edge(forest, *tree.edges[e], tree.routes[e][0][0]) for e in order] if fixed else None
     for j, chunk, size, finish in _message_shares(chunks):
         inputs: dict[int, list[int]] = defaultdict(list)
-        for e in range(len(tree.edges) - 1, -1, -1):   # children before parents
+        for i, e in enumerate(order):
             parent, child = tree.edges[e]
-            src, dst, route = real_edge(forest, parent, child, _route_for(tree, e, j, count))
+            src, dst, route = real[i] if fixed else real_edge(forest, parent, child, _route_for(tree, e, j, count))
             # the hops still ahead of a partial sum are its depth: far leaves go first
             urgency = planned[(tree_index, e, j)] if planned is not None else finish - depth[child] * size
-            key = (phase, urgency, -depth[child], (dst - src) % forest.num_ranks, tree_index, e)
+            key = (phase, urgency, -depth[child], (dst - src) % n, tree_index, e)
             inputs[parent].append(jobs.add(chunk, src, dst, route, True, tuple(inputs[child]), key))
         for c in chunk:
             into_root[c].extend(inputs[tree.root])

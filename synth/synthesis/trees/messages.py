@@ -230,7 +230,7 @@ def message_shapes(chunk_ids: list[int], parts: int | None, tail: int = 0) -> li
         return shape
     if parts is None:
         return [(c,) for c in chunk_ids]
-    body = [tuple(int(c) for c in part) for part in np.array_split(np.array(chunk_ids), min(parts, len(chunk_ids)))]
+    body = [tuple(part.tolist()) for part in np.array_split(np.array(chunk_ids), min(parts, len(chunk_ids)))]
     last = body.pop()
     for _ in range(tail):
         if len(last) < 2:
