@@ -505,20 +505,19 @@ def pack_arborescences(num_ranks: int, cap: dict[tuple[int, int], int], weights:
     and makes them deep (long pipelines); growing them together keeps every tree shallow. Among
     nodes of equal depth the one with the most unused out-capacity (as a fraction) goes first,
     and its least-used arcs are tried first, so no arc is exhausted early while others idle.
-    The extension test keeps every tree completable whatever the order (Bérczi & Frank).
+    The extension test keeps every tree completable whatever the order (Bérczi & Frank), on one
+    flow network kept for the whole packing (:class:`_ExtensionNetwork`).
     """
     cap = {key: c for key, c in cap.items() if c > 0}
     out: dict[int, list[int]] = {}
     for (x, y) in sorted(cap):
         out.setdefault(x, []).append(y)
-    keys = sorted(cap)
     cap0 = dict(cap)
-    slot = {key: i for i, key in enumerate(keys)}
-    arcs = (np.array([a for a, _ in keys], dtype=np.int64), np.array([b for _, b in keys], dtype=np.int64),
-            np.array([cap[key] for key in keys], dtype=np.int64))
+    network = _ExtensionNetwork(num_ranks, cap)
     active: deque[Tree] = deque(Tree(r, k * w, [], {r}) for r, w in sorted(weights.items()) if w > 0)
+    for tree in active:
+        network.add_tree(tree)
     depths: dict[int, dict[int, int]] = {id(t): {t.root: 0} for t in active}
-    node_arr: dict[int, np.ndarray] = {id(t): np.array([t.root], dtype=np.int64) for t in active}
     refused: dict[int, set[tuple[int, int]]] = {id(t): set() for t in active}
     done: list[Tree] = []
 
@@ -530,9 +529,9 @@ def pack_arborescences(num_ranks: int, cap: dict[tuple[int, int], int], weights:
 
     while active:
         tree = active.popleft()
+        network.set_active(tree, False)
         depth = depths[id(tree)]
         arc = None
-        others = list(active)
         for retry in (False, True):   # skip arcs refused before, unless nothing else fits
             for x in sorted(tree.nodes, key=lambda v: (depth[v], -out_left[v], v)):
                 for y in sorted(out.get(x, ()), key=lambda v: (-cap[(x, v)] / cap0[(x, v)], v)):
@@ -540,8 +539,7 @@ def pack_arborescences(num_ranks: int, cap: dict[tuple[int, int], int], weights:
                         continue
                     if not retry and (x, y) in refused[id(tree)]:
                         continue
-                    copies = _extension_copies(num_ranks, cap, tree, others, x, y, arcs,
-                                               [node_arr[id(o)] for o in others])
+                    copies = network.extension_copies(x, y, min(tree.mult, cap[(x, y)]))
                     if copies == 0:
                         refused[id(tree)].add((x, y))
                         continue
@@ -557,52 +555,88 @@ def pack_arborescences(num_ranks: int, cap: dict[tuple[int, int], int], weights:
         if copies < tree.mult:
             rest = Tree(tree.root, tree.mult - copies, list(tree.edges), set(tree.nodes))
             depths[id(rest)] = dict(depth)
-            node_arr[id(rest)] = node_arr[id(tree)]
             refused[id(rest)] = set(refused[id(tree)])
             active.append(rest)
+            network.add_tree(rest)
             tree.mult = copies
         tree.edges.append((x, y))
         tree.nodes.add(y)
+        network.add_node(tree, y)
         depth[y] = depth[x] + 1
-        node_arr[id(tree)] = np.append(node_arr[id(tree)], y)
         cap[(x, y)] -= copies
+        network.set_capacity((x, y), cap[(x, y)])
         out_left[x] = unused_share(x)
-        arcs[2][slot[(x, y)]] -= copies
         if len(tree.nodes) < num_ranks:
             active.append(tree)
+            network.set_active(tree, True)
         else:
             done.append(tree)
     return done
 
 
-def _extension_copies(num_ranks: int, cap: dict[tuple[int, int], int], tree: Tree, others: list[Tree],
-                      x: int, y: int, arcs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
-                      node_arrays: list[np.ndarray] | None = None) -> int:
-    """How many copies of ``tree`` may take arc ``(x, y)`` and keep all trees completable.
+class _ExtensionNetwork:
+    """The flow network of the extension test (module docstring, step 3), kept and edited in place for a
+    whole packing instead of rebuilt for every test.
 
-    ``arcs``: (tails, heads, capacities) of ``cap`` as arrays, and ``node_arrays``: the node sets
-    of ``others`` as arrays, if the caller keeps them."""
-    limit = min(tree.mult, cap[(x, y)])
-    if arcs is None:
-        keys = list(cap)
-        arcs = (np.array([a for a, _ in keys], dtype=np.int64), np.array([b for _, b in keys], dtype=np.int64),
-                np.array([cap[key] for key in keys], dtype=np.int64))
-    tails, heads, caps = arcs
-    live = caps > 0
-    parts_t, parts_h, parts_c = [tails[live]], [heads[live]], [caps[live]]
-    if others:
-        sizes = np.array([len(o.nodes) for o in others], dtype=np.int64)
-        ids = num_ranks + np.arange(len(others), dtype=np.int64)
-        parts_t += [np.repeat(ids, sizes), np.full(len(others), x, dtype=np.int64)]
-        if node_arrays is None:
-            node_arrays = [np.fromiter(o.nodes, dtype=np.int64, count=len(o.nodes)) for o in others]
-        parts_h += [np.concatenate(node_arrays), ids]
-        parts_c += [np.full(int(sizes.sum()), INF, dtype=np.int64),
-                    np.array([o.mult for o in others], dtype=np.int64)]
-    others_sum = sum(o.mult for o in others)
-    flow = max_flow(num_ranks + len(others), np.concatenate(parts_t), np.concatenate(parts_h),
-                    np.concatenate(parts_c), x, y)
-    return max(0, min(limit, flow - others_sum))
+    Nodes: the ranks, a hub ``h`` and one node ``s_i`` per tree. Arcs: the rank arcs at their remaining
+    capacities, ``s_i -> v`` (∞) for every node ``v`` of tree ``i``, ``h -> s_i`` with the tree's
+    multiplicity while it is growing and not the tree being extended (else 0), and ``r -> h`` for every rank,
+    ∞ from the arc's tail ``x`` and 0 from the others. ``x -> h -> s_i`` carries what ``x -> s_i (C_i)`` carries
+    in the test's graph, so ``maxflow(x, y)`` is the same value."""
+
+    def __init__(self, num_ranks: int, cap: dict[tuple[int, int], int]) -> None:
+        from ortools.graph.python import max_flow as mf
+
+        self.solver = mf.SimpleMaxFlow()
+        self.hub = num_ranks
+        self.next_node = num_ranks + 1
+        keys = sorted(cap)
+        self.rank_arc = {key: self.solver.add_arc_with_capacity(key[0], key[1], cap[key]) for key in keys}
+        self.into_hub = [self.solver.add_arc_with_capacity(r, self.hub, 0) for r in range(num_ranks)]
+        self.source = -1
+        self.tree_node: dict[int, int] = {}
+        self.hub_arc: dict[int, int] = {}
+        self.mult: dict[int, int] = {}
+        self.active_mult = 0    # Σ multiplicities of the trees that take part (h -> s_i open)
+
+    def add_tree(self, tree: Tree) -> None:
+        """A new growing tree (with its nodes so far), taking part in the tests."""
+        node = self.next_node
+        self.next_node += 1
+        self.tree_node[id(tree)] = node
+        for v in sorted(tree.nodes):
+            self.solver.add_arc_with_capacity(node, v, INF)
+        self.hub_arc[id(tree)] = self.solver.add_arc_with_capacity(self.hub, node, 0)
+        self.mult[id(tree)] = 0
+        self.set_active(tree, True)
+
+    def add_node(self, tree: Tree, v: int) -> None:
+        self.solver.add_arc_with_capacity(self.tree_node[id(tree)], v, INF)
+
+    def set_active(self, tree: Tree, active: bool) -> None:
+        """Whether ``tree`` takes part, with its current multiplicity."""
+        mult = tree.mult if active else 0
+        self.active_mult += mult - self.mult[id(tree)]
+        self.mult[id(tree)] = mult
+        self.solver.set_arc_capacity(self.hub_arc[id(tree)], mult)
+
+    def set_capacity(self, arc: tuple[int, int], capacity: int) -> None:
+        self.solver.set_arc_capacity(self.rank_arc[arc], capacity)
+
+    def extension_copies(self, x: int, y: int, limit: int) -> int:
+        """How many copies (at most ``limit``) of the tree left out may take arc ``(x, y)`` and keep every
+        tree completable: ``min(limit, maxflow(x, y) - Σ C_i)`` over the trees taking part."""
+        from ortools.graph.python import max_flow as mf
+
+        if x != self.source:
+            if self.source >= 0:
+                self.solver.set_arc_capacity(self.into_hub[self.source], 0)
+            self.solver.set_arc_capacity(self.into_hub[x], INF)
+            self.source = x
+        status = self.solver.solve(x, y)
+        if status != mf.SimpleMaxFlow.OPTIMAL:
+            raise SynthError(f"max-flow failed with status {status}")
+        return max(0, min(limit, self.solver.optimal_flow() - self.active_mult))
 
 
 # ---------------------------------------------------------------------------------------------
