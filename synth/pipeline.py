@@ -430,10 +430,11 @@ def _synthesize(topology: Topology | str, collective_name: str, size_bytes: floa
     key = method.strip().lower()
     budget = None
     is_auto = key == "auto"
+    stop_at = _bound_us(topology, collective, size_bytes) if is_auto else None
     if is_auto:
         from synth.synthesis import auto
 
-        plan = auto.plan(inst)
+        plan = auto.plan(inst, stop_at)
         if not plan:
             raise SynthError(f"no registered method supports {name}")
         budget = auto.budget_s(options)
@@ -445,7 +446,6 @@ def _synthesize(topology: Topology | str, collective_name: str, size_bytes: floa
     unrunnable: _Timed | None = None   # auto: the fastest program an MSCCL runtime would not run at SIZE
     roomy: _Timed | None = None        # auto: the fastest runnable program over the scratch budget
     tried: list[dict] = []
-    stop_at = _bound_us(topology, collective, size_bytes) if is_auto else None
     clock_out = None    # auto: why --time-limit cut the plan short
 
     def rank(sim: SimResult, schedule: Schedule, program: Program) -> Rank:
@@ -464,6 +464,11 @@ def _synthesize(topology: Topology | str, collective_name: str, size_bytes: floa
                 continue
             if best is not None and cand.fallback:
                 tried.append({"method": m, **row, "skipped": "fallback only"})
+                continue
+            if (best is not None and cand.floor_us is not None and not (best.rank.unrunnable or best.rank.over_scratch)
+                    and best.sim.time_us <= cand.floor_us):
+                tried.append({"method": m, **row, "skipped": f"no {m} program beats {cand.floor_us:.1f} us, and "
+                              f"{best.method} takes {best.sim.time_us:.1f}"})
                 continue
             left = None if budget is None else budget - (time.perf_counter() - t0)
             # with no program yet, the next candidate still runs (briefly) rather than failing outright

@@ -133,6 +133,13 @@ stops reports ``not_tried`` with the reason and its program is not used; once ``
 out, every later candidate reports ``not_tried`` too (never a silently different program).
 ``SynthesisResult.not_tried`` lists them for ``--json`` and the table.
 
+**Floors.** A method may prove a floor for an instance (``MethodSpec.floor_us``: no program of it is faster;
+``multiring``'s is the ring traffic over the weakest cut that splits the ranks). Where the floor is more than
+``CLOSE_ENOUGH`` above the lower bound the method cannot stop the plan early, so it runs after the other tree
+methods, and the pipeline skips it once a verified program is as fast as its floor: on two MI250 boxes rings
+reach at most 0.75 of the bound, and multiring took 16 s of CPU for 0.185 (mi250x2-ib16 allgather, 43.0 -> 27.2 s
+in all, the same program).
+
 **Early stop.** The pipeline stops the plan once the best verified program is within
 ``CLOSE_ENOUGH`` (1 %) of the lower bound of :func:`synth.lower_bounds.compute_bounds`: no later candidate
 can gain more. The rest are listed in ``tried`` as ``skipped``.
@@ -343,6 +350,7 @@ class Candidate:
     limit_s: float | None = None
     chunks: int | None = None
     fallback: bool = False
+    floor_us: float | None = None   # no program of the method is faster (MethodSpec.floor_us), where known
 
 
 def rules() -> tuple[Rule, ...]:
@@ -361,9 +369,14 @@ def candidates(inst: Instance) -> list[str]:
             if r.method in METHODS and name in METHODS[r.method].collectives and r.when(inst)]
 
 
-def plan(inst: Instance) -> list[Candidate]:
+def plan(inst: Instance, bound_us: float | None = None) -> list[Candidate]:
     """:func:`candidates` in order of expected quality, with each one's work limit (module docstring).
-    Names without a rule (tests, plug-ins) run with no limit of their own."""
+    Names without a rule (tests, plug-ins) run with no limit of their own.
+
+    ``bound_us``: the instance's lower bound. A method with a floor (``MethodSpec.floor_us``) above
+    ``CLOSE_ENOUGH`` of it can never end the plan early, so it runs after the tree methods that may; the pipeline
+    skips it once a verified program is as fast as its floor (multiring on MI250 boxes: rings reach at most
+    0.75 of the bound there, and its circuits took 9-56 s of CPU for 0.07-0.19)."""
     out: list[Candidate] = []
     names = candidates(inst)
     # Above BASELINE_MAX_RANKS the ring runs only if nothing else produced a program: 256-rank torus,
@@ -375,11 +388,20 @@ def plan(inst: Instance) -> list[Candidate]:
     if inst.bandwidth_bound or scale_trees:   # the expected winners first (module docstring)
         first = ("nvls", *TREE_METHODS)
         names = [n for n in names if n in first] + [n for n in names if n not in first]
+    # a name outside METHODS (a test's stand-in) has no floor
+    floors = {name: spec.floor_us(inst) for name in names
+              if (spec := METHODS.get(name)) is not None and spec.floor_us is not None}
+    if bound_us is not None:
+        late = [n for n in names if floors.get(n) is not None and not close_enough(floors[n], bound_us)]
+        kept = [n for n in names if n not in late]
+        trees_at = [i for i, n in enumerate(kept) if n in TREE_METHODS]
+        if late and trees_at:
+            names = kept[:trees_at[-1] + 1] + late + kept[trees_at[-1] + 1:]
     for name in names:
         rule = next((r for r in rules() if r.method == name), None)
         limit = rule.limit(inst) if rule is not None else None
         fallback = demote and name == "ring" or scale_trees and name == "greedy"
-        out.append(Candidate(name, limit, fallback=fallback))
+        out.append(Candidate(name, limit, fallback=fallback, floor_us=floors.get(name)))
     return out
 
 

@@ -175,3 +175,7 @@ class MethodSpec:
     # "heuristic" methods report status heuristic; exact ones report the solver's status.
     kind: str = "heuristic"
     auto: AutoRule | None = None
+    # a time (µs) no program of the method beats on the instance, where it is cheap to prove (None: not known);
+    # ``auto`` runs a method whose floor misses its early stop after the others and skips it once a verified
+    # program is as fast
+    floor_us: Callable[[Instance], float | None] | None = None

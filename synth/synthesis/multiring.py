@@ -16,7 +16,7 @@ from synth.errors import SynthError
 from synth.schedule import Schedule
 from synth.synthesis.base import Instance, MethodSpec
 from synth.synthesis.ring import Ring, find_rings, ring_schedule
-from synth.synthesis.ringpack import best_rings
+from synth.synthesis.ringpack import best_rings, ring_rate_bound
 from synth.topology.model import Topology
 from synth.topology.routes import rank_routes
 
@@ -49,9 +49,34 @@ def synthesize(inst: Instance) -> Schedule:
     return ring_schedule(topology, collective, size_bytes, options, optimal_rings(topology), method="multiring")
 
 
+def floor_us(inst: Instance) -> float | None:
+    """No multiring program is faster than ``(N-1)/N · SIZE / λ`` (allgather, reducescatter) or twice that
+    (allreduce: a reduce-scatter then an allgather on the same rings), ``λ`` = :func:`ring_rate_bound`, the
+    least out-capacity ``B⁺(A)`` over node sets ``A`` that hold some ranks but not all.
+
+    Proof (the ring algorithm of Patarasuk & Yuan, JPDC 2009, as :func:`synth.synthesis.ring.ring_schedule` runs
+    it): take a set ``A`` with ``B⁺(A) = λ``. A ring of the program carries a share ``w`` of every rank's data in
+    ``N`` pieces of ``w · SIZE / N`` bytes, and each piece travels ``N - 1`` consecutive arcs of the ring: all
+    but the arc into its owner (a reduction's partial sum the same way round). The ring visits ``A`` and its
+    complement, so ``c ≥ 1`` of its arcs lead out of ``A``; a piece misses at most one of them, so the ring
+    sends at least ``N - 1`` pieces across them (``N·(c-1) ≥ N`` when ``c ≥ 2``). Each such arc's route leaves
+    ``A`` through a link of ``B⁺(A)``, so the rings move at least ``(N-1)/N · SIZE`` bytes (twice that for
+    allreduce) over links of total bandwidth ``λ``. α and waiting only add time (docs/cost-model.md). None for
+    fewer than two ranks or collectives multiring does not serve."""
+    n, name = inst.topology.num_ranks, inst.collective.name
+    if n < 2 or name not in SUPPORTED:
+        return None
+    rate = ring_rate_bound(inst.topology)
+    if rate <= 0:
+        return None
+    phases = 2 if name == "allreduce" else 1
+    return phases * (n - 1) / n * float(inst.size_bytes) / (rate * 1e3)
+
+
 METHOD = MethodSpec(
     name="multiring",
     run=synthesize,
     collectives=SUPPORTED,
     description="rings of the highest total rate (CP-SAT circuits at the rank-pair cut, column-generation LP)",
+    floor_us=floor_us,
 )
