@@ -376,8 +376,8 @@ def test_slot_phase_table_is_the_job_timing(monkeypatch, name, chunks, messages)
         assert forest.slots is not None
         found = trees.timed._slot_phase(coll, forest, phase, chunks, messages, 0, topo, chunk_bytes, offset, True)
         jobs = trees.jobs.phase_jobs(coll, forest, phase, chunks, messages)
-        timed, makespan = trees.timed._timed_phase(jobs, forest, topo, chunk_bytes, offset, coll.is_reduction,
-                                                   channel=phase)
+        timed, makespan, _ = trees.timed._timed_phase(jobs, forest, topo, chunk_bytes, offset, coll.is_reduction,
+                                                      channel=phase)
         if messages is None:    # a message per chunk: not one slot per edge
             assert found is None
             continue
