@@ -457,16 +457,16 @@ def _synthesize(topology: Topology | str, collective_name: str, size_bytes: floa
         m, opts, row = key, options, {}
         if cand is not None:  # auto: the candidate's own limit and chunks, within the total budget
             m, row = cand.method, ({"chunks": cand.chunks} if cand.chunks is not None else {})
-            if (best is not None and stop_at is not None and not (best.rank.unrunnable or best.rank.over_scratch)
-                    and auto.close_enough(best.sim.time_us, stop_at)):
+            # only a program the runtime runs within the scratch budget ends the plan or rules a candidate out
+            settled = best is not None and not (best.rank.unrunnable or best.rank.over_scratch)
+            if settled and stop_at is not None and auto.close_enough(best.sim.time_us, stop_at):
                 tried.append({"method": m, **row, "skipped": f"{best.method} is within {auto.CLOSE_ENOUGH:.0%} "
                               "of the lower bound"})
                 continue
             if best is not None and cand.fallback:
                 tried.append({"method": m, **row, "skipped": "fallback only"})
                 continue
-            if (best is not None and cand.floor_us is not None and not (best.rank.unrunnable or best.rank.over_scratch)
-                    and best.sim.time_us <= cand.floor_us):
+            if settled and cand.floor_us is not None and best.sim.time_us <= cand.floor_us:
                 tried.append({"method": m, **row, "skipped": f"no {m} program beats {cand.floor_us:.1f} us, and "
                               f"{best.method} takes {best.sim.time_us:.1f}"})
                 continue

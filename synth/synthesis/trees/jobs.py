@@ -91,7 +91,7 @@ def add_reduction(jobs: Jobs, forest: Forest, tree_index: int, chunks: list[tupl
     count = len(chunks)
     n = forest.num_ranks
     order = range(len(tree.edges) - 1, -1, -1)   # children before parents
-    fixed = all(len(pieces) == 1 for pieces in tree.routes)   # each edge's route, rotation and depth once
+    fixed = all(len(pieces) == 1 for pieces in tree.routes)   # then each edge's transfer is made once
     real = [real_edge(forest, *tree.edges[e], tree.routes[e][0][0]) for e in order] if fixed else None
     for j, chunk, size, finish in _message_shares(chunks):
         inputs: dict[int, list[int]] = defaultdict(list)

@@ -83,7 +83,8 @@ def timed_forests(topology: Topology, collective: Collective, plans: list[Forest
             part, makespan, plain_end = _timed_phase(jobs, forest, topology, chunk_bytes, offset, coll.is_reduction,
                                                      build, channel=phase, coalesce=name in COALESCING,
                                                      coalescings=timing.coalescings)
-            if phase == 0 and plain_end is not None and timing.height_weight == 1.0:
+            # timed_forward's mirror: the first forest's default-priority jobs, timed plain on the reversed fabric
+            if phase == 0 and forest.reversed and plain_end is not None and timing.height_weight == 1.0:
                 mirror = (jobs, plain_end)
         parts.append(part)
         offset += makespan
