@@ -15,7 +15,9 @@ The gap is always computed here from (incumbent, bound), since HiGHS and SCIP de
 **Budgets.** ``work_limit`` is the deterministic budget ("work seconds"): CP-SAT's
 ``max_deterministic_time`` on a fixed worker count (one, or an interleaved deterministic search when
 more threads are asked for; CP-SAT parameters docs: ``interleave_search``), and for branch and bound
-(HiGHS, CBC, SCIP) ``NODES_PER_WORK_S`` nodes per unit. LPs run to the end. ``time_limit`` is the
+(HiGHS, CBC, SCIP) ``NODES_PER_WORK_S`` nodes per unit. LPs run to the end, unless the caller gives
+``simplex_iterations`` (HiGHS: its simplex and the simplex clean-up after interior point stop there, and
+the solve ends with ``no_solution`` unless it holds a feasible point). ``time_limit`` is the
 wall clock, a *safety stop* only: a solve it cuts short raises :class:`~synth.errors.TimeLimitReached`
 instead of returning an incumbent that depends on the machine's speed. (HiGHS has no deterministic
 bound on its root node: a MIP whose root outlasts the clock fails rather than return its root
@@ -202,7 +204,7 @@ def silence_fds():
 
 def solve(model: Model, solver: str = "highs", time_limit: float | None = None, gap: float | None = None,
           threads: int | None = None, verbose: bool = False, lp_algorithm: str | None = None,
-          work_limit: float | None = None) -> SolveResult:
+          work_limit: float | None = None, simplex_iterations: int | None = None) -> SolveResult:
     """Solve ``model`` with ``solver`` (one of :data:`SOLVERS`) within the deterministic ``work_limit``;
     :class:`TimeLimitReached` when the wall-clock ``time_limit`` stops it first (module docstring).
 
@@ -222,7 +224,8 @@ def solve(model: Model, solver: str = "highs", time_limit: float | None = None, 
     nodes = None if work_limit is None or not model.is_mip else max(1, round(work_limit * NODES_PER_WORK_S))
     with context:
         if solver == "highs":
-            result = _solve_highs(model, solver, time_limit, gap, threads, verbose, lp_algorithm, nodes)
+            result = _solve_highs(model, solver, time_limit, gap, threads, verbose, lp_algorithm, nodes,
+                                  simplex_iterations)
         elif solver == "cp-sat":
             result = _solve_cpsat(model, solver, time_limit, gap, threads, verbose, work_limit)
         else:
@@ -243,7 +246,8 @@ def solve(model: Model, solver: str = "highs", time_limit: float | None = None, 
 
 
 # ---- HiGHS (highspy) ---------------------------------------------------------------------------
-def _solve_highs(model, solver, time_limit, gap, threads, verbose, lp_algorithm=None, nodes=None):
+def _solve_highs(model, solver, time_limit, gap, threads, verbose, lp_algorithm=None, nodes=None,
+                 simplex_iterations=None):
     import highspy
 
     h = highspy.Highs()
@@ -254,6 +258,8 @@ def _solve_highs(model, solver, time_limit, gap, threads, verbose, lp_algorithm=
         h.setOptionValue("time_limit", float(time_limit))
     if nodes is not None:
         h.setOptionValue("mip_max_nodes", int(nodes))
+    if simplex_iterations is not None:
+        h.setOptionValue("simplex_iteration_limit", int(simplex_iterations))
     if gap is not None:
         h.setOptionValue("mip_rel_gap", float(gap))
     if threads:

@@ -120,3 +120,22 @@ def test_allreduce_on_a_fabric_equal_to_its_reverse_solves_one_round_lp(monkeypa
     schedule = trees.programs.forest_schedule(topology, coll2, transfers, makespan, plans, 2**26, "trees",
                                               chunks_per_root=chunks, round_timed=trees.tuning.TUNING.rounds)
     assert verify(lower(schedule)).ok
+
+
+def test_every_rounds_lp_has_a_deterministic_simplex_budget(monkeypatch):
+    # a degenerate rounds LP (rr4-16-s2's allreduce) ran HiGHS' clean-up until the wall clock: each
+    # solve carries the iteration budget, and a solve stopped by it gives no plan
+    seen = []
+    real_solve = rounds.solve
+
+    def recording(model, solver, **kwargs):
+        seen.append(kwargs.get("simplex_iterations"))
+        return real_solve(model, solver, **kwargs)
+
+    monkeypatch.setattr(rounds, "solve", recording)
+    _, edges, _ = _edges(ring(4))
+    assert rounds.plan_rounds(edges, 6) is not None
+    assert seen and all(budget == rounds.CLEANUP_ITERATIONS for budget in seen)
+    monkeypatch.setattr(rounds, "solve", lambda model, solver, **kwargs: real_solve(
+        model, solver, lp_algorithm="simplex", simplex_iterations=1))
+    assert rounds.plan_rounds(edges, 6) is None

@@ -127,3 +127,25 @@ def test_highs_interior_point_reaches_the_simplex_optimum():
     assert solve(model, "highs", lp_algorithm="ipm").objective == pytest.approx(2.25, rel=1e-7)
     with pytest.raises(SynthError, match="HiGHS option"):
         solve(model, "cbc", lp_algorithm="ipm")
+
+
+def _transport_lp(n: int = 12) -> Model:
+    # n x n transport problem, random costs: simplex needs many pivots, so a budget of one stops it
+    rng = np.random.default_rng(3)
+    model = Model("transport")
+    x = model.add_vars(n * n, 0).reshape(n, n)
+    for i in range(n):
+        model.add_row(x[i], np.ones(n), lb=1, ub=1)
+        model.add_row(x[:, i], np.ones(n), lb=1, ub=1)
+    model.set_objective(x.ravel(), rng.integers(1, 100, size=n * n))
+    return model
+
+
+def test_a_simplex_budget_stops_an_lp_the_same_way_on_every_run():
+    model = _transport_lp()
+    stopped = [solve(model, "highs", lp_algorithm="simplex", simplex_iterations=1) for _ in range(2)]
+    assert all(r.status == "no_solution" and "iteration" in r.message.lower() for r in stopped)
+    full = solve(model, "highs", lp_algorithm="simplex")
+    budgeted = solve(model, "highs", lp_algorithm="simplex", simplex_iterations=10_000)
+    assert full.status == budgeted.status == "optimal"
+    assert budgeted.objective == pytest.approx(full.objective)

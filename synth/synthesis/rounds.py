@@ -41,6 +41,10 @@ from synth.solvers import Model, solve
 REWEIGHTS = 2           # reweighted-ℓ1 passes
 REWEIGHT_DELTA = 0.01   # δ: shares moved below this cost less than one α during the passes
 ACTIVE_SHARE = 1e-4     # an edge moving less of its tree's data in a round sends nothing then
+# HiGHS' simplex clean-up after interior point, in iterations: a few to 2k where the LP is well posed; on
+# rr4-16-s2's allreduce it ran past 70k (primal simplex, still infeasible) and stalled `lp` until the clock
+# stop. A deterministic budget: an LP past it gives no round plan, and the pipeline times the forest otherwise.
+CLEANUP_ITERATIONS = 10_000
 
 
 @dataclass(frozen=True)
@@ -157,7 +161,9 @@ def _solve(edges: TreeEdges, rounds: int, alpha_mode: str, weight: np.ndarray | 
     left = None if deadline is None else deadline - time.monotonic()
     if left is not None and left <= 0:
         raise TimeLimitReached("rounds: the time limit ran out before the rounds LP; allow more time")
-    result = solve(model, solver, time_limit=left, lp_algorithm="ipm" if solver == "highs" else None)
+    highs = solver == "highs"
+    result = solve(model, solver, time_limit=left, lp_algorithm="ipm" if highs else None,
+                   simplex_iterations=CLEANUP_ITERATIONS if highs else None)
     if result.status != "optimal" or result.values is None:
         return None
     values = np.asarray(result.values)
