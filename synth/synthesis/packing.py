@@ -589,50 +589,106 @@ class _ExtensionNetwork:
     whole packing instead of rebuilt for every test.
 
     Nodes: the ranks, a hub ``h`` and one node ``s_i`` per tree. Arcs: the rank arcs at their remaining
-    capacities, ``s_i -> v`` (∞) for every node ``v`` of tree ``i``, ``h -> s_i`` with the tree's
-    multiplicity while it is growing and not the tree being extended (else 0), and ``r -> h`` for every rank,
-    ∞ from the arc's tail ``x`` and 0 from the others. ``x -> h -> s_i`` carries what ``x -> s_i (C_i)`` carries
-    in the test's graph, so ``maxflow(x, y)`` is the same value.
+    capacities, ``s_i -> v`` (∞) for the nodes ``v`` of tree ``i`` that still have an arc with capacity out of
+    the tree, ``h -> s_i`` with the tree's multiplicity while it is growing and not the tree being extended
+    (else 0), and ``r -> h`` for every rank, ∞ from the arc's tail ``x`` and 0 from the others.
+    ``x -> h -> s_i`` carries what ``x -> s_i (C_i)`` carries in the test's graph, so ``maxflow(x, y)`` is the
+    same value, found as follows.
 
-    A max flow costs time in proportion to all arcs (OR-Tools rebuilds its graph per solve: 0.8 ms at 128 ranks'
-    30k tree arcs), so a test first tries a flow it can write down: ``x -> y`` itself and ``x -> h -> s_i -> y``
-    for every taking part tree ``i`` that holds ``y`` use disjoint arcs, so ``maxflow(x, y) >= cap(x, y) + Σ C_i``
-    over those trees. Where that already leaves ``limit`` copies the answer is ``limit`` without a solve (a quarter
-    of the tests of a 128-rank MI250 packing)."""
+    - The trees that hold ``y`` send ``C_i`` straight to it: some maximum flow does (rerouting a holder's flow
+      along ``s_i -> y`` frees arcs), so ``maxflow(x, y) = Σ C_i`` over the holders whose ``s_i -> y`` was left
+      out, plus the flow solved with their ``h -> s_i`` closed.
+    - The flow of a tree not holding ``y`` ends outside it, so it leaves the tree's nodes through a node with an
+      arc out of the tree; entering there straight from ``s_i`` frees arcs too. Nodes whose every arc with
+      capacity leads into the tree (interior) need no ``s_i -> v``; capacities only fall and trees only grow, so
+      an interior node stays one. Their arcs are left out when the network is rebuilt, once the tree arcs
+      are a quarter more than the nodes with an arc out: OR-Tools rebuilds its graph on every solve, so a solve
+      costs time with every arc (a 128-rank MI250 forest: 23.7 -> 14.0 s).
+    - ``x -> y`` and the holders' paths are disjoint, so ``maxflow(x, y) >= cap(x, y) + Σ C_i`` over the
+      holders: where that leaves the copies asked for, no flow is solved.
+    """
 
     def __init__(self, num_ranks: int, cap: dict[tuple[int, int], int]) -> None:
-        from ortools.graph.python import max_flow as mf
-
-        self.solver = mf.SimpleMaxFlow()
+        self.num_ranks = num_ranks
         self.hub = num_ranks
-        self.next_node = num_ranks + 1
         keys = sorted(cap)
-        self.rank_arc = {key: self.solver.add_arc_with_capacity(key[0], key[1], cap[key]) for key in keys}
         self.capacity = {key: cap[key] for key in keys}
+        self.out: list[list[int]] = [[] for _ in range(num_ranks)]
+        self.into: list[list[int]] = [[] for _ in range(num_ranks)]
+        for a, b in keys:
+            self.out[a].append(b)
+            self.into[b].append(a)
+        self.trees: dict[int, Tree] = {}
         self.holders: list[list[int]] = [[] for _ in range(num_ranks)]   # per rank, the trees that hold it
-        self.into_hub = [self.solver.add_arc_with_capacity(r, self.hub, 0) for r in range(num_ranks)]
-        self.source = -1
-        self.tree_node: dict[int, int] = {}
-        self.hub_arc: dict[int, int] = {}
+        self.exits: dict[int, dict[int, int]] = {}   # tree -> node -> its arcs with capacity out of the tree
         self.mult: dict[int, int] = {}
         self.active_mult = 0    # Σ multiplicities of the trees that take part (h -> s_i open)
         self.solves = 0         # max flows run (tests the written flow did not settle)
+        self.rebuilds = 0
+        self.boundary = 0       # (tree, node) pairs with an arc out of the tree: the tree arcs a rebuild keeps
+        self._build()
+
+    def _build(self) -> None:
+        from ortools.graph.python import max_flow as mf
+
+        solver = mf.SimpleMaxFlow()
+        self.rank_arc = {key: solver.add_arc_with_capacity(key[0], key[1], c) for key, c in self.capacity.items()}
+        self.into_hub = [solver.add_arc_with_capacity(r, self.hub, 0) for r in range(self.num_ranks)]
+        self.solver = solver
+        self.source = -1
+        self.next_node = self.num_ranks + 1
+        self.tree_node: dict[int, int] = {}
+        self.hub_arc: dict[int, int] = {}
+        self.linked: dict[int, set[int]] = {}   # tree -> the nodes its s_i has an arc to
+        self.tree_arcs = 0
+        for tid, tree in self.trees.items():
+            if len(tree.nodes) < self.num_ranks:
+                self._add_source(tid, [v for v, exits in self.exits[tid].items() if exits > 0])
+
+    def _add_source(self, tid: int, nodes: list[int]) -> None:
+        node = self.next_node
+        self.next_node += 1
+        self.tree_node[tid] = node
+        for v in sorted(nodes):
+            self.solver.add_arc_with_capacity(node, v, INF)
+        self.linked[tid] = set(nodes)
+        self.tree_arcs += len(nodes)
+        self.hub_arc[tid] = self.solver.add_arc_with_capacity(self.hub, node, self.mult[tid])
+
+    def _exits_of(self, tree: Tree, v: int) -> int:
+        return sum(1 for w in self.out[v] if w not in tree.nodes and self.capacity[(v, w)] > 0)
 
     def add_tree(self, tree: Tree) -> None:
         """A new growing tree (with its nodes so far), taking part in the tests."""
-        node = self.next_node
-        self.next_node += 1
-        self.tree_node[id(tree)] = node
+        tid = id(tree)
+        self.trees[tid] = tree
+        self.exits[tid] = {v: self._exits_of(tree, v) for v in sorted(tree.nodes)}
+        self.boundary += sum(1 for exits in self.exits[tid].values() if exits > 0)
         for v in sorted(tree.nodes):
-            self.solver.add_arc_with_capacity(node, v, INF)
-            self.holders[v].append(id(tree))
-        self.hub_arc[id(tree)] = self.solver.add_arc_with_capacity(self.hub, node, 0)
-        self.mult[id(tree)] = 0
+            self.holders[v].append(tid)
+        self.mult[tid] = 0
+        self._add_source(tid, [v for v, exits in self.exits[tid].items() if exits > 0])
         self.set_active(tree, True)
 
     def add_node(self, tree: Tree, v: int) -> None:
-        self.solver.add_arc_with_capacity(self.tree_node[id(tree)], v, INF)
-        self.holders[v].append(id(tree))
+        """``v`` has joined ``tree`` (already in ``tree.nodes``)."""
+        tid = id(tree)
+        exits = self.exits[tid]
+        for u in self.into[v]:
+            if u in exits and self.capacity[(u, v)] > 0:
+                self._lose_exit(tid, u)
+        exits[v] = self._exits_of(tree, v)
+        if exits[v] > 0:
+            self.boundary += 1
+            self.solver.add_arc_with_capacity(self.tree_node[tid], v, INF)
+            self.linked[tid].add(v)
+            self.tree_arcs += 1
+        self.holders[v].append(tid)
+
+    def _lose_exit(self, tid: int, u: int) -> None:
+        self.exits[tid][u] -= 1
+        if self.exits[tid][u] == 0:
+            self.boundary -= 1
 
     def set_active(self, tree: Tree, active: bool) -> None:
         """Whether ``tree`` takes part, with its current multiplicity."""
@@ -642,6 +698,11 @@ class _ExtensionNetwork:
         self.solver.set_arc_capacity(self.hub_arc[id(tree)], mult)
 
     def set_capacity(self, arc: tuple[int, int], capacity: int) -> None:
+        a, b = arc
+        if capacity == 0 < self.capacity[arc]:
+            for tid in self.holders[a]:
+                if b not in self.trees[tid].nodes:
+                    self._lose_exit(tid, a)
         self.solver.set_arc_capacity(self.rank_arc[arc], capacity)
         self.capacity[arc] = capacity
 
@@ -651,19 +712,31 @@ class _ExtensionNetwork:
         from ortools.graph.python import max_flow as mf
 
         mult = self.mult
-        written = self.capacity[(x, y)] + sum(mult[tree] for tree in self.holders[y])
-        if written >= self.active_mult + limit:
+        holding = [tid for tid in self.holders[y] if mult[tid]]
+        held = sum(mult[tid] for tid in holding)
+        if self.capacity[(x, y)] + held >= self.active_mult + limit:
             return limit
+        if 4 * self.tree_arcs > 5 * self.boundary + 16 * self.num_ranks:
+            self._build()
+            self.rebuilds += 1
         if x != self.source:
             if self.source >= 0:
                 self.solver.set_arc_capacity(self.into_hub[self.source], 0)
             self.solver.set_arc_capacity(self.into_hub[x], INF)
             self.source = x
+        # a holder whose s_i -> y is in the network sends C_i along it in the solve; the others are closed
+        hub_arc, solver, linked = self.hub_arc, self.solver, self.linked
+        closed = [tid for tid in holding if y not in linked[tid]]
+        for tid in closed:
+            solver.set_arc_capacity(hub_arc[tid], 0)
         self.solves += 1
-        status = self.solver.solve(x, y)
+        status = solver.solve(x, y)
+        for tid in closed:
+            solver.set_arc_capacity(hub_arc[tid], mult[tid])
         if status != mf.SimpleMaxFlow.OPTIMAL:
             raise SynthError(f"max-flow failed with status {status}")
-        return max(0, min(limit, self.solver.optimal_flow() - self.active_mult))
+        flow = solver.optimal_flow() + sum(mult[tid] for tid in closed)
+        return max(0, min(limit, flow - self.active_mult))
 
 
 # ---------------------------------------------------------------------------------------------
