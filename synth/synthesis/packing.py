@@ -55,11 +55,15 @@ def max_flow(num_nodes: int, tails, heads, caps, source: int, sink: int, cut: bo
                                   np.asarray(caps, dtype=np.int64))
     if num_nodes > 0:
         solver.add_arc_with_capacity(num_nodes - 1, num_nodes - 1, 0)  # make every node exist
+    value = solved_flow(solver, source, sink)
+    return (value, solver.get_source_side_min_cut()) if cut else value
+
+
+def solved_flow(solver, source: int, sink: int) -> int:
+    """Solve an OR-Tools ``SimpleMaxFlow`` from ``source`` to ``sink``: the flow's value, or SynthError."""
     status = solver.solve(source, sink)
     if status != solver.OPTIMAL:
         raise SynthError(f"max-flow failed with status {status}")
-    if cut:
-        return solver.optimal_flow(), solver.get_source_side_min_cut()
     return solver.optimal_flow()
 
 
@@ -709,8 +713,6 @@ class _ExtensionNetwork:
     def extension_copies(self, x: int, y: int, limit: int) -> int:
         """How many copies (at most ``limit``) of the tree left out may take arc ``(x, y)`` and keep every
         tree completable: ``min(limit, maxflow(x, y) - Σ C_i)`` over the trees taking part."""
-        from ortools.graph.python import max_flow as mf
-
         mult = self.mult
         holding = [tid for tid in self.holders[y] if mult[tid]]
         held = sum(mult[tid] for tid in holding)
@@ -730,12 +732,9 @@ class _ExtensionNetwork:
         for tid in closed:
             solver.set_arc_capacity(hub_arc[tid], 0)
         self.solves += 1
-        status = solver.solve(x, y)
+        flow = solved_flow(solver, x, y) + sum(mult[tid] for tid in closed)
         for tid in closed:
             solver.set_arc_capacity(hub_arc[tid], mult[tid])
-        if status != mf.SimpleMaxFlow.OPTIMAL:
-            raise SynthError(f"max-flow failed with status {status}")
-        flow = solver.optimal_flow() + sum(mult[tid] for tid in closed)
         return max(0, min(limit, flow - self.active_mult))
 
 
