@@ -628,7 +628,6 @@ class _ExtensionNetwork:
         self.mult: dict[int, int] = {}
         self.active_mult = 0    # Σ multiplicities of the trees that take part (h -> s_i open)
         self.solves = 0         # max flows run (tests the written flow did not settle)
-        self.rebuilds = 0
         self.boundary = 0       # (tree, node) pairs with an arc out of the tree: the tree arcs a rebuild keeps
         self._build()
 
@@ -647,9 +646,11 @@ class _ExtensionNetwork:
         self.tree_arcs = 0
         for tid, tree in self.trees.items():
             if len(tree.nodes) < self.num_ranks:
-                self._add_source(tid, [v for v, exits in self.exits[tid].items() if exits > 0])
+                self._add_source(tid)
 
-    def _add_source(self, tid: int, nodes: list[int]) -> None:
+    def _add_source(self, tid: int) -> None:
+        """Tree ``tid``'s node ``s_i``: arcs to its nodes with an arc out of the tree, and ``h -> s_i``."""
+        nodes = [v for v, exits in self.exits[tid].items() if exits > 0]
         node = self.next_node
         self.next_node += 1
         self.tree_node[tid] = node
@@ -671,7 +672,7 @@ class _ExtensionNetwork:
         for v in sorted(tree.nodes):
             self.holders[v].append(tid)
         self.mult[tid] = 0
-        self._add_source(tid, [v for v, exits in self.exits[tid].items() if exits > 0])
+        self._add_source(tid)
         self.set_active(tree, True)
 
     def add_node(self, tree: Tree, v: int) -> None:
@@ -720,7 +721,6 @@ class _ExtensionNetwork:
             return limit
         if 4 * self.tree_arcs > 5 * self.boundary + 16 * self.num_ranks:
             self._build()
-            self.rebuilds += 1
         if x != self.source:
             if self.source >= 0:
                 self.solver.set_arc_capacity(self.into_hub[self.source], 0)
