@@ -19,16 +19,16 @@ ahead) and the result is compacted by :func:`synth.synthesis.timing.justify`. On
 message and lets a backlogged link merge what is queued for it (``coalesce``), which keeps the fill's messages
 small without a fixed size; where it fits it wins on some irregular graphs. The chunk counts tried are
 runtime-runnable (:func:`synth.synthesis.trees.messages.runtime_chunks`); the fastest timing is kept.
+Switchless fabrics only: behind a switch a tree edge would share links with others that the packing does
+not see.
 
 The trees' streams start in step: the ``i``-th message of every tree has the same stage, so the links near the
 leaves take all trees' first messages before any second one, and every tree's last message climbs and comes
 back down at the end. The fastest trial is therefore timed twice more with the trees' streams staggered by a
 fraction of one message (:func:`stagger_offsets`): the deepest trees first, whose chunks have the longest way
-(critical path first, as the list schedule's ties), and the shallowest first; the fastest of the three is
+(critical path first, as the list schedule breaks its ties), and the shallowest first; the fastest of the three is
 kept. Measured at 1 GiB: torus-4x4x8 7512.0 -> 7346.7 µs, mesh-4x4x8 10639.7 -> 10263.7, rr3-32-s1
 16420.9 -> 16318.1; where the unstaggered one is faster it stays.
-Switchless fabrics only: behind a switch a tree edge would share links with others that the packing does
-not see.
 
 What remains between the program and the bound is the pipeline: every chunk climbs a tree's height and
 comes back down, ``2h`` hops of a message each, against the busiest link's few hundred messages (mesh-8x8,
