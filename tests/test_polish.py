@@ -34,6 +34,7 @@ def test_polish_times_coarser_chunks_too(monkeypatch):
 
 def test_finer_chunks_are_nominated_only_for_one_chunk_shapes_the_search_could_not_time():
     from synth.synthesis.trees.composed import composed_planner
+    from synth.synthesis.trees.depth import refine_limit
     from synth.synthesis.trees.messages import any_chunks, job_estimate
     from synth.synthesis.trees.pipeline import _finer_chunks, forest_phases
     from synth.topology.families import mi250_boxes
@@ -41,13 +42,29 @@ def test_finer_chunks_are_nominated_only_for_one_chunk_shapes_the_search_could_n
     topology = mi250_boxes(4, 16.0)
     planner = composed_planner(topology, 256)
     plans = [planner(*phase) for phase in forest_phases(synth.collectives.Collective("allgather", 64))]
-    assert job_estimate(plans, 32, None) > tuning.TUNING.refine_jobs   # 16 chunks per root: the search's reach
-    assert _finer_chunks(plans, any_chunks, 16, None, 0) == 32
-    assert _finer_chunks(plans, any_chunks, 16, 4, 0) is None      # messages per tree: finer chunks change nothing
-    assert _finer_chunks(plans, any_chunks, 16, None, 2) is None    # a tailed shape
-    assert _finer_chunks(plans, any_chunks, 8, None, 0) is None     # 16 chunks: the search could time them
-    assert _finer_chunks(plans, any_chunks, 32, None, 0) is None    # 64 chunks: beyond finer_jobs
-    assert _finer_chunks(plans, lambda chunks: [16], 16, None, 0) is None   # --chunks 16: the count stays
+    limit = refine_limit(synth.collectives.Collective("allgather", 64))
+    assert limit == tuning.TUNING.refine_jobs                       # 64 ranks: the narrow search
+    assert job_estimate(plans, 32, None) > limit                    # 16 chunks per root: the search's reach
+    assert _finer_chunks(plans, any_chunks, 16, None, 0, limit) == 32
+    assert _finer_chunks(plans, any_chunks, 16, 4, 0, limit) is None   # messages per tree: finer chunks change nothing
+    assert _finer_chunks(plans, any_chunks, 16, None, 2, limit) is None    # a tailed shape
+    assert _finer_chunks(plans, any_chunks, 8, None, 0, limit) is None     # 16 chunks: the search could time them
+    assert _finer_chunks(plans, any_chunks, 32, None, 0, limit) is None    # 64 chunks: beyond finer_jobs
+    assert _finer_chunks(plans, lambda chunks: [16], 16, None, 0, limit) is None   # --chunks 16: the count stays
+    # a search that could time 32 chunks per root leaves nothing finer to build
+    assert _finer_chunks(plans, any_chunks, 16, None, 0, tuning.TUNING.wide_refine_jobs) is None
+
+
+def test_the_wide_depth_search_is_for_allgather_and_reducescatter_past_the_tree_search():
+    from synth.collectives import Collective
+    from synth.synthesis.trees.depth import refine_limit
+
+    past = tuning.TUNING.tree_search_ranks + 1
+    for name in ("allgather", "reducescatter"):
+        assert refine_limit(Collective(name, past)) == tuning.TUNING.wide_refine_jobs
+        assert refine_limit(Collective(name, tuning.TUNING.tree_search_ranks)) == tuning.TUNING.refine_jobs
+    assert refine_limit(Collective("allreduce", past)) == tuning.TUNING.refine_jobs
+    assert tuning.TUNING.wide_refine_jobs > tuning.TUNING.refine_jobs
 
 
 def _composed_allgather(ib_gbps: float):
@@ -148,3 +165,20 @@ def test_polish_finds_the_large_runner_the_plan_and_the_simulator_agree_on():
     assert (kept.chunks, kept.messages) != (found.chunks, found.messages)
     time_us = simulated(kept)
     assert time_us <= kept.timed[1] * 1.001 and 2972.0 / time_us > 0.91
+
+
+def test_the_depth_search_times_shapes_up_to_its_limit(monkeypatch):
+    # dgx1 as if past tree_search_ranks: with no shape within the narrow limit the search times nothing, with the
+    # wide one it searches; an allreduce keeps the narrow limit
+    from dataclasses import replace
+
+    narrow = replace(tuning.TUNING, tree_search_ranks=4, refine_jobs=1)
+    trials = {}
+    for wide in (1, 10**9):
+        monkeypatch.setattr(tuning, "TUNING", replace(narrow, wide_refine_jobs=wide))
+        for name in ("allgather", "allreduce"):
+            result = synth.synthesize("dgx1", name, "64MiB", method="trees")
+            trials[(name, wide)] = result.schedule.notes["depth_trials"]
+    assert trials[("allgather", 1)] == 0
+    assert trials[("allgather", 10**9)] > 1
+    assert trials[("allreduce", 1)] == trials[("allreduce", 10**9)] == 0

@@ -93,6 +93,15 @@ def predicted_time(phases: list[tuple[Forest, _Usage, list[int], list[float], in
     return float(busy.max()) + fill, max(pair_load.values(), default=0)
 
 
+def refine_limit(collective: Collective) -> int:
+    """Transfers a shape may have for the depth search to time it: ``TUNING.wide_refine_jobs`` for an allgather or
+    reducescatter past ``TUNING.tree_search_ranks`` ranks (where no trees-per-root search runs, so at 128 MI250
+    ranks the one at ``TUNING.refine_jobs`` could time no shape but the first), else ``TUNING.refine_jobs``."""
+    tune = tuning.TUNING
+    wide = collective.name in ("allgather", "reducescatter") and collective.num_ranks > tune.tree_search_ranks
+    return tune.wide_refine_jobs if wide else tune.refine_jobs
+
+
 def refine_depth(topology: Topology, collective: Collective, plans: list[Forest], size_bytes: float, best,
                  chunks: int, messages: int, deadline: float | None, height_weight: float = 1.0,
                  floor: float = 0.0, fit=any_chunks):
@@ -117,6 +126,7 @@ def refine_depth(topology: Topology, collective: Collective, plans: list[Forest]
     """
     k = max(f.k for f in plans)
     one_root = collective.name in ONE_ROOT
+    limit = refine_limit(collective)
     grid = tuning.TUNING.pipeline_grid + tuning.TUNING.deep_grid if one_root else tuning.TUNING.pipeline_grid
 
     def fitted(per_tree: bool, p: int, tail: int) -> tuple[int, int | None]:
@@ -137,7 +147,7 @@ def refine_depth(topology: Topology, collective: Collective, plans: list[Forest]
         if shape_chunk_count(k, p, tail) > cap:
             return False
         shape = (*fitted(per_tree, p, tail), tail)
-        if job_estimate(plans, *shape) > tuning.TUNING.refine_jobs:
+        if job_estimate(plans, *shape) > limit:
             return False
         loads = pair_loads(plans, tree_messages(plans, *shape))
         # deep pipelines of one root can outgrow a relaying rank's XML nodes before any connection's steps

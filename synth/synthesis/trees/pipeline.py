@@ -20,7 +20,7 @@ from synth.synthesis.base import (
 from synth.synthesis.packing import choose_capacities, integer_fabric, optimal_ratio
 from synth.synthesis.timing import schedule_messages
 from synth.synthesis.trees import tuning
-from synth.synthesis.trees.depth import built_shapes, choose_chunks, refine_depth
+from synth.synthesis.trees.depth import built_shapes, choose_chunks, refine_depth, refine_limit
 from synth.synthesis.trees.forest import Forest, plan_forest
 from synth.synthesis.trees.messages import (
     busiest_pair_load,
@@ -202,7 +202,7 @@ def run_pipeline(topology: Topology, collective: Collective, size_bytes: float, 
         if not search:   # no search, no alternatives: large schedules are timed once
             break
     best, chunks, messages, tail, trials, weight, runners = outcome
-    finer = _finer_chunks(plans, fit, chunks, messages, tail) if search else None
+    finer = _finer_chunks(plans, fit, chunks, messages, tail, refine_limit(collective)) if search else None
     # five more list schedules: only where they are quick (dgx-a100-2node 2.4k transfers, mi250-2node 70k)
     check_deadline(deadline, "trees", "timing the flipped forests")
     if other_planner is not None and job_estimate(plans, chunks, messages, tail) <= tuning.TUNING.forward_jobs:
@@ -215,9 +215,10 @@ def run_pipeline(topology: Topology, collective: Collective, size_bytes: float, 
     return Pipelined(plans, best, chunks, messages, tail, trials, weight, floor, deadline, runners, finer)
 
 
-def _finer_chunks(plans: list[Forest], fit, chunks: int, messages: int | None, tail: int) -> int | None:
+def _finer_chunks(plans: list[Forest], fit, chunks: int, messages: int | None, tail: int,
+                  limit: int) -> int | None:
     """Twice the chunks per root of a one-chunk-per-message shape (the nearest count ``fit`` allows), where the
-    depth search could not time it (more than ``TUNING.refine_jobs`` transfers) and it has at most
+    depth search could not time it (more than ``limit`` transfers, :func:`refine_limit`) and it has at most
     ``TUNING.finer_jobs`` transfers within MSCCL's steps per connection; else None. Searches on switch fabrics
     score shapes by the mean of the plan and the runtime's replayed order, which can rank such a shape well below
     what it simulates at (mi250x4-ib16 allgather: 32 chunks per root, 3399.8 µs planned and simulated, against
@@ -225,7 +226,7 @@ def _finer_chunks(plans: list[Forest], fit, chunks: int, messages: int | None, t
     if messages is not None or tail != 0:
         return None
     finer = fit(chunks * 2)[0]
-    if finer <= chunks or not (tuning.TUNING.refine_jobs < job_estimate(plans, finer, None)
+    if finer <= chunks or not (limit < job_estimate(plans, finer, None)
                                <= tuning.TUNING.finer_jobs):
         return None
     steps = busiest_pair_load(plans, tree_messages(plans, finer, None))

@@ -45,6 +45,11 @@ class TreesTuning:
     # mixed-mi250-h100 1 GiB, 7 per unit 7268 µs predicted, 1 per unit 6473)
     large_ranks: int = 256           # beyond this, one fast tree per root (synth.synthesis.scale)
     refine_jobs: int = 80_000        # time other pipeline depths only below this many transfers (mi250-2node AR: 69.5k)
+    wide_refine_jobs: int = 200_000  # ... past tree_search_ranks (no trees-per-root search), an allgather's or
+    # reducescatter's search times shapes up to this many (mi250x8-ib12.5 reducescatter 0.904 -> 0.952, 40 -> 60 s;
+    # at 400k mi250x8-ib16 allgather took 134 s). Not below: at 48-64 ranks a wider search keeps shapes that plan
+    # faster and simulate slower (mi250x4-ib12.5 allgather 0.967 -> 0.940); nor for allreduce (mi250x8-ib50
+    # 0.802 -> 0.754)
     finer_jobs: int = 160_000        # ... beyond them, a one-chunk-per-message shape is also built at twice its chunks
     # up to this many transfers, and polish keeps it where faster (mi250x4-ib16 allgather: 16 -> 32 chunks per root)
     replay: bool = True              # score searches on switch fabrics with the runtime's rule replayed too
