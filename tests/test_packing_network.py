@@ -106,3 +106,26 @@ def test_packing_gives_k_spanning_arborescences_per_root_within_capacity(seed: i
             reached.add(child)
             used[(parent, child)] = used.get((parent, child), 0) + tree.mult
     assert all(used[key] <= cap[key] for key in used)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_kept_holder_sums_match_a_scan_through_a_whole_packing(seed: int, monkeypatch) -> None:
+    # the per-rank sums of the growing trees' multiplicities and the unlinked holders are kept as trees grow,
+    # split and finish; at every test they must equal a scan of every tree holding y
+    rng = random.Random(300 + seed)
+    n, k = rng.randint(4, 7), rng.randint(2, 4)
+    cap = {(a, b): rng.randint(k, 3 * k) for a in range(n) for b in range(n) if a != b}
+    scans = []
+    original = _ExtensionNetwork.extension_copies
+
+    def scanned(self, x: int, y: int, limit: int) -> int:
+        holding = [tid for tid in self.holders[y] if self.mult[tid]]
+        assert self.held[y] == sum(self.mult[tid] for tid in holding)
+        assert sorted(self.unlinked[y]) == sorted(tid for tid in holding if y not in self.linked[tid])
+        scans.append(len(holding))
+        return original(self, x, y, limit)
+
+    monkeypatch.setattr(_ExtensionNetwork, "extension_copies", scanned)
+    trees = pack_arborescences(n, dict(cap), {r: 1 for r in range(n)}, k)
+    assert sum(t.mult for t in trees) == n * k
+    assert any(scans)   # some test had holders to count

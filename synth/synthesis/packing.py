@@ -584,6 +584,7 @@ def pack_arborescences(num_ranks: int, cap: dict[tuple[int, int], int], weights:
             active.append(tree)
             network.set_active(tree, True)
         else:
+            network.finish(tree)
             done.append(tree)
     return done
 
@@ -610,6 +611,9 @@ class _ExtensionNetwork:
       costs time with every arc (a 128-rank MI250 forest: 23.7 -> 14.0 s).
     - ``x -> y`` and the holders' paths are disjoint, so ``maxflow(x, y) >= cap(x, y) + Σ C_i`` over the
       holders: where that leaves the copies asked for, no flow is solved.
+    - Per rank, ``Σ C_i`` over the growing trees that hold it and the holders whose ``s_i`` has no arc to it are
+      kept as trees grow, split and finish, not found by scanning every tree that ever held it (a 128-rank
+      MI250 forest: 13.7 -> 11.2 s, the same trees).
     """
 
     def __init__(self, num_ranks: int, cap: dict[tuple[int, int], int]) -> None:
@@ -629,6 +633,11 @@ class _ExtensionNetwork:
         self.active_mult = 0    # Σ multiplicities of the trees that take part (h -> s_i open)
         self.solves = 0         # max flows run (tests the written flow did not settle)
         self.boundary = 0       # (tree, node) pairs with an arc out of the tree: the tree arcs a rebuild keeps
+        # per rank, Σ multiplicities of the growing trees that hold it (``counted``: each one's share in it) and
+        # those of them whose s_i has no arc to it: kept as trees grow, so a test need not scan every holder
+        self.held = [0] * num_ranks
+        self.counted: dict[int, int] = {}
+        self.unlinked: list[dict[int, None]] = [{} for _ in range(num_ranks)]
         self._build()
 
     def _build(self) -> None:
@@ -644,6 +653,7 @@ class _ExtensionNetwork:
         self.hub_arc: dict[int, int] = {}
         self.linked: dict[int, set[int]] = {}   # tree -> the nodes its s_i has an arc to
         self.tree_arcs = 0
+        self.unlinked = [{} for _ in range(self.num_ranks)]
         for tid, tree in self.trees.items():
             if len(tree.nodes) < self.num_ranks:
                 self._add_source(tid)
@@ -657,6 +667,8 @@ class _ExtensionNetwork:
         for v in sorted(nodes):
             self.solver.add_arc_with_capacity(node, v, INF)
         self.linked[tid] = set(nodes)
+        for v in sorted(self.trees[tid].nodes.difference(nodes)):
+            self.unlinked[v][tid] = None
         self.tree_arcs += len(nodes)
         self.hub_arc[tid] = self.solver.add_arc_with_capacity(self.hub, node, self.mult[tid])
 
@@ -671,6 +683,8 @@ class _ExtensionNetwork:
         self.boundary += sum(1 for exits in self.exits[tid].values() if exits > 0)
         for v in sorted(tree.nodes):
             self.holders[v].append(tid)
+            self.held[v] += tree.mult
+        self.counted[tid] = tree.mult
         self.mult[tid] = 0
         self._add_source(tid)
         self.set_active(tree, True)
@@ -688,7 +702,18 @@ class _ExtensionNetwork:
             self.solver.add_arc_with_capacity(self.tree_node[tid], v, INF)
             self.linked[tid].add(v)
             self.tree_arcs += 1
+        else:
+            self.unlinked[v][tid] = None
         self.holders[v].append(tid)
+        self.held[v] += self.counted[tid]
+
+    def finish(self, tree: Tree) -> None:
+        """``tree`` spans every rank: it holds no rank as a growing tree any more."""
+        tid = id(tree)
+        for v in tree.nodes:
+            self.held[v] -= self.counted[tid]
+            self.unlinked[v].pop(tid, None)
+        self.counted[tid] = 0
 
     def _lose_exit(self, tid: int, u: int) -> None:
         self.exits[tid][u] -= 1
@@ -698,6 +723,11 @@ class _ExtensionNetwork:
     def set_active(self, tree: Tree, active: bool) -> None:
         """Whether ``tree`` takes part, with its current multiplicity."""
         mult = tree.mult if active else 0
+        tid = id(tree)
+        if active and tree.mult != self.counted[tid]:   # split: the rest holds the difference now
+            for v in tree.nodes:
+                self.held[v] += tree.mult - self.counted[tid]
+            self.counted[tid] = tree.mult
         self.active_mult += mult - self.mult[id(tree)]
         self.mult[id(tree)] = mult
         self.solver.set_arc_capacity(self.hub_arc[id(tree)], mult)
@@ -715,8 +745,8 @@ class _ExtensionNetwork:
         """How many copies (at most ``limit``) of the tree left out may take arc ``(x, y)`` and keep every
         tree completable: ``min(limit, maxflow(x, y) - Σ C_i)`` over the trees taking part."""
         mult = self.mult
-        holding = [tid for tid in self.holders[y] if mult[tid]]
-        held = sum(mult[tid] for tid in holding)
+        # the tree being extended does not hold y, and every other growing tree takes part
+        held = self.held[y]
         if self.capacity[(x, y)] + held >= self.active_mult + limit:
             return limit
         if 4 * self.tree_arcs > 5 * self.boundary + 16 * self.num_ranks:
@@ -727,8 +757,8 @@ class _ExtensionNetwork:
             self.solver.set_arc_capacity(self.into_hub[x], INF)
             self.source = x
         # a holder whose s_i -> y is in the network sends C_i along it in the solve; the others are closed
-        hub_arc, solver, linked = self.hub_arc, self.solver, self.linked
-        closed = [tid for tid in holding if y not in linked[tid]]
+        hub_arc, solver = self.hub_arc, self.solver
+        closed = list(self.unlinked[y])
         for tid in closed:
             solver.set_arc_capacity(hub_arc[tid], 0)
         self.solves += 1
