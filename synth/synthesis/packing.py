@@ -730,9 +730,9 @@ class _ExtensionNetwork:
             for v in tree.nodes:
                 self.held[v] += tree.mult - self.counted[tid]
             self.counted[tid] = tree.mult
-        self.active_mult += mult - self.mult[id(tree)]
-        self.mult[id(tree)] = mult
-        self.solver.set_arc_capacity(self.hub_arc[id(tree)], 0 if tid in self.closed else mult)
+        self.active_mult += mult - self.mult[tid]
+        self.mult[tid] = mult
+        self.solver.set_arc_capacity(self.hub_arc[tid], 0 if tid in self.closed else mult)
 
     def set_capacity(self, arc: tuple[int, int], capacity: int) -> None:
         a, b = arc
