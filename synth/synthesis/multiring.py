@@ -12,6 +12,8 @@ are kept instead where they carry more.
 
 from __future__ import annotations
 
+import numpy as np
+
 from synth.errors import SynthError
 from synth.schedule import Schedule
 from synth.synthesis.base import Instance, MethodSpec
@@ -50,27 +52,91 @@ def synthesize(inst: Instance) -> Schedule:
 
 
 def floor_us(inst: Instance) -> float | None:
-    """No multiring program is faster than ``(N-1)/N · SIZE / λ`` (allgather, reducescatter) or twice that
-    (allreduce: a reduce-scatter then an allgather on the same rings), ``λ`` = :func:`ring_rate_bound`, the
-    least out-capacity ``B⁺(A)`` over node sets ``A`` that hold some ranks but not all.
+    """No multiring program is faster than ``max over A of (D + M · c(A)) / B⁺(A)``, with ``D = (N-1)/N · SIZE``
+    and ``M = N - 1`` (allgather, reducescatter) or twice both (allreduce: a reduce-scatter then an allgather on the
+    same rings). ``A`` runs over the node sets of the least rank-splitting cuts (:func:`ring_rate_bound`, one from
+    the fabric's and one from its reverse's max-flow), ``B⁺(A)`` is the bandwidth of the links leaving ``A``, and
+    ``c(A) = min b_l · α_l`` over those links of the least α a route through ``l`` pays (:func:`_route_alpha_floor`).
 
     Proof (the ring algorithm of Patarasuk & Yuan, JPDC 2009, as :func:`synth.synthesis.ring.ring_schedule` runs
-    it): take a set ``A`` with ``B⁺(A) = λ``. A ring of the program carries a share ``w`` of every rank's data in
-    ``N`` pieces of ``w · SIZE / N`` bytes, and each piece travels ``N - 1`` consecutive arcs of the ring: all
-    but the arc into its owner (a reduction's partial sum the same way round). The ring visits ``A`` and its
-    complement, so ``c ≥ 1`` of its arcs lead out of ``A``; a piece misses at most one of them, so the ring
-    sends at least ``N - 1`` pieces across them (``N·(c-1) ≥ N`` when ``c ≥ 2``). Each such arc's route leaves
-    ``A`` through a link of ``B⁺(A)``, so the rings move at least ``(N-1)/N · SIZE`` bytes (twice that for
-    allreduce) over links of total bandwidth ``λ``. α and waiting only add time (docs/cost-model.md). None for
-    fewer than two ranks or collectives multiring does not serve."""
+    it): a ring of the program carries a share ``w`` of every rank's data in ``N`` pieces of ``w · SIZE / N``
+    bytes, and each piece travels ``N - 1`` consecutive arcs of the ring: all but the arc into its owner (a
+    reduction's partial sum the same way round). The ring visits ``A`` and its complement, so ``c ≥ 1`` of its arcs
+    lead out of ``A``; a piece misses at most one of them, so the ring sends at least ``N - 1`` pieces across them
+    (``N·(c-1) ≥ N`` when ``c ≥ 2``), each in a message of its own. So at least ``D`` bytes in at least ``M``
+    messages cross ``A``'s out-links. Under the cost model (docs/cost-model.md) a message holds every link of its
+    route for ``Σα + bytes / (least bandwidth of the route)``, so a link ``l`` leaving ``A`` that is busy until
+    ``T`` carries at most ``b_l · (T - n_l · α_l)`` bytes in its ``n_l`` messages. Summed over the out-links,
+    ``D ≤ B⁺(A) · T - Σ n_l · b_l · α_l ≤ B⁺(A) · T - M · c(A)``. Waiting only adds time. None for fewer than two
+    ranks or collectives multiring does not serve."""
     n, name = inst.topology.num_ranks, inst.collective.name
     if n < 2 or name not in SUPPORTED:
         return None
-    rate = ring_rate_bound(inst.topology)
-    if rate <= 0:
+    if ring_rate_bound(inst.topology) <= 0:
         return None
     phases = 2 if name == "allreduce" else 1
-    return phases * (n - 1) / n * float(inst.size_bytes) / (rate * 1e3)
+    data = phases * (n - 1) / n * float(inst.size_bytes)
+    messages = phases * (n - 1)
+    floors = [(data + messages * alpha_bytes) / (out_bw * 1e3)
+              for out_bw, alpha_bytes in _least_cuts(inst.topology) if out_bw > 0]
+    return max(floors) if floors else None
+
+
+def _least_cuts(topology: Topology) -> list[tuple[float, float]]:
+    """(``B⁺(A)`` in GB/s, ``c(A)`` in bytes) for a least rank-splitting cut ``A`` of the fabric (from rank 0 to the
+    rank it is weakest towards) and one of its reverse (towards rank 0): see :func:`floor_us`."""
+    from synth.flows import FlowNetwork, integer_bandwidths
+    from synth.lower_bounds import rooted_min_cut
+
+    src, dst, bw, alpha = topology.arrays
+    floor = _route_alpha_floor(topology)
+    ints = integer_bandwidths(bw).ints
+    cuts = []
+    for reverse in (False, True):
+        tails, heads = (dst, src) if reverse else (src, dst)
+        _, weakest = rooted_min_cut(topology.reversed() if reverse else topology, 0)
+        if weakest == 0:
+            continue
+        _, side = FlowNetwork(topology.num_nodes, tails, heads, ints).flow(0, weakest)
+        inside = ~side if reverse else side   # the reverse's source side is where the fabric's cut ends
+        leaving = inside[src] & ~inside[dst]
+        per_byte = bw[leaving] * floor[leaving] * 1e3   # GB/s x µs = kB
+        usable = np.isfinite(per_byte)
+        cuts.append((float(bw[leaving].sum()), float(per_byte[usable].min()) if usable.any() else 0.0))
+    return cuts
+
+
+def _route_alpha_floor(topology: Topology) -> np.ndarray:
+    """Per link ``(u, v)``, the least ``Σα`` of a rank-to-rank route through it (a path whose inner nodes are all
+    switches): the least α from a rank to ``u`` through switches, plus the link's, plus the least from ``v`` to a
+    rank; ``inf`` for a link on no such route."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import dijkstra
+
+    src, dst, _, alpha = topology.arrays
+    n, nodes = topology.num_ranks, topology.num_nodes
+
+    def from_ranks(tails: np.ndarray, heads: np.ndarray) -> np.ndarray:
+        # one source node (index ``nodes``) joined to every switch a rank's link enters, then switch to switch
+        into_switch = (tails < n) & (heads >= n)
+        between = (tails >= n) & (heads >= n)
+        rows = np.concatenate([np.full(into_switch.sum(), nodes), tails[between]])
+        cols = np.concatenate([heads[into_switch], heads[between]])
+        # a zero-α link still counts as an edge (csgraph drops explicit zeros): shift by a tiny amount, then round
+        weights = np.concatenate([alpha[into_switch], alpha[between]]) + 1e-12
+        # parallel edges (every rank into one switch): the least α of each pair (a sparse matrix would add them)
+        order = np.lexsort((weights, cols, rows))
+        rows, cols, weights = rows[order], cols[order], weights[order]
+        first = np.ones(len(rows), dtype=bool)
+        first[1:] = (rows[1:] != rows[:-1]) | (cols[1:] != cols[:-1])
+        graph = csr_matrix((weights[first], (rows[first], cols[first])), shape=(nodes + 1, nodes + 1))
+        dist = dijkstra(graph, indices=nodes, min_only=True)[:nodes]
+        dist[:n] = 0.0
+        return np.where(np.isfinite(dist), np.maximum(dist - 1e-9, 0.0), np.inf)
+
+    reach = from_ranks(src, dst)       # least α from some rank to each node
+    leave = from_ranks(dst, src)       # least α from each node to some rank (the reversed links)
+    return reach[src] + alpha + leave[dst]
 
 
 METHOD = MethodSpec(
