@@ -108,3 +108,38 @@ def test_chunks_of_an_allreduce_are_counted_once_with_composed_forests():
     result = synth.synthesize(topology, "allreduce", "64MiB", method="trees", chunks=24)
     assert result.program.chunk_factor == 24
     assert result.time_us >= result.bound_us
+
+
+@pytest.mark.parametrize("gain, searches", [(-1.0, 2), (1.0, 1)])
+def test_a_search_polish_finds_misjudged_is_searched_again_batch_scored(monkeypatch, gain, searches):
+    # schedule_from_plans' rescoring: where polish times the shape found much faster than the search scored it,
+    # the search runs again scored by the rescoring coalescings, and both schedules go to the pipeline
+    from dataclasses import replace
+
+    from synth.collectives import Collective
+    from synth.synthesis.base import SynthOptions
+    from synth.synthesis.timing import Coalescing
+    from synth.synthesis.trees import pipeline, tuning
+    from synth.synthesis.trees.timed import SEARCH_SCORING
+
+    scorings = []
+    real = pipeline.run_pipeline
+
+    def spy(*args, **kwargs):
+        scorings.append(args[6] if len(args) > 6 else kwargs.get("scoring", SEARCH_SCORING))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "run_pipeline", spy)
+    monkeypatch.setattr(tuning, "TUNING", replace(tuning.TUNING, rescore_gain=gain))
+    t = _ring_boxes(3, nic=10.0)
+    collective = Collective("allgather", t.num_ranks, 1, 0, False)
+    planner = composed_planner(t)
+    batched = (Coalescing(batch=True),)
+    plain = schedule_from_plans(t, collective, GiB, SynthOptions(), planner, "composed")
+    assert scorings == [SEARCH_SCORING]
+    scorings.clear()
+    both = schedule_from_plans(t, collective, GiB, SynthOptions(), planner, "composed", rescoring=batched)
+    assert scorings == [SEARCH_SCORING, batched][:searches]
+    # the first search's schedule stays first; the second one's come after it as alternatives
+    assert both.transfers == plain.transfers
+    assert len(both.alternatives) > len(plain.alternatives) if searches == 2 else both == plain

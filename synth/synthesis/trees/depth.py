@@ -13,7 +13,7 @@ import numpy as np
 from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.synthesis.base import MAX_CHANNELS, MAX_STEPS_PER_TB, MAX_XML_NODES, check_deadline
-from synth.synthesis.timing import route_cost
+from synth.synthesis.timing import Coalescing, route_cost
 from synth.synthesis.trees import tuning
 from synth.synthesis.trees.forest import Forest
 from synth.synthesis.trees.jobs import real_edge
@@ -29,7 +29,7 @@ from synth.synthesis.trees.messages import (
     split_chunks,
     tree_messages,
 )
-from synth.synthesis.trees.timed import Timing, forward_fits, timed_forests
+from synth.synthesis.trees.timed import SEARCH_SCORING, Timing, forward_fits, timed_forests
 from synth.synthesis.trees.tuning import HALVING, ONE_ROOT
 from synth.topology.model import Topology
 
@@ -104,7 +104,7 @@ def refine_limit(collective: Collective) -> int:
 
 def refine_depth(topology: Topology, collective: Collective, plans: list[Forest], size_bytes: float, best,
                  chunks: int, messages: int, deadline: float | None, height_weight: float = 1.0,
-                 floor: float = 0.0, fit=any_chunks):
+                 floor: float = 0.0, fit=any_chunks, scoring: tuple[Coalescing, ...] = SEARCH_SCORING):
     """Search the pipeline depth, timing each candidate with the list schedule (the closed form is
     rough about fill and drain), while schedules are cheap and the time limit allows.
 
@@ -120,7 +120,8 @@ def refine_depth(topology: Topology, collective: Collective, plans: list[Forest]
     ``TUNING.tail_gain`` above ``floor`` (the forest's bandwidth time). There the halving shape
     (``tail == HALVING``, ``C = k·P`` with ``P`` from :attr:`TreesTuning.halving_chunks`; allreduce: the first)
     is timed too.
-    Each shape is timed at the nearest ``C`` that ``fit`` allows (:func:`runtime_chunks`).
+    Each shape is timed at the nearest ``C`` that ``fit`` allows (:func:`runtime_chunks`) and scored by the fastest
+    of the ``scoring`` coalescings.
     Returns (best timed, the shape's own chunks, messages or None, tail, candidates timed, the next best shapes
     timed as (chunks, messages, tail), at most ``TUNING.polish_runners``).
     """
@@ -169,7 +170,7 @@ def refine_depth(topology: Topology, collective: Collective, plans: list[Forest]
             return True
         check_deadline(deadline, "trees", "its pipeline-depth search")
         timed_now = timed_forests(topology, collective, plans, *shape[:2], size_bytes, build=False,
-                           tail=tail, timing=Timing(height_weight, mirror))
+                           tail=tail, timing=Timing(height_weight, mirror, scoring))
         timed[(per_tree, p, tail)] = by_shape[shape] = timed_now[1]
         if timed_now[1] < best[1] * (1 - 1e-9):
             best, choice = timed_now, (per_tree, p, tail)

@@ -153,9 +153,11 @@ def synthesize(inst: Instance) -> Schedule:
         piece = root_piece_bytes(name, n, size_bytes)
         if sum(forest.bandwidth_time_us(piece) for forest in plans.values()) >= kept.predicted_time_us:
             return None
-        # the request's own options: schedule_from_plans counts --chunks per root piece itself
+        # the request's own options: schedule_from_plans counts --chunks per root piece itself; searched again,
+        # batch-scored, where polish finds the plain score misjudged them (schedule_from_plans' rescoring)
         done = schedule_from_plans(topology, collective, size_bytes, inst.options,
-                                   lambda roots, reverse: plans[(roots, reverse)], "trees")
+                                   lambda roots, reverse: plans[(roots, reverse)], "trees",
+                                   rescoring=tuning.TUNING.composed_scoring)
         return replace(done, notes={**done.notes, "composed_boxes": True})
 
     def weighted_schedule(kept: Schedule) -> Schedule | None:

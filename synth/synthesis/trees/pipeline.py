@@ -18,7 +18,7 @@ from synth.synthesis.base import (
     deadline_of,
 )
 from synth.synthesis.packing import choose_capacities, integer_fabric, optimal_ratio
-from synth.synthesis.timing import schedule_messages
+from synth.synthesis.timing import Coalescing, schedule_messages
 from synth.synthesis.trees import tuning
 from synth.synthesis.trees.depth import built_shapes, choose_chunks, refine_depth, refine_limit
 from synth.synthesis.trees.forest import Forest, plan_forest
@@ -33,7 +33,7 @@ from synth.synthesis.trees.messages import (
 )
 from synth.synthesis.trees.programs import first_with_runner_ups, forest_schedule, justified_schedule
 from synth.synthesis.trees.rounds_timing import timed_rounds
-from synth.synthesis.trees.timed import Timing, timed_forests
+from synth.synthesis.trees.timed import SEARCH_SCORING, Timing, timed_forests
 from synth.synthesis.trees.tuning import HALVING, ROUND_TIMED
 from synth.topology.model import Topology
 from synth.topology.routes import rank_routes
@@ -111,14 +111,26 @@ def piece_options(collective: Collective, options: SynthOptions) -> SynthOptions
 
 
 def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
-                        planner, method: str, other_planner=None) -> Schedule:
+                        planner, method: str, other_planner=None,
+                        rescoring: tuple[Coalescing, ...] | None = None) -> Schedule:
     """Plan the forests a collective needs with ``planner(roots, reverse)`` and pipeline them
-    (:func:`run_pipeline`, :func:`polish`, :func:`finish_schedule`)."""
+    (:func:`run_pipeline`, :func:`polish`, :func:`finish_schedule`).
+
+    ``rescoring``: where polish's coalescings time the shape found more than ``TUNING.rescore_gain`` faster than
+    the search's own timing did, that timing misjudged these forests, and the search runs again scored by the
+    ``rescoring`` coalescings (:func:`run_pipeline`); both schedules go to the pipeline, which simulates them."""
     options = piece_options(collective, options)
-    pipelined = polish(topology, collective, size_bytes,
-                       run_pipeline(topology, collective, size_bytes, options, planner, other_planner))
+    found = run_pipeline(topology, collective, size_bytes, options, planner, other_planner)
+    pipelined = polish(topology, collective, size_bytes, found)
     kept = justified_schedule(topology, finish_schedule(topology, collective, size_bytes, options, pipelined, method))
-    return with_runner_ups(topology, collective, size_bytes, options, kept, pipelined, method)
+    kept = with_runner_ups(topology, collective, size_bytes, options, kept, pipelined, method)
+    if rescoring is None or pipelined.timed[1] >= found.timed[1] * (1 - tuning.TUNING.rescore_gain):
+        return kept
+    again = polish(topology, collective, size_bytes,
+                   run_pipeline(topology, collective, size_bytes, options, planner, other_planner, rescoring))
+    other = justified_schedule(topology, finish_schedule(topology, collective, size_bytes, options, again, method))
+    return first_with_runner_ups([kept, with_runner_ups(topology, collective, size_bytes, options, other, again,
+                                                        method)])
 
 
 def with_runner_ups(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
@@ -155,11 +167,12 @@ class Pipelined:
 
 
 def run_pipeline(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
-                 planner, other_planner=None) -> Pipelined:
+                 planner, other_planner=None, scoring: tuple[Coalescing, ...] = SEARCH_SCORING) -> Pipelined:
     """Plan the forests with ``planner`` and search their pipeline depth and message shape.
 
     ``other_planner``: forests as good by rate, timed at the message shape found for the first ones
-    and kept if faster (:func:`flipped_planner`)."""
+    and kept if faster (:func:`flipped_planner`). ``scoring``: the coalescings the search scores shapes by (the
+    fastest of them, :func:`refine_depth`); the shape found is built with each of them at every share of α."""
     name, n = collective.name, topology.num_ranks
     # --time-limit is a safety stop: past it the search fails (check_deadline), it never stops early
     deadline = deadline_of(options)
@@ -174,6 +187,7 @@ def run_pipeline(topology: Topology, collective: Collective, size_bytes: float, 
     cheap = job_estimate(plans, first_chunks, first_messages) <= tuning.TUNING.alt_priority_jobs
     weights = tuning.TUNING.height_weights if cheap else (1.0,)
     floor = forests_floor_us(collective, plans, size_bytes)
+    built_with = tuple(replace(how, alpha_share=share) for share in tuning.TUNING.alpha_shares for how in scoring)
     for weight in weights:
         chunks, messages, tail, trials, runners = first_chunks, first_messages, 0, 0, ()
         # at scale one message per tree is final (see choose_chunks): no depth search, one timing pass
@@ -181,15 +195,15 @@ def run_pipeline(topology: Topology, collective: Collective, size_bytes: float, 
         search = messages is not None and n <= tuning.TUNING.large_ranks
         # a search starts plain (it tries mirrors itself; its shape is built with every α share below);
         # a timing without a search tries everything at once
-        first = Timing(weight, mirror=False) if search else Timing(weight, coalescings=tuning.TUNING.built)
+        first = Timing(weight, mirror=False, coalescings=scoring) if search else Timing(weight, coalescings=built_with)
         best = timed_forests(topology, collective, plans, chunks, messages, size_bytes, build=not search, timing=first)
         if search:
             best, shape, messages, tail, trials, runners = refine_depth(topology, collective, plans, size_bytes, best,
                                                                         chunks, messages, deadline, weight, floor,
-                                                                        fit)
+                                                                        fit, scoring)
             # the shape found is built with every share of α for coalesced messages (see TUNING.alpha_shares)
             built = [(timed_forests(topology, collective, plans, c, m, size_bytes, tail=tail,
-                             timing=Timing(weight, coalescings=tuning.TUNING.built)), c, m)
+                             timing=Timing(weight, coalescings=built_with)), c, m)
                      for c, m in built_shapes(plans, fit, shape, messages, tail)]
             best, chunks, messages = min(built, key=lambda b: b[0][1])
             # the same messages cut from coarser chunks: a message holds at most MAX_COALESCE chunks, so on a link that
@@ -209,7 +223,7 @@ def run_pipeline(topology: Topology, collective: Collective, size_bytes: float, 
         others = [other_planner(roots, reverse) for roots, reverse in forest_phases(collective)]
         if [(f.k, f.weights) for f in others] == [(f.k, f.weights) for f in plans]:
             timed = timed_forests(topology, collective, others, chunks, messages, size_bytes, tail=tail,
-                           timing=Timing(weight, coalescings=tuning.TUNING.built))
+                           timing=Timing(weight, coalescings=built_with))
             if timed[1] < best[1] * (1 - 1e-9):
                 best, plans = timed, others
     return Pipelined(plans, best, chunks, messages, tail, trials, weight, floor, deadline, runners, finer)

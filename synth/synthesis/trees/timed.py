@@ -45,6 +45,8 @@ from synth.synthesis.trees.messages import job_estimate, loop_chunk_factor, mess
 from synth.synthesis.trees.tuning import COALESCING
 from synth.topology.model import Topology
 
+SEARCH_SCORING = (Coalescing(),)   # depth searches score a shape by its plain coalesced timing
+
 
 @dataclass(frozen=True)
 class Timing:
@@ -56,7 +58,7 @@ class Timing:
     """
     height_weight: float = 1.0
     mirror: bool = True
-    coalescings: tuple[Coalescing, ...] = (Coalescing(),)
+    coalescings: tuple[Coalescing, ...] = SEARCH_SCORING
 
 
 def timed_forests(topology: Topology, collective: Collective, plans: list[Forest], chunks: int, messages: int | None,

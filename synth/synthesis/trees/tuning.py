@@ -69,6 +69,9 @@ class TreesTuning:
     drains: tuple[float | None, ...] = (None, 0.7)   # the kept shape is also coalesced with each link's stream
     # ending in shrinking messages
     batches: tuple[bool, ...] = (False, True)   # ... and with the transfers ready at one instant queued together
+    composed_scoring: tuple[Coalescing, ...] = (Coalescing(batch=True),)   # the composed box forests' search
+    rescore_gain: float = 0.05       # ... runs again scored by these where polish times its shape this much faster
+    # than the search did (mi250x8-ib16 allgather: 12 %, 0.826 -> 0.875; docs/results.md, session 51)
     height_weights: tuple[float, ...] = (1.0, 4.0)  # priorities tried: hops ahead weighed 1x (default) and 4x
     # (mi250, dgx-a100-2node)
     alt_priority_jobs: int = 10_000  # ... the 4x one only up to this many transfers at the first depth
