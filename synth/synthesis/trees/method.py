@@ -154,10 +154,12 @@ def synthesize(inst: Instance) -> Schedule:
         if sum(forest.bandwidth_time_us(piece) for forest in plans.values()) >= kept.predicted_time_us:
             return None
         # the request's own options: schedule_from_plans counts --chunks per root piece itself; searched again,
-        # batch-scored, where polish finds the plain score misjudged them (schedule_from_plans' rescoring)
+        # batch-scored, where polish finds the plain score misjudged them (schedule_from_plans' rescoring), but not
+        # an allreduce: its two phases make a search cost twice, and on mi250x8-ib16 that took it past 120 s of CPU
+        # for the same program (0.8218)
+        rescoring = tuning.TUNING.composed_scoring if name != "allreduce" else None
         done = schedule_from_plans(topology, collective, size_bytes, inst.options,
-                                   lambda roots, reverse: plans[(roots, reverse)], "trees",
-                                   rescoring=tuning.TUNING.composed_scoring)
+                                   lambda roots, reverse: plans[(roots, reverse)], "trees", rescoring=rescoring)
         return replace(done, notes={**done.notes, "composed_boxes": True})
 
     def weighted_schedule(kept: Schedule) -> Schedule | None:
