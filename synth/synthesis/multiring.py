@@ -18,7 +18,7 @@ from synth.errors import SynthError
 from synth.schedule import Schedule
 from synth.synthesis.base import Instance, MethodSpec
 from synth.synthesis.ring import Ring, find_rings, ring_schedule
-from synth.synthesis.ringpack import best_rings, ring_rate_bound
+from synth.synthesis.ringpack import best_rings
 from synth.topology.model import Topology
 from synth.topology.routes import rank_routes
 
@@ -54,8 +54,9 @@ def synthesize(inst: Instance) -> Schedule:
 def floor_us(inst: Instance) -> float | None:
     """No multiring program is faster than ``max over A of (D + M · c(A)) / B⁺(A)``, with ``D = (N-1)/N · SIZE``
     and ``M = N - 1`` (allgather, reducescatter) or twice both (allreduce: a reduce-scatter then an allgather on the
-    same rings). ``A`` runs over the node sets of the least rank-splitting cuts (:func:`ring_rate_bound`, one from
-    the fabric's and one from its reverse's max-flow), ``B⁺(A)`` is the bandwidth of the links leaving ``A``, and
+    same rings). ``A`` runs over the node sets of the least rank-splitting cuts
+    (:func:`synth.synthesis.ringpack.ring_rate_bound`, one from the fabric's and one from its reverse's max-flow),
+    ``B⁺(A)`` is the bandwidth of the links leaving ``A``, and
     ``c(A) = min b_l · α_l`` over those links of the least α a route through ``l`` pays (:func:`_route_alpha_floor`).
 
     Proof (the ring algorithm of Patarasuk & Yuan, JPDC 2009, as :func:`synth.synthesis.ring.ring_schedule` runs
@@ -72,14 +73,14 @@ def floor_us(inst: Instance) -> float | None:
     n, name = inst.topology.num_ranks, inst.collective.name
     if n < 2 or name not in SUPPORTED:
         return None
-    if ring_rate_bound(inst.topology) <= 0:
+    cuts = _least_cuts(inst.topology)
+    # the least of the two cuts' bandwidths is ring_rate_bound's λ: none, and no ring crosses them
+    if not cuts or min(out_bw for out_bw, _ in cuts) <= 0:
         return None
     phases = 2 if name == "allreduce" else 1
     data = phases * (n - 1) / n * float(inst.size_bytes)
     messages = phases * (n - 1)
-    floors = [(data + messages * alpha_bytes) / (out_bw * 1e3)
-              for out_bw, alpha_bytes in _least_cuts(inst.topology) if out_bw > 0]
-    return max(floors) if floors else None
+    return max((data + messages * alpha_bytes) / (out_bw * 1e3) for out_bw, alpha_bytes in cuts)
 
 
 def _least_cuts(topology: Topology) -> list[tuple[float, float]]:
