@@ -187,7 +187,7 @@ def run_pipeline(topology: Topology, collective: Collective, size_bytes: float, 
     cheap = job_estimate(plans, first_chunks, first_messages) <= tuning.TUNING.alt_priority_jobs
     weights = tuning.TUNING.height_weights if cheap else (1.0,)
     floor = forests_floor_us(collective, plans, size_bytes)
-    built_with = tuple(replace(how, alpha_share=share) for share in tuning.TUNING.alpha_shares for how in scoring)
+    built_with = tuning.TUNING.built_as(scoring)
     for weight in weights:
         chunks, messages, tail, trials, runners = first_chunks, first_messages, 0, 0, ()
         # at scale one message per tree is final (see choose_chunks): no depth search, one timing pass

@@ -8,7 +8,7 @@ timing engine's own defaults (``ALPHA_SHARE``, ``MAX_COALESCE``, ``JUSTIFY_PASSE
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from synth.synthesis.timing import ALPHA_SHARE, Coalescing
 
@@ -107,7 +107,11 @@ class TreesTuning:
     @property
     def built(self) -> tuple[Coalescing, ...]:
         """Coalescings the searched shapes are built with: every share of α."""
-        return tuple(Coalescing(share) for share in self.alpha_shares)
+        return self.built_as((Coalescing(),))
+
+    def built_as(self, scoring: tuple[Coalescing, ...]) -> tuple[Coalescing, ...]:
+        """Coalescings a shape a search found by ``scoring`` is built with: each of them at every share of α."""
+        return tuple(replace(how, alpha_share=share) for share in self.alpha_shares for how in scoring)
 
     @property
     def runner_coalescings(self) -> tuple[Coalescing, ...]:
