@@ -40,15 +40,17 @@ from dataclasses import replace
 
 from synth.collectives import Collective
 from synth.errors import SynthError
+from synth.runtime_limits import MAX_STEPS_PER_TB
 from synth.schedule import Schedule
 from synth.synthesis.base import Instance, MethodSpec
 from synth.topology.model import Topology
 from synth.topology.routes import LazyRoutes
 
 SUPPORTED = frozenset({"allgather", "reducescatter", "allreduce"})
-TRANSPOSE, RAIL, LEAF = 0, 1, 2      # channels
+TRANSPOSE, RAIL, LEAF, RAIL_AG, LEAF_AG = 0, 1, 2, 3, 4      # channels
 OVERSUBSCRIBED_WAVES = 2             # allreduce waves tried beside one where a leaf's uplinks are oversubscribed ...
 WAVES_MAX_RANKS = 256                # ... up to this many ranks (synthesize's docstring)
+ALTERNATIVES = 1                     # runners-up by planned time that the pipeline also simulates
 
 
 def leaf_groups(topology: Topology) -> tuple[tuple[int, ...], ...]:
@@ -230,6 +232,99 @@ def leafring_schedule(topology: Topology, collective: Collective, size_bytes: fl
     return plan.schedule("leafring", size_bytes, {"leaves": leaves, "per_leaf": p})
 
 
+def block_holders(groups: Sequence[Sequence[int]], g: int) -> list[tuple[int, ...]]:
+    """Per block ``B`` (rank-slots ``B·g .. B·g + g − 1``) its ``g`` holders, all in one leaf: leaf ``i`` holds
+    blocks ``i·p/g ..`` by its ranks in order, so on a fabric numbered leaf by leaf every rank holds its own slot
+    and the ring of blocks (in this order) leaves a leaf once."""
+    p = len(groups[0])
+    return [tuple(group[m * g:(m + 1) * g]) for group in groups for m in range(p // g)]
+
+
+def block_sizes(groups: Sequence[Sequence[int]]) -> list[int]:
+    """The block sizes ``g`` :func:`blockring_schedule` takes on leaf ``groups``: divisors of the leaf size from 2
+    whose rings stay within MSCCL's steps per threadblock."""
+    p, n = len(groups[0]), len(groups) * len(groups[0])
+    return [g for g in range(2, p + 1) if p % g == 0 and n // g - 1 <= MAX_STEPS_PER_TB]
+
+
+def blockring_schedule(topology: Topology, collective: Collective, size_bytes: float, options,
+                       groups: Sequence[Sequence[int]], g: int) -> Schedule:
+    """Leaf-first two-level rings over blocks of ``g`` consecutive rank-slots (the module docstring's variant
+    for leaves whose uplinks cannot take every rank crossing at once).
+
+    Allgather: each slot's piece goes to its holder (:func:`block_holders`; none moves where ranks are numbered
+    leaf by leaf), the ``g`` holders of each block run a ring allgather of its pieces (``g − 1`` steps of one
+    piece, inside a leaf), then ``g`` rings, ring ``k`` through holder ``k`` of every block in block order, run a
+    ring allgather of whole blocks (``N/g − 1`` steps of ``g`` pieces, contiguous in the buffer: one message
+    each). A rank sends ``(g − 1) + (N/g − 1)·g = N − 1`` pieces, the per-rank bound, in ``g + N/g − 2`` steps
+    of α, and only ``g`` ranks per leaf send out of it at a time (the rings' arcs from a leaf's last block to
+    the next leaf's first). Reducescatter runs it backwards (block rings reducing, then the holders' rings,
+    then each sum to its rank); allreduce runs the reducescatter then the allgather on ``N`` slots owned by
+    their holders (Patarasuk & Yuan's two phases, no transposes). This is the 2-D ring of Mikami et al.
+    (arXiv 1811.05233) on a ``g × N/g`` grid whose first dimension stays inside leaves."""
+    from synth.synthesis.baselines import Plan
+
+    name, n = collective.name, topology.num_ranks
+    unit = n if name == "allreduce" else 1
+    chunks = options.chunks if options.chunks is not None else unit
+    if chunks % unit:
+        raise SynthError(f"leafring {name} needs a multiple of {unit} chunks, got {chunks}")
+    coll = Collective(name, n, chunks, root=collective.root, inplace=collective.inplace)
+    per = chunks // unit
+    plan = Plan(topology, coll, size_bytes, "leafring", options, routes=LazyRoutes(topology))
+    into: dict[tuple[int, int], list[int]] = defaultdict(list)   # (rank, chunk) -> moves delivering it
+    hold = block_holders(groups, g)
+    blocks = len(hold)
+
+    def send(level: float, a: int, b: int, ids: Sequence[int], reduce: bool, channel: int) -> None:
+        deps = sorted({d for c in ids for d in into[(a, c)]})
+        moves = plan.send(level, a, b, ids, reduce, channel, deps)
+        for c in ids:
+            into[(b, c)] = into[(b, c)] + moves if reduce else list(moves)
+
+    def slot_ids(q: int) -> list[int]:
+        if name == "allgather":
+            return [coll.contribution(q, k) for k in range(per)]
+        return [q * per + k for k in range(per)]
+
+    def inner(level: int, reduce: bool, channel: int) -> None:
+        for b, holders in enumerate(hold):
+            for k in range(g):
+                for t, (u, v) in enumerate(_ring(holders, k + 1 if reduce else k, g - 1)):
+                    send(level + t, u, v, slot_ids(b * g + k), reduce, channel)
+
+    def outer(level: int, reduce: bool, channel: int) -> None:
+        for k in range(g):
+            ring = [holders[k] for holders in hold]
+            for b in range(blocks):
+                ids = [c for q in range(b * g, (b + 1) * g) for c in slot_ids(q)]
+                for t, (u, v) in enumerate(_ring(ring, b + 1 if reduce else b, blocks - 1)):
+                    send(level + t, u, v, ids, reduce, channel)
+
+    def transposes(level: int, to_holder: bool) -> None:
+        for b, holders in enumerate(hold):
+            for k, h in enumerate(holders):
+                q = b * g + k
+                if h != q:
+                    src, dst = (q, h) if to_holder else (h, q)
+                    send(level, src, dst, slot_ids(q), False, TRANSPOSE)
+
+    if name in ("reducescatter", "allreduce"):
+        outer(0, True, RAIL)
+        inner(blocks - 1, True, LEAF)
+    if name == "reducescatter":
+        transposes(blocks + g - 2, False)
+    elif name == "allreduce":
+        inner(blocks + g - 2, False, LEAF_AG)
+        outer(blocks + 2 * g - 3, False, RAIL_AG)
+    else:
+        transposes(0, True)
+        inner(1, False, LEAF)
+        outer(g, False, RAIL)
+    return plan.schedule("leafring", size_bytes, {"leaves": len(groups), "per_leaf": len(groups[0]),
+                                                   "block": g})
+
+
 def oversubscribed(topology: Topology, groups: Sequence[Sequence[int]]) -> bool:
     """Whether some leaf's links to other switches carry less than the links down to its ranks."""
     n = topology.num_ranks
@@ -257,13 +352,17 @@ def synthesize(inst: Instance) -> Schedule:
     if not groups:
         raise SynthError(f"leafring does not apply to {topology.name!r}: its ranks are not behind leaf switches "
                          "(one switch link per rank, 2 or more leaves of equal size)")
-    schedule = leafring_schedule(topology, collective, inst.size_bytes, options, groups)
+    candidates = [leafring_schedule(topology, collective, inst.size_bytes, options, groups)]
+    candidates += [blockring_schedule(topology, collective, inst.size_bytes, options, groups, g)
+                   for g in block_sizes(groups)]
+    ranked = sorted(candidates, key=lambda s: s.predicted_time_us)   # stable: ties keep the order above
+    alternatives = ranked[1:1 + ALTERNATIVES]
     if (collective.name == "allreduce" and options.chunks is None and topology.num_ranks <= WAVES_MAX_RANKS
             and oversubscribed(topology, groups)):
+        # planned slower than one wave, simulated faster: the simulator, not the plan, judges the waves
         waves = replace(options, chunks=OVERSUBSCRIBED_WAVES * topology.num_ranks)
-        schedule = replace(schedule, alternatives=(leafring_schedule(topology, collective, inst.size_bytes, waves,
-                                                                         groups),))
-    return schedule
+        alternatives.append(leafring_schedule(topology, collective, inst.size_bytes, waves, groups))
+    return replace(ranked[0], alternatives=tuple(alternatives))
 
 
 METHOD = MethodSpec(
