@@ -33,6 +33,8 @@ leafring  bandwidth-bound, every rank behind one leaf       -        two-level r
           switch (leaf_groups); first                                1024-rank leaf-spine 1 GiB allgather
                                                                      0.990 of the bound in 12 s of CPU
                                                                      (a ring's N-1 steps of α: 0.84)
+                                                                     and block rings on oversubscribed leaves
+                                                                     (leafspine-8x16-2to1 0.9965 in 2 s)
 railbl.   bandwidth-bound AG/RS/AR, 2 or more boxes (it     -        one network message per block of a box's
           refuses where they are no crossbars on NIC                 pieces: 128 DGX A100 boxes 1 GiB allgather
           rails); above 256 ranks also where only the                0.948 of the bound (trees 0.908, a message
@@ -42,7 +44,7 @@ railbl.   bandwidth-bound AG/RS/AR, 2 or more boxes (it     -        one network
                                                                      512 boxes (4096 ranks) in two stages:
                                                                      0.935 in 365 s of CPU
 multir.   bandwidth-bound AG/RS/AR, N <= 256; on a          -        rings at the rank-pair cut rate are
-          leaf fabric N <= 128 (AG/RS: 256 if oversubscr.)           optimal among rings: 8x8 torus 1 GiB
+          leaf fabric N <= 128                                       optimal among rings: 8x8 torus 1 GiB
                                                                      AG/AR 0.994 of the bound (ring 0.499),
                                                                      3x3x3 torus 0.996, leaf-spine 8x8
                                                                      0.988, in 3-8 s of CPU
@@ -167,7 +169,7 @@ GREEDY_MAX_RANKS = 256       # greedy at every size and collective up to this sc
 EXACT_TREES_SLOW = 128       # trees' exact packing is skipped above this ...
 LARGE_TREES = 256            # ... up to where its fast scale path starts (trees.LARGE_RANKS)
 SCALE_PIECE_ALPHAS = 8.0     # ... which also runs below BANDWIDTH_PIECE where a piece costs this many α (_scale_trees)
-MULTIRING_LEAF_RANKS = 128   # multiring after leafring on a 1:1 leaf fabric up to here (_multiring_on_leaves)
+MULTIRING_LEAF_RANKS = 128   # multiring after leafring on a leaf fabric up to here (_multiring_on_leaves)
 CLOSE_ENOUGH = 0.01          # stop once the best program is within 1 % of the lower bound
 SWITCHED_ALLTOALL_RANKS = 512  # bandwidth-bound alltoall behind switches: direct, no greedy, up to here ...
 SWITCHED_ALLTOALL_LP_RANKS = 128  # ... and lp up to here (32 boxes: 0.734 of the bound in 74 s, direct 0.914)
@@ -254,16 +256,11 @@ def _leafring_only(inst: Instance, above: int) -> bool:
 
 
 def _multiring_on_leaves(inst: Instance) -> bool:
-    """multiring after leafring on a leaf fabric: up to ``MULTIRING_LEAF_RANKS`` ranks, and for allgather and
-    reducescatter up to 256 where the leaves' uplinks are oversubscribed, since there its rings beat leafring's
-    across-leaf phase, which two holders share an uplink for (leafspine-8x16-2to1 allgather 0.9767 in 71 s
-    against 0.930; leafspine-16x16-2to1 allgather and reducescatter 0.9545 in 146 s through auto, leafring
-    0.931 / 0.927). Not allreduce there: leafring's two waves reach 0.961 and multiring's allreduce ran past
-    4 minutes of CPU at 256 ranks without finishing."""
-    from synth.synthesis.leafring import leaf_groups, oversubscribed
-
-    return not _leafring_only(inst, MULTIRING_LEAF_RANKS) or (
-        inst.collective.name != "allreduce" and oversubscribed(inst.topology, leaf_groups(inst.topology)))
+    """multiring after leafring on a leaf fabric up to ``MULTIRING_LEAF_RANKS`` ranks. Above that leafring is the
+    method on oversubscribed leaves too: its block rings (:func:`synth.synthesis.leafring.blockring_schedule`)
+    reach 0.9936 of the bound on leafspine-16x16-2to1 (1 GiB allgather, reducescatter, allreduce) in 3-4 s of
+    CPU, where multiring's rings took 146 s through auto for 0.9545 and its allreduce ran past 4 minutes."""
+    return not _leafring_only(inst, MULTIRING_LEAF_RANKS)
 
 
 def _milp(inst: Instance) -> bool:

@@ -25,6 +25,13 @@ same bytes in (L-1) + (p-1) steps for L leaves of p ranks:
   N) in W waves of N, wave w one leaf ring behind wave w-1, so that one wave's across-leaf phase overlaps
   another's leaf rings (offered on oversubscribed fabrics, :func:`synthesize`).
 
+**Block rings** (:func:`blockring_schedule`), the other way round: blocks of ``g`` consecutive rank-slots, each
+held inside one leaf, ring inside their leaf first (``g − 1`` steps of one piece), then ``g`` rings of whole
+blocks cross the leaves (``N/g − 1`` steps of ``g`` pieces), so only ``g`` ranks per leaf send out of it at a
+time. Where every rank crossing at once oversubscribes the uplinks (2:1 leaf-spines: 0.81-0.92 of the bound
+for the rings above) this keeps the per-rank bound, in ``g + N/g − 2`` steps of α. :func:`synthesize` plans
+both shapes, every ``g`` that divides a leaf, and keeps the fastest plan.
+
 Cross-leaf traffic is only the single pieces of the holders' rings, and the holders of one leaf send to p
 different positions of the next, so under destination-mod-k fat-tree routing (docs/cost-model.md, Routes)
 the leaf's uplinks each carry p / spines of them: a 2:1 oversubscribed leaf-spine only slows that small
@@ -338,7 +345,11 @@ def oversubscribed(topology: Topology, groups: Sequence[Sequence[int]]) -> bool:
 
 
 def synthesize(inst: Instance) -> Schedule:
-    """:func:`leafring_schedule` over :func:`leaf_groups`; SynthError where the fabric has none.
+    """The fastest plan of :func:`leafring_schedule` and :func:`blockring_schedule` (every block size of
+    :func:`block_sizes`) over :func:`leaf_groups`, with the runner-up as an alternative the pipeline also
+    simulates; SynthError where the fabric has none. Every plan is a list schedule in key order, linear in
+    its moves, so this costs a few times one plan (leafspine-32x32, 1024 ranks: 29 s of CPU against 12 s for
+    the classic rings alone; 2:1 there 0.955 -> 0.987 of the bound).
 
     An allreduce on an oversubscribed fabric (:func:`oversubscribed`) whose chunk count the user left open
     also offers the schedule in ``OVERSUBSCRIBED_WAVES`` waves (N chunks each, wave w one leaf ring behind
