@@ -18,6 +18,7 @@ from synth.synthesis.trees.composed import composed_planner, rail_boxes
 from synth.synthesis.trees.pipeline import schedule_from_plans
 from synth.topology import generators as gen
 from synth.topology.families import dgx_a100_boxes, without_machines
+from synth.topology.routes import rank_routes
 
 GiB = 2**30
 RING4 = ((0, 40, 0, 20), (40, 0, 20, 0), (0, 20, 0, 40), (20, 0, 40, 0))
@@ -143,3 +144,54 @@ def test_a_search_polish_finds_misjudged_is_searched_again_batch_scored(monkeypa
     # the first search's schedule stays first; the second one's come after it as alternatives
     assert both.transfers == plain.transfers
     assert len(both.alternatives) > len(plain.alternatives) if searches == 2 else both == plain
+
+
+def test_network_share_lifts_the_rate_where_the_box_links_bind():
+    """Where a box's own links are the cut (20 GB/s NICs beside a 40/20 GB/s ring box) the box forest may also
+    use the routes out of the box and back (composed.box_with_network): a better rate, every edge on a route the
+    runtime takes (a direct link, or the ranks' route through the IB switch)."""
+    t = _ring_boxes(3, nic=20.0)
+    roots = tuple(range(t.num_ranks))
+    plain = composed_planner(t)(roots, False)
+    for reverse in (False, True):
+        netted = composed_planner(t, network=True)(roots, reverse)
+        assert netted.ratio < plain.ratio and float(netted.optimal / netted.ratio) > 0.99
+        fabric_topology = t.reversed() if reverse else t
+        routes = rank_routes(fabric_topology)
+        through_network = 0
+        for tree in netted.trees:
+            for (u, v), pool in zip(tree.edges, tree.routes):
+                assert sum(units for _, units in pool) == tree.mult
+                for hops, _ in pool:
+                    assert (u, *hops, v) == tuple(routes[(u, v)])
+                    through_network += bool(hops) and u // 4 == v // 4
+        assert through_network > 0
+    assert composed_planner(t)(roots, False) == plain   # the plain composition is unchanged
+
+
+@pytest.mark.parametrize("collective", ["allgather", "reducescatter"])
+def test_network_composition_makes_verified_programs(collective):
+    from synth.pipeline import synthesize
+
+    t = _ring_boxes(3, nic=20.0)
+
+    def run(inst):
+        return schedule_from_plans(inst.topology, inst.collective, inst.size_bytes, inst.options,
+                                   composed_planner(inst.topology, network=True), "composed")
+
+    registry.register(MethodSpec(name="netted-test", run=run, collectives=frozenset({collective}),
+                                 description="test", kind="heuristic"))
+    try:
+        result = synthesize(t, collective, GiB, "netted-test")   # lowered, verified, simulated
+    finally:
+        registry.unregister("netted-test")
+    assert result.bound_us <= result.time_us < 1.06 * result.bound_us
+
+
+def test_trees_keeps_the_network_composition_where_it_is_faster():
+    """Method trees on that fabric: its forests of the whole fabric simulate at 0.979 of the bound, the rails plus
+    a box forest on the box's links alone lose rate, the composition with the network's share wins."""
+    from synth.pipeline import synthesize
+
+    result = synthesize(_ring_boxes(3, nic=20.0), "allgather", GiB, "trees")
+    assert result.schedule.notes.get("composed_boxes") and result.bound_us / result.time_us >= 0.985

@@ -142,25 +142,42 @@ def synthesize(inst: Instance) -> Schedule:
             kept = finish_schedule(topology, collective, size_bytes, options, better, "trees", rounds_tried=True)
         return with_runner_ups(topology, collective, size_bytes, options, kept, better)
 
-    def composed_schedule(kept: Schedule) -> Schedule | None:
+    def composed_schedules(kept: Schedule) -> list[Schedule]:
         # the rails + box forest composition (trees.composed), where the fabric has rail boxes: pipelined only
-        # where its forests' bandwidth time leaves room below the schedule kept; the pipeline simulates both
-        planner = composed_planner(topology, max_trees) if name in COMPOSED and options.max_trees is None else None
+        # where its forests' bandwidth time leaves room below the schedule kept; the pipeline simulates both.
+        # For an allgather or reducescatter also the composition whose box forest uses the network too, where
+        # that raises the rate by TUNING.network_gain (MI250 boxes at 25-50 GB/s per GCD: the rails leave the
+        # NICs mostly idle); not an allreduce, whose two phases cost twice the search (see below)
+        if name not in COMPOSED or options.max_trees is not None:
+            return []
+        planner = composed_planner(topology, max_trees)
         if planner is None:
-            return None
+            return []
         check_deadline(deadline, "trees", "timing the composed box forests")
-        plans = {phase: planner(*phase) for phase in phases}
         piece = root_piece_bytes(name, n, size_bytes)
-        if sum(forest.bandwidth_time_us(piece) for forest in plans.values()) >= kept.predicted_time_us:
-            return None
-        # the request's own options: schedule_from_plans counts --chunks per root piece itself; searched again,
-        # batch-scored, where polish finds the plain score misjudged them (schedule_from_plans' rescoring), but not
-        # an allreduce: its two phases make a search cost twice, and on mi250x8-ib16 that took it past 120 s of CPU
-        # for the same program (0.8218)
-        rescoring = tuning.TUNING.composed_scoring if name != "allreduce" else None
-        done = schedule_from_plans(topology, collective, size_bytes, inst.options,
-                                   lambda roots, reverse: plans[(roots, reverse)], "trees", rescoring=rescoring)
-        return replace(done, notes={**done.notes, "composed_boxes": True})
+        found: list[Schedule] = []
+        plain_time = None
+        netted = composed_planner(topology, max_trees, network=True) if name != "allreduce" else None
+        for candidate in (planner, netted):
+            if candidate is None:
+                continue
+            plans = {phase: candidate(*phase) for phase in phases}
+            floor = sum(forest.bandwidth_time_us(piece) for forest in plans.values())
+            if plain_time is not None and floor > plain_time * (1 - tuning.TUNING.network_gain):
+                break
+            plain_time = floor
+            if floor >= kept.predicted_time_us:
+                continue
+            # the request's own options: schedule_from_plans counts --chunks per root piece itself; searched again,
+            # batch-scored, where polish finds the plain score misjudged them (schedule_from_plans' rescoring), but
+            # not an allreduce: its two phases make a search cost twice, and on mi250x8-ib16 that took it past 120 s
+            # of CPU for the same program (0.8218)
+            rescoring = tuning.TUNING.composed_scoring if name != "allreduce" else None
+            done = schedule_from_plans(topology, collective, size_bytes, inst.options,
+                                       lambda roots, reverse, plans=plans: plans[(roots, reverse)], "trees",
+                                       rescoring=rescoring)
+            found.append(replace(done, notes={**done.notes, "composed_boxes": True}))
+        return found
 
     def weighted_schedule(kept: Schedule) -> Schedule | None:
         # the allreduce's forests with weighted ownership (trees.ownership), at few trees per unit
@@ -213,10 +230,10 @@ def synthesize(inst: Instance) -> Schedule:
     searches: dict[tuple[tuple[Forest, ...], bool], list[tuple[tuple[Forest, ...] | None, Pipelined]]] = {}
     deadline = deadline_of(options)
     best_found, best = pipelined(max_trees)
-    composed = composed_schedule(best)
+    composed = composed_schedules(best)
     if options.max_trees is not None or n > tuning.TUNING.tree_search_ranks:
         kept = _or_paths(topology, collective, size_bytes, options, polished(best_found, best))
-        return with_alternatives(kept, composed, weighted_schedule(kept), capacity_runner_up())
+        return with_alternatives(kept, *composed, weighted_schedule(kept), capacity_runner_up())
     # Many trees per root mean many messages per link (α) and coarse pipelines under the MSCCL
     # chunk limits; a few trees at a rate within ~1/K of the optimum are often faster in the
     # α-β model (mi250-2node allgather: 83 trees 0.875 of the bound, 8 trees 0.92).
@@ -249,7 +266,7 @@ def synthesize(inst: Instance) -> Schedule:
             best = split
     kept = or_rings(topology, collective, size_bytes, options,
                     _or_paths(topology, collective, size_bytes, options, best))
-    return with_alternatives(kept, composed, weighted_schedule(kept), capacity_runner_up())
+    return with_alternatives(kept, *composed, weighted_schedule(kept), capacity_runner_up())
 
 
 def _or_warm(topology: Topology, collective: Collective, size_bytes: float, found: Pipelined,

@@ -72,6 +72,8 @@ class TreesTuning:
     composed_scoring: tuple[Coalescing, ...] = (Coalescing(batch=True),)   # the composed box forests' search
     rescore_gain: float = 0.05       # ... runs again scored by these where polish times its shape this much faster
     # than the search did (mi250x8-ib16 allgather: 12 %, 0.826 -> 0.875; docs/results.md, session 51)
+    network_gain: float = 0.02      # the composition whose box forest uses the network too is pipelined where its
+    # rate is this much better than the box's own links give (composed.box_with_network)
     height_weights: tuple[float, ...] = (1.0, 4.0)  # priorities tried: hops ahead weighed 1x (default) and 4x
     # (mi250, dgx-a100-2node)
     alt_priority_jobs: int = 10_000  # ... the 4x one only up to this many transfers at the first depth
