@@ -145,9 +145,8 @@ def synthesize(inst: Instance) -> Schedule:
     def composed_schedules(kept: Schedule) -> list[Schedule]:
         # the rails + box forest composition (trees.composed), where the fabric has rail boxes: pipelined only
         # where its forests' bandwidth time leaves room below the schedule kept; the pipeline simulates both.
-        # For an allgather or reducescatter also the composition whose box forest uses the network too, where
-        # that raises the rate by TUNING.network_gain (MI250 boxes at 25-50 GB/s per GCD: the rails leave the
-        # NICs mostly idle); not an allreduce, whose two phases cost twice the search (see below)
+        # Also the composition whose box forest uses the network too, where that raises the rate by
+        # TUNING.network_gain (MI250 boxes at 25-50 GB/s per GCD: the rails leave the NICs mostly idle)
         if name not in COMPOSED or options.max_trees is not None:
             return []
         planner = composed_planner(topology, max_trees)
@@ -157,7 +156,7 @@ def synthesize(inst: Instance) -> Schedule:
         piece = root_piece_bytes(name, n, size_bytes)
         found: list[Schedule] = []
         plain_time = None
-        netted = composed_planner(topology, max_trees, network=True) if name != "allreduce" else None
+        netted = composed_planner(topology, max_trees, network=True)
         for candidate in (planner, netted):
             if candidate is None:
                 continue
@@ -171,8 +170,9 @@ def synthesize(inst: Instance) -> Schedule:
             # the request's own options: schedule_from_plans counts --chunks per root piece itself; searched again,
             # batch-scored, where polish finds the plain score misjudged them (schedule_from_plans' rescoring), but
             # not an allreduce: its two phases make a search cost twice, and on mi250x8-ib16 that took it past 120 s
-            # of CPU for the same program (0.8218)
-            rescoring = tuning.TUNING.composed_scoring if name != "allreduce" else None
+            # of CPU for the same program (0.8218); nor the network composition (mi250x8-ib50 reducescatter: the
+            # same 0.8593 in 76 s of CPU instead of 90)
+            rescoring = tuning.TUNING.composed_scoring if name != "allreduce" and candidate is planner else None
             done = schedule_from_plans(topology, collective, size_bytes, inst.options,
                                        lambda roots, reverse, plans=plans: plans[(roots, reverse)], "trees",
                                        rescoring=rescoring)
