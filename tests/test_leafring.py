@@ -156,15 +156,18 @@ def test_block_rings_on_oversubscribed_leaves(shape):
 def test_block_holders_and_steps():
     t = oversubscribed_leaf_spine(4, 8, 2)
     groups = leaf_groups(t)
-    assert block_sizes(groups) == [2, 4, 8]
-    for g in block_sizes(groups):
+    for g in (2, 4, 8):
         hold = block_holders(groups, g)
         assert sorted(r for h in hold for r in h) == list(range(32))
         assert all(any(set(h) <= set(leaf) for leaf in groups) for h in hold)
         schedule = blockring_schedule(t, Collective("allgather", 32), GiB, SynthOptions(), groups, g)
         messages = {(tr.start, tr.dst) for tr in schedule.transfers if tr.src == 5}
         assert len(messages) == g - 1 + 32 // g - 1   # no transpose: the fabric is numbered leaf by leaf
-    assert block_sizes(leaf_groups(oversubscribed_leaf_spine(32, 32, 1))) == [16, 32]   # 64 steps per threadblock
+    # the sizes whose crossing ranks fit the uplinks, and 64 steps per threadblock
+    for shape, sizes in (((4, 8, 2), [2, 4]), ((8, 16, 2), [2, 4, 8]), ((8, 16, 1), [2, 4, 8, 16]),
+                         ((32, 32, 1), [16, 32]), ((32, 32, 2), [16]), ((4, 8, 8), [])):
+        t = oversubscribed_leaf_spine(*shape)
+        assert block_sizes(t, leaf_groups(t)) == sizes, shape
 
 
 def test_block_rings_on_shuffled_ranks():

@@ -30,7 +30,7 @@ held inside one leaf, ring inside their leaf first (``g − 1`` steps of one pie
 blocks cross the leaves (``N/g − 1`` steps of ``g`` pieces), so only ``g`` ranks per leaf send out of it at a
 time. Where every rank crossing at once oversubscribes the uplinks (2:1 leaf-spines: 0.81-0.92 of the bound
 for the rings above) this keeps the per-rank bound, in ``g + N/g − 2`` steps of α. :func:`synthesize` plans
-both shapes, every ``g`` that divides a leaf, and keeps the fastest plan.
+both shapes, every ``g`` of :func:`block_sizes`, and keeps the fastest plan.
 
 Cross-leaf traffic is only the single pieces of the holders' rings, and the holders of one leaf send to p
 different positions of the next, so under destination-mod-k fat-tree routing (docs/cost-model.md, Routes)
@@ -247,11 +247,19 @@ def block_holders(groups: Sequence[Sequence[int]], g: int) -> list[tuple[int, ..
     return [tuple(group[m * g:(m + 1) * g]) for group in groups for m in range(p // g)]
 
 
-def block_sizes(groups: Sequence[Sequence[int]]) -> list[int]:
-    """The block sizes ``g`` :func:`blockring_schedule` takes on leaf ``groups``: divisors of the leaf size from 2
-    whose rings stay within MSCCL's steps per threadblock."""
+def block_sizes(topology: Topology, groups: Sequence[Sequence[int]]) -> list[int]:
+    """The block sizes ``g`` :func:`synthesize` plans block rings with: the divisors of the leaf size from 2 whose
+    rings stay within MSCCL's steps per threadblock and whose ``g`` ranks per leaf sending out at once fit the
+    leaf's links to other switches at their own links' rate (a larger ``g`` has every crossing step wait on
+    shared uplinks: 0.53 of the bound on 2:1 leaf-spines)."""
     p, n = len(groups[0]), len(groups) * len(groups[0])
-    return [g for g in range(2, p + 1) if p % g == 0 and n // g - 1 <= MAX_STEPS_PER_TB]
+    fits = []
+    for group in groups:
+        leaf = topology.out_links[group[0]][0].dst
+        up = sum(lk.bw for lk in topology.out_links[leaf] if lk.dst >= n)
+        fits.append(up / min(topology.out_links[r][0].bw for r in group))
+    return [g for g in range(2, p + 1)
+            if p % g == 0 and n // g - 1 <= MAX_STEPS_PER_TB and g <= min(fits) * (1 + 1e-9)]
 
 
 def blockring_schedule(topology: Topology, collective: Collective, size_bytes: float, options,
@@ -365,7 +373,7 @@ def synthesize(inst: Instance) -> Schedule:
                          "(one switch link per rank, 2 or more leaves of equal size)")
     candidates = [leafring_schedule(topology, collective, inst.size_bytes, options, groups)]
     candidates += [blockring_schedule(topology, collective, inst.size_bytes, options, groups, g)
-                   for g in block_sizes(groups)]
+                   for g in block_sizes(topology, groups)]
     ranked = sorted(candidates, key=lambda s: s.predicted_time_us)   # stable: ties keep the order above
     alternatives = ranked[1:1 + ALTERNATIVES]
     if (collective.name == "allreduce" and options.chunks is None and topology.num_ranks <= WAVES_MAX_RANKS
