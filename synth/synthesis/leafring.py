@@ -137,37 +137,48 @@ def _ring(order: Sequence[int], start: int, hops: int) -> list[tuple[int, int]]:
     return [(order[(start + t) % k], order[(start + t + 1) % k]) for t in range(hops)]
 
 
-def leafring_schedule(topology: Topology, collective: Collective, size_bytes: float, options,
-                      groups: Sequence[Sequence[int]]) -> Schedule:
-    """The two-level ring schedule of the module docstring over leaf ``groups`` (one chunk per piece for
-    allgather / reducescatter, one per rank for allreduce, unless ``options.chunks`` says more: a multiple of
-    that, which an allreduce runs in waves of N chunks and the others send together; another count is
-    refused)."""
+def _planned(topology: Topology, collective: Collective, size_bytes: float, options):
+    """(collective with its chunk factor, chunks per rank-slot, the plan, ``send``) for the rings of this module:
+    one chunk per piece for allgather / reducescatter and one per rank for allreduce unless ``options.chunks``
+    says a multiple of that (another count is refused); ``send(level, a, b, ids, reduce, channel)`` plans a
+    move after the moves that delivered (or, reducing, added to) its chunks at ``a``."""
     from synth.synthesis.baselines import Plan
 
     name, n = collective.name, topology.num_ranks
-    leaves, p = len(groups), len(groups[0])
     unit = n if name == "allreduce" else 1
     chunks = options.chunks if options.chunks is not None else unit
     if chunks % unit:
         raise SynthError(f"leafring {name} needs a multiple of {unit} chunks, got {chunks}")
     coll = Collective(name, n, chunks, root=collective.root, inplace=collective.inplace)
-    C = chunks
-    per = C // unit               # chunks per block position: allreduce's chunk x of rank-slot q is q*per + x
     plan = Plan(topology, coll, size_bytes, "leafring", options, routes=LazyRoutes(topology))
     into: dict[tuple[int, int], list[int]] = defaultdict(list)   # (rank, chunk) -> moves delivering it
-    hold = members(groups)
-    pos = {r: (i, k) for i, g in enumerate(groups) for k, r in enumerate(g)}
-    shift = slot_leaves(hold, plan.routes) if name != "allreduce" else [0] * p
-
-    def leaf_of_slot(j: int, b: int) -> int:
-        return (b + shift[j]) % leaves
 
     def send(level: float, a: int, b: int, ids: Sequence[int], reduce: bool, channel: int) -> None:
         deps = sorted({d for c in ids for d in into[(a, c)]})
         moves = plan.send(level, a, b, ids, reduce, channel, deps)
         for c in ids:
             into[(b, c)] = into[(b, c)] + moves if reduce else list(moves)
+
+    return coll, chunks // unit, plan, send
+
+
+def leafring_schedule(topology: Topology, collective: Collective, size_bytes: float, options,
+                      groups: Sequence[Sequence[int]]) -> Schedule:
+    """The two-level ring schedule of the module docstring over leaf ``groups`` (one chunk per piece for
+    allgather / reducescatter, one per rank for allreduce, unless ``options.chunks`` says more: a multiple of
+    that, which an allreduce runs in waves of N chunks and the others send together; another count is
+    refused)."""
+    name, n = collective.name, topology.num_ranks
+    leaves, p = len(groups), len(groups[0])
+    # per: chunks per block position (allreduce's chunk x of rank-slot q is q*per + x)
+    coll, per, plan, send = _planned(topology, collective, size_bytes, options)
+    C = coll.chunk_factor
+    hold = members(groups)
+    pos = {r: (i, k) for i, g in enumerate(groups) for k, r in enumerate(g)}
+    shift = slot_leaves(hold, plan.routes) if name != "allreduce" else [0] * p
+
+    def leaf_of_slot(j: int, b: int) -> int:
+        return (b + shift[j]) % leaves
 
     def slot_ids(q: int, w: int = 0) -> list[int]:
         """The chunks of rank-slot q: its piece (allgather), its output slots (reducescatter), its share of
@@ -253,13 +264,9 @@ def block_sizes(topology: Topology, groups: Sequence[Sequence[int]]) -> list[int
     leaf's links to other switches at their own links' rate (a larger ``g`` has every crossing step wait on
     shared uplinks: 0.53 of the bound on 2:1 leaf-spines)."""
     p, n = len(groups[0]), len(groups) * len(groups[0])
-    fits = []
-    for group in groups:
-        leaf = topology.out_links[group[0]][0].dst
-        up = sum(lk.bw for lk in topology.out_links[leaf] if lk.dst >= n)
-        fits.append(up / min(topology.out_links[r][0].bw for r in group))
-    return [g for g in range(2, p + 1)
-            if p % g == 0 and n // g - 1 <= MAX_STEPS_PER_TB and g <= min(fits) * (1 + 1e-9)]
+    fits = min(_leaf_bandwidth(topology, group)[0] / min(topology.out_links[r][0].bw for r in group)
+               for group in groups)
+    return [g for g in range(2, p + 1) if p % g == 0 and n // g - 1 <= MAX_STEPS_PER_TB and g <= fits * (1 + 1e-9)]
 
 
 def blockring_schedule(topology: Topology, collective: Collective, size_bytes: float, options,
@@ -277,25 +284,10 @@ def blockring_schedule(topology: Topology, collective: Collective, size_bytes: f
     then each sum to its rank); allreduce runs the reducescatter then the allgather on ``N`` slots owned by
     their holders (Patarasuk & Yuan's two phases, no transposes). This is the 2-D ring of Mikami et al.
     (arXiv 1811.05233) on a ``g × N/g`` grid whose first dimension stays inside leaves."""
-    from synth.synthesis.baselines import Plan
-
-    name, n = collective.name, topology.num_ranks
-    unit = n if name == "allreduce" else 1
-    chunks = options.chunks if options.chunks is not None else unit
-    if chunks % unit:
-        raise SynthError(f"leafring {name} needs a multiple of {unit} chunks, got {chunks}")
-    coll = Collective(name, n, chunks, root=collective.root, inplace=collective.inplace)
-    per = chunks // unit
-    plan = Plan(topology, coll, size_bytes, "leafring", options, routes=LazyRoutes(topology))
-    into: dict[tuple[int, int], list[int]] = defaultdict(list)   # (rank, chunk) -> moves delivering it
+    name = collective.name
+    coll, per, plan, send = _planned(topology, collective, size_bytes, options)
     hold = block_holders(groups, g)
     blocks = len(hold)
-
-    def send(level: float, a: int, b: int, ids: Sequence[int], reduce: bool, channel: int) -> None:
-        deps = sorted({d for c in ids for d in into[(a, c)]})
-        moves = plan.send(level, a, b, ids, reduce, channel, deps)
-        for c in ids:
-            into[(b, c)] = into[(b, c)] + moves if reduce else list(moves)
 
     def slot_ids(q: int) -> list[int]:
         if name == "allgather":
@@ -340,16 +332,17 @@ def blockring_schedule(topology: Topology, collective: Collective, size_bytes: f
                                                    "block": g})
 
 
+def _leaf_bandwidth(topology: Topology, group: Sequence[int]) -> tuple[float, float]:
+    """(GB/s from the leaf of ``group`` to other switches, GB/s from it down to its ranks)."""
+    n = topology.num_ranks
+    leaf = topology.out_links[group[0]][0].dst
+    up = sum(lk.bw for lk in topology.out_links[leaf] if lk.dst >= n)
+    return up, sum(lk.bw for lk in topology.out_links[leaf] if lk.dst < n)
+
+
 def oversubscribed(topology: Topology, groups: Sequence[Sequence[int]]) -> bool:
     """Whether some leaf's links to other switches carry less than the links down to its ranks."""
-    n = topology.num_ranks
-    for group in groups:
-        leaf = topology.out_links[group[0]][0].dst
-        up = sum(lk.bw for lk in topology.out_links[leaf] if lk.dst >= n)
-        down = sum(lk.bw for lk in topology.out_links[leaf] if lk.dst < n)
-        if up < down - 1e-9:
-            return True
-    return False
+    return any(up < down - 1e-9 for up, down in (_leaf_bandwidth(topology, group) for group in groups))
 
 
 def synthesize(inst: Instance) -> Schedule:

@@ -104,7 +104,7 @@ def box_with_network(topology: Topology, box: tuple[int, ...], routes: LazyRoute
     links = list(inner.links)
     for position, rank in enumerate(box):
         out = [lk for lk in topology.out_links[rank] if topology.is_switch(lk.dst)]
-        into = [lk for lk in topology.links if lk.dst == rank and topology.is_switch(lk.src)]
+        into = [lk for lk in topology.in_links[rank] if topology.is_switch(lk.src)]
         if not out or not into:
             return None
         links.append(Link(position, net, float(sum(lk.bw for lk in out) * share), min(lk.alpha for lk in out)))
@@ -133,8 +133,8 @@ def composed_planner(topology: Topology, max_trees: int = tuning.TUNING.default_
         if not locals_:
             return None
 
-    def composed(fabric_topology: Topology, routes: LazyRoutes, local: Forest, roots: tuple[int, ...],
-                 reverse: bool) -> tuple[Fraction, tuple[PlannedTree, ...]]:
+    def composed(fabric_topology: Topology, routes: LazyRoutes, local: Forest,
+                 roots: tuple[int, ...]) -> tuple[Fraction, tuple[PlannedTree, ...]]:
         """(rate, trees) of the rails plus ``local`` copied into every box."""
         fabric = integer_fabric(fabric_topology)
         link_index = {(link.src, link.dst): i for i, link in enumerate(fabric_topology.links)}
@@ -174,7 +174,7 @@ def composed_planner(topology: Topology, max_trees: int = tuning.TUNING.default_
         best = None
         for local_fabric in locals_:
             local = plan_forest(local_fabric, positions, reverse=reverse, max_trees=max_trees)
-            rate, trees = composed(fabric_topology, routes, local, roots, reverse)
+            rate, trees = composed(fabric_topology, routes, local, roots)
             if best is None or rate < best[0]:
                 best = (rate, trees, local.k)
         assert best is not None
