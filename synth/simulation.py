@@ -102,6 +102,56 @@ class SimResult:
         }
 
 
+@dataclass(frozen=True)
+class LinkAccount:
+    """Where one link's time went in a simulated run (µs): ``busy`` holding transfers (a transfer holds every
+    link of its route for its route's ``Σα`` plus its bytes' time, docs/cost-model.md), of which ``alpha`` is the
+    route α of its ``messages``; idle ``head`` before the first, ``gaps`` between and ``tail`` after the last (to
+    the makespan). ``head + busy + gaps + tail`` is the makespan."""
+
+    link: str
+    messages: int
+    busy: float
+    alpha: float
+    head: float
+    gaps: float
+    tail: float
+
+    def to_dict(self) -> dict:
+        """The ``synth simulate --links --json`` keys of docs/cli.md."""
+        return {"link": self.link, "messages": self.messages, "busy_us": self.busy, "alpha_us": self.alpha,
+                "head_us": self.head, "gaps_us": self.gaps, "tail_us": self.tail}
+
+
+def link_accounts(result: SimResult, topology: Topology) -> list[LinkAccount]:
+    """:class:`LinkAccount` of every link ``result``'s events use, the link that ends last first (ties by name).
+
+    For a link on a binding cut the bound asks ``busy − alpha`` to equal the bound and the idle times to be
+    zero: what is left is α (fewer, larger messages), fill and drain (``head``, ``tail``) or stalls
+    (``gaps``). Needs the events (:func:`simulate` with ``record_events``); in-network reduction engines are
+    not links and are left out."""
+    alpha = {f"{topology.node_name(link.src)}->{topology.node_name(link.dst)}": link.alpha
+             for link in topology.links}
+    spans: dict[str, list[tuple[float, float]]] = {}
+    held_alpha: dict[str, float] = {}
+    for *_, start, end, route in result.events:
+        held = sum(alpha.get(hop, 0.0) for hop in route)
+        for hop in route:
+            if hop in alpha:
+                spans.setdefault(hop, []).append((start, end))
+                held_alpha[hop] = held_alpha.get(hop, 0.0) + held
+    accounts = []
+    for link, intervals in spans.items():
+        intervals.sort()
+        gaps, reach = 0.0, intervals[0][1]
+        for start, end in intervals[1:]:
+            gaps += max(0.0, start - reach)
+            reach = max(reach, end)
+        accounts.append(LinkAccount(link, len(intervals), sum(end - start for start, end in intervals),
+                                    held_alpha[link], intervals[0][0], gaps, result.time_us - reach))
+    return sorted(accounts, key=lambda account: (account.tail, account.link))
+
+
 # ---- sizes -----------------------------------------------------------------------------------------
 def resolve_sizes(
     program: Program, size_bytes: float | None, chunk_bytes: float | None
