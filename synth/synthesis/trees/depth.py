@@ -104,7 +104,8 @@ def refine_limit(collective: Collective) -> int:
 
 def refine_depth(topology: Topology, collective: Collective, plans: list[Forest], size_bytes: float, best,
                  chunks: int, messages: int, deadline: float | None, height_weight: float = 1.0,
-                 floor: float = 0.0, fit=any_chunks, scoring: tuple[Coalescing, ...] = SEARCH_SCORING):
+                 floor: float = 0.0, fit=any_chunks, scoring: tuple[Coalescing, ...] = SEARCH_SCORING,
+                 merge: tuple[int, int] | None = None):
     """Search the pipeline depth, timing each candidate with the list schedule (the closed form is
     rough about fill and drain), while schedules are cheap and the time limit allows.
 
@@ -121,7 +122,7 @@ def refine_depth(topology: Topology, collective: Collective, plans: list[Forest]
     (``tail == HALVING``, ``C = k·P`` with ``P`` from :attr:`TreesTuning.halving_chunks`; allreduce: the first)
     is timed too.
     Each shape is timed at the nearest ``C`` that ``fit`` allows (:func:`runtime_chunks`) and scored by the fastest
-    of the ``scoring`` coalescings.
+    of the ``scoring`` coalescings, with ``merge`` (:class:`Timing`).
     Returns (best timed, the shape's own chunks, messages or None, tail, candidates timed, the next best shapes
     timed as (chunks, messages, tail), at most ``TUNING.polish_runners``).
     """
@@ -170,7 +171,7 @@ def refine_depth(topology: Topology, collective: Collective, plans: list[Forest]
             return True
         check_deadline(deadline, "trees", "its pipeline-depth search")
         timed_now = timed_forests(topology, collective, plans, *shape[:2], size_bytes, build=False,
-                           tail=tail, timing=Timing(height_weight, mirror, scoring))
+                           tail=tail, timing=Timing(height_weight, mirror, scoring, merge))
         timed[(per_tree, p, tail)] = by_shape[shape] = timed_now[1]
         if timed_now[1] < best[1] * (1 - 1e-9):
             best, choice = timed_now, (per_tree, p, tail)

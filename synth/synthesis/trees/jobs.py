@@ -12,6 +12,7 @@ from synth.synthesis.packing import Route
 from synth.synthesis.timing import Jobs
 from synth.synthesis.trees.forest import Forest, PlannedTree
 from synth.synthesis.trees.messages import message_shapes, split_chunks
+from synth.topology.model import Topology
 
 
 def _route_for(tree: PlannedTree, edge_index: int, j: int, count: int) -> Route:
@@ -104,6 +105,81 @@ def add_reduction(jobs: Jobs, forest: Forest, tree_index: int, chunks: list[tupl
             inputs[parent].append(jobs.add(chunk, src, dst, route, True, tuple(inputs[child]), key))
         for c in chunk:
             into_root[c].extend(inputs[tree.root])
+
+
+Connection = tuple[int, int, Route]   # sender, receiver, switch route
+
+
+def heavy_alphas(fabric: Topology, connections, ratio: float) -> dict[Connection, float]:
+    """The route α (the sum over its links) of each of ``connections`` in the costliest class: the route α
+    values above the highest gap where one is at least ``ratio`` times the next below it (a network hop, 4 µs
+    through an IB switch, beside 1.4 µs through an NVSwitch and 0.5 µs of xGMI: only the network's routes).
+    None where no such gap exists."""
+    alpha = {(link.src, link.dst): link.alpha for link in fabric.links}
+    costs = {}
+    for connection in set(connections):
+        nodes = (connection[0], *connection[2], connection[1])
+        costs[connection] = sum(alpha[hop] for hop in zip(nodes, nodes[1:]))
+    values = sorted(set(costs.values()), reverse=True)
+    floor = next((upper for upper, lower in zip(values, values[1:]) if upper >= ratio * lower), None)
+    return {} if floor is None else {connection: cost for connection, cost in costs.items() if cost >= floor}
+
+
+def heavy_routes(jobs: Jobs, fabric: Topology, ratio: float) -> set[Connection]:
+    """The connections of ``jobs`` on heavy routes (:func:`heavy_alphas`)."""
+    return set(heavy_alphas(fabric, zip(jobs.src, jobs.dst, jobs.route), ratio))
+
+
+def heavy_link_ends_late(fabric: Topology, transfers, makespan: float, ratio: float) -> bool:
+    """Does a link of a heavy route (:func:`heavy_alphas`) carry messages until within half their route α of the
+    schedule's ``makespan``? Only then can merging that route's messages in pairs, which saves at most half of
+    that α there, shorten the schedule: elsewhere the links that end it are not the heavy ones."""
+    messages = {(t.start, t.end, t.src, t.dst, t.route) for t in transfers}
+    heavy = heavy_alphas(fabric, ((src, dst, route) for *_, src, dst, route in messages), ratio)
+    ends: dict[tuple[int, int], float] = defaultdict(float)
+    alphas: dict[tuple[int, int], float] = defaultdict(float)
+    for _, end, src, dst, route in messages:
+        cost = heavy.get((src, dst, route))
+        if cost is None:
+            continue
+        nodes = (src, *route, dst)
+        for hop in zip(nodes, nodes[1:]):
+            ends[hop] = max(ends[hop], end)
+            alphas[hop] += cost
+    return any(ends[hop] >= makespan - alphas[hop] / 2 for hop in ends)
+
+
+def merge_heavy_messages(jobs: Jobs, fabric: Topology, keep: tuple[int, int], ratio: float) -> Jobs:
+    """``jobs`` (:func:`add_broadcast`'s, on ``fabric``) with each tree's consecutive messages on a heavy route
+    (:func:`heavy_routes`) merged in pairs, but for the first ``keep[0]`` and the last ``keep[1]`` of its stream
+    there: one α for two messages' bytes where the network's α is what a link pays most for, while the first
+    message still starts the subtree beyond early and the last ones still drain it in small steps. A tree's
+    consecutive messages hold consecutive chunks, so a merged pair is one step; the merged job waits for what
+    either waited for, takes the first one's key, and the jobs after either wait for it."""
+    heavy = heavy_routes(jobs, fabric, ratio)
+    streams: dict[tuple, list[int]] = defaultdict(list)
+    for i, connection in enumerate(zip(jobs.src, jobs.dst, jobs.route)):
+        if connection in heavy:   # add_broadcast's key ends (tree index, edge index): one stream per tree edge
+            streams[(jobs.key[i][0], *jobs.key[i][-2:], connection)].append(i)
+    into: dict[int, int] = {}
+    for members in streams.values():
+        members.sort(key=lambda i: jobs.msg[i][0])
+        body = members[keep[0]:len(members) - keep[1]]
+        for a in range(0, len(body) - 1, 2):
+            into[body[a + 1]] = body[a]
+    if not into:
+        return jobs
+    kept = [i for i in range(len(jobs.msg)) if i not in into]
+    index = {i: k for k, i in enumerate(kept)}
+    index.update((j, index[first]) for j, first in into.items())
+    partner = {first: j for j, first in into.items()}
+    merged = Jobs.empty()
+    for i in kept:
+        members = (i, partner[i]) if i in partner else (i,)
+        merged.add(tuple(c for m in members for c in jobs.msg[m]), jobs.src[i], jobs.dst[i], jobs.route[i],
+                   jobs.reduce[i], tuple(sorted({index[d] for m in members for d in jobs.deps[m]} - {index[i]})),
+                   jobs.key[i])
+    return merged
 
 
 def _needed_nodes(tree: PlannedTree, targets) -> set[int]:

@@ -112,22 +112,24 @@ def piece_options(collective: Collective, options: SynthOptions) -> SynthOptions
 
 def schedule_from_plans(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
                         planner, method: str, other_planner=None,
-                        rescoring: tuple[Coalescing, ...] | None = None) -> Schedule:
+                        rescoring: tuple[Coalescing, ...] | None = None,
+                        merge: tuple[int, int] | None = None) -> Schedule:
     """Plan the forests a collective needs with ``planner(roots, reverse)`` and pipeline them
-    (:func:`run_pipeline`, :func:`polish`, :func:`finish_schedule`).
+    (:func:`run_pipeline`, :func:`polish`, :func:`finish_schedule`), merging heavy routes' messages by ``merge``
+    (:class:`Timing`).
 
     ``rescoring``: where polish's coalescings time the shape found more than ``TUNING.rescore_gain`` faster than
     the search's own timing did, that timing misjudged these forests, and the search runs again scored by the
     ``rescoring`` coalescings (:func:`run_pipeline`); both schedules go to the pipeline, which simulates them."""
     options = piece_options(collective, options)
-    found = run_pipeline(topology, collective, size_bytes, options, planner, other_planner)
+    found = run_pipeline(topology, collective, size_bytes, options, planner, other_planner, merge=merge)
     pipelined = polish(topology, collective, size_bytes, found)
     kept = justified_schedule(topology, finish_schedule(topology, collective, size_bytes, options, pipelined, method))
     kept = with_runner_ups(topology, collective, size_bytes, options, kept, pipelined, method)
     if rescoring is None or pipelined.timed[1] >= found.timed[1] * (1 - tuning.TUNING.rescore_gain):
         return kept
     again = polish(topology, collective, size_bytes,
-                   run_pipeline(topology, collective, size_bytes, options, planner, other_planner, rescoring))
+                   run_pipeline(topology, collective, size_bytes, options, planner, other_planner, rescoring, merge))
     other = justified_schedule(topology, finish_schedule(topology, collective, size_bytes, options, again, method))
     return first_with_runner_ups([kept, with_runner_ups(topology, collective, size_bytes, options, other, again,
                                                         method)])
@@ -164,15 +166,18 @@ class Pipelined:
     # other shapes polish timed within TUNING.runner_up_margin of this one, fastest first: the pipeline simulates
     # them as alternatives (polish sets them)
     runner_ups: tuple[Pipelined, ...] = ()
+    merge: tuple[int, int] | None = None   # heavy routes' messages merged (Timing.merge) in every timing of these
 
 
 def run_pipeline(topology: Topology, collective: Collective, size_bytes: float, options: SynthOptions,
-                 planner, other_planner=None, scoring: tuple[Coalescing, ...] = SEARCH_SCORING) -> Pipelined:
+                 planner, other_planner=None, scoring: tuple[Coalescing, ...] = SEARCH_SCORING,
+                 merge: tuple[int, int] | None = None) -> Pipelined:
     """Plan the forests with ``planner`` and search their pipeline depth and message shape.
 
     ``other_planner``: forests as good by rate, timed at the message shape found for the first ones
     and kept if faster (:func:`flipped_planner`). ``scoring``: the coalescings the search scores shapes by (the
-    fastest of them, :func:`refine_depth`); the shape found is built with each of them at every share of α."""
+    fastest of them, :func:`refine_depth`); the shape found is built with each of them at every share of α.
+    ``merge``: every timing merges the heavy routes' messages so (:class:`Timing`)."""
     name, n = collective.name, topology.num_ranks
     # --time-limit is a safety stop: past it the search fails (check_deadline), it never stops early
     deadline = deadline_of(options)
@@ -195,15 +200,16 @@ def run_pipeline(topology: Topology, collective: Collective, size_bytes: float, 
         search = messages is not None and n <= tuning.TUNING.large_ranks
         # a search starts plain (it tries mirrors itself; its shape is built with every α share below);
         # a timing without a search tries everything at once
-        first = Timing(weight, mirror=False, coalescings=scoring) if search else Timing(weight, coalescings=built_with)
+        first = (Timing(weight, mirror=False, coalescings=scoring, merge=merge) if search
+                 else Timing(weight, coalescings=built_with, merge=merge))
         best = timed_forests(topology, collective, plans, chunks, messages, size_bytes, build=not search, timing=first)
         if search:
             best, shape, messages, tail, trials, runners = refine_depth(topology, collective, plans, size_bytes, best,
                                                                         chunks, messages, deadline, weight, floor,
-                                                                        fit, scoring)
+                                                                        fit, scoring, merge)
             # the shape found is built with every share of α for coalesced messages (see TUNING.alpha_shares)
             built = [(timed_forests(topology, collective, plans, c, m, size_bytes, tail=tail,
-                             timing=Timing(weight, coalescings=built_with)), c, m)
+                             timing=Timing(weight, coalescings=built_with, merge=merge)), c, m)
                      for c, m in built_shapes(plans, fit, shape, messages, tail)]
             best, chunks, messages = min(built, key=lambda b: b[0][1])
             # the same messages cut from coarser chunks: a message holds at most MAX_COALESCE chunks, so on a link that
@@ -223,10 +229,10 @@ def run_pipeline(topology: Topology, collective: Collective, size_bytes: float, 
         others = [other_planner(roots, reverse) for roots, reverse in forest_phases(collective)]
         if [(f.k, f.weights) for f in others] == [(f.k, f.weights) for f in plans]:
             timed = timed_forests(topology, collective, others, chunks, messages, size_bytes, tail=tail,
-                           timing=Timing(weight, coalescings=built_with))
+                           timing=Timing(weight, coalescings=built_with, merge=merge))
             if timed[1] < best[1] * (1 - 1e-9):
                 best, plans = timed, others
-    return Pipelined(plans, best, chunks, messages, tail, trials, weight, floor, deadline, runners, finer)
+    return Pipelined(plans, best, chunks, messages, tail, trials, weight, floor, deadline, runners, finer, merge=merge)
 
 
 def _finer_chunks(plans: list[Forest], fit, chunks: int, messages: int | None, tail: int,
@@ -271,16 +277,17 @@ def polish(topology: Topology, collective: Collective, size_bytes: float, pipeli
         elif jobs <= tuning.TUNING.finer_jobs and tuning.TUNING.runner_ups:
             # one batched coalescing, the one that wins on such shapes, instead of the polish's fifteen
             timed = timed_forests(topology, collective, pipelined.plans, *shape[:2], size_bytes, tail=shape[2],
-                                  timing=Timing(pipelined.weight, coalescings=tuning.TUNING.runner_coalescings))
+                                  timing=Timing(pipelined.weight, coalescings=tuning.TUNING.runner_coalescings,
+                                                merge=pipelined.merge))
             timed_shapes.append(_reshaped(pipelined, timed, shape))
     for shape in shapes:
         timed = timed_forests(topology, collective, pipelined.plans, *shape[:2], size_bytes, tail=shape[2],
-                              timing=Timing(pipelined.weight, coalescings=tuning.TUNING.polish))
+                              timing=Timing(pipelined.weight, coalescings=tuning.TUNING.polish, merge=pipelined.merge))
         timed_shapes.append(_reshaped(pipelined, timed, shape))
     if pipelined.finer is not None:   # one chunk per job: the messages are what batched coalescing makes of them
         batched = tuple(how for how in tuning.TUNING.polish if how.batch)
         timed = timed_forests(topology, collective, pipelined.plans, pipelined.finer, None, size_bytes,
-                              timing=Timing(pipelined.weight, coalescings=batched))
+                              timing=Timing(pipelined.weight, coalescings=batched, merge=pipelined.merge))
         if _xml_nodes(timed[2], topology.num_ranks) <= MAX_XML_NODES:
             timed_shapes.append(_reshaped(pipelined, timed, (pipelined.finer, None, 0)))
     # fastest first; a tie keeps the earlier (the kept shape before its runners)

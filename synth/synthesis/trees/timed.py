@@ -35,6 +35,7 @@ from synth.synthesis.trees.forest import Forest
 from synth.synthesis.trees.jobs import (
     add_broadcast,
     add_reduction,
+    merge_heavy_messages,
     owned_chunk_ids,
     phase_jobs,
     root_chunk_ids,
@@ -54,11 +55,14 @@ class Timing:
 
     ``height_weight``: the hops-ahead term of the priority (:func:`add_broadcast`); ``mirror``: an
     allgather is also timed as the mirror of its reduction timed forward (:func:`_mirrored_reduction`)
-    and the faster is kept; ``coalescings``: the coalesced timings tried (:func:`list_schedule`).
+    and the faster is kept; ``coalescings``: the coalesced timings tried (:func:`list_schedule`);
+    ``merge``: the messages on heavy routes merged in pairs but for the first and last ``merge`` of each
+    stream (:func:`merge_heavy_messages`).
     """
     height_weight: float = 1.0
     mirror: bool = True
     coalescings: tuple[Coalescing, ...] = SEARCH_SCORING
+    merge: tuple[int, int] | None = None
 
 
 def timed_forests(topology: Topology, collective: Collective, plans: list[Forest], chunks: int, messages: int | None,
@@ -81,12 +85,16 @@ def timed_forests(topology: Topology, collective: Collective, plans: list[Forest
             part, makespan = slotted
         else:
             jobs = phase_jobs(coll, forest, phase, chunks, messages, timing.height_weight, tail)
+            if timing.merge is not None:   # the jobs are on the forest's planning fabric
+                jobs = merge_heavy_messages(jobs, topology.reversed() if forest.reversed else topology, timing.merge,
+                                            tuning.TUNING.heavy_ratio)
             _check_transfer_limit(len(jobs.msg), chunks)
             part, makespan, plain_end = _timed_phase(jobs, forest, topology, chunk_bytes, offset, coll.is_reduction,
                                                      build, channel=phase, coalesce=name in COALESCING,
                                                      coalescings=timing.coalescings)
             # timed_forward's mirror: the first forest's default-priority jobs, timed plain on the reversed fabric
-            if phase == 0 and forest.reversed and plain_end is not None and timing.height_weight == 1.0:
+            if (phase == 0 and forest.reversed and plain_end is not None and timing.height_weight == 1.0
+                    and timing.merge is None):
                 mirror = (jobs, plain_end)
         parts.append(part)
         offset += makespan

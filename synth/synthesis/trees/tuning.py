@@ -74,6 +74,10 @@ class TreesTuning:
     # than the search did (mi250x8-ib16 allgather: 12 %, 0.826 -> 0.875; docs/results.md, session 51)
     network_gain: float = 0.02      # the composition whose box forest uses the network too is pipelined where its
     # rate is this much better than the box's own links give (composed.box_with_network)
+    heavy_keep: tuple[int, int] = (1, 3)   # an allgather's forests are also searched with each tree's messages on heavy
+    # routes merged in pairs but for the first and last of these (jobs.merge_heavy_messages; mixed MI250 + H100
+    # allgather: 17 IB messages of 4 µs into a GCD, 0.9747 -> 0.9814)
+    heavy_ratio: float = 2.0        # ... a route is heavy whose α is this many times the least
     height_weights: tuple[float, ...] = (1.0, 4.0)  # priorities tried: hops ahead weighed 1x (default) and 4x
     # (mi250, dgx-a100-2node)
     alt_priority_jobs: int = 10_000  # ... the 4x one only up to this many transfers at the first depth
