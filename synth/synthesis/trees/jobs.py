@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from synth.collectives import Collective
 from synth.synthesis.packing import Route
-from synth.synthesis.timing import Jobs
+from synth.synthesis.timing import Jobs, route_cost
 from synth.synthesis.trees.forest import Forest, PlannedTree
 from synth.synthesis.trees.messages import message_shapes, split_chunks
 from synth.topology.model import Topology
@@ -114,12 +114,11 @@ def heavy_alphas(fabric: Topology, connections, ratio: float) -> dict[Connection
     """The route α (the sum over its links) of each of ``connections`` in the costliest class: the route α
     values above the highest gap where one is at least ``ratio`` times the next below it (a network hop, 4 µs
     through an IB switch, beside 1.4 µs through an NVSwitch and 0.5 µs of xGMI: only the network's routes).
-    None where no such gap exists."""
-    alpha = {(link.src, link.dst): link.alpha for link in fabric.links}
-    costs = {}
-    for connection in set(connections):
-        nodes = (connection[0], *connection[2], connection[1])
-        costs[connection] = sum(alpha[hop] for hop in zip(nodes, nodes[1:]))
+    Empty where no such gap exists."""
+    link_index = {(link.src, link.dst): i for i, link in enumerate(fabric.links)}
+    _, _, bw, alpha = fabric.arrays
+    costs = {connection: route_cost((connection[0], *connection[2], connection[1]), link_index, alpha, bw)[1]
+             for connection in set(connections)}
     values = sorted(set(costs.values()), reverse=True)
     floor = next((upper for upper, lower in zip(values, values[1:]) if upper >= ratio * lower), None)
     return {} if floor is None else {connection: cost for connection, cost in costs.items() if cost >= floor}

@@ -77,7 +77,7 @@ class TreesTuning:
     heavy_keep: tuple[int, int] = (1, 3)   # an allgather's forests are also searched with each tree's messages on heavy
     # routes merged in pairs but for the first and last of these (jobs.merge_heavy_messages; mixed MI250 + H100
     # allgather: 17 IB messages of 4 µs into a GCD, 0.9747 -> 0.9814)
-    heavy_ratio: float = 2.0        # ... a route is heavy whose α is this many times the least
+    heavy_ratio: float = 2.0        # ... heavy routes: the costliest α class, this many times the next below it
     height_weights: tuple[float, ...] = (1.0, 4.0)  # priorities tried: hops ahead weighed 1x (default) and 4x
     # (mi250, dgx-a100-2node)
     alt_priority_jobs: int = 10_000  # ... the 4x one only up to this many transfers at the first depth
