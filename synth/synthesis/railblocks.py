@@ -73,7 +73,7 @@ from dataclasses import dataclass
 from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.limits import check_transfer_count
-from synth.runtime_limits import MAX_DEPENDED_TB
+from synth.runtime_limits import MAX_DEPENDED_TB, MAX_STEP_CHUNKS
 from synth.schedule import Schedule
 from synth.synthesis.base import Instance, MethodSpec
 from synth.synthesis.baselines import Plan, routes_cost
@@ -86,7 +86,7 @@ BOX, RAIL, FORWARD = 0, 1, 2     # channels (and list-schedule levels) of the th
 ALPHA_SHARE = 0.025              # a rail message's route α is about this share of its bytes' time ...
 MESSAGE_CHUNKS = 8               # ... and it is cut from pieces in about this many chunks
 OWN_PIECE_ALPHAS = 16            # own-piece shapes only where a piece takes this many rail α or more ...
-OWN_CHUNK_ALPHAS = 4             # ... in chunks of about this many α (and half that) of rail time
+OWN_CHUNK_ALPHAS = (4, 8, 16, 32)   # ... in chunks of about these many α of rail time (and half the first)
 RAMP_MARGIN, RAMP_MOST = 1.2, 0.85   # the ramp's factor: this much above the forward's share ρ, at most this
 
 Boxes = tuple[tuple[int, ...], ...]
@@ -541,12 +541,15 @@ def ramp_keep(topology: Topology, boxes: Boxes, routes: LazyRoutes, rail_bw: flo
 
 def own_shapes(piece_bytes: float, num_boxes: int, width: int, rail: tuple[float, float], chunks: int | None,
                keep: float) -> list[RailShape]:
-    """Own-piece shapes (:func:`own_runs`) whose stream ramps down by ``keep`` (:func:`_ramped`), at two chunk
-    counts: a chunk of about ``OWN_CHUNK_ALPHAS`` route α of rail time and twice as many (``--chunks`` fixes
-    it); none where a whole piece takes less than ``OWN_PIECE_ALPHAS`` α on its rail (one message per piece
-    and destination box would pay too much α: the blocks are for many boxes), nor where a rank's rail
-    threadblocks could not all be ordered (``2·(K − 1) + G > MAX_DEPENDED_TB``). ``rail``: the rail routes'
-    (slowest bw, largest α)."""
+    """Own-piece shapes (:func:`own_runs`) whose stream ramps down by ``keep`` (:func:`_ramped`), at the chunk
+    counts that cut a chunk of about each of ``OWN_CHUNK_ALPHAS`` route α of rail time, and twice the first
+    (``--chunks`` fixes it). Finer chunks drain the box faster after the rails' last byte, coarser ones pay
+    fewer α on the rails; which wins depends on the number of boxes and the rail's speed against the box's
+    (1 GiB, 25 GB/s A100 rails: 2 boxes 0.950 at 4 α, 0.971 at 32 α; 8 boxes 0.982 at 4 α, 0.975 at 32 α),
+    and each shape's plan is the simulator's time, so the caller keeps the fastest. None where a whole piece
+    takes less than ``OWN_PIECE_ALPHAS`` α on its rail (one message per piece and destination box would pay too
+    much α: the blocks are for many boxes), nor where a rank's rail threadblocks could not all be ordered
+    (``2·(K − 1) + G > MAX_DEPENDED_TB``). ``rail``: the rail routes' (slowest bw, largest α)."""
     rail_bw, rail_alpha = rail
     piece_us = piece_bytes / (rail_bw * 1e3)
     # a rank's rail sends (one threadblock per destination box) are kept in the plan's order by dependencies
@@ -557,9 +560,13 @@ def own_shapes(piece_bytes: float, num_boxes: int, width: int, rail: tuple[float
     if chunks is not None:
         counts = [chunks]
     else:
-        first = 1 << max(0, math.floor(math.log2(max(piece_us / (OWN_CHUNK_ALPHAS * max(rail_alpha, 1e-3)), 1.0))))
-        counts = [first, 2 * first]
-    return [RailShape(c, c, keep, own=True) for c in counts]
+        cut = [1 << max(0, math.floor(math.log2(max(piece_us / (alphas * max(rail_alpha, 1e-3)), 1.0))))
+               for alphas in OWN_CHUNK_ALPHAS]
+        # the first two as before, so a tie keeps their program (the caller keeps the earlier of equal plans)
+        counts = list(dict.fromkeys([cut[0], 2 * cut[0], *cut[1:]]))
+    # a message holds at most MAX_STEP_CHUNKS chunks (one MSCCL step): a longer one would be lowered as two steps,
+    # each with its α, which the plan would not have counted
+    return [RailShape(c, min(c, MAX_STEP_CHUNKS), keep, own=True) for c in counts]
 
 
 def _message_shape(piece_bytes: float, rail: tuple[float, float], chunks: int | None) -> tuple[int, int]:
