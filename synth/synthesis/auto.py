@@ -161,7 +161,7 @@ from synth.synthesis.registry import METHODS, registered
 MIN_START_S = 0.5            # a candidate is not started with less than this left of --time-limit
 CLOCK_FACTOR = 20.0          # a candidate with a work limit W stops (not_tried) after CLOCK_FACTOR * W s
 # first where bandwidth-bound (expected quality)
-TREE_METHODS = ("leafring", "railblocks", "multiring", "spantree", "trees", "lp")
+TREE_METHODS = ("leafring", "railblocks", "multiring", "rsag", "spantree", "trees", "lp")
 BASELINE_MAX_RANKS = 64      # baselines (and ring first) up to this scale
 SPANTREE_MAX_RANKS = 128     # spanning-tree allreduce (switchless): its packing LP takes ~10 s at 128 ranks
 TREES_ALLREDUCE_RANKS = 16   # ... and above this many ranks trees gives it way there (_spantree_allreduce)
@@ -170,6 +170,7 @@ EXACT_TREES_SLOW = 128       # trees' exact packing is skipped above this ...
 LARGE_TREES = 256            # ... up to where its fast scale path starts (trees.LARGE_RANKS)
 SCALE_PIECE_ALPHAS = 8.0     # ... which also runs below BANDWIDTH_PIECE where a piece costs this many α (_scale_trees)
 MULTIRING_LEAF_RANKS = 128   # multiring after leafring on a leaf fabric up to here (_multiring_on_leaves)
+RSAG_ABOVE = 64              # an allreduce's phases (rsag) in place of its own trees and spantree above this (_rsag)
 CLOSE_ENOUGH = 0.01          # stop once the best program is within 1 % of the lower bound
 SWITCHED_ALLTOALL_RANKS = 512  # bandwidth-bound alltoall behind switches: direct, no greedy, up to here ...
 SWITCHED_ALLTOALL_LP_RANKS = 128  # ... and lp up to here (32 boxes: 0.734 of the bound in 74 s, direct 0.914)
@@ -263,6 +264,21 @@ def _multiring_on_leaves(inst: Instance) -> bool:
     return not _leafring_only(inst, MULTIRING_LEAF_RANKS)
 
 
+def _rsag(inst: Instance) -> bool:
+    """An allreduce of more than ``RSAG_ABOVE`` ranks whose bound is its phases' sum, on a fabric equal to its
+    reverse (:func:`synth.synthesis.rsag.applies`): trees' best allgather and its mirror, one after the other. The
+    allreduce's own trees and spantree, and greedy (8 s of CPU for 0.17 of the bound on mi250x8-ib12.5), then run
+    only where it made no program (``plan``). At 128 ranks the phases
+    won on every such fabric of bench_fabrics (1 GiB: mi250x8-ib12.5 0.906 against trees' 0.853, -ib16 0.875
+    against 0.822, -ib50 0.863 against 0.802, -ib25 equal; torus-4x4x8 0.987 against spantree's 0.967), and
+    running both takes mi250x8-ib16 past 200 s of CPU. At 48-64 ranks neither won everywhere (mi250x4-ib12.5 0.967
+    against 0.937, mi250x4-ib25 0.908 against 0.930) and both together took up to 117 s, so the allreduce's own
+    search stays there alone."""
+    from synth.synthesis.rsag import applies
+
+    return inst.ranks > RSAG_ABOVE and applies(inst)
+
+
 def _milp(inst: Instance) -> bool:
     if inst.ranks > 16:
         return False
@@ -316,6 +332,7 @@ RULES: tuple[Rule, ...] = (
     Rule("leafring", _leaf_fabric),
     Rule("railblocks", lambda i: i.bandwidth_bound and i.boxes >= 2 or _scale_blocks(i)),
     Rule("multiring", lambda i: i.bandwidth_bound and i.ranks <= GREEDY_MAX_RANKS and _multiring_on_leaves(i)),
+    Rule("rsag", lambda i: i.bandwidth_bound and _rsag(i)),
     Rule("spantree", lambda i: i.bandwidth_bound and not i.switches and i.ranks <= SPANTREE_MAX_RANKS),
     Rule("direct", lambda i: _small(i) and (i.collective.name == "alltoall" or i.latency_bound)
          or _switched_alltoall(i)),
@@ -394,10 +411,13 @@ def plan(inst: Instance, bound_us: float | None = None) -> list[Candidate]:
         trees_at = [i for i, n in enumerate(kept) if n in TREE_METHODS]
         if late and trees_at:
             names = kept[:trees_at[-1] + 1] + late + kept[trees_at[-1] + 1:]
+    # the phases stand in for the allreduce's own tree methods (_rsag)
+    phases_first = "rsag" in names
     for name in names:
         rule = next((r for r in rules() if r.method == name), None)
         limit = rule.limit(inst) if rule is not None else None
-        fallback = demote and name == "ring" or scale_trees and name == "greedy"
+        fallback = (demote and name == "ring" or scale_trees and name == "greedy"
+                    or phases_first and name in ("trees", "spantree", "greedy"))
         out.append(Candidate(name, limit, fallback=fallback, floor_us=floors.get(name)))
     return out
 

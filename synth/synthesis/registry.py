@@ -34,6 +34,7 @@ _ENTRIES: dict[str, str] = {
     "nccl": "synth.synthesis.baselines:NCCL",
     "nvls": "synth.synthesis.nvls:METHOD",
     "railblocks": "synth.synthesis.railblocks:METHOD",
+    "rsag": "synth.synthesis.rsag:METHOD",
 }
 
 
