@@ -47,7 +47,7 @@ def test_concatenation_refuses_phases_of_other_chunkings():
         concatenated(mirrored(allgather), allgather, other)
 
 
-@pytest.mark.parametrize("name", ["torus-4x4", "mi250x2-ib16"])
+@pytest.mark.parametrize("name", ["torus-4x4", "a100x2"])
 def test_the_allreduce_reaches_its_phases_ratio(name):
     t = FAMILY[name].build()
     assert applies(instance(t, "allreduce", GiB))
@@ -78,8 +78,6 @@ def test_auto_runs_the_phases_instead_of_the_allreduce_trees_above_64_ranks():
     four_boxes = plan(instance(FAMILY["mi250x4-ib12.5"].build(), "allreduce", GiB))
     assert "rsag" not in [c.method for c in four_boxes]
     assert not next(c for c in four_boxes if c.method == "trees").fallback
-    torus = plan(instance(FAMILY["torus-4x4x8"].build(), "allreduce", GiB))
-    assert next(c for c in torus if c.method == "spantree").fallback
     # where the bound is below the phases' sum nothing changes
     mixed = plan(instance(FAMILY["mixed-mi250-a100"].build(), "allreduce", GiB))
     assert "rsag" not in [c.method for c in mixed]
