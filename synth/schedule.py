@@ -16,7 +16,7 @@ costs about 300 B, a table row 42 B).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -47,6 +47,17 @@ class Transfer(NamedTuple):
 #: The fields a :class:`TransferTable` holds as columns (every Transfer field but ``route``).
 TABLE_FIELDS = ("start", "end", "chunk", "src", "dst", "reduce", "channel", "group")
 _TABLE_DTYPES = (np.float64, np.float64, np.int64, np.int64, np.int64, np.bool_, np.int64, np.int64)
+
+
+def time_mirrored(transfers: Iterable[Transfer], makespan: float, reduce: bool,
+                  channel: int | None = None) -> list[Transfer]:
+    """``transfers`` run backwards in time and direction: ``[s, e]`` becomes ``[makespan − e, makespan − s]``,
+    sender and receiver swap, the route reverses. A broadcast's transfers become a reduction's (``reduce``) and a
+    reduction's a broadcast's: on a fabric whose links have reverse twins of the same bandwidth and α every link
+    is held as long, and where a rank forwarded a chunk after receiving it, the mirrored partial sum reaches it
+    before it sends its own on. ``channel``: every transfer on it (None: each keeps its own)."""
+    return [Transfer(makespan - t.end, makespan - t.start, t.chunk, t.dst, t.src, reduce, t.route[::-1],
+                     t.channel if channel is None else channel, t.group) for t in transfers]
 
 
 @dataclass(eq=False)

@@ -49,7 +49,7 @@ import numpy as np
 
 from synth.collectives import Collective
 from synth.errors import SynthError
-from synth.schedule import Schedule, Transfer
+from synth.schedule import Schedule, Transfer, time_mirrored
 from synth.synthesis.base import MAX_STEP_CHUNKS
 from synth.synthesis.timing import Jobs, justify, list_schedule, phase_transfers, route_costs
 from synth.topology.model import Topology
@@ -526,8 +526,7 @@ def schedule(topology: Topology, collective: Collective, size_bytes: float, chun
             return None
         makespan, part, late, busiest = timed
         if reduce:
-            part = [Transfer(makespan - t.end, makespan - t.start, t.chunk, t.dst, t.src, True, t.route[::-1],
-                             t.channel, t.group) for t in part]
+            part = time_mirrored(part, makespan, reduce=True)
         transfers += [t._replace(start=t.start + offset, end=t.end + offset, channel=phase) for t in part]
         offset += makespan
         notes.update(ring_forest_busiest_link_us=busiest, late_share=late)

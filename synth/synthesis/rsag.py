@@ -36,7 +36,7 @@ from dataclasses import replace
 
 from synth.collectives import Collective
 from synth.errors import SynthError
-from synth.schedule import Schedule, Transfer
+from synth.schedule import Schedule, time_mirrored
 from synth.synthesis.base import MAX_STEP_CHUNKS, MAX_XML_NODES, Instance, MethodSpec
 from synth.topology.model import Topology
 
@@ -70,12 +70,10 @@ def mirrored(allgather: Schedule) -> Schedule:
     """The reduce-scatter that is ``allgather`` run backwards in time and direction (module docstring), with the
     same makespan; ``allgather`` was planned on a fabric equal to its reverse."""
     end = allgather.makespan
-    transfers = tuple(Transfer(end - t.end, end - t.start, t.chunk, t.dst, t.src, True, t.route[::-1], t.channel,
-                               t.group) for t in allgather.transfers)
     coll = allgather.collective
     return Schedule(Collective("reducescatter", coll.num_ranks, coll.chunk_factor), allgather.topology,
-                    tuple(sorted(transfers)), allgather.method, allgather.size_bytes, end,
-                    notes=dict(allgather.notes))
+                    tuple(sorted(time_mirrored(allgather.transfers, end, reduce=True))), allgather.method,
+                    allgather.size_bytes, end, notes=dict(allgather.notes))
 
 
 def concatenated(reduce_scatter: Schedule, allgather: Schedule, collective: Collective) -> Schedule:

@@ -14,7 +14,7 @@ import numpy as np
 from synth.arrays import pair_index
 from synth.collectives import Collective
 from synth.errors import SynthError
-from synth.schedule import Transfer, TransferTable
+from synth.schedule import Transfer, TransferTable, time_mirrored
 from synth.synthesis.base import MAX_STEP_CHUNKS
 from synth.synthesis.timing import (
     Coalescing,
@@ -208,8 +208,7 @@ def _mirrored_reduction(coll: Collective, forest: Forest, topology: Topology, ch
     if reduction is None:
         return None
     makespan, transfers = reduction
-    return makespan, [Transfer(makespan - t.end, makespan - t.start, t.chunk, t.dst, t.src, False, t.route[::-1],
-                               0, t.group) for t in transfers]
+    return makespan, time_mirrored(transfers, makespan, reduce=False, channel=0)
 
 
 def timed_forward(coll: Collective, plans: list[Forest], topology: Topology, chunks: int, messages: int | None,
