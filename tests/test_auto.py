@@ -27,7 +27,7 @@ def _plan(topology, coll: str, size: float, options: SynthOptions | None = None)
 
 # ---- the rule ----------------------------------------------------------------------------------------
 def test_quickstart_dgx1_allgather_1gib_tries_ring_first_and_no_solver():
-    assert _names(load_topology("dgx1"), "allgather", GiB) == ["ring", "multiring", "greedy", "trees", "lp"]
+    assert _names(load_topology("dgx1"), "allgather", GiB) == ["ring", "multiring", "greedy", "trees", "mirror", "lp"]
 
 
 def test_bandwidth_bound_switchless_allreduce_tries_spantree_and_leaves_trees_above_16_ranks():
@@ -313,7 +313,7 @@ def test_bandwidth_bound_cases_run_the_tree_methods_first():
     plan = [c.method for c in _plan(load_topology("dgx-a100-2node"), "allgather", 64 * MiB)]
     assert plan[0] in auto.TREE_METHODS and plan.index("trees") < plan.index("ring")
     plan = [c.method for c in _plan(load_topology("mi250"), "allgather", 64 * MiB)]
-    assert plan[:3] == ["multiring", "trees", "lp"]
+    assert plan[:3] == ["multiring", "trees", "mirror"]
     assert [c.method for c in _plan(load_topology("dgx1"), "allreduce", KB)][0] == "ring"   # latency-bound
 
 

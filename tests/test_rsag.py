@@ -8,35 +8,15 @@ import pytest
 from synth.errors import SynthError
 from synth.lower_bounds import compute_bounds
 from synth.pipeline import instance, synthesize
-from synth.program.lower import lower
-from synth.simulation import simulate
 from synth.synthesis.auto import plan
-from synth.synthesis.rsag import applies, bounds_add_up, concatenated, mirrored
+from synth.synthesis.mirror import mirrored
+from synth.synthesis.rsag import applies, bounds_add_up, concatenated
 from synth.synthesis.trees import METHOD as TREES
 from synth.topology.families import fabric_family
 from synth.verification import verify
 
 GiB = 2**30
 FAMILY = {f.name: f for f in fabric_family()}
-
-
-def test_the_mirror_of_an_allgather_is_a_reduce_scatter_of_the_same_makespan():
-    t = FAMILY["torus-4x4"].build()
-    allgather = TREES.run(instance(t, "allgather", GiB))
-    rs = mirrored(allgather)
-    assert rs.collective.name == "reducescatter" and rs.collective.chunk_factor == allgather.collective.chunk_factor
-    assert rs.makespan == pytest.approx(allgather.makespan)
-    assert all(x.reduce for x in rs.transfers)
-    # every link holds the mirrored transfers for as long as it held the originals
-    busy = {}
-    for x in allgather.transfers:
-        busy[(x.src, x.dst)] = busy.get((x.src, x.dst), 0.0) + x.end - x.start
-    for x in rs.transfers:
-        busy[(x.dst, x.src)] -= x.end - x.start
-    assert max(abs(v) for v in busy.values()) < 1e-6
-    program = lower(rs, name="mirror")
-    assert verify(program).ok
-    assert simulate(program, t, GiB).time_us == pytest.approx(allgather.makespan, rel=0.02)
 
 
 def test_concatenation_refuses_phases_of_other_chunkings():

@@ -161,7 +161,7 @@ from synth.synthesis.registry import METHODS, registered
 MIN_START_S = 0.5            # a candidate is not started with less than this left of --time-limit
 CLOCK_FACTOR = 20.0          # a candidate with a work limit W stops (not_tried) after CLOCK_FACTOR * W s
 # first where bandwidth-bound (expected quality)
-TREE_METHODS = ("leafring", "railblocks", "multiring", "rsag", "spantree", "trees", "lp")
+TREE_METHODS = ("leafring", "railblocks", "multiring", "rsag", "spantree", "trees", "mirror", "lp")
 BASELINE_MAX_RANKS = 64      # baselines (and ring first) up to this scale
 SPANTREE_MAX_RANKS = 128     # spanning-tree allreduce (switchless): its packing LP takes ~10 s at 128 ranks
 TREES_ALLREDUCE_RANKS = 16   # ... and above this many ranks trees gives it way there (_spantree_allreduce)
@@ -171,6 +171,7 @@ LARGE_TREES = 256            # ... up to where its fast scale path starts (trees
 SCALE_PIECE_ALPHAS = 8.0     # ... which also runs below BANDWIDTH_PIECE where a piece costs this many α (_scale_trees)
 MULTIRING_LEAF_RANKS = 128   # multiring after leafring on a leaf fabric up to here (_multiring_on_leaves)
 RSAG_ABOVE = 64              # an allreduce's phases (rsag) in place of its own trees and spantree above this (_rsag)
+MIRROR_MAX_RANKS = 32        # an allgather or reducescatter also as the other's mirror up to this (_mirror)
 CLOSE_ENOUGH = 0.01          # stop once the best program is within 1 % of the lower bound
 SWITCHED_ALLTOALL_RANKS = 512  # bandwidth-bound alltoall behind switches: direct, no greedy, up to here ...
 SWITCHED_ALLTOALL_LP_RANKS = 128  # ... and lp up to here (32 boxes: 0.734 of the bound in 74 s, direct 0.914)
@@ -279,6 +280,18 @@ def _rsag(inst: Instance) -> bool:
     return inst.ranks > RSAG_ABOVE and applies(inst)
 
 
+def _mirror(inst: Instance) -> bool:
+    """An allgather or reducescatter of at most ``MIRROR_MAX_RANKS`` ranks on a fabric equal to its reverse
+    (:func:`synth.synthesis.mirror.applies`): after ``trees``, the time mirror of trees' program for the other
+    collective, which its different search makes faster on some fabrics (1 GiB reducescatter: mixed-mi250-h100
+    0.9718 -> 0.9814, mixed-mi250-a100 0.9623 -> 0.9693; allgather: h100x4 0.9540 -> 0.9546). It runs a second
+    trees search, so only where the two stay within two minutes of CPU: at 32 ranks they took up to 98 s
+    (mi250x2-ib25 without ``machines``); at 48 ranks mi250x3-ib25's took 126 s."""
+    from synth.synthesis.mirror import applies
+
+    return inst.ranks <= MIRROR_MAX_RANKS and applies(inst)
+
+
 def _milp(inst: Instance) -> bool:
     if inst.ranks > 16:
         return False
@@ -344,6 +357,7 @@ RULES: tuple[Rule, ...] = (
     Rule("trees", lambda i: (i.ranks <= 32 or (i.bandwidth_bound and not EXACT_TREES_SLOW < i.ranks <= LARGE_TREES)
                              or _scale_trees(i))
          and not _spantree_allreduce(i) and not _leafring_only(i, LARGE_TREES) and not _railblocks_only(i)),
+    Rule("mirror", lambda i: i.bandwidth_bound and _mirror(i)),
     Rule("lp", lambda i: i.bandwidth_bound and (
         i.ranks <= 32 and (not i.switches and _small_lp(i) or i.collective.name == "alltoall")
         or i.ranks <= 64 and i.collective.name == "alltoall")

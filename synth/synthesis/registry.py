@@ -35,6 +35,7 @@ _ENTRIES: dict[str, str] = {
     "nvls": "synth.synthesis.nvls:METHOD",
     "railblocks": "synth.synthesis.railblocks:METHOD",
     "rsag": "synth.synthesis.rsag:METHOD",
+    "mirror": "synth.synthesis.mirror:METHOD",
 }
 
 

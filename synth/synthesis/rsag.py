@@ -16,11 +16,12 @@ first schedule handed on is the fastest that fits by trees' estimate (:func:`_xm
 **The reduce-scatter is the allgather's time mirror.** On a fabric whose every link has a reverse twin of the
 same bandwidth and α, and whose rank routes run back the same way (:func:`applies`), each transfer of chunk
 ``c`` from ``u`` to ``v`` over ``[s, e]`` becomes one of ``c`` from ``v`` to ``u`` over ``[T − e, T − s]``, a
-reduction (:func:`mirrored`). Every link then holds the mirrored transfers for as long as it held the originals,
-and the data order holds: where ``v`` forwarded ``c`` to ``w`` after receiving it (``s_w ≥ e``), the partial sum
-``w → v`` ends at ``T − s_w ≤ T − e``, before ``v`` sends its own on. A contribution chunk ``r·k + j`` of the
-allgather is the chunk ``j`` of the piece rank ``r`` owns in the reduce-scatter, so the ids carry over, and the
-allgather's chunk count serves both phases. trees itself builds its reductions this way (mirrored broadcasts).
+reduction (:func:`synth.synthesis.mirror.mirrored`). Every link then holds the mirrored transfers for as long as
+it held the originals, and the data order holds: where ``v`` forwarded ``c`` to ``w`` after receiving it
+(``s_w ≥ e``), the partial sum ``w → v`` ends at ``T − s_w ≤ T − e``, before ``v`` sends its own on. A
+contribution chunk ``r·k + j`` of the allgather is the chunk ``j`` of the piece rank ``r`` owns in the
+reduce-scatter, so the ids carry over, and the allgather's chunk count serves both phases. trees itself builds
+its reductions this way (mirrored broadcasts).
 
 **The allreduce** is the mirrored schedule, then the allgather's shifted by its makespan, on channels and message
 groups of their own (:func:`concatenated`); each owner's sends of a chunk wait for its sum there, as the lowering
@@ -36,8 +37,9 @@ from dataclasses import replace
 
 from synth.collectives import Collective
 from synth.errors import SynthError
-from synth.schedule import Schedule, time_mirrored
+from synth.schedule import Schedule
 from synth.synthesis.base import MAX_STEP_CHUNKS, MAX_XML_NODES, Instance, MethodSpec
+from synth.synthesis.mirror import mirrored, reversible
 from synth.topology.model import Topology
 
 SUPPORTED = frozenset({"allreduce"})
@@ -58,22 +60,10 @@ def bounds_add_up(topology: Topology, size_bytes: float) -> bool:
 
 
 def applies(inst: Instance) -> bool:
-    """An allreduce of 2 to ``MAX_RANKS`` ranks on a fabric equal to its reverse, routes included, whose bound is
-    the sum of its phases' (:func:`bounds_add_up`)."""
-    from synth.synthesis.trees.pipeline import is_symmetric, routes_symmetric
-
-    return (inst.collective.name == "allreduce" and 2 <= inst.ranks <= MAX_RANKS and is_symmetric(inst.topology)
-            and routes_symmetric(inst.topology) and bounds_add_up(inst.topology, float(inst.size_bytes)))
-
-
-def mirrored(allgather: Schedule) -> Schedule:
-    """The reduce-scatter that is ``allgather`` run backwards in time and direction (module docstring), with the
-    same makespan; ``allgather`` was planned on a fabric equal to its reverse."""
-    end = allgather.makespan
-    coll = allgather.collective
-    return Schedule(Collective("reducescatter", coll.num_ranks, coll.chunk_factor), allgather.topology,
-                    tuple(sorted(time_mirrored(allgather.transfers, end, reduce=True))), allgather.method,
-                    allgather.size_bytes, end, notes=dict(allgather.notes))
+    """An allreduce of 2 to ``MAX_RANKS`` ranks on a fabric equal to its reverse, routes included
+    (:func:`synth.synthesis.mirror.reversible`), whose bound is the sum of its phases' (:func:`bounds_add_up`)."""
+    return (inst.collective.name == "allreduce" and 2 <= inst.ranks <= MAX_RANKS and reversible(inst.topology)
+            and bounds_add_up(inst.topology, float(inst.size_bytes)))
 
 
 def concatenated(reduce_scatter: Schedule, allgather: Schedule, collective: Collective) -> Schedule:
