@@ -81,8 +81,8 @@ def test_fabrics_unlike_their_reverse_and_other_collectives_are_refused():
         synthesize(FAMILY["torus-4x4"].build(), "allreduce", GiB, "mirror")
 
 
-def test_auto_tries_the_mirror_after_trees_up_to_32_ranks():
+def test_auto_tries_the_mirror_after_trees_up_to_24_ranks():
     names = [c.method for c in plan(instance(FAMILY["mixed-mi250-h100"].build(), "reducescatter", GiB))]
     assert names.index("trees") < names.index("mirror")
-    for fabric, collective in (("mi250x3-ib12.5", "allgather"), ("mixed-mi250-h100", "allreduce")):
+    for fabric, collective in (("mi250x2-ib25", "allgather"), ("mixed-mi250-h100", "allreduce")):
         assert "mirror" not in [c.method for c in plan(instance(FAMILY[fabric].build(), collective, GiB))]

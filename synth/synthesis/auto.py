@@ -171,7 +171,7 @@ LARGE_TREES = 256            # ... up to where its fast scale path starts (trees
 SCALE_PIECE_ALPHAS = 8.0     # ... which also runs below BANDWIDTH_PIECE where a piece costs this many α (_scale_trees)
 MULTIRING_LEAF_RANKS = 128   # multiring after leafring on a leaf fabric up to here (_multiring_on_leaves)
 RSAG_ABOVE = 64              # an allreduce's phases (rsag) in place of its own trees and spantree above this (_rsag)
-MIRROR_MAX_RANKS = 32        # an allgather or reducescatter also as the other's mirror up to this (_mirror)
+MIRROR_MAX_RANKS = 24        # an allgather or reducescatter also as the other's mirror up to this (_mirror)
 CLOSE_ENOUGH = 0.01          # stop once the best program is within 1 % of the lower bound
 SWITCHED_ALLTOALL_RANKS = 512  # bandwidth-bound alltoall behind switches: direct, no greedy, up to here ...
 SWITCHED_ALLTOALL_LP_RANKS = 128  # ... and lp up to here (32 boxes: 0.734 of the bound in 74 s, direct 0.914)
@@ -284,9 +284,9 @@ def _mirror(inst: Instance) -> bool:
     """An allgather or reducescatter of at most ``MIRROR_MAX_RANKS`` ranks on a fabric equal to its reverse
     (:func:`synth.synthesis.mirror.applies`): after ``trees``, the time mirror of trees' program for the other
     collective, which its different search makes faster on some fabrics (1 GiB reducescatter: mixed-mi250-h100
-    0.9718 -> 0.9814, mixed-mi250-a100 0.9623 -> 0.9693; allgather: h100x4 0.9540 -> 0.9546). It runs a second
-    trees search, so only where the two stay within two minutes of CPU: at 32 ranks they took up to 98 s
-    (mi250x2-ib25 without ``machines``); at 48 ranks mi250x3-ib25's took 126 s."""
+    0.9718 -> 0.9814, mixed-mi250-a100 0.9623 -> 0.9693, a100x3 0.9787 -> 0.9798). It runs a second trees search,
+    so only where the two stay well within two minutes of CPU: at 24 ranks they took up to 45 s (mixed-mi250-h100);
+    at 32 ranks two MI250 boxes took 146 s (mi250x2-ib25's allgather, for 0.9343 -> 0.9367)."""
     from synth.synthesis.mirror import applies
 
     return inst.ranks <= MIRROR_MAX_RANKS and applies(inst)

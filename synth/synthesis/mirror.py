@@ -17,8 +17,8 @@ with merged network messages, a reducescatter's reductions are also timed forwar
 finds the faster program: mixed-mi250-h100, 1 GiB, allgather 0.9814 of the bound against the reducescatter's
 0.9718, mixed-mi250-a100 0.9693 against 0.9623, h100x4 the reducescatter's 0.9546 against the allgather's 0.9540
 (docs/results.md, "Each collective as the other's mirror"). ``auto`` tries this method after ``trees`` up to
-:data:`synth.synthesis.auto.MIRROR_MAX_RANKS` ranks, where the two searches together stay within two minutes of
-CPU; the pipeline lowers, verifies and simulates each mirrored schedule like any other and keeps the faster.
+:data:`synth.synthesis.auto.MIRROR_MAX_RANKS` ranks, where the two searches together stay well within two minutes
+of CPU; the pipeline lowers, verifies and simulates each mirrored schedule like any other and keeps the faster.
 """
 
 from __future__ import annotations
