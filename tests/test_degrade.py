@@ -347,7 +347,7 @@ def test_dgx_a100_2node_minus_one_nic_meets_the_healthy_target(tmp_path, collect
     # of CPU; 0.968 / 0.965 before the slow links kept their slack and polish tried coarser chunks
     payload, program = synthesize_json(tmp_path, "-t", "dgx-a100-2node", "-c", collective, "--exclude-link",
                                        "b0.nic3:ib1")
-    assert payload["method"] == "trees" and program.fabric.topology.node_id("b0.nic3") is not None
+    assert payload["method"] in ("trees", "mirror") and program.fabric.topology.node_id("b0.nic3") is not None
     assert ("b0.nic3", "ib1") not in {(program.fabric.topology.node_name(a), program.fabric.topology.node_name(b))
                                       for a, b in ((lk.src, lk.dst) for lk in program.fabric.topology.links)}
     assert payload["bound_us"] / payload["time_us"] >= 0.98
