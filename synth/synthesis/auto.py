@@ -11,10 +11,10 @@ reducescatter, alltoall, gather, scatter and allreduce; SIZE for broadcast and r
 
 **The rule** (``RULES``; a row is tried when its predicate holds and the method supports the
 collective; rows are in execution order, cheapest first, except that a bandwidth-bound case (and one where
-``trees``' scale path runs below 1 MB pieces, ``_scale_trees``) runs the tree methods, ``multiring``,
-``spantree``, ``trees`` and ``lp``, first: they are the expected winners there, and a wall-clock
-``--time-limit`` that runs out must cut the baselines, not them). Figures are simulated gaps ``(time - bound) /
-time`` from the full sweep of ``notebooks/optimality_gaps.ipynb`` (dgx1,
+``trees``' scale path runs below 1 MB pieces, ``_scale_trees``) runs the tree methods, ``leafring``,
+``railblocks``, ``multiring``, ``rsag``, ``spantree``, ``trees``, ``mirror`` and ``lp``, first: they are the
+expected winners there, and a wall-clock ``--time-limit`` that runs out must cut the baselines, not them).
+Figures are simulated gaps ``(time - bound) / time`` from the full sweep of ``notebooks/optimality_gaps.ipynb`` (dgx1,
 dgx-a100-2node, mi250, ndv2-2node × allgather, allreduce × 1 KB, 1 MB, 64 MB, 1 GB × every method,
 10 s limit), plus the runs named below:
 
@@ -78,6 +78,13 @@ trees     N <= 32 at any size; bandwidth-bound at          -        best at 64 M
                                                                      164 s at 256 (16x16 torus, 1 GiB:
                                                                      2.5 % better than greedy), ignoring
                                                                      any limit, so 129-256 is greedy's
+rsag      bandwidth-bound allreduce, 64 < N <= 128, on      -        trees' best allgather's time mirror, then
+          a fabric equal to its reverse whose allreduce              that allgather: mi250x8-ib12.5 1 GiB
+          bound is the RS + AG bounds (_rsag); trees,                0.906 (trees 0.853), torus-4x4x8 0.987
+          spantree and greedy then only as fallbacks                 (spantree 0.967)
+mirror    bandwidth-bound AG/RS, N <= 24, on a fabric       -        the other collective's trees program run
+          equal to its reverse (_mirror); after trees                backwards: mixed-mi250-h100 1 GiB
+                                                                     reducescatter 0.981 (trees 0.972)
 lp        bandwidth-bound, N <= 32, and no switches     20 s     best on mi250 64 MB in the sweep (23.3 %
           and <= 60k LP columns (lp.AUTO_VARIABLES),                 vs trees 30.9 %; today's trees: 224 us
           or alltoall; alltoall N <= 64, behind                      vs lp 240 us); ties trees behind
