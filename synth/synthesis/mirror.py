@@ -28,7 +28,7 @@ from dataclasses import replace
 from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.schedule import Schedule, time_mirrored
-from synth.synthesis.base import Instance, MethodSpec
+from synth.synthesis.base import Instance, MethodSpec, SynthOptions
 from synth.topology.model import Topology
 
 OTHER = {"allgather": "reducescatter", "reducescatter": "allgather"}
@@ -65,10 +65,20 @@ def mirrored(schedule: Schedule, collective: Collective | None = None) -> Schedu
                     schedule.makespan, notes=dict(schedule.notes))
 
 
+def trees_programs(inst: Instance, name: str, options: SynthOptions | None = None) -> list[Schedule]:
+    """trees' schedule for the collective ``name`` (out of place) on ``inst``'s fabric and SIZE, then each runner-up
+    it hands the pipeline, each without alternatives; ``options``: the request's unless given."""
+    from synth.synthesis.trees import METHOD as TREES
+
+    other = Instance(inst.topology, Collective(name, inst.ranks, 1, inst.collective.root, False), inst.size_bytes,
+                     inst.options if options is None else options, inst.fabric)
+    found = TREES.run(other)
+    return [replace(schedule, alternatives=()) for schedule in (found, *found.alternatives)]
+
+
 def synthesize(inst: Instance) -> Schedule:
     """The request's collective as the mirror of trees' program for the other one (and of each runner-up trees
     hands the pipeline); SynthError where :func:`applies` does not hold."""
-    from synth.synthesis.trees import METHOD as TREES
     from synth.synthesis.trees.programs import first_with_runner_ups
 
     name = inst.collective.name
@@ -77,12 +87,8 @@ def synthesize(inst: Instance) -> Schedule:
     if not applies(inst):
         raise SynthError(f"mirror does not apply to {inst.topology.name!r}: it needs 2 to {MAX_RANKS} ranks and a "
                          "fabric equal to its reverse (links and routes)")
-    other = Instance(inst.topology, Collective(OTHER[name], inst.ranks, 1, inst.collective.root, False),
-                     inst.size_bytes, inst.options, inst.fabric)
-    found = TREES.run(other)
     done = []
-    for schedule in (found, *found.alternatives):
-        schedule = replace(schedule, alternatives=())
+    for schedule in trees_programs(inst, OTHER[name]):
         collective = replace(inst.collective, chunk_factor=schedule.collective.chunk_factor)
         done.append(replace(mirrored(schedule, collective), method="mirror",
                             notes={**schedule.notes, "mirror_of": OTHER[name]}))

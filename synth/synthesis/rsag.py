@@ -39,7 +39,7 @@ from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.schedule import Schedule
 from synth.synthesis.base import MAX_STEP_CHUNKS, MAX_XML_NODES, Instance, MethodSpec
-from synth.synthesis.mirror import mirrored, reversible
+from synth.synthesis.mirror import mirrored, reversible, trees_programs
 from synth.topology.model import Topology
 
 SUPPORTED = frozenset({"allreduce"})
@@ -88,7 +88,6 @@ def concatenated(reduce_scatter: Schedule, allgather: Schedule, collective: Coll
 def synthesize(inst: Instance) -> Schedule:
     """The allreduce of the module docstring: trees' allgather (and each runner-up it hands the pipeline), its
     mirror before it. SynthError where :func:`applies` does not hold."""
-    from synth.synthesis.trees import METHOD as TREES
     from synth.synthesis.trees.programs import first_with_runner_ups
 
     if inst.collective.name not in SUPPORTED:
@@ -104,12 +103,8 @@ def synthesize(inst: Instance) -> Schedule:
             raise SynthError(f"rsag cuts each of the {n} ranks' pieces alike: --chunks {options.chunks} is not a "
                              f"multiple of {n}")
         options = replace(options, chunks=options.chunks // n)
-    phase = Instance(inst.topology, Collective("allgather", n, 1, inst.collective.root, False), inst.size_bytes,
-                     options, inst.fabric)
-    found = TREES.run(phase)
     composed = []
-    for allgather in (found, *found.alternatives):
-        allgather = replace(allgather, alternatives=())
+    for allgather in trees_programs(inst, "allgather", options):
         collective = Collective("allreduce", n, n * allgather.collective.chunk_factor, inst.collective.root,
                                 inst.collective.inplace)
         done = concatenated(mirrored(allgather), allgather, collective)
