@@ -81,3 +81,22 @@ def test_register_refuses_taken_names_and_unregister_restores(toy):
     unregister("direct-ring")
     assert "direct-ring" not in METHODS and registered() == []
     register(DIRECT_RING)        # the fixture unregisters it again
+
+
+def test_a_method_that_supersedes_others_leaves_them_as_fallbacks():
+    """``MethodSpec.supersedes``: where auto plans the method, the methods it names run only if nothing before them
+    produced a program (as rsag does for the allreduce's own tree methods); where it is not planned they keep their
+    place."""
+    stand_in = MethodSpec(name="stand-in", run=direct_ring, collectives=frozenset({"allgather"}),
+                          description="toy: stands in for ring", auto=AutoRule(when=lambda inst: inst.ranks <= 8),
+                          supersedes=frozenset({"ring"}))
+    register(stand_in)
+    try:
+        small = Instance(load_topology("ring-8"), Collective("allgather", 8), 2**20)
+        plan = {c.method: c.fallback for c in auto.plan(small)}
+        assert plan["stand-in"] is False and plan["ring"] is True
+        wider = Instance(load_topology("torus-4x4"), Collective("allgather", 16), 2**20)
+        plan = {c.method: c.fallback for c in auto.plan(wider)}
+        assert "stand-in" not in plan and plan["ring"] is False
+    finally:
+        unregister("stand-in")

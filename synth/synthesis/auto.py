@@ -432,13 +432,12 @@ def plan(inst: Instance, bound_us: float | None = None) -> list[Candidate]:
         trees_at = [i for i, n in enumerate(kept) if n in TREE_METHODS]
         if late and trees_at:
             names = kept[:trees_at[-1] + 1] + late + kept[trees_at[-1] + 1:]
-    # the phases stand in for the allreduce's own tree methods (_rsag)
-    phases_first = "rsag" in names
+    # a planned method that stands in for others leaves them as fallbacks (rsag: the allreduce's own tree methods)
+    superseded = {other for name in names if name in METHODS for other in METHODS[name].supersedes}
     for name in names:
         rule = next((r for r in rules() if r.method == name), None)
         limit = rule.limit(inst) if rule is not None else None
-        fallback = (demote and name == "ring" or scale_trees and name == "greedy"
-                    or phases_first and name in ("trees", "spantree", "greedy"))
+        fallback = (demote and name == "ring" or scale_trees and name == "greedy" or name in superseded)
         out.append(Candidate(name, limit, fallback=fallback, floor_us=floors.get(name)))
     return out
 

@@ -179,3 +179,6 @@ class MethodSpec:
     # ``auto`` runs a method whose floor misses its early stop after the others and skips it once a verified
     # program is as fast
     floor_us: Callable[[Instance], float | None] | None = None
+    # methods this one stands in for: where ``auto`` plans it, they run only if nothing before them produced a
+    # program (rsag runs trees itself, for the phases of an allreduce)
+    supersedes: frozenset[str] = frozenset()

@@ -32,14 +32,15 @@ runner-ups composed the same way.
 from __future__ import annotations
 
 import functools
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import replace
 
 from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.schedule import Schedule
-from synth.synthesis.base import MAX_STEP_CHUNKS, MAX_XML_NODES, Instance, MethodSpec
+from synth.synthesis.base import MAX_XML_NODES, Instance, MethodSpec
 from synth.synthesis.mirror import mirrored, reversible, trees_programs
+from synth.synthesis.timing import message_steps
 from synth.topology.model import Topology
 
 SUPPORTED = frozenset({"allreduce"})
@@ -124,9 +125,7 @@ def _xml_nodes(schedule: Schedule) -> float:
     from synth.synthesis.trees.messages import busiest_rank_xml
 
     chunks = Counter((t.src, t.dst, t.reduce, t.start, t.end) for t in schedule.transfers)
-    steps: dict[tuple, int] = defaultdict(int)
-    for (src, dst, reduce, *_), count in chunks.items():
-        steps[(src, dst, reduce)] += -(-count // MAX_STEP_CHUNKS)
+    steps = message_steps((src, dst, reduce, count) for (src, dst, reduce, *_), count in chunks.items())
     return busiest_rank_xml(steps, schedule.collective.num_ranks)
 
 
@@ -135,4 +134,5 @@ METHOD = MethodSpec(
     run=synthesize,
     collectives=SUPPORTED,
     description="allreduce as trees' best reducescatter (the allgather's time mirror) then its allgather",
+    supersedes=frozenset({"trees", "spantree", "greedy"}),   # the allreduce's own tree methods (auto._rsag)
 )

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import NamedTuple, Protocol
@@ -615,15 +616,20 @@ def phase_transfers(jobs: Jobs, mirrored: bool, order: list[int], start: np.ndar
 
 
 def connection_steps(jobs: Jobs, heads: list[int] | None = None) -> dict[tuple[int, int, bool], int]:
-    """MSCCL steps per rank pair and phase (reduction or not): one per message of up to
-    ``MAX_STEP_CHUNKS`` chunks. ``heads``: each job's message, from a coalescing timing (None: every job
-    its own message)."""
+    """MSCCL steps per rank pair and phase (reduction or not) of the jobs' messages (:func:`message_steps`).
+    ``heads``: each job's message, from a coalescing timing (None: every job its own message)."""
     chunks: dict[int, int] = defaultdict(int)
     for i, msg in enumerate(jobs.msg):
         chunks[i if heads is None else heads[i]] += len(msg)
+    return message_steps((jobs.src[head], jobs.dst[head], jobs.reduce[head], count) for head, count in chunks.items())
+
+
+def message_steps(messages: Iterable[tuple[int, int, bool, int]]) -> dict[tuple[int, int, bool], int]:
+    """MSCCL steps per rank pair and phase of ``messages`` (sender, receiver, reduction or not, chunks): one per
+    message of up to ``MAX_STEP_CHUNKS`` chunks (a longer one is lowered as several steps)."""
     steps: dict[tuple[int, int, bool], int] = defaultdict(int)
-    for head, count in chunks.items():
-        steps[(jobs.src[head], jobs.dst[head], jobs.reduce[head])] += -(-count // MAX_STEP_CHUNKS)
+    for src, dst, reduce, count in messages:
+        steps[(src, dst, reduce)] += -(-count // MAX_STEP_CHUNKS)
     return steps
 
 
