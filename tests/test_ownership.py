@@ -12,13 +12,18 @@ from synth.synthesis.packing import integer_fabric
 from synth.synthesis.trees import method
 from synth.synthesis.trees.forest import plan_forest, split_rank_fabric
 from synth.synthesis.trees.jobs import owned_chunk_ids
+from synth.synthesis.trees.messages import balanced_split
 from synth.synthesis.trees.ownership import (
+    EVEN_LIMIT,
     WORTH,
     _weighted_time_per_byte,
+    even_weights,
     forest_time_per_byte,
     ownership_shares,
     ownership_weights,
+    reweighted,
     round_shares,
+    runnable_totals,
 )
 from synth.topology.degrade import FabricEdits, degrade_topology
 from synth.topology.generators import boxes_behind_nics, mesh
@@ -113,3 +118,54 @@ def test_weighted_allreduce_is_verified_and_faster(monkeypatch):
     # fewer trees per unit of ownership (TUNING.weighted_caps: 2 here) than the default cap's 5 (0.910 alone)
     assert weighted.bound_us / weighted.time_us >= 0.925
 
+
+
+# ---- ownership the runtime runs: pieces that differ by a unit ---------------------------------------------
+@pytest.mark.parametrize("n, total", [(24, 1024), (48, 4096), (6, 64), (5, 7), (3, 3)])
+def test_even_weights_keep_the_total_and_spread_the_larger_shares(n, total):
+    weights = even_weights(n, total)
+    assert sum(weights) == total and max(weights) - min(weights) <= (1 if total % n else 0)
+    for width in range(1, n + 1):   # any run of consecutive ranks (a box) holds its share to within one unit
+        for start in range(n - width + 1):
+            assert abs(sum(weights[start:start + width]) - total * width / n) < 1
+
+
+def test_runnable_totals_only_where_equal_pieces_cannot_run():
+    # 2^28 four-byte elements: no loop of 24 or 48 equal pieces divides them, powers of two do
+    assert runnable_totals(24, GIB, 1024) == [1024, 2048, 4096]
+    assert runnable_totals(48, GIB, 1024) == [1024, 2048, 4096]
+    assert runnable_totals(16, GIB, 1024) == []               # 16 · c divides for c = 1, 2, 4, ...
+    assert runnable_totals(24, 3 * GIB, 1024) == []           # 24 · 2^k divides 3 · 2^28
+    assert runnable_totals(EVEN_LIMIT, GIB, 1) == []          # past EVEN_LIMIT no total is tried
+    assert all(t <= EVEN_LIMIT and GIB // 4 % t == 0 for t in runnable_totals(24, GIB, 64))
+
+
+def test_reweighted_forests_give_each_root_its_units_over_the_same_trees():
+    topology = boxes_behind_nics(3, 2, intra_bw=100, nic_bw=25)
+    n = topology.num_ranks
+    forest = plan_forest(topology, tuple(range(n)))
+    weights = even_weights(n, 64)
+    heavy = reweighted(forest, weights)
+    assert [t.edges for t in heavy.trees] == [t.edges for t in forest.trees]
+    split = balanced_split(heavy, 1)
+    for r, w in enumerate(weights):
+        assert sum(c for t, c in zip(heavy.trees, split) if t.root == r) == w
+        for tree in (t for t in heavy.trees if t.root == r):
+            assert all(sum(units for _, units in pool) == tree.mult for pool in tree.routes)
+    # per unit of data the heaviest root sets the time: never below the equal forest's per piece
+    assert heavy.bandwidth_time_us(1.0) == pytest.approx(forest.bandwidth_time_us(1.0) * max(weights))
+
+
+def test_allreduce_whose_equal_pieces_cannot_run_gets_a_program_the_runtime_runs():
+    # 3 boxes of 2 GPUs: 6 equal pieces never divide a power-of-two buffer; pieces of 10 or 11 units (64 in all) do
+    from synth.collectives import runtime_divides
+
+    topology = boxes_behind_nics(3, 2, intra_bw=100, nic_bw=25)
+    runnable = synth.synthesize(topology, "allreduce", "256MiB", method="trees")
+    assert runtime_divides(runnable.program.nchunksperloop, 256 * 2**20)
+    assert runnable.schedule.notes.get("even_ownership") in runnable_totals(6, 256 * 2**20, 1024)
+    fastest = synth.synthesize(topology, "allreduce", "256MiB", method="trees", runtime_chunks=False)
+    assert "even_ownership" not in fastest.schedule.notes
+    assert not runtime_divides(fastest.program.nchunksperloop, 256 * 2**20)
+    # the same forests with pieces a unit apart: within 2 % of the equal pieces the runtime would not run
+    assert fastest.time_us <= runnable.time_us <= fastest.time_us * 1.02

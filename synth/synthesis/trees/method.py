@@ -15,7 +15,7 @@ from synth.synthesis.trees.composed import COMPOSED, composed_planner
 from synth.synthesis.trees.forest import Forest, plan_forest
 from synth.synthesis.trees.jobs import heavy_link_ends_late
 from synth.synthesis.trees.messages import chunk_fit, root_piece_bytes
-from synth.synthesis.trees.ownership import ownership_weights
+from synth.synthesis.trees.ownership import even_weights, ownership_weights, reweighted, runnable_totals
 from synth.synthesis.trees.pathsched import path_schedule
 from synth.synthesis.trees.pipeline import (
     Pipelined,
@@ -178,6 +178,27 @@ def synthesize(inst: Instance) -> Schedule:
                                        lambda roots, reverse, plans=plans: plans[(roots, reverse)], "trees",
                                        rescoring=rescoring)
             found.append(replace(done, notes={**done.notes, "composed_boxes": True}))
+            planned.append((done.predicted_time_us, [plans[phase] for phase in phases]))
+        return found
+
+    def runnable_schedule() -> Schedule | None:
+        # an allreduce whose equal pieces no MSCCL runtime runs at SIZE (24 or 48 ranks, a power-of-two buffer): the
+        # fastest forests planned again carry pieces that differ by a unit (trees.ownership.runnable_totals), so that a
+        # program the runtimes run stands beside the faster one they would not, and the pipeline keeps it (auto keeps
+        # a faster program of another method the runtimes would not run only where this one is RUNNABLE_LOSS slower;
+        # --any-chunks keeps the fastest: a100x3 1 GiB, 7361.4 us runnable against 7314.0)
+        if name != "allreduce" or options.chunks is not None or not options.runtime_chunks or weights is not None:
+            return None
+        _, plans = min(planned, key=lambda entry: entry[0])
+        found = None
+        for total in runnable_totals(n, size_bytes, 2 * tuning.TUNING.max_tail_chunks):
+            check_deadline(deadline, "trees", "timing forests with pieces the runtime runs")
+            owners = even_weights(n, total)
+            by_phase = {phase: reweighted(forest, owners) for phase, forest in zip(phases, plans)}
+            done = schedule_from_plans(topology, collective, size_bytes, replace(inst.options, chunks=n),
+                                       lambda roots, reverse, by_phase=by_phase: by_phase[(roots, reverse)], "trees")
+            if found is None or done.predicted_time_us < found.predicted_time_us * (1 - 1e-9):
+                found = replace(done, notes={**done.notes, "even_ownership": total})
         return found
 
     def weighted_schedule(kept: Schedule) -> Schedule | None:
@@ -241,13 +262,15 @@ def synthesize(inst: Instance) -> Schedule:
                                    merge=tuning.TUNING.heavy_keep)
 
     capacity_runner_ups: list[Pipelined] = []
+    planned: list[tuple[float, list[Forest]]] = []   # (time, forests) of the main search and each composition
     searches: dict[tuple[tuple[Forest, ...], bool], list[tuple[tuple[Forest, ...] | None, Pipelined]]] = {}
     deadline = deadline_of(options)
     best_found, best = pipelined(max_trees)
     composed = composed_schedules(best)
     if options.max_trees is not None or n > tuning.TUNING.tree_search_ranks:
         kept = _or_paths(topology, collective, size_bytes, options, polished(best_found, best))
-        return with_alternatives(kept, *composed, weighted_schedule(kept), capacity_runner_up())
+        planned.append((kept.predicted_time_us, best_found.plans))
+        return with_alternatives(kept, *composed, weighted_schedule(kept), capacity_runner_up(), runnable_schedule())
     # Many trees per root mean many messages per link (α) and coarse pipelines under the MSCCL
     # chunk limits; a few trees at a rate within ~1/K of the optimum are often faster in the
     # α-β model (mi250-2node allgather: 83 trees 0.875 of the bound, 8 trees 0.92).
@@ -268,6 +291,7 @@ def synthesize(inst: Instance) -> Schedule:
         elif trial.predicted_time_us > best.predicted_time_us * (1 + tuning.TUNING.cap_stop):
             slower = True
     best = polished(best_found, best)
+    planned.append((best.predicted_time_us, best_found.plans))
     merged = merged_schedule(best_found)
     if name == "allreduce" and not topology.switches:
         try:
@@ -281,7 +305,8 @@ def synthesize(inst: Instance) -> Schedule:
             best = split
     kept = or_rings(topology, collective, size_bytes, options,
                     _or_paths(topology, collective, size_bytes, options, best))
-    return with_alternatives(kept, *composed, weighted_schedule(kept), capacity_runner_up(), merged)
+    return with_alternatives(kept, *composed, weighted_schedule(kept), capacity_runner_up(), merged,
+                             runnable_schedule())
 
 
 def _or_warm(topology: Topology, collective: Collective, size_bytes: float, found: Pipelined,

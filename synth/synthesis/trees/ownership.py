@@ -25,12 +25,13 @@ that chunks split into whole pieces per root.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from fractions import Fraction
 
 import numpy as np
 
 from synth.synthesis.packing import Fabric, integer_fabric, optimal_ratio, short_cuts
-from synth.synthesis.trees.forest import split_rank_fabric
+from synth.synthesis.trees.forest import Forest, split_rank_fabric
 from synth.topology.model import Topology
 
 SEPARATION_SCALE = 10**9     # shares and capacities as integers for the max-flow separation
@@ -205,3 +206,47 @@ def ownership_weights(topology: Topology) -> tuple[int, ...] | None:
         return None
     common = math.gcd(*best[1])
     return tuple(w // common for w in best[1])
+
+
+# ---------------------------------------------------------------------------------------------
+# ownership the runtime can run: pieces that differ by a unit
+# ---------------------------------------------------------------------------------------------
+EVEN_UNITS = 16     # runnable ownership: at least this many units per rank (a unit more is 1/16 of a piece at most)
+EVEN_LIMIT = 4096   # ... and at most this many in all (one chunk each: the loop's chunk count)
+EVEN_TOTALS = 3     # ... the largest totals in that range tried, each a search of message shapes
+
+
+def even_weights(n: int, total: int) -> tuple[int, ...]:
+    """``total`` units over ``n`` ranks as evenly as integers allow, the larger shares spread out: rank ``r`` gets
+    ``⌊(r + 1)·total / n⌋ − ⌊r·total / n⌋``, so that any run of consecutive ranks (a box of them) holds its share of
+    the total to within one unit."""
+    cut = [r * total // n for r in range(n + 1)]
+    return tuple(cut[r + 1] - cut[r] for r in range(n))
+
+
+def runnable_totals(n: int, size_bytes: float, upper: int) -> list[int]:
+    """Units of ownership to try for an allreduce whose equal pieces no MSCCL runtime runs at SIZE: where no count
+    of up to ``upper`` chunks per rank makes a loop (``n`` times it) that divides the buffer's elements
+    (:func:`synth.collectives.runtime_divides`; a power-of-two buffer on 24 or 48 ranks), the largest
+    ``EVEN_TOTALS`` totals from ``EVEN_UNITS·n`` to ``EVEN_LIMIT`` that do. Empty where equal pieces can run, or no
+    total does. (1 GiB, best of them: a100x3 2048, h100x3 1024, mi250x3-ib12.5 4096.)"""
+    from synth.collectives import runtime_divides
+
+    if any(runtime_divides(n * c, size_bytes) for c in range(1, upper + 1)):
+        return []
+    totals = [t for t in range(EVEN_UNITS * n, EVEN_LIMIT + 1) if runtime_divides(t, size_bytes)]
+    return totals[-EVEN_TOTALS:]
+
+
+def reweighted(forest: Forest, weights: tuple[int, ...]) -> Forest:
+    """``forest`` (one unit per root) carrying ``weights[r]`` units from root ``r`` over the same trees: each tree's
+    multiplicity and route units scaled by its root's weight, so that every root's chunks split over its trees as
+    before (:func:`~synth.synthesis.trees.messages.balanced_split`). Its time per byte of a unit
+    (:attr:`Forest.ratio`) is the uniform forest's times the heaviest weight, an upper bound on every link's load;
+    the cut bound's (:attr:`Forest.optimal`) times the least."""
+    trees = tuple(replace(tree, mult=tree.mult * weights[tree.root],
+                          routes=tuple(tuple((route, units * weights[tree.root]) for route, units in pool)
+                                       for pool in tree.routes))
+                  for tree in forest.trees)
+    return replace(forest, trees=trees, weights=weights, ratio=forest.ratio * max(weights),
+                   optimal=forest.optimal * min(weights))
