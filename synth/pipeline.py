@@ -489,6 +489,9 @@ def _synthesize(topology: Topology | str, collective_name: str, size_bytes: floa
                 sim = simulate(program, topology, size_bytes, record_events=False)
                 timed.append(_Timed(sim, schedule, program, run, rank(sim, schedule, program)))
             kept = min(timed, key=lambda t: t.rank)
+            # the fastest program the runtime would not run, its alternatives included: a runnable one kept over it
+            # must be within RUNNABLE_LOSS (a trees allreduce with pieces a unit apart, beside its equal pieces)
+            fastest_off = min((t for t in timed if t.rank.unrunnable), key=lambda t: t.rank, default=None)
         except TimeLimitReached as exc:
             if not is_auto:
                 raise
@@ -503,8 +506,8 @@ def _synthesize(topology: Topology | str, collective_name: str, size_bytes: floa
             tried.append({"method": m, **row, "error": str(exc)})
             continue
         tried.append({"method": m, **row, "time_us": kept.sim.time_us, "synthesis_s": run.seconds})
-        if kept.rank.unrunnable and (unrunnable is None or kept.rank < unrunnable.rank):
-            unrunnable = kept
+        if fastest_off is not None and (unrunnable is None or fastest_off.rank < unrunnable.rank):
+            unrunnable = fastest_off
         if not kept.rank.unrunnable and kept.rank.over_scratch and (
                 roomy is None or kept.sim.time_us < roomy.sim.time_us):
             roomy = kept

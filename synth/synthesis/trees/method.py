@@ -187,7 +187,8 @@ def synthesize(inst: Instance) -> Schedule:
         # program the runtimes run stands beside the faster one they would not, and the pipeline keeps it (auto keeps
         # a faster program of another method the runtimes would not run only where this one is RUNNABLE_LOSS slower;
         # --any-chunks keeps the fastest: a100x3 1 GiB, 7361.4 us runnable against 7314.0)
-        if name != "allreduce" or options.chunks is not None or not options.runtime_chunks or weights is not None:
+        if (name != "allreduce" or options.chunks is not None or not options.runtime_chunks or weights is not None
+                or n > tuning.TUNING.large_ranks):   # past large_ranks: translated trees, timed by slots (scale.py)
             return None
         _, plans = min(planned, key=lambda entry: entry[0])
         found = None
@@ -195,8 +196,14 @@ def synthesize(inst: Instance) -> Schedule:
             check_deadline(deadline, "trees", "timing forests with pieces the runtime runs")
             owners = even_weights(n, total)
             by_phase = {phase: reweighted(forest, owners) for phase, forest in zip(phases, plans)}
-            done = schedule_from_plans(topology, collective, size_bytes, replace(inst.options, chunks=n),
-                                       lambda roots, reverse, by_phase=by_phase: by_phase[(roots, reverse)], "trees")
+            try:
+                done = schedule_from_plans(topology, collective, size_bytes, replace(inst.options, chunks=n),
+                                           lambda roots, reverse, by_phase=by_phase: by_phase[(roots, reverse)],
+                                           "trees")
+            except TimeLimitReached:
+                raise
+            except SynthError:   # an alternative only (one chunk per unit past MSCCL's steps: a 6x6x6 torus)
+                continue
             if found is None or done.predicted_time_us < found.predicted_time_us * (1 - 1e-9):
                 found = replace(done, notes={**done.notes, "even_ownership": total})
         return found
