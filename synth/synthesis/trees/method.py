@@ -303,7 +303,8 @@ def synthesize(inst: Instance) -> Schedule:
     if name == "allreduce" and not topology.switches:
         try:
             split = split_allreduce(topology, collective, size_bytes, best.notes["tree_bandwidth_time_us"], deadline,
-                                     chunk_fit(collective, size_bytes, options))
+                                     chunk_fit(collective, size_bytes, options),
+                                     runnable=options.runtime_chunks and options.chunks is None)
         except TimeLimitReached:
             raise
         except SynthError:   # an alternative only: the schedule above stands

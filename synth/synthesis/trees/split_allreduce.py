@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from synth.collectives import Collective
 from synth.schedule import Schedule
 from synth.synthesis.base import MAX_CHANNELS, MAX_STEPS_PER_TB, MAX_XML_NODES, check_deadline
@@ -24,7 +26,7 @@ from synth.topology.model import Topology
 
 
 def split_allreduce(topology: Topology, collective: Collective, size_bytes: float, sequential_us: float,
-                    deadline: float | None, fit=any_chunks) -> Schedule | None:
+                    deadline: float | None, fit=any_chunks, runnable: bool = False) -> Schedule | None:
     """Allreduce on forests planned on link capacities split between its two phases
     (:mod:`synth.synthesis.split`) and timed side by side (:func:`timed_forward`, ``joint``).
 
@@ -32,6 +34,9 @@ def split_allreduce(topology: Topology, collective: Collective, size_bytes: floa
     where that solves in time, so the forests keep its rate and both phases get a share of every link
     (:mod:`synth.synthesis.split`). The fastest candidate is timed once more with
     :attr:`TreesTuning.polish`'s coalescings.
+
+    ``runnable``: where no count of equal pieces makes a loop an MSCCL runtime runs at SIZE, the forests kept are
+    also timed with pieces a unit apart (:func:`runnable_split`), the schedule's alternative.
 
     None where that LP is not ``TUNING.split_gain`` faster than the phases one after the other
     (``sequential_us``), and where no candidate fits MSCCL's limits. Switchless fabrics only: behind
@@ -86,10 +91,38 @@ def split_allreduce(topology: Topology, collective: Collective, size_bytes: floa
                               joint=True, coalescings=tuning.TUNING.polish, fits=fits)
     if polished is not None and polished[0] < makespan * (1 - 1e-9):
         makespan, transfers = polished
-    return forest_schedule(topology, coll, transfers, makespan, plans, size_bytes, "trees",
-                            chunks_per_root=chunks, messages_per_tree=None, tail_splits=0, halving_messages=False,
-                            depth_trials=0,
-                            capacity_split_time_us=split_us,
-                            # the phases run side by side, each on its share (in tree edges, not GB/s)
-                            tree_bandwidth_time_us=shares.time_us(piece_bytes)
-                            * max(float(f.ratio / f.optimal) for f in plans))
+    schedule = forest_schedule(topology, coll, transfers, makespan, plans, size_bytes, "trees",
+                               chunks_per_root=chunks, messages_per_tree=None, tail_splits=0, halving_messages=False,
+                               depth_trials=0,
+                               capacity_split_time_us=split_us,
+                               # the phases run side by side, each on its share (in tree edges, not GB/s)
+                               tree_bandwidth_time_us=shares.time_us(piece_bytes)
+                               * max(float(f.ratio / f.optimal) for f in plans))
+    other = runnable_split(topology, collective, size_bytes, plans, fits, deadline) if runnable else None
+    return schedule if other is None else replace(schedule, alternatives=(other,))
+
+
+def runnable_split(topology: Topology, collective: Collective, size_bytes: float, plans: list, fits,
+                   deadline: float | None) -> Schedule | None:
+    """The split forests ``plans`` carrying pieces a unit apart (:func:`~synth.synthesis.trees.ownership.
+    runnable_totals`, :func:`~synth.synthesis.trees.ownership.reweighted`), one chunk per unit, timed side by side
+    as :func:`split_allreduce` times them; the fastest total, or None where equal pieces can run at SIZE or no
+    total fits MSCCL's limits."""
+    from synth.synthesis.trees.ownership import even_weights, reweighted, runnable_totals
+
+    n = topology.num_ranks
+    found = None
+    for total in runnable_totals(n, size_bytes, 2 * tuning.TUNING.max_tail_chunks):
+        check_deadline(deadline, "trees", "timing the split allreduce with pieces the runtime runs")
+        heavy = [reweighted(forest, even_weights(n, total)) for forest in plans]
+        coll = Collective("allreduce", n, total, collective.root, collective.inplace)
+        timed = timed_forward(coll, heavy, topology, 1, None, coll.chunk_bytes(size_bytes), True, joint=True,
+                              coalescings=tuning.TUNING.polish, fits=fits)
+        if timed is not None and (found is None or timed[0] < found[0] * (1 - 1e-9)):
+            found = (*timed, heavy, coll, total)
+    if found is None:
+        return None
+    makespan, transfers, heavy, coll, total = found
+    return forest_schedule(topology, coll, transfers, makespan, heavy, size_bytes, "trees", chunks_per_root=1,
+                           messages_per_tree=None, tail_splits=0, halving_messages=False, depth_trials=0,
+                           even_ownership=total)
