@@ -327,7 +327,7 @@ def test_auto_says_what_keeping_a_runnable_program_costs(monkeypatch):
 
     plain = auto.candidates
     monkeypatch.setattr(auto, "candidates", lambda *a: [m for m in plain(*a) if m not in ("multiring", "spantree")])
-    monkeypatch.setattr(trees_method, "runnable_totals", lambda *a: [])
+    monkeypatch.setattr(trees_method, "runnable_forests", lambda *a: iter(()))
     monkeypatch.setattr(pipeline, "RUNNABLE_LOSS", 1.0)
     topology = gen.torus([3, 2])
     kept = synthesize(topology, "allreduce", 64 * MiB)
@@ -348,7 +348,7 @@ def test_a_far_slower_runnable_program_is_no_answer(monkeypatch):
 
     plain = auto.candidates
     monkeypatch.setattr(auto, "candidates", lambda *a: [m for m in plain(*a) if m not in ("multiring", "spantree")])
-    monkeypatch.setattr(trees_method, "runnable_totals", lambda *a: [])
+    monkeypatch.setattr(trees_method, "runnable_forests", lambda *a: iter(()))
     kept = synthesize(gen.torus([3, 2]), "allreduce", 64 * MiB)
     ring = next(row for row in kept.tried if row["method"] == "ring")
     assert ring["time_us"] > kept.time_us * (1 + pipeline.RUNNABLE_LOSS)

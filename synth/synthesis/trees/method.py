@@ -15,7 +15,7 @@ from synth.synthesis.trees.composed import COMPOSED, composed_planner
 from synth.synthesis.trees.forest import Forest, plan_forest
 from synth.synthesis.trees.jobs import heavy_link_ends_late
 from synth.synthesis.trees.messages import chunk_fit, root_piece_bytes
-from synth.synthesis.trees.ownership import even_weights, ownership_weights, reweighted, runnable_totals
+from synth.synthesis.trees.ownership import ownership_weights, runnable_forests
 from synth.synthesis.trees.pathsched import path_schedule
 from synth.synthesis.trees.pipeline import (
     Pipelined,
@@ -66,6 +66,8 @@ def synthesize(inst: Instance) -> Schedule:
     # an allreduce's ownership, where owning 1/N each is clearly slower (trees.ownership): an alternative forest
     # pair, not with --chunks (counted per rank)
     weights = ownership_weights(topology) if name == "allreduce" and options.chunks is None else None
+    # an allreduce whose pieces the search chooses: where equal pieces cannot run at SIZE, pieces a unit apart too
+    runnable = name == "allreduce" and options.chunks is None and options.runtime_chunks
 
     symmetric = not topology.switches and is_symmetric(topology)
     # the other orientation's forests (flipped_planner) only where shapes are searched: its timing is capped
@@ -187,15 +189,14 @@ def synthesize(inst: Instance) -> Schedule:
         # program the runtimes run stands beside the faster one they would not, and the pipeline keeps it (auto keeps
         # a faster program of another method the runtimes would not run only where this one is RUNNABLE_LOSS slower;
         # --any-chunks keeps the fastest: a100x3 1 GiB, 7361.4 us runnable against 7314.0)
-        if (name != "allreduce" or options.chunks is not None or not options.runtime_chunks or weights is not None
-                or n > tuning.TUNING.large_ranks):   # past large_ranks: translated trees, timed by slots (scale.py)
+        # not past large_ranks: translated trees there, timed by slots (scale.py)
+        if not runnable or weights is not None or n > tuning.TUNING.large_ranks:
             return None
         _, plans = min(planned, key=lambda entry: entry[0])
         found = None
-        for total in runnable_totals(n, size_bytes, 2 * tuning.TUNING.max_tail_chunks):
+        for total, heavy in runnable_forests(plans, size_bytes):
             check_deadline(deadline, "trees", "timing forests with pieces the runtime runs")
-            owners = even_weights(n, total)
-            by_phase = {phase: reweighted(forest, owners) for phase, forest in zip(phases, plans)}
+            by_phase = dict(zip(phases, heavy))
             try:
                 done = schedule_from_plans(topology, collective, size_bytes, replace(inst.options, chunks=n),
                                            lambda roots, reverse, by_phase=by_phase: by_phase[(roots, reverse)],
@@ -303,8 +304,7 @@ def synthesize(inst: Instance) -> Schedule:
     if name == "allreduce" and not topology.switches:
         try:
             split = split_allreduce(topology, collective, size_bytes, best.notes["tree_bandwidth_time_us"], deadline,
-                                     chunk_fit(collective, size_bytes, options),
-                                     runnable=options.runtime_chunks and options.chunks is None)
+                                     chunk_fit(collective, size_bytes, options), runnable=runnable)
         except TimeLimitReached:
             raise
         except SynthError:   # an alternative only: the schedule above stands

@@ -25,12 +25,14 @@ that chunks split into whole pieces per root.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from fractions import Fraction
 
 import numpy as np
 
 from synth.synthesis.packing import Fabric, integer_fabric, optimal_ratio, short_cuts
+from synth.synthesis.trees import tuning
 from synth.synthesis.trees.forest import Forest, split_rank_fabric
 from synth.topology.model import Topology
 
@@ -250,3 +252,13 @@ def reweighted(forest: Forest, weights: tuple[int, ...]) -> Forest:
                   for tree in forest.trees)
     return replace(forest, trees=trees, weights=weights, ratio=forest.ratio * max(weights),
                    optimal=forest.optimal * min(weights))
+
+
+def runnable_forests(plans: Sequence[Forest], size_bytes: float) -> Iterator[tuple[int, list[Forest]]]:
+    """(total, ``plans`` :func:`reweighted` with :func:`even_weights` of it) for each of :func:`runnable_totals`
+    (equal pieces of up to ``2·TUNING.max_tail_chunks`` chunks, as :func:`~synth.synthesis.trees.messages.
+    runtime_chunks` looks): the forests an allreduce times with pieces the runtimes run."""
+    n = plans[0].num_ranks
+    for total in runnable_totals(n, size_bytes, 2 * tuning.TUNING.max_tail_chunks):
+        owners = even_weights(n, total)
+        yield total, [reweighted(forest, owners) for forest in plans]

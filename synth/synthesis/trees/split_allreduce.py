@@ -105,17 +105,15 @@ def split_allreduce(topology: Topology, collective: Collective, size_bytes: floa
 def runnable_split(topology: Topology, collective: Collective, size_bytes: float, plans: list, fits,
                    deadline: float | None) -> Schedule | None:
     """The split forests ``plans`` carrying pieces a unit apart (:func:`~synth.synthesis.trees.ownership.
-    runnable_totals`, :func:`~synth.synthesis.trees.ownership.reweighted`), one chunk per unit, timed side by side
+    runnable_forests`), one chunk per unit, timed side by side
     as :func:`split_allreduce` times them; the fastest total, or None where equal pieces can run at SIZE or no
     total fits MSCCL's limits."""
-    from synth.synthesis.trees.ownership import even_weights, reweighted, runnable_totals
+    from synth.synthesis.trees.ownership import runnable_forests
 
-    n = topology.num_ranks
     found = None
-    for total in runnable_totals(n, size_bytes, 2 * tuning.TUNING.max_tail_chunks):
+    for total, heavy in runnable_forests(plans, size_bytes):
         check_deadline(deadline, "trees", "timing the split allreduce with pieces the runtime runs")
-        heavy = [reweighted(forest, even_weights(n, total)) for forest in plans]
-        coll = Collective("allreduce", n, total, collective.root, collective.inplace)
+        coll = Collective("allreduce", topology.num_ranks, total, collective.root, collective.inplace)
         timed = timed_forward(coll, heavy, topology, 1, None, coll.chunk_bytes(size_bytes), True, joint=True,
                               coalescings=tuning.TUNING.polish, fits=fits)
         if timed is not None and (found is None or timed[0] < found[0] * (1 - 1e-9)):
