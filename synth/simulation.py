@@ -16,7 +16,7 @@ Cost model (docs/cost-model.md):
   messages on a connection go out one after another in the order they became ready (with one
   threadblock per connection, as MSCCL requires, this already follows from step order);
 - a send between ranks that share no link takes the switch-only path of
-  :mod:`synth.topology.routes` (fewest hops, then smallest summed α; equal-cost paths spread by
+  :mod:`synth.topology.routes` (fewest hops, then the widest, then smallest summed α; equal-cost paths spread by
   destination, as fat-tree routing does). When no such path exists (a foreign program on a sparse
   topology) the shortest path may cross other ranks, which only forward (ties spread the same way).
   A routed transfer pays every hop's α plus ``b`` / (the smallest bw on the route), and holds every

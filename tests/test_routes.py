@@ -90,3 +90,35 @@ def test_alltoall_bound_counts_circuits_and_direct_meets_it():
     result = synthesize("leaf-spine-4x4", "alltoall", GiB, "direct")
     assert result.time_us >= bound.time_bound_us
     assert result.time_us <= 1.05 * bound.time_bound_us
+
+
+SHARED_PCIE = "tests/fixtures/shared-pcie-12.yaml"
+
+
+def test_the_wider_of_two_fewest_hop_paths_is_the_route_whatever_its_alpha():
+    # GPUs 0 and 1 share a 32 GB/s PCIe switch (Σα 1.0 µs) and a 300 GB/s NVSwitch (Σα 1.4 µs), both two hops:
+    # a runtime takes NVLink, and so do the methods, the simulator and the scale path
+    from synth.topology.routes import LazyRoutes
+
+    topology = load_topology(SHARED_PCIE)
+    routes, lazy, router = rank_routes(topology), LazyRoutes(topology), Router(topology)
+    name = topology.node_name
+    for box in range(3):
+        for a, b in ((0, 1), (1, 0), (2, 3), (3, 2)):
+            src, dst = 4 * box + a, 4 * box + b
+            assert [name(v) for v in routes[(src, dst)][1:-1]] == [f"b{box}.nv"]
+    for (src, dst), path in routes.items():
+        assert lazy[(src, dst)] == path
+        assert (src, *(topology.links[i].dst for i in router.route(src, dst)[0])) == path
+        if len(path) <= 5:   # the scale path searches up to three switches
+            assert (src, *switch_route(topology, src, dst), dst) == path
+    # between boxes the only two-NIC paths cross the PCIe switches: those stay
+    assert [name(v) for v in routes[(0, 4)][1:-1]] == ["b0.pci0", "b0.nic0", "ib", "b1.nic0", "b1.pci0"]
+
+
+def test_trees_plans_on_the_wider_routes_near_the_bound():
+    # with the PCIe switch as the route between GPUs 0 and 1 no tree packing split along the routes, trees
+    # failed, and auto kept the hierarchical baseline at 0.839 of the bound
+    result = synthesize(load_topology(SHARED_PCIE), "allgather", GiB)
+    assert result.method == "trees"
+    assert result.bound_us / result.time_us >= 0.98

@@ -1,7 +1,7 @@
 """Ring baselines (what NCCL runs), over one or several rings at once.
 
 Rings. A ring is a cyclic order of the ranks; consecutive ranks talk over a direct link or, where
-there is none, over the shortest switch-only route (fewest hops, then least α: the same rule as the
+there is none, over the shortest switch-only route (fewest hops, the widest, then least α: the same rule as the
 simulator), so a star/NVSwitch fabric or boxes behind NICs always have a ring. Rings are packed
 greedily: each round finds a Hamiltonian cycle whose bottleneck residual bandwidth is as large as
 possible (thresholds tried from high to low, direct links preferred at equal threshold, DFS with

@@ -57,22 +57,24 @@ REBALANCE_PASSES = 3
 
 def switch_route(topology: Topology, u: int, v: int, _cache: dict | None = None) -> Route | None:
     """Switches on the path a program's ``u -> v`` send takes: () for a direct link, else the
-    fewest-hop switch-only path of up to three switches, least Σα, ties spread by destination
+    fewest-hop switch-only path of up to three switches, the widest, then least Σα, ties spread by destination
     (:mod:`synth.topology.routes`, searched locally here: a Dijkstra per rank is slow at 1024 ranks);
     None if none."""
     if topology.link(u, v) is not None:
         return ()
     out_sw = [lk for lk in topology.out_links[u] if topology.is_switch(lk.dst)]
-    in_sw = {lk.src: lk.alpha for lk in topology.in_links[v] if topology.is_switch(lk.src)}
-    found: list[tuple[float, tuple[int, ...]]] = []
+    in_sw = {lk.src: lk for lk in topology.in_links[v] if topology.is_switch(lk.src)}
+    found: list[tuple[float, float, tuple[int, ...]]] = []   # (narrowest link, Σα, switches)
     for a in out_sw:                       # one switch
         if a.dst in in_sw:
-            found.append((a.alpha + in_sw[a.dst], (a.dst,)))
+            last = in_sw[a.dst]
+            found.append((min(a.bw, last.bw), a.alpha + last.alpha, (a.dst,)))
     if not found:
         for a in out_sw:                   # two switches
             for b in topology.out_links[a.dst]:
                 if b.dst in in_sw:
-                    found.append((a.alpha + b.alpha + in_sw[b.dst], (a.dst, b.dst)))
+                    last = in_sw[b.dst]
+                    found.append((min(a.bw, b.bw, last.bw), a.alpha + b.alpha + last.alpha, (a.dst, b.dst)))
     if not found:
         for a in out_sw:                   # three switches
             for b in topology.out_links[a.dst]:
@@ -80,12 +82,19 @@ def switch_route(topology: Topology, u: int, v: int, _cache: dict | None = None)
                     continue
                 for c in topology.out_links[b.dst]:
                     if c.dst in in_sw:
-                        found.append((a.alpha + b.alpha + c.alpha + in_sw[c.dst], (a.dst, b.dst, c.dst)))
+                        last = in_sw[c.dst]
+                        found.append((min(a.bw, b.bw, c.bw, last.bw), a.alpha + b.alpha + c.alpha + last.alpha,
+                                      (a.dst, b.dst, c.dst)))
     if not found:
         return None
-    least = min(alpha for alpha, _ in found)
+    # the widest paths where a least-α one is narrower (routes.SourceRoutes), then the least Σα
+    least = min(alpha for _, alpha, _ in found)
+    widest = max(width for width, _, _ in found)
+    if any(width < widest for width, alpha, _ in found if alpha <= least + ALPHA_TOLERANCE):
+        found = [item for item in found if item[0] >= widest]
+        least = min(alpha for _, alpha, _ in found)
     preds: dict[int, set[int]] = {}
-    for alpha, switches in found:
+    for _, alpha, switches in found:
         if alpha <= least + ALPHA_TOLERANCE:
             path = (u, *switches, v)
             for a, b in zip(path, path[1:]):

@@ -1,8 +1,9 @@
 """The path a rank-to-rank send takes through the fabric (shared by the methods and the simulator's rule).
 
 An MSCCL program names peers, not routes; the runtime's transport to a peer is fixed. synth models it
-as: the direct link when there is one, else a switch-only path with the fewest hops, then the least
-Σα. Where several such paths tie (several spines of a fat tree), the destination picks one, as the
+as: the direct link when there is one, else a switch-only path with the fewest hops, then the widest (its
+narrowest link the widest, as a runtime takes NVLink over a PCIe switch between the same two GPUs), then the
+least Σα. Where several such paths tie (several spines of a fat tree), the destination picks one, as the
 destination-mod-k routing of fat-tree subnet managers does (Zahavi, "D-Mod-K Routing Providing
 Non-Blocking Traffic for Shift Permutations on Real Life Fat Trees", 2010; OpenSM's ftree): walking
 back from ``dst``, each node takes the ``dst mod m``-th of its ``m`` equal-cost predecessors in id
@@ -14,6 +15,8 @@ apply the same rule.
 from __future__ import annotations
 
 import heapq
+import math
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 
@@ -24,10 +27,17 @@ Path = tuple[int, ...]
 ALPHA_TOLERANCE = 1e-9   # Σα that differ by rounding only tie
 
 
-def switch_predecessors(topology: Topology, src: int, through_ranks: bool = False) -> dict[int, list[int]]:
+def switch_predecessors(topology: Topology, src: int, through_ranks: bool = False,
+                        min_bw: float = 0.0) -> dict[int, list[int]]:
     """Per node reachable from rank ``src`` over switches only (``through_ranks``: over other ranks
-    too): its predecessors on the paths with the fewest hops, then the least Σα (every one of them
-    where several tie), in id order."""
+    too; ``min_bw``: over links of at least that bandwidth only): its predecessors on the paths with the
+    fewest hops, then the least Σα (every one of them where several tie), in id order."""
+    return _least_alpha(topology, src, through_ranks, min_bw)[0]
+
+
+def _least_alpha(topology: Topology, src: int, through_ranks: bool,
+                 min_bw: float) -> tuple[dict[int, list[int]], dict[int, tuple[int, float]]]:
+    """(:func:`switch_predecessors`, each node's (hops, Σα) label)."""
     best: dict[int, tuple[int, float]] = {src: (0, 0.0)}
     preds: dict[int, list[int]] = {src: []}
     heap = [(0, 0.0, src)]
@@ -40,6 +50,8 @@ def switch_predecessors(topology: Topology, src: int, through_ranks: bool = Fals
         if node != src and topology.is_rank(node) and not through_ranks:
             continue  # ranks are endpoints, never forwarders
         for link in topology.out_links[node]:
+            if link.bw < min_bw:
+                continue
             cand = (hops + 1, alpha + link.alpha)
             old = best.get(link.dst)
             if old is None or cand[0] < old[0] or (cand[0] == old[0] and cand[1] < old[1] - ALPHA_TOLERANCE):
@@ -50,7 +62,66 @@ def switch_predecessors(topology: Topology, src: int, through_ranks: bool = Fals
                 preds[link.dst].append(node)   # hops grow by one per link: all ties come before dst pops
     for options in preds.values():
         options.sort()
-    return preds
+    return preds, best
+
+
+def _expands(topology: Topology, node: int, src: int, through_ranks: bool) -> bool:
+    return node == src or through_ranks or not topology.is_rank(node)
+
+
+def fewest_hop_widths(topology: Topology, src: int, through_ranks: bool = False) -> dict[int, float]:
+    """Per node reachable from rank ``src`` as :func:`switch_predecessors` walks: the widest narrowest link of
+    a path to it with the fewest hops (breadth-first layers, each node's width the best over the layer before)."""
+    hops = {src: 0}
+    width = {src: math.inf}
+    queue = deque([src])
+    while queue:
+        node = queue.popleft()
+        if not _expands(topology, node, src, through_ranks):
+            continue
+        for link in topology.out_links[node]:
+            nxt = link.dst
+            if nxt not in hops:
+                hops[nxt] = hops[node] + 1
+                queue.append(nxt)
+            if hops[nxt] == hops[node] + 1:
+                width[nxt] = max(width.get(nxt, 0.0), min(width[node], link.bw))
+    return width
+
+
+class SourceRoutes:
+    """The paths sends from rank ``src`` take by the module's rule, over switches only (``through_ranks``: over
+    other ranks too), found once per source and picked per destination on demand (:meth:`path`; not the direct
+    link: callers take that first). The least-α paths (:func:`switch_predecessors`) serve every rank they reach at
+    its widest width (:func:`fewest_hop_widths`); for a rank that some of them reach narrower, the paths are
+    searched again over the links at least that wide."""
+
+    def __init__(self, topology: Topology, src: int, through_ranks: bool = False) -> None:
+        self.topology, self.src, self.through_ranks = topology, src, through_ranks
+        self.preds, best = _least_alpha(topology, src, through_ranks, 0.0)
+        self.widest = fewest_hop_widths(topology, src, through_ranks)
+        # the narrowest link over every least-α tie path into each node, in (hops, Σα) order
+        self.narrowest = {src: math.inf}
+        for node in sorted(best, key=best.__getitem__):
+            if node != src:
+                self.narrowest[node] = min(min(self.narrowest[u], topology.link(u, node).bw)
+                                           for u in self.preds[node])
+        self._by_width: dict[float, dict[int, list[int]]] = {}
+
+    def ranks(self) -> list[int]:
+        """The other ranks a path reaches."""
+        return [v for v in self.preds if v != self.src and self.topology.is_rank(v)]
+
+    def path(self, dst: int) -> Path | None:
+        if dst == self.src or dst not in self.preds:
+            return None
+        need = self.widest[dst]
+        if self.narrowest[dst] >= need:
+            return pick_path(dst, self.preds.__getitem__)
+        preds = self._by_width.get(need)
+        if preds is None:
+            preds = self._by_width[need] = switch_predecessors(self.topology, self.src, self.through_ranks, need)
+        return pick_path(dst, preds.__getitem__)
 
 
 def pick_path(dst: int, predecessors: Callable[[int], list[int]]) -> Path:
@@ -69,11 +140,9 @@ def rank_routes(topology: Topology) -> dict[tuple[int, int], Path]:
     routes: dict[tuple[int, int], Path] = {}
     with gc_paused():   # N^2 tuples that form no cycles: collector passes made 2048 ranks take 11x 1024's time
         for src in topology.ranks:
-            preds = switch_predecessors(topology, src)
-            for dst in preds:
-                if dst != src and topology.is_rank(dst):
-                    direct = topology.link(src, dst) is not None
-                    routes[(src, dst)] = (src, dst) if direct else pick_path(dst, preds.__getitem__)
+            found = SourceRoutes(topology, src)
+            for dst in found.ranks():
+                routes[(src, dst)] = (src, dst) if topology.link(src, dst) is not None else found.path(dst)
     return routes
 
 
@@ -84,27 +153,21 @@ class LazyRoutes(Mapping[tuple[int, int], tuple[int, ...]]):
 
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
-        self._preds: dict[int, dict[int, list[int]]] = {}
-        self._paths: dict[tuple[int, int], tuple[int, ...]] = {}
+        self._from: dict[int, SourceRoutes] = {}
 
     def __getitem__(self, pair: tuple[int, int]) -> tuple[int, ...]:
-        path = self._paths.get(pair)
-        if path is not None:
-            return path
         src, dst = pair
         topo = self.topology
         if src == dst or not (topo.is_rank(src) and topo.is_rank(dst)):
             raise KeyError(pair)
         if topo.link(src, dst) is not None:
-            path = (src, dst)
-        else:
-            preds = self._preds.get(src)
-            if preds is None:
-                preds = self._preds[src] = switch_predecessors(topo, src)
-            if dst not in preds:
-                raise KeyError(pair)
-            path = pick_path(dst, preds.__getitem__)
-        self._paths[pair] = path
+            return (src, dst)
+        found = self._from.get(src)
+        if found is None:
+            found = self._from[src] = SourceRoutes(topo, src)
+        path = found.path(dst)
+        if path is None:
+            raise KeyError(pair)
         return path
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
@@ -123,7 +186,7 @@ class RuntimePaths:
 
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
-        self._preds: dict[tuple[int, bool], dict[int, list[int]]] = {}
+        self._from: dict[tuple[int, bool], SourceRoutes] = {}
 
     def path(self, src: int, dst: int) -> Path | None:
         """(src, nodes..., dst), or None where no path joins them (or ``src == dst``)."""
@@ -132,11 +195,12 @@ class RuntimePaths:
         if self.topology.link(src, dst) is not None:
             return (src, dst)
         for through_ranks in (False, True):
-            preds = self._preds.get((src, through_ranks))
-            if preds is None:
-                preds = self._preds[(src, through_ranks)] = switch_predecessors(self.topology, src, through_ranks)
-            if dst in preds:
-                return pick_path(dst, preds.__getitem__)
+            found = self._from.get((src, through_ranks))
+            if found is None:
+                found = self._from[(src, through_ranks)] = SourceRoutes(self.topology, src, through_ranks)
+            path = found.path(dst)
+            if path is not None:
+                return path
         return None
 
 
