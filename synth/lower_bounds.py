@@ -624,7 +624,8 @@ def group_traffic(topology: Topology) -> tuple[int, float]:
 
     Any partition gives a valid bound. Tried: for each distinct bandwidth b, the connected
     components of the links of bandwidth ≥ b (the dies of an MI250 card joined at 200 GB/s, a DGX
-    box behind its NVSwitch); components without a rank belong to no group. Singletons are
+    box behind its NVSwitch); components without a rank belong to no group, and once more with those linked to
+    one group only merged into it (:func:`_with_private_switches`: a NIC switch two GPUs share). Singletons are
     bound 4 of :func:`allreduce_bandwidth_us`. On a switchless fabric of at most ``PARTITION_RANKS``
     ranks, also the partition of least ``c(δ(P)) / (|P| - 1)`` read off the spanning-tree packing LP
     (:func:`synth.treepack.strongest_partition`). With symmetric links ``B = 2·c(δ(P))``, so that
@@ -638,7 +639,7 @@ def group_traffic(topology: Topology) -> tuple[int, float]:
     src, dst, bw, _ = topology.arrays
     inside = in_network_nodes(topology)
     best = (0, 0.0, 0.0)   # (g, B, 2(g-1)/B)
-    for label, has_rank in (*_bandwidth_components(topology), *_strongest_partition(topology)):
+    for label, has_rank in _allreduce_partitions(topology):
         if len(inside) and not has_rank[label[inside]].all():
             continue   # an in-network switch between groups may combine or copy what crosses
         groups = int(has_rank.sum())
@@ -676,10 +677,10 @@ def contracted_traffic(topology: Topology) -> tuple[int, float]:
     node, ``16·SIZE / (8·325 + 200)``, 6135.7 µs at 1 GiB, where RS + AG's ownership needs 14 calls per
     element inside the box and the cut alone counts 2·SIZE / 400.
 
-    Candidates: for each partition of :func:`_bandwidth_components` (and, where it applies,
-    :func:`_strongest_partition`), each group kept, with the rest contracted as one node and with the
-    other groups contracted one by one. ``tests/test_contracted_traffic.py`` checks the gossip count by
-    exhaustive search on small node sets and that no verified program of several methods beats the bound.
+    Candidates: for each partition of :func:`_allreduce_partitions`, each group kept, with the rest contracted as
+    one node and with the other groups contracted one by one. ``tests/test_contracted_traffic.py`` checks the
+    gossip count by exhaustive search on small node sets and that no verified program of several methods beats
+    the bound.
     """
     n = topology.num_ranks
     src, dst, bw, _ = topology.arrays
@@ -692,7 +693,7 @@ def contracted_traffic(topology: Topology) -> tuple[int, float]:
         if calls > 0 and capacity > 0 and calls / capacity > best[2] * (1 + 1e-12):
             best = (calls, capacity, calls / capacity)
 
-    for label, has_rank in (*_bandwidth_components(topology), *_strongest_partition(topology)):
+    for label, has_rank in _allreduce_partitions(topology):
         groups = np.flatnonzero(has_rank)
         if len(groups) < 2:
             continue
@@ -725,6 +726,41 @@ def _strongest_partition(topology: Topology):
     if packing is not None:
         labels = strongest_partition(packing)
         yield labels, np.ones(int(labels.max()) + 1, dtype=bool)
+
+
+def _allreduce_partitions(topology: Topology):
+    """The partitions :func:`group_traffic` and :func:`contracted_traffic` try: :func:`_bandwidth_components`, each
+    also with its private switches absorbed (:func:`_with_private_switches`, where that changes it), and
+    :func:`_strongest_partition`."""
+    for label, has_rank in _bandwidth_components(topology):
+        yield label, has_rank
+        absorbed = _with_private_switches(topology, label, has_rank)
+        if absorbed is not None:
+            yield absorbed, has_rank
+    yield from _strongest_partition(topology)
+
+
+def _with_private_switches(topology: Topology, label: np.ndarray, has_rank: np.ndarray) -> np.ndarray | None:
+    """``label`` with every component that holds no rank, and is linked to exactly one component that does,
+    merged into that one (a NIC switch between a box's GPUs and the network: its uplink, not the GPUs' links to
+    it, is then the box's boundary); None where no component merges.
+
+    Any partition of the nodes gives the traffic bounds (a send into a group crosses a link entering it, each
+    link enters at most one group, and sends inside a group are free: :func:`group_traffic`), so this one is a
+    candidate beside the unmerged one; it is tighter where the switch's uplink is thinner than its links into
+    the group (two GPUs per 50 GB/s NIC: the box's 4 uplinks instead of its 8 GPU links)."""
+    src, dst, _, _ = topology.arrays
+    crossing = label[src] != label[dst]
+    pairs = np.unique(np.stack([label[src][crossing], label[dst][crossing]], axis=1), axis=0)
+    merged = label.copy()
+    changed = False
+    for component in np.flatnonzero(~has_rank):
+        neighbours = np.unique(np.concatenate([pairs[pairs[:, 0] == component, 1], pairs[pairs[:, 1] == component, 0]]))
+        with_ranks = neighbours[has_rank[neighbours]]
+        if len(with_ranks) == 1:
+            merged[label == component] = with_ranks[0]
+            changed = True
+    return merged if changed else None
 
 
 def _bandwidth_components(topology: Topology):
