@@ -159,3 +159,15 @@ def test_no_verified_program_beats_the_shared_nic_bound():
     assert {"ring", "greedy", "trees", "auto"} <= set(timed)
     # and the bound is met within 5 %: the boxes' uplinks are what limits every program
     assert min(timed.values()) <= bound * 1.05
+
+
+def test_six_boxes_with_a_nic_per_two_gpus():
+    # tests/fixtures/half-nics-48.yaml: each box's four NIC switches join it, so six groups exchange 10·SIZE over
+    # 6 x 4 x 50 GB/s of NIC uplinks; left outside, the boxes' 8 x 50 GB/s of GPU links halved it (the pair cut,
+    # SIZE over one box's 200 GB/s, bound the allreduce instead)
+    from synth.topology.io import load_topology
+
+    t = load_topology("tests/fixtures/half-nics-48.yaml")
+    bounds = compute_bounds(t, "allreduce", 2**30)
+    assert bounds.bandwidth_bound_us == pytest.approx(10 * 2**30 / 1200 / 1e3)
+    assert bounds.details["components_us"]["pair_cut_us"] == pytest.approx(2**30 / 200 / 1e3)

@@ -185,6 +185,19 @@ def test_spantree_keeps_a_staggered_stream_where_it_is_faster(monkeypatch):
     assert staggered.predicted_time_us < in_step.predicted_time_us * 0.999
 
 
+def test_spantree_sends_coarse_chunks_where_links_pay_microseconds_of_alpha(monkeypatch):
+    """A 24-rank 5-regular fuzz graph whose links pay 0.5, 2 or 5 µs a message: 256 chunks (a few large messages
+    per tree) beat 1024 and 4096, which were all spantree timed (0.792 of the bound)."""
+    topology = load_topology("tests/fixtures/alpha-heavy-24.yaml")
+    instance = Instance(topology, Collective("allreduce", 24), GIB, SynthOptions(runtime_chunks=True))
+    bound = compute_bounds(topology, "allreduce", GIB).time_bound_us
+    coarse = spantree(instance)
+    monkeypatch.setattr(spantree_module, "CHUNK_COUNTS", (1024, 4096))
+    fine = spantree(instance)
+    assert coarse.collective.chunk_factor == 256 and fine.collective.chunk_factor != 256
+    assert bound / coarse.predicted_time_us >= 0.85 > bound / fine.predicted_time_us
+
+
 def test_spantree_refuses_switches_and_other_collectives():
     with pytest.raises(SynthError, match="without switches"):
         spantree(Instance(load_topology("dgx-a100-2node"), Collective("allreduce", 16), GIB, SynthOptions()))
