@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 
@@ -36,10 +35,14 @@ def switch_predecessors(topology: Topology, src: int, through_ranks: bool = Fals
 
 
 def _least_alpha(topology: Topology, src: int, through_ranks: bool,
-                 min_bw: float) -> tuple[dict[int, list[int]], dict[int, tuple[int, float]]]:
-    """(:func:`switch_predecessors`, each node's (hops, Σα) label)."""
+                 min_bw: float) -> tuple[dict[int, list[int]], dict[int, float], dict[int, float]]:
+    """(:func:`switch_predecessors`; per node the widest narrowest link over its fewest-hop paths; per node the
+    narrowest link over its least-α tie paths), in one search: hops come first in the labels, so every node of a
+    layer is settled before the next, and its predecessors before it."""
     best: dict[int, tuple[int, float]] = {src: (0, 0.0)}
     preds: dict[int, list[int]] = {src: []}
+    widest = {src: math.inf}
+    narrowest = {src: math.inf}
     heap = [(0, 0.0, src)]
     done: set[int] = set()
     while heap:
@@ -47,6 +50,8 @@ def _least_alpha(topology: Topology, src: int, through_ranks: bool,
         if node in done:
             continue
         done.add(node)
+        if node != src:
+            narrowest[node] = min(min(narrowest[u], topology.link(u, node).bw) for u in preds[node])
         if node != src and topology.is_rank(node) and not through_ranks:
             continue  # ranks are endpoints, never forwarders
         for link in topology.out_links[node]:
@@ -54,6 +59,11 @@ def _least_alpha(topology: Topology, src: int, through_ranks: bool,
                 continue
             cand = (hops + 1, alpha + link.alpha)
             old = best.get(link.dst)
+            reach = min(widest[node], link.bw)
+            if old is None or cand[0] < old[0]:
+                widest[link.dst] = reach
+            elif cand[0] == old[0]:
+                widest[link.dst] = max(widest[link.dst], reach)
             if old is None or cand[0] < old[0] or (cand[0] == old[0] and cand[1] < old[1] - ALPHA_TOLERANCE):
                 best[link.dst] = cand
                 preds[link.dst] = [node]
@@ -62,50 +72,19 @@ def _least_alpha(topology: Topology, src: int, through_ranks: bool,
                 preds[link.dst].append(node)   # hops grow by one per link: all ties come before dst pops
     for options in preds.values():
         options.sort()
-    return preds, best
-
-
-def _expands(topology: Topology, node: int, src: int, through_ranks: bool) -> bool:
-    return node == src or through_ranks or not topology.is_rank(node)
-
-
-def fewest_hop_widths(topology: Topology, src: int, through_ranks: bool = False) -> dict[int, float]:
-    """Per node reachable from rank ``src`` as :func:`switch_predecessors` walks: the widest narrowest link of
-    a path to it with the fewest hops (breadth-first layers, each node's width the best over the layer before)."""
-    hops = {src: 0}
-    width = {src: math.inf}
-    queue = deque([src])
-    while queue:
-        node = queue.popleft()
-        if not _expands(topology, node, src, through_ranks):
-            continue
-        for link in topology.out_links[node]:
-            nxt = link.dst
-            if nxt not in hops:
-                hops[nxt] = hops[node] + 1
-                queue.append(nxt)
-            if hops[nxt] == hops[node] + 1:
-                width[nxt] = max(width.get(nxt, 0.0), min(width[node], link.bw))
-    return width
+    return preds, widest, narrowest
 
 
 class SourceRoutes:
     """The paths sends from rank ``src`` take by the module's rule, over switches only (``through_ranks``: over
     other ranks too), found once per source and picked per destination on demand (:meth:`path`; not the direct
     link: callers take that first). The least-α paths (:func:`switch_predecessors`) serve every rank they reach at
-    its widest width (:func:`fewest_hop_widths`); for a rank that some of them reach narrower, the paths are
-    searched again over the links at least that wide."""
+    its widest width over the fewest hops; for a rank that some of them reach narrower, the paths are searched
+    again over the links at least that wide."""
 
     def __init__(self, topology: Topology, src: int, through_ranks: bool = False) -> None:
         self.topology, self.src, self.through_ranks = topology, src, through_ranks
-        self.preds, best = _least_alpha(topology, src, through_ranks, 0.0)
-        self.widest = fewest_hop_widths(topology, src, through_ranks)
-        # the narrowest link over every least-α tie path into each node, in (hops, Σα) order
-        self.narrowest = {src: math.inf}
-        for node in sorted(best, key=best.__getitem__):
-            if node != src:
-                self.narrowest[node] = min(min(self.narrowest[u], topology.link(u, node).bw)
-                                           for u in self.preds[node])
+        self.preds, self.widest, self.narrowest = _least_alpha(topology, src, through_ranks, 0.0)
         self._by_width: dict[float, dict[int, list[int]]] = {}
 
     def ranks(self) -> list[int]:
@@ -154,20 +133,26 @@ class LazyRoutes(Mapping[tuple[int, int], tuple[int, ...]]):
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
         self._from: dict[int, SourceRoutes] = {}
+        self._paths: dict[tuple[int, int], tuple[int, ...]] = {}
 
     def __getitem__(self, pair: tuple[int, int]) -> tuple[int, ...]:
+        path = self._paths.get(pair)
+        if path is not None:
+            return path
         src, dst = pair
         topo = self.topology
         if src == dst or not (topo.is_rank(src) and topo.is_rank(dst)):
             raise KeyError(pair)
         if topo.link(src, dst) is not None:
-            return (src, dst)
-        found = self._from.get(src)
-        if found is None:
-            found = self._from[src] = SourceRoutes(topo, src)
-        path = found.path(dst)
-        if path is None:
-            raise KeyError(pair)
+            path = (src, dst)
+        else:
+            found = self._from.get(src)
+            if found is None:
+                found = self._from[src] = SourceRoutes(topo, src)
+            path = found.path(dst)
+            if path is None:
+                raise KeyError(pair)
+        self._paths[pair] = path
         return path
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
