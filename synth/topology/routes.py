@@ -6,8 +6,10 @@ narrowest link the widest, as a runtime takes NVLink over a PCIe switch between 
 least Σα. Where several such paths tie (several spines of a fat tree), the destination picks one, as the
 destination-mod-k routing of fat-tree subnet managers does (Zahavi, "D-Mod-K Routing Providing
 Non-Blocking Traffic for Shift Permutations on Real Life Fat Trees", 2010; OpenSM's ftree): walking
-back from ``dst``, each node takes the ``dst mod m``-th of its ``m`` equal-cost predecessors in id
-order. So the sends into different ranks spread over the spines instead of all taking the first.
+back from ``dst``, each node with ``m`` equal-cost predecessors (in id order) takes the one the next digit
+of ``dst`` in radix ``m`` names: ``dst mod m`` at the first such node, ``⌊dst / m⌋ mod m'`` at the next.
+So the sends into different ranks spread over the spines, and over every core of a three-level fat tree,
+instead of all taking the first.
 Ranks never forward here. :mod:`synth.simulation` and :func:`synth.synthesis.scale.switch_route`
 apply the same rule.
 """
@@ -104,12 +106,17 @@ class SourceRoutes:
 
 
 def pick_path(dst: int, predecessors: Callable[[int], list[int]]) -> Path:
-    """The path to ``dst`` that the module's rule picks: back from ``dst``, at every node the
-    ``dst mod m``-th of its ``m`` equal-cost ``predecessors`` (none at the source)."""
+    """The path to ``dst`` that the module's rule picks: back from ``dst``, at every node with ``m`` equal-cost
+    ``predecessors`` (none at the source) the next digit of ``dst`` in radix ``m``: ``dst mod m₁`` at the first
+    tie, ``⌊dst / m₁⌋ mod m₂`` at the next, and so on (Zahavi's D-mod-k; with one digit for every level, the
+    destinations under one switch spread over every core of a three-level fat tree, not only over the cores
+    whose index repeats the first digit)."""
     path = [dst]
+    digits = dst
     options = predecessors(dst)
     while options:
-        path.append(options[dst % len(options)])
+        path.append(options[digits % len(options)])
+        digits //= len(options)
         options = predecessors(path[-1])
     return tuple(reversed(path))
 
