@@ -1,15 +1,23 @@
-"""Scatter flows (synth.synthesis.paths): the LP optimum equals the cut bound, its paths carry every unit."""
+"""Scatter flows (synth.synthesis.paths): the LP optimum equals the cut bound, its paths carry every unit; the
+alltoall flows stay within a relay (scratch) limit."""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
 from synth.lower_bounds import scatter_cut
-from synth.synthesis.base import Instance
-from synth.synthesis.paths import plan_paths
+from synth.pipeline import synthesize
+from synth.runtimes import scratch_bytes
+from synth.synthesis.base import Instance, SynthOptions
+from synth.synthesis.paths import plan_alltoall_paths, plan_paths
+from synth.topology.io import load_topology
 from synth.topology.model import Link, Topology
+
+GiB = 2**30
 
 
 def _bidir(n: int, edges, switches=()) -> Topology:
@@ -89,3 +97,45 @@ def test_gather_hands_its_runner_ups_to_the_pipeline():
     assert any("paths" in s.notes for s in candidates)              # the flow's paths
     simulated = [simulate(lower(s), topology, size).time_us for s in candidates]
     assert synthesize(topology, "gather", size, "trees").time_us == pytest.approx(min(simulated))
+
+
+def _most_relayed(plans) -> float:
+    relayed: dict[int, float] = defaultdict(float)
+    for plan in plans:
+        for path in plan.paths:
+            for _, dst, _ in path.hops[:-1]:
+                relayed[dst] += path.share
+    return max(relayed.values(), default=0.0)
+
+
+K8_HETERO = Path(__file__).parent / "fixtures" / "k8-hetero.yaml"
+
+
+def test_alltoall_flows_relay_within_the_limit():
+    # the fastest flow relays 8.49 units (1.06 buffers) through rank 1; bounded at 8 units (one buffer of 8
+    # pieces) every flow returned stays within it, at a time within 1 % of the unbounded optimum here
+    topology = load_topology(K8_HETERO)
+    free = plan_alltoall_paths(topology)
+    assert max(_most_relayed(plans) for plans in free) > 8.4
+    bounded = plan_alltoall_paths(topology, relay_limit=8.0)
+    assert bounded and all(_most_relayed(plans) <= 8.0 + 1e-6 for plans in bounded)
+    fastest = min(plans[0].time_per_byte_us for plans in free)
+    assert min(plans[0].time_per_byte_us for plans in bounded) <= fastest * 1.01
+
+
+def test_alltoall_relay_limit_no_flow_meets_keeps_the_flows():
+    # a ring's alltoall must relay more than its buffer through every rank: the unbounded flows stand
+    ring = _bidir(8, [(i, (i + 1) % 8, 50.0) for i in range(8)])
+    assert plan_alltoall_paths(ring, relay_limit=1.0) == plan_alltoall_paths(ring)
+
+
+def test_alltoall_within_the_scratch_budget():
+    # 1 GiB alltoall on k8-hetero: the lp program relayed 1.08 buffers, over the default budget (one buffer),
+    # so auto fell back to direct at 0.359 of the bound; the flow bounded by the budget runs at 0.955
+    topology = load_topology(K8_HETERO)
+    result = synthesize(topology, "alltoall", GiB)
+    assert result.method == "lp"
+    assert scratch_bytes(result.program, GiB) <= GiB
+    assert result.bound_us / result.time_us >= 0.95
+    roomy = synthesize(topology, "alltoall", GiB, "lp", SynthOptions(max_scratch=math.inf))
+    assert scratch_bytes(roomy.program, GiB) > GiB

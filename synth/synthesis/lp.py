@@ -31,6 +31,7 @@ work: 8 A100 boxes behind one IB switch 0.994, where direct reaches 0.884.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
@@ -198,7 +199,8 @@ def _alltoall(topology: Topology, collective: Collective, size_bytes: float, opt
         raise SynthError("in-place alltoall is not supported by lp (its relays stage pieces in buffers the "
                          "in-place output overwrites); use the out-of-place form")
     try:
-        candidates = plan_alltoall_paths(topology, solver, options.time_limit, ALLTOALL_VARIABLES)
+        candidates = plan_alltoall_paths(topology, solver, options.time_limit, ALLTOALL_VARIABLES,
+                                         relay_units(options, size_bytes, collective.num_ranks))
     except LPTooLarge as exc:
         if not topology.switches:
             raise SynthError(f"method lp: {exc}; use -m greedy or -m direct") from None
@@ -215,6 +217,13 @@ def _alltoall(topology: Topology, collective: Collective, size_bytes: float, opt
         raise SynthError(f"method lp: no alltoall program on the flow's paths fits MSCCL's limits on "
                          f"{topology.name}; try a smaller --chunks")
     return schedule
+
+
+def relay_units(options: SynthOptions, size_bytes: float, n: int) -> float | None:
+    """The scratch budget (``--max-scratch``; the buffer's size unless given) in alltoall units of ``SIZE / N``
+    (what a rank relays sits in its scratch), or None without a budget."""
+    budget = float(size_bytes) if options.max_scratch is None else float(options.max_scratch)
+    return None if math.isinf(budget) else budget * n / float(size_bytes)
 
 
 METHOD = MethodSpec(

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from synth.errors import SynthError
+from synth.errors import SynthError, TimeLimitReached
 from synth.topology.model import Topology
 from synth.topology.routes import rank_routes
 
@@ -180,7 +180,8 @@ class LPTooLarge(SynthError):
 
 
 def plan_alltoall_paths(topology: Topology, solver: str = "highs", time_limit: float | None = None,
-                        max_variables: int | None = None) -> list[tuple[PathPlan, ...]]:
+                        max_variables: int | None = None,
+                        relay_limit: float | None = None) -> list[tuple[PathPlan, ...]]:
     """Alltoall as ``N`` scatters that share the links: the maximum concurrent flow over the runtime's
     routes (Shahrokhi & Matula, "The maximum concurrent flow problem", J. ACM 1990; TE-CCL's LP,
     SIGCOMM 2024, §4), each source's flow decomposed into paths as in :func:`decompose`:
@@ -193,7 +194,13 @@ def plan_alltoall_paths(topology: Topology, solver: str = "highs", time_limit: f
     the fixed routes may cost more. Two flows are returned, each as one plan per source: the LP's
     vertex and, at ``T`` within :data:`ALLTOALL_SLACK`, the flow with the fewest unit-hops (relays
     cost α and pipeline fill). Raises :class:`SynthError` if the solver fails, or if the LP would have
-    more than ``max_variables`` variables (sources × routed rank pairs): :class:`LPTooLarge`."""
+    more than ``max_variables`` variables (sources × routed rank pairs): :class:`LPTooLarge`.
+
+    ``relay_limit``: units a rank may relay, i.e. hold for others (the scratch a program of these paths needs,
+    ``--max-scratch``). Where the fewest-hop flow relays more through some rank, the two stages are solved again
+    with every rank's relay bounded, ``Σ_{s≠v} Σ_{arcs into v} x_s ≤ relay_limit + N − 1`` (all that enters
+    ``v`` but the ``N − 1`` units it keeps), and only flows within the limit are returned (a slower ``T`` where
+    the bound binds); where no flow is (a ring's alltoall relays more than its buffer), the unbounded ones."""
     from synth.solvers import Model, solve
 
     n = topology.num_ranks
@@ -203,7 +210,7 @@ def plan_alltoall_paths(topology: Topology, solver: str = "highs", time_limit: f
         raise LPTooLarge(f"the alltoall flow LP on {topology.name} would have {n * num} variables (more than "
                          f"{max_variables})")
 
-    def build(at_most_us_per_mb: float | None) -> tuple[Model, np.ndarray, int]:
+    def build(at_most_us_per_mb: float | None, relays: float | None) -> tuple[Model, np.ndarray, int]:
         model = Model("alltoall-paths")
         x = model.add_vars(n * num).reshape(n, num)
         t = model.add_var()      # µs per MB of one unit
@@ -216,6 +223,13 @@ def plan_alltoall_paths(topology: Topology, solver: str = "highs", time_limit: f
         cols = np.concatenate([x[:, arcs.use_arc].T.ravel(), np.full(links, t)])
         vals = np.concatenate([np.ones(len(arcs.use_link) * n), -topology.arrays[2] * 1e-3])
         model.add_rows(rows, cols, vals, np.full(links, -np.inf), np.zeros(links))
+        if relays is not None:   # Σ_{s≠v} inflow_s(v) ≤ relays + N − 1 at every rank v
+            into = np.array([v for _, v, _ in arcs.hops], dtype=np.int64)
+            sources = np.repeat(np.arange(n), num)
+            heads = np.tile(into, n)
+            others = sources != heads
+            model.add_rows(heads[others], x.ravel()[others], np.ones(int(others.sum())),
+                           np.full(n, -np.inf), np.full(n, relays + n - 1))
         if at_most_us_per_mb is None:
             model.set_objective([t], [1.0])
         else:        # the fewest unit-hops: every arc, a direct link or a switch route, is one hop
@@ -223,25 +237,48 @@ def plan_alltoall_paths(topology: Topology, solver: str = "highs", time_limit: f
             model.set_objective(x.ravel(), np.ones(n * num))
         return model, x, t
 
+    def most_relayed(flow: np.ndarray) -> float:
+        into = np.zeros(n)
+        heads = np.array([v for _, v, _ in arcs.hops], dtype=np.int64)
+        for s in range(n):
+            np.add.at(into, heads, flow[s])
+            into[s] -= flow[s][heads == s].sum()
+        return float((into - (n - 1)).max())
+
     started = time.monotonic()
-    plans: list[tuple[PathPlan, ...]] = []
-    best = None
-    for stage in range(2):
-        left = None if time_limit is None else max(1.0, time_limit - (time.monotonic() - started))
-        model, x, t = build(None if best is None else best * (1 + ALLTOALL_SLACK))
-        result = solve(model, solver, time_limit=left)
-        if result.status != "optimal" or result.values is None:
-            if stage:
-                break            # the vertex flow stands alone
-            raise SynthError(f"alltoall flow LP on {topology.name} ended {result.status} ({solver})")
-        values = np.asarray(result.values)
-        flow = np.where(values[x] > FLOW_TOL, values[x], 0.0)
-        if best is None:
-            best = float(values[t])
-        per_byte = best * 1e-6
-        plans.append(tuple(PathPlan(s, tuple(decompose(arcs.hops, flow[s], s, n, SOLVER_TOL)), per_byte)
-                           for s in range(n)))
-    return plans
+
+    def two_stages(relays: float | None) -> list[tuple[tuple[PathPlan, ...], float]]:
+        found: list[tuple[tuple[PathPlan, ...], float]] = []   # (plans, the most a rank relays)
+        best = None
+        for stage in range(2):
+            left = None if time_limit is None else max(1.0, time_limit - (time.monotonic() - started))
+            model, x, t = build(None if best is None else best * (1 + ALLTOALL_SLACK), relays)
+            result = solve(model, solver, time_limit=left)
+            if result.status != "optimal" or result.values is None:
+                if stage:
+                    break            # the vertex flow stands alone
+                raise SynthError(f"alltoall flow LP on {topology.name} ended {result.status} ({solver})"
+                                 + ("" if relays is None else f" with at most {relays:g} units relayed per rank"))
+            values = np.asarray(result.values)
+            flow = np.where(values[x] > FLOW_TOL, values[x], 0.0)
+            if best is None:
+                best = float(values[t])
+            per_byte = best * 1e-6
+            found.append((tuple(PathPlan(s, tuple(decompose(arcs.hops, flow[s], s, n, SOLVER_TOL)), per_byte)
+                                for s in range(n)), most_relayed(flow)))
+        return found
+
+    found = two_stages(None)
+    if relay_limit is not None and any(most > relay_limit + SOLVER_TOL for _, most in found):
+        # the flows within the budget, and both stages again with every rank's relay bounded; where no flow
+        # relays that little (a ring's alltoall relays more than its buffer), the flows above stand
+        try:
+            found = [f for f in found if f[1] <= relay_limit + SOLVER_TOL] + two_stages(relay_limit)
+        except TimeLimitReached:
+            raise
+        except SynthError:
+            pass
+    return [plans for plans, _ in found]
 
 
 def runtime_route_plans(topology: Topology) -> tuple[PathPlan, ...]:
