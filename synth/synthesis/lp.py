@@ -19,7 +19,8 @@ glop | pdlp (through :mod:`synth.solvers`).
 Alltoall is the multi-commodity flow itself: :func:`synth.synthesis.paths.plan_alltoall_paths` solves
 the maximum concurrent flow over the runtime's routes (every rank a scatter source, all sharing the
 links), decomposes each source's flow into paths and pipelines the chunks down them, relaying at ranks
-(:func:`synth.synthesis.trees.pathsched.forward_paths`). Where ranks share no link the direct program sends over
+(:func:`synth.synthesis.trees.pathsched.forward_paths`), each rank relaying no more than the scratch budget holds
+where some flow does (``relay_units``). Where ranks share no link the direct program sends over
 the runtime's route, which may be a slow NIC; the flow relays through ranks instead where that is faster.
 Behind switches the chunks' circuits are also run in rounds that share no port (a bipartite edge
 colouring, :mod:`synth.synthesis.circuits`), which a list schedule's greedy circuit bookings do not
