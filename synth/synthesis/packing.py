@@ -327,30 +327,96 @@ def _flow_with(graph: SplitGraph, demand_arcs, extra, source: int, sink: int) ->
                     np.concatenate([c, ec]), source, sink)
 
 
-def _split_amount(graph: SplitGraph, demand_arcs, need: int, u: int, w: int, t: int, limit: int) -> int:
-    """Largest ``M <= limit`` such that splitting ``(u,w),(w,t)`` keeps every rooted cut condition.
+def _split_amount(graph: SplitGraph, demand_arcs, need: int, u: int, w: int, t: int, limit: int,
+                  charge: tuple[int, int, int] = (1, 1, 1)) -> int:
+    """Largest ``M <= limit`` such that splitting ``M`` units off ``(u,w),(w,t)`` keeps every rooted cut condition,
+    where the split takes ``M1 = ⌈M·b1/n⌉`` units of ``(u,w)`` and ``M2 = ⌈M·b2/n⌉`` of ``(w,t)`` (``charge`` =
+    ``(b1, b2, n)``: a circuit holds its wider piece at the narrower one's rate, docs/cost-model.md).
 
-    Sets losing capacity: (A) ``u,t ∈ S``, ``w ∉ S`` and (B) ``w ∈ S``, ``u,t ∉ S``; each must
-    also miss some rank ``v`` (the condition only binds such sets). Slack = min cut − need.
+    A sink set ``X`` (it holds a rank, so its condition binds) loses ``M1·[u∉X∋w] + M2·[w∉X∋t] − M·[u∉X∋t]``:
+    (A) ``w ∈ X``, ``u, t ∉ X`` loses ``M1``; (B) ``u, t ∈ X``, ``w ∉ X`` loses ``M2``;
+    and where the charge is more than ``M``, (A') ``w, t ∈ X``, ``u ∉ X`` loses ``M1 − M`` and (B') ``t ∈ X``,
+    ``u, w ∉ X`` loses ``M2 − M``. Each loss must stay within its sets' slack (min cut − need).
     """
     s = graph.num_nodes
-    ranks = range(graph.num_ranks)
+    nr = graph.num_ranks
+    b1, b2, narrow = charge
     m = limit
+
+    def least_slack(forced_source: tuple[int, ...], forced_sink: tuple[int, ...], sink: int,
+                    ranks: list[tuple[int, ...]]) -> int:
+        slack = None
+        for more in ranks:
+            extra = ([(s, x, INF) for x in forced_source]
+                     + [(x, sink, INF) for x in forced_sink + more if x != sink])
+            flow = _flow_with(graph, demand_arcs, extra, s, sink) - need
+            slack = flow if slack is None else min(slack, flow)
+            if slack <= 0:
+                break
+        return INF if slack is None else slack
+
+    def within(slack: int, per_unit: int) -> int:
+        # the largest M with ⌈M·per_unit/narrow⌉ <= slack
+        return max(slack, 0) * narrow // per_unit
+
+    def ranks_unless_rank(x: int, avoid: tuple[int, ...]) -> list[tuple[int, ...]]:
+        return [()] if x < nr else [(v,) for v in range(nr) if v not in avoid]
+
     # (A): source side {s, u, t}, sink side {w, v}
-    for v in ranks:
+    for v in range(nr):
         if v in (u, t) or m == 0:
             continue
-        extra = [(s, u, INF), (s, t, INF), (v, w, INF)]
-        m = min(m, _flow_with(graph, demand_arcs, extra, s, w) - need)
+        m = min(m, within(least_slack((u, t), (v,), w, [()]), b1))
     # (B): source side {s, w}, sink side {u, t} (+ a rank v if neither is one)
     if m > 0:
-        sink_sets = [()] if (u < graph.num_ranks or t < graph.num_ranks) else [(v,) for v in ranks]
-        for more in sink_sets:
-            if m == 0:
-                break
-            extra = [(s, w, INF), (u, t, INF)] + [(v, t, INF) for v in more]
-            m = min(m, _flow_with(graph, demand_arcs, extra, s, t) - need)
+        more = [()] if (u < nr or t < nr) else [(v,) for v in range(nr)]
+        m = min(m, within(least_slack((w,), (u,), t, more), b2))
+    if u != t and m > 0 and b1 > narrow:
+        # (A'): source side {s, u}, sink side {w, t} (+ a rank v if t is none)
+        m = min(m, within(least_slack((u,), (w,), t, ranks_unless_rank(t, (u,))), b1 - narrow))
+    if u != t and m > 0 and b2 > narrow:
+        # (B'): source side {s, u, w}, sink side {t} (+ a rank v if t is none)
+        m = min(m, within(least_slack((u, w), (), t, ranks_unless_rank(t, (u, w))), b2 - narrow))
     return max(m, 0)
+
+
+def _split_at(graph: SplitGraph, w: int, bottleneck, demand_arcs, need: int, allowed, step: int,
+              charged_only: bool) -> None:
+    """Split off what the cuts allow of every pair of arcs through switch ``w`` (:func:`split_switches`); with
+    ``charged_only``, only the joins of pieces whose bottlenecks differ."""
+    nr = graph.num_ranks
+    preds = sorted(u for (u, x), c in graph.cap.items() if x == w and c > 0)
+    for u in preds:
+        # Pair u with its cyclic successor first: concentrated pairs (a ring through the switch)
+        # keep few peers per rank, which serialise well on a shared port; a u->w->u loop
+        # only wastes capacity, so it comes last.
+        succs = sorted((t for (x, t), c in graph.cap.items() if x == w and c > 0),
+                       key=lambda t: (t == u, (step * (t - u)) % nr if t < nr else t))
+        for t in succs:
+            for r1, r2 in _route_pairs(graph, u, w, t, allowed):
+                # a circuit moves at its route's least bandwidth and holds every link of it: a unit of the
+                # joined route takes wide / narrow units of the wider piece (docs/cost-model.md, rule 4)
+                b1, b2 = bottleneck((u, *r1, w)), bottleneck((w, *r2, t))
+                if charged_only and b1 == b2:
+                    continue
+                narrow = min(b1, b2)
+                limit = min(_units_of(graph.routes[(u, w)], r1) * narrow // b1,
+                            _units_of(graph.routes[(w, t)], r2) * narrow // b2)
+                if limit == 0:
+                    continue
+                m = _split_amount(graph, demand_arcs, need, u, w, t, limit, (b1, b2, narrow))
+                if m == 0:
+                    continue
+                m1, m2 = -(-m * b1 // narrow), -(-m * b2 // narrow)
+                _remove_units(graph.routes[(u, w)], r1, m1)
+                _remove_units(graph.routes[(w, t)], r2, m2)
+                graph.cap[(u, w)] -= m1
+                graph.cap[(w, t)] -= m2
+                if u != t:
+                    graph.cap[(u, t)] = graph.cap.get((u, t), 0) + m
+                    _add_units(graph.routes.setdefault((u, t), []), r1 + (w,) + r2, m)
+            if graph.cap.get((u, w), 0) == 0:
+                break
 
 
 def split_switches(fabric: Fabric, caps: np.ndarray, weights: dict[int, int], k: int,
@@ -362,8 +428,8 @@ def split_switches(fabric: Fabric, caps: np.ndarray, weights: dict[int, int], k:
     combined path is a piece of a canonical path, so every rank arc can be realised by a program.
     ``step`` (+1 or -1) is the preferred cyclic direction of the pairs (see the loop). Where the two pieces
     joined have different bottlenecks, the wider one gives ``wide / narrow`` units per unit split off (a
-    circuit holds its links at its route's rate, docs/cost-model.md); the cut check covers the split amount,
-    and the final feasibility check what that charge takes beyond it.
+    circuit holds its links at its route's rate, docs/cost-model.md); the cut check counts that charge
+    (:func:`_split_amount`), and such joins are made first at each switch, before the others take what they need.
     Raises SplitError when what cannot be split is needed (a non-Eulerian switch, or routes the
     fabric's fixed paths exclude); complete splitting exists otherwise (Bang-Jensen et al.).
     """
@@ -378,36 +444,11 @@ def split_switches(fabric: Fabric, caps: np.ndarray, weights: dict[int, int], k:
     demand_arcs = (st, sh, sc)
     need = k * sum(weights.values())
     for w in range(nr, n):
-        preds = sorted(u for (u, x), c in graph.cap.items() if x == w and c > 0)
-        for u in preds:
-            # Pair u with its cyclic successor first: concentrated pairs (a ring through the switch)
-            # keep few peers per rank, which serialise well on a shared port; a u->w->u loop
-            # only wastes capacity, so it comes last.
-            succs = sorted((t for (x, t), c in graph.cap.items() if x == w and c > 0),
-                           key=lambda t: (t == u, (step * (t - u)) % nr if t < nr else t))
-            for t in succs:
-                for r1, r2 in _route_pairs(graph, u, w, t, allowed):
-                    # a circuit moves at its route's least bandwidth and holds every link of it: a unit of the
-                    # joined route takes wide / narrow units of the wider piece (docs/cost-model.md, rule 4)
-                    b1, b2 = bottleneck((u, *r1, w)), bottleneck((w, *r2, t))
-                    narrow = min(b1, b2)
-                    limit = min(_units_of(graph.routes[(u, w)], r1) * narrow // b1,
-                                _units_of(graph.routes[(w, t)], r2) * narrow // b2)
-                    if limit == 0:
-                        continue
-                    m = _split_amount(graph, demand_arcs, need, u, w, t, limit)
-                    if m == 0:
-                        continue
-                    m1, m2 = -(-m * b1 // narrow), -(-m * b2 // narrow)
-                    _remove_units(graph.routes[(u, w)], r1, m1)
-                    _remove_units(graph.routes[(w, t)], r2, m2)
-                    graph.cap[(u, w)] -= m1
-                    graph.cap[(w, t)] -= m2
-                    if u != t:
-                        graph.cap[(u, t)] = graph.cap.get((u, t), 0) + m
-                        _add_units(graph.routes.setdefault((u, t), []), r1 + (w,) + r2, m)
-                if graph.cap.get((u, w), 0) == 0:
-                    break
+        # Charged joins first: a join of pieces of unequal bottlenecks takes more of the wider piece than it gives,
+        # so joins made before it could leave it too little (a PCIe tree whose sockets meet over a slower link:
+        # the rank pairs under one PCIe switch would take every rank's port first).
+        for charged_pass in (True, False):
+            _split_at(graph, w, bottleneck, demand_arcs, need, allowed, step, charged_pass)
         # drop what is left at w (possible only for non-Eulerian switches) if the cuts allow it
         for key in [key for key, c in graph.cap.items() if c > 0 and w in key]:
             graph.cap[key] = 0
