@@ -105,14 +105,14 @@ spantr.   bandwidth-bound allreduce, no switches,     -        reduce + broadcas
                                                                      the tightened bound (trees 0.55)
 pareto    N <= 8, no switches, latency-bound                10 s     best at 1 MB on dgx1 (43.4 % vs ring
                                                                      45.7 %); can stay undecided on NICs
-milp      N <= 16 and (alltoall, or latency-bound           30 s     optimal in 0.1 s on dgx1/mi250 1 KB
-          allgather/reducescatter/allreduce)                (5 s)    (gap 0.7 %); hypercube-16 alltoall 1 MB
-                                                                     1.575x bound vs greedy 1.925x (30 s);
-                                                                     behind switches at 16 ranks it runs
-                                                                     to its limit without beating greedy
-                                                                     (dgx-a100-2node 1 KB allgather, dgx2
-                                                                     1 KB allreduce, ndv2-2node 1 MB
-                                                                     allreduce: 10 s each), hence 5 s there
+milp      N <= 16 and (alltoall, or latency-bound           30 s     on CP-SAT: optimal in 0.1 s on dgx1/
+          allgather/reducescatter/allreduce)                (5 s)    mi250 1 KB; behind switches at 16
+                                                                     ranks 5 s (it rarely beats greedy
+                                                                     there): dgx-a100-2node 1 KB allgather
+                                                                     optimal in the epoch model in 2.3 s,
+                                                                     0.657 of the bound against rdh's
+                                                                     0.435 (on HiGHS its root node ran
+                                                                     past the 100 s safety stop)
 ========  ===============================================  =======  =====================================
 
 **Small messages behind a switch** (issue 35, ``benchmarks/bench_small.py``). There ``milp`` runs its port
@@ -134,8 +134,11 @@ program on an idle and on a loaded machine. A candidate's "limit" above is deter
 (``SynthOptions.work_limit``: CP-SAT deterministic time on a fixed worker count, branch-and-bound
 nodes; :mod:`synth.solvers`), never seconds of wall clock. The wall clock is only a *safety stop*:
 ``--time-limit`` (none unless the user gives one) bounds the whole plan, and a candidate with a work
-limit also stops after ``CLOCK_FACTOR`` (20) times it in seconds: a stop for a hang (a HiGHS root
-node has no deterministic bound), far enough that a loaded machine never reaches it (at 2× a MILP
+limit also stops after ``CLOCK_FACTOR`` (20) times it in seconds: a stop for a hang, far enough that a
+loaded machine never reaches it. ``milp`` runs on CP-SAT (``MILP_SOLVER``) unless ``--solver`` names another:
+HiGHS bounds branch-and-bound nodes but not its root node (presolve, cuts, heuristics), which behind switches
+took past the stop (dgx-a100-2node 1 KB allgather: over 100 s on HiGHS, optimal in the epoch model in 2.3 s on
+CP-SAT). (At 2× a MILP
 given 30 s of deterministic work was cut on the 2-core development machine beside a test suite, and
 `synth tune` then wrote a different program set than on an idle machine). A candidate that a clock
 stops reports ``not_tried`` with the reason and its program is not used; once ``--time-limit`` runs
@@ -167,6 +170,8 @@ from synth.synthesis.registry import METHODS, registered
 
 MIN_START_S = 0.5            # a candidate is not started with less than this left of --time-limit
 CLOCK_FACTOR = 20.0          # a candidate with a work limit W stops (not_tried) after CLOCK_FACTOR * W s
+MILP_SOLVER = "cp-sat"       # auto's milp candidate's solver where --solver is the default (candidate_options)
+DEFAULT_SOLVER = SynthOptions.solver
 # first where bandwidth-bound (expected quality)
 TREE_METHODS = ("leafring", "railblocks", "multiring", "rsag", "spantree", "trees", "mirror", "lp")
 BASELINE_MAX_RANKS = 64      # baselines (and ring first) up to this scale
@@ -461,7 +466,11 @@ def candidate_options(options: SynthOptions, cand: Candidate, left_s: float | No
         own = CLOCK_FACTOR * cand.limit_s
         clock = own if clock is None else min(own, clock)
     chunks = cand.chunks if cand.chunks is not None else options.chunks
-    return replace(options, time_limit=clock, work_limit=cand.limit_s, chunks=chunks)
+    # HiGHS bounds a MIP's branch-and-bound nodes but not its root (presolve, cuts, heuristics): behind switches a
+    # root took past the 100 s safety stop (dgx-a100-2node 1 KB allgather, a 12-rank two-switch 4 MiB allgather),
+    # so whether milp ran depended on the machine's load. CP-SAT's deterministic time bounds all of its work.
+    solver = MILP_SOLVER if cand.method == "milp" and options.solver == DEFAULT_SOLVER else options.solver
+    return replace(options, time_limit=clock, work_limit=cand.limit_s, chunks=chunks, solver=solver)
 
 
 def close_enough(time_us: float, bound_us: float) -> bool:

@@ -397,11 +397,13 @@ class Built:
 
 def build_model(vl: VirtualLinks, problem: CopyProblem, ep: Epochs, horizon: int, lb: int,
                 dist: np.ndarray, dd: np.ndarray, start: list[tuple[int, int, int]] | None = None,
-                shortest: bool = True, ports: bool = False) -> Built:
+                shortest: bool = True, ports: bool = False, integral_runs: bool = False) -> Built:
     """The time-expanded MILP of the module docstring (TE-CCL, Liu et al., SIGCOMM'24) as a
     :class:`synth.solvers.Model`: the pruned binaries x, h, y, done, then one constraint family per
     step below (each step's docstring gives its rows), the objective min Σ_{k<K} (1 − done[k]), and
-    the warm start. ``ports``: the port model's one-run rows (:func:`_one_run`)."""
+    the warm start. ``ports``: the port model's one-run rows (:func:`_one_run`), their run starts binary where
+    ``integral_runs`` (CP-SAT takes integer columns only; with binary sends the least run start is 0 or 1, so
+    the optimum is the same)."""
     from synth.solvers import Model
 
     K = horizon
@@ -420,7 +422,7 @@ def build_model(vl: VirtualLinks, problem: CopyProblem, ep: Epochs, horizon: int
     _batching(rows, ep, v, K)
     _physical_capacity(rows, vl, v, K)
     _completion(model, rows, reach, v, K, lb)
-    runs = _one_run(model, rows, problem, v) if ports else None
+    runs = _one_run(model, rows, problem, v, integral_runs) if ports else None
     rows.add_to(model)
     model.set_objective(done, -1.0, "min", offset=float(K))
     if start is not None:
@@ -631,7 +633,8 @@ def _completion(model: Model, rows: _Rows, reach: _Reach, v: _Vars, horizon: int
                  np.concatenate([np.arange(m), np.arange(m)]), np.full(m, -math.inf), np.zeros(m))
 
 
-def _one_run(model: Model, rows: _Rows, problem: CopyProblem, v: _Vars) -> tuple[np.ndarray, np.ndarray]:
+def _one_run(model: Model, rows: _Rows, problem: CopyProblem, v: _Vars,
+             integral: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Port model: a (link, epoch) batch is one contiguous run of chunk ids, so it pays one α.
 
     The epoch model lets a virtual link carry up to m_j chunks per epoch for one α, but an MSCCL step
@@ -652,7 +655,7 @@ def _one_run(model: Model, rows: _Rows, problem: CopyProblem, v: _Vars) -> tuple
     pred_chunk = np.array([by_id.get(int(cid) - 1, -1) for cid in problem.chunk_ids], dtype=np.int64)
     pred = np.array([index.get((int(pred_chunk[c]), j, k), -1) if pred_chunk[c] >= 0 else -1
                      for c, j, k in x_keys.tolist()], dtype=np.int64)
-    r_col = model.add_vars(nx, 0.0, 1.0)
+    r_col = model.add_vars(nx, 0.0, 1.0, integer=integral)
     has = np.flatnonzero(pred >= 0)
     ids = np.arange(nx)
     rows.add(np.concatenate([v.x_col, r_col, v.x_col[pred[has]]]),
@@ -847,7 +850,7 @@ def solve_phase(vl: VirtualLinks, problem: CopyProblem, chunk_bytes: float, opti
                                         > ROUTE_PRUNE_ABOVE)
     notes["routes"] = ("single-destination chunks on shortest paths only" if shortest else "all routes")
     built = build_model(vl, problem, ep, horizon, lb, dist, dd, start=warm if use_start else None,
-                        shortest=shortest, ports=ports)
+                        shortest=shortest, ports=ports, integral_runs=options.solver == "cp-sat")
     notes["warm_start"] = bool(built.model.start)
     notes.update(model_vars=built.model.num_vars, model_rows=built.model.num_rows,
                  build_s=time.perf_counter() - t0)
