@@ -139,3 +139,10 @@ def test_alltoall_within_the_scratch_budget():
     assert result.bound_us / result.time_us >= 0.95
     roomy = synthesize(topology, "alltoall", GiB, "lp", SynthOptions(max_scratch=math.inf))
     assert scratch_bytes(roomy.program, GiB) > GiB
+
+
+def test_alltoall_flow_time_is_the_concurrent_flow_bound_without_switches():
+    # the note counts the flow's unit, one rank's piece for one peer (SIZE / N): it was N times too long
+    ring = _bidir(8, [(i, (i + 1) % 8, 50.0) for i in range(8)])
+    result = synthesize(ring, "alltoall", GiB, "lp", SynthOptions(max_scratch=math.inf))
+    assert result.schedule.notes["flow_time_us"] == pytest.approx(result.bound_us, rel=1e-6)
