@@ -425,7 +425,7 @@ def _synthesize(topology: Topology | str, collective_name: str, size_bytes: floa
     inst = instance(topology, collective_name, size_bytes, options, root, inplace=inplace)
     topology, collective, options = inst.topology, inst.collective, inst.options
     name = collective.name
-    budget_b = float(size_bytes) if options.max_scratch is None else float(options.max_scratch)
+    budget_b = options.scratch_budget(size_bytes)
 
     key = method.strip().lower()
     budget = None

@@ -44,6 +44,10 @@ class SynthOptions:
     # that can reuse its solution warm-start from it (trees: synth.synthesis.trees.forest.plan_forest)
     healthy: Topology | None = field(default=None, compare=False, repr=False)
 
+    def scratch_budget(self, size_bytes: float) -> float:
+        """``max_scratch`` in bytes per rank: the SIZE buffer where none was given (inf: no budget)."""
+        return float(size_bytes) if self.max_scratch is None else float(self.max_scratch)
+
 
 def deadline_of(options: SynthOptions) -> float | None:
     """The ``time.monotonic()`` instant ``--time-limit`` ends, counted from now (None: no limit).

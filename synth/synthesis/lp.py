@@ -223,7 +223,7 @@ def _alltoall(topology: Topology, collective: Collective, size_bytes: float, opt
 def relay_units(options: SynthOptions, size_bytes: float, n: int) -> float | None:
     """The scratch budget (``--max-scratch``; the buffer's size unless given) in alltoall units of ``SIZE / N``
     (what a rank relays sits in its scratch), or None without a budget."""
-    budget = float(size_bytes) if options.max_scratch is None else float(options.max_scratch)
+    budget = options.scratch_budget(size_bytes)
     return None if math.isinf(budget) else budget * n / float(size_bytes)
 
 

@@ -359,24 +359,23 @@ def _split_amount(graph: SplitGraph, demand_arcs, need: int, u: int, w: int, t: 
         # the largest M with ⌈M·per_unit/narrow⌉ <= slack
         return max(slack, 0) * narrow // per_unit
 
-    def ranks_unless_rank(x: int, avoid: tuple[int, ...]) -> list[tuple[int, ...]]:
-        return [()] if x < nr else [(v,) for v in range(nr) if v not in avoid]
+    def sink_ranks(sink_side: tuple[int, ...], source_side: tuple[int, ...]) -> list[tuple[int, ...]]:
+        # the sink side must hold a rank: none more where it does, else each rank off the source side in turn
+        if any(x < nr for x in sink_side):
+            return [()]
+        return [(v,) for v in range(nr) if v not in source_side]
 
     # (A): source side {s, u, t}, sink side {w, v}
-    for v in range(nr):
-        if v in (u, t) or m == 0:
-            continue
-        m = min(m, within(least_slack((u, t), (v,), w, [()]), b1))
+    m = min(m, within(least_slack((u, t), (), w, sink_ranks((w,), (u, t))), b1))
     # (B): source side {s, w}, sink side {u, t} (+ a rank v if neither is one)
     if m > 0:
-        more = [()] if (u < nr or t < nr) else [(v,) for v in range(nr)]
-        m = min(m, within(least_slack((w,), (u,), t, more), b2))
+        m = min(m, within(least_slack((w,), (u,), t, sink_ranks((u, t), (w,))), b2))
     if u != t and m > 0 and b1 > narrow:
         # (A'): source side {s, u}, sink side {w, t} (+ a rank v if t is none)
-        m = min(m, within(least_slack((u,), (w,), t, ranks_unless_rank(t, (u,))), b1 - narrow))
+        m = min(m, within(least_slack((u,), (w,), t, sink_ranks((w, t), (u,))), b1 - narrow))
     if u != t and m > 0 and b2 > narrow:
         # (B'): source side {s, u, w}, sink side {t} (+ a rank v if t is none)
-        m = min(m, within(least_slack((u, w), (), t, ranks_unless_rank(t, (u, w))), b2 - narrow))
+        m = min(m, within(least_slack((u, w), (), t, sink_ranks((t,), (u, w))), b2 - narrow))
     return max(m, 0)
 
 

@@ -210,6 +210,8 @@ def plan_alltoall_paths(topology: Topology, solver: str = "highs", time_limit: f
         raise LPTooLarge(f"the alltoall flow LP on {topology.name} would have {n * num} variables (more than "
                          f"{max_variables})")
 
+    heads = np.array([v for _, v, _ in arcs.hops], dtype=np.int64)   # each arc's receiving rank
+
     def build(at_most_us_per_mb: float | None, relays: float | None) -> tuple[Model, np.ndarray, int]:
         model = Model("alltoall-paths")
         x = model.add_vars(n * num).reshape(n, num)
@@ -224,11 +226,9 @@ def plan_alltoall_paths(topology: Topology, solver: str = "highs", time_limit: f
         vals = np.concatenate([np.ones(len(arcs.use_link) * n), -topology.arrays[2] * 1e-3])
         model.add_rows(rows, cols, vals, np.full(links, -np.inf), np.zeros(links))
         if relays is not None:   # Σ_{s≠v} inflow_s(v) ≤ relays + N − 1 at every rank v
-            into = np.array([v for _, v, _ in arcs.hops], dtype=np.int64)
-            sources = np.repeat(np.arange(n), num)
-            heads = np.tile(into, n)
-            others = sources != heads
-            model.add_rows(heads[others], x.ravel()[others], np.ones(int(others.sum())),
+            into = np.tile(heads, n)
+            others = np.repeat(np.arange(n), num) != into
+            model.add_rows(into[others], x.ravel()[others], np.ones(int(others.sum())),
                            np.full(n, -np.inf), np.full(n, relays + n - 1))
         if at_most_us_per_mb is None:
             model.set_objective([t], [1.0])
@@ -238,12 +238,9 @@ def plan_alltoall_paths(topology: Topology, solver: str = "highs", time_limit: f
         return model, x, t
 
     def most_relayed(flow: np.ndarray) -> float:
-        into = np.zeros(n)
-        heads = np.array([v for _, v, _ in arcs.hops], dtype=np.int64)
-        for s in range(n):
-            np.add.at(into, heads, flow[s])
-            into[s] -= flow[s][heads == s].sum()
-        return float((into - (n - 1)).max())
+        # what enters each rank from the other sources, less the N - 1 units it keeps
+        others = np.arange(n)[:, None] != heads[None, :]
+        return float((np.bincount(heads, weights=(flow * others).sum(axis=0), minlength=n) - (n - 1)).max())
 
     started = time.monotonic()
 

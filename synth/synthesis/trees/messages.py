@@ -161,6 +161,8 @@ def root_piece_bytes(name: str, n: int, size_bytes: float, owners: int | None = 
         return size_bytes / n
     if name in ("scatter", "gather"):
         return size_bytes * (n - 1) / n   # their trees carry the N-1 pieces of the other ranks
+    if name == "alltoall":
+        return size_bytes / n   # the alltoall flow's unit: one rank's piece for one peer (plan_alltoall_paths)
     return size_bytes
 
 

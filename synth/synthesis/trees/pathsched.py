@@ -192,9 +192,7 @@ def _path_schedule_of(topology: Topology, name: str, size_bytes: float, method: 
                           groups[i]) for i, msg in enumerate(jobs.msg) for chunk in msg]
     transfers.sort(key=lambda t: (t.start, t.end))
     notes = {"paths": sum(len(plan.paths) for plan in plans), "chunks_per_root": coll.chunk_factor,
-             # an alltoall flow's unit is one rank's piece for one peer, SIZE / N (plan_alltoall_paths)
-             "score_us": score, "flow_time_us": plans[0].time_per_byte_us * (
-                 size_bytes / n if name == "alltoall" else root_piece_bytes(name, n, size_bytes)),
+             "score_us": score, "flow_time_us": plans[0].time_per_byte_us * root_piece_bytes(name, n, size_bytes),
              "priority": priority}
     return Schedule(coll, topology.name, tuple(transfers), method=method, size_bytes=float(size_bytes),
                     predicted_time_us=float(end.max()), notes=notes)
