@@ -159,3 +159,46 @@ def test_fat_tree_alltoall_reaches_its_bound():
     # k=4 fat tree, 2 ranks per edge switch, 1 GiB: lp 0.6051 of the bound with half the cores idle, now 0.997
     result = synthesize(fat_tree(4, 2), "alltoall", GiB)
     assert result.bound_us / result.time_us >= 0.99
+
+
+def multi_plane(boxes: int, gpus: int, planes: int, nvswitch_bw: float = 300.0, nic_bw: float = 25.0) -> Topology:
+    """``boxes`` boxes of ``gpus`` GPUs on one NVSwitch each; every GPU has one NIC on each of ``planes`` network
+    planes (a switch per plane, as in dual-plane rail designs)."""
+    links, switches = [], [f"plane{p}" for p in range(planes)]
+    for box in range(boxes):
+        switches.append(f"b{box}nvs")
+        for g in range(gpus):
+            rank = box * gpus + g
+            links.append({"src": rank, "dst": f"b{box}nvs", "bw": nvswitch_bw, "alpha": 0.7})
+            for p in range(planes):
+                nic = f"b{box}g{g}n{p}"
+                switches.append(nic)
+                links += [{"src": rank, "dst": nic, "bw": nic_bw, "alpha": 0.2},
+                          {"src": nic, "dst": f"plane{p}", "bw": nic_bw, "alpha": 1.0}]
+    return parse_topology({"name": f"planes-{boxes}x{gpus}x{planes}", "ranks": boxes * gpus, "switches": switches,
+                           "links": links})
+
+
+@pytest.mark.parametrize(("boxes", "gpus", "planes"), [(2, 4, 2), (3, 4, 2), (4, 8, 2), (2, 8, 4)])
+def test_senders_spread_over_every_nic_of_a_multi_plane_gpu(boxes, gpus, planes):
+    # a tie at the destination itself takes (src + dst) mod m: with dst mod m alone every sender reached a GPU
+    # through one NIC (dual-plane 2x4: every collective at 0.50 of the bound)
+    topology = multi_plane(boxes, gpus, planes)
+    routes = rank_routes(topology)
+    into: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
+    out_of: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
+    for (src, dst), path in routes.items():
+        if src // gpus != dst // gpus:
+            into[dst][topology.node_name(path[-2])] += 1
+            out_of[src][topology.node_name(path[1])] += 1
+    for counts in (*into.values(), *out_of.values()):
+        assert len(counts) == planes and max(counts.values()) - min(counts.values()) <= 1
+    router = Router(topology)
+    for (src, dst), path in routes.items():
+        assert (src, *switch_route(topology, src, dst), dst) == path
+        assert (src, *(topology.links[i].dst for i in router.route(src, dst)[0])) == path
+
+
+def test_dual_plane_allgather_uses_both_nics():
+    result = synthesize(multi_plane(2, 4, 2), "allgather", GiB)
+    assert result.bound_us / result.time_us >= 0.95

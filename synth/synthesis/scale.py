@@ -99,7 +99,7 @@ def switch_route(topology: Topology, u: int, v: int, _cache: dict | None = None)
             path = (u, *switches, v)
             for a, b in zip(path, path[1:]):
                 preds.setdefault(b, set()).add(a)
-    return pick_path(v, lambda node: sorted(preds.get(node, ())))[1:-1]
+    return pick_path(u, v, lambda node: sorted(preds.get(node, ())))[1:-1]
 
 
 def box_trees(topology: Topology, roots: tuple[int, ...]) -> list[tuple[int, list[tuple[int, int]], list[Route]]]:

@@ -98,22 +98,31 @@ class SourceRoutes:
             return None
         need = self.widest[dst]
         if self.narrowest[dst] >= need:
-            return pick_path(dst, self.preds.__getitem__)
+            return pick_path(self.src, dst, self.preds.__getitem__)
         preds = self._by_width.get(need)
         if preds is None:
             preds = self._by_width[need] = switch_predecessors(self.topology, self.src, self.through_ranks, need)
-        return pick_path(dst, preds.__getitem__)
+        return pick_path(self.src, dst, preds.__getitem__)
 
 
-def pick_path(dst: int, predecessors: Callable[[int], list[int]]) -> Path:
-    """The path to ``dst`` that the module's rule picks: back from ``dst``, at every node with ``m`` equal-cost
-    ``predecessors`` (none at the source) the next digit of ``dst`` in radix ``m``: ``dst mod m₁`` at the first
-    tie, ``⌊dst / m₁⌋ mod m₂`` at the next, and so on (Zahavi's D-mod-k; with one digit for every level, the
-    destinations under one switch spread over every core of a three-level fat tree, not only over the cores
-    whose index repeats the first digit)."""
+def pick_path(src: int, dst: int, predecessors: Callable[[int], list[int]]) -> Path:
+    """The path from ``src`` to ``dst`` that the module's rule picks: back from ``dst``, at every node with ``m``
+    equal-cost ``predecessors`` (none at the source) the next digit of ``dst`` in radix ``m``: ``dst mod m₁`` at
+    the first tie, ``⌊dst / m₁⌋ mod m₂`` at the next, and so on (Zahavi's D-mod-k; with one digit for every level,
+    the destinations under one switch spread over every core of a three-level fat tree, not only over the cores
+    whose index repeats the first digit).
+
+    A tie among ``dst``'s own links in (a GPU with two NICs, one per plane) takes ``(src + dst) mod m₁`` instead:
+    with ``dst`` alone every sender would reach ``dst`` through the same NIC, and its others would idle; with the
+    sum the senders of one ``dst``, and the receivers of one ``src``, spread over the planes."""
     path = [dst]
-    digits = dst
     options = predecessors(dst)
+    if len(options) > 1:
+        path.append(options[(src + dst) % len(options)])
+        digits = dst // len(options)
+        options = predecessors(path[-1])
+    else:
+        digits = dst
     while options:
         path.append(options[digits % len(options)])
         digits //= len(options)
