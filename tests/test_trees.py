@@ -607,9 +607,10 @@ def test_forests_of_the_other_orientation_only_where_routes_run_back_the_same_wa
     from synth.topology.model import Link, Topology
 
     assert trees.pipeline.routes_symmetric(load_topology("dgx-a100-2node"))
-    # two equal 3-hop paths between ranks 0 and 1 (0-s0-s2-1, 0-s1-s3-1): ties go by destination,
-    # which picks 0-s1-s3-1 one way and 1-s2-s0-0 the other, so reduction routes are not broadcast routes
-    pairs = [(0, 2), (2, 4), (4, 1), (0, 3), (3, 5), (5, 1)]
+    # two equal 4-hop paths between ranks 0 and 1 (0-s0-s1-s3-1, 0-s0-s2-s3-1): the tie in the middle goes by
+    # destination, which picks 0-s0-s2-s3-1 one way and 1-s3-s1-s0-0 the other, so reduction routes are not
+    # broadcast routes
+    pairs = [(0, 2), (2, 3), (2, 4), (3, 5), (4, 5), (5, 1)]
     links = tuple(Link(a, b, 10.0, 1.0) for u, v in pairs for a, b in ((u, v), (v, u)))
     topology = Topology("two-paths", 2, links, ("s0", "s1", "s2", "s3"))
     assert trees.pipeline.is_symmetric(topology)
