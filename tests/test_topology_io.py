@@ -422,3 +422,54 @@ def test_fuzz_mutated_valid_document(data):
         assert str(exc).startswith("mut.yaml: ") and "\n" not in str(exc)
     else:
         assert parse_topology(topology_to_dict(t), "again") == t
+
+
+def _chips(widths=(5, 4, 4, 5), alphas=None, gpus: int = 8, features: dict | None = None) -> dict:
+    """A DGX-H100-like box written per NVSwitch chip: every GPU links to chip c with widths[c] NVLinks of 25 GB/s."""
+    alphas = alphas or [0.35] * len(widths)
+    switches = [dict(name=f"c{c}", **(features or {})) if features else f"c{c}" for c in range(len(widths))]
+    links = [{"src": g, "dst": f"c{c}", "bw": 25 * n, "alpha": alphas[c]}
+             for g in range(gpus) for c, n in enumerate(widths)]
+    return {"name": "chips", "ranks": gpus, "switches": switches, "links": links}
+
+
+def test_planes_of_one_switch_are_joined_with_their_bandwidths_added():
+    topology = parse_topology(_chips())
+    assert topology.switches == ("c0",)
+    assert {(link.bw, link.alpha) for link in topology.links} == {(450.0, 0.35)}
+    one = parse_topology({"name": "one", "ranks": 8, "switches": ["c0"],
+                          "links": [{"src": g, "dst": "c0", "bw": 450, "alpha": 0.35} for g in range(8)]})
+    assert topology.sha256 == one.sha256
+
+
+def test_a_gpus_two_nics_into_one_switch_are_joined():
+    links = []
+    for g in range(4):
+        for n in range(2):
+            links += [{"src": g, "dst": f"g{g}n{n}", "bw": 25, "alpha": 0.2},
+                      {"src": f"g{g}n{n}", "dst": "ib", "bw": 25, "alpha": 1.0}]
+    switches = ["ib"] + [f"g{g}n{n}" for g in range(4) for n in range(2)]
+    topology = parse_topology({"name": "nics", "ranks": 4, "switches": switches, "links": links})
+    assert topology.switches == ("ib", "g0n0", "g1n0", "g2n0", "g3n0")
+    assert {link.bw for link in topology.links} == {50.0}
+
+
+@pytest.mark.parametrize(("doc", "left"), [
+    (_chips(alphas=[0.35, 0.35, 0.5, 0.35]), ("c0", "c2")),          # the chip of another α stays apart
+    (_chips(features={"reduce": True}), ("c0", "c1", "c2", "c3")),  # in-network work is not striped
+], ids=["alpha", "reduce"])
+def test_switches_that_differ_are_not_joined(doc, left):
+    assert parse_topology(doc).switches == left
+
+
+def test_spines_are_not_planes():
+    # two spines link the same leaves but no rank: sends take one of them (D-mod-k), as on a real fat tree
+    topology = gen.leaf_spine(4, 4, 2)
+    assert parse_topology(yaml.safe_load(dump_topology(topology))).switches == topology.switches
+
+
+def test_chip_level_box_reaches_its_bound():
+    from synth.pipeline import synthesize
+
+    result = synthesize(parse_topology(_chips()), "allgather", 2**30)
+    assert result.bound_us / result.time_us >= 0.98    # 0.55 with a route per pair through one 125 GB/s chip

@@ -60,6 +60,41 @@ def merge_links(
     return tuple(Link(s, d, v[0], v[1]) for (s, d), v in sorted(acc.items()))
 
 
+def join_parallel_switches(num_ranks: int, switches: tuple[str, ...], links: tuple[Link, ...],
+                           features: dict[str, SwitchFeatures]) -> tuple[tuple[str, ...], tuple[Link, ...]]:
+    """Switches that are planes of one switch, joined into the first of them (docs/topology.md, "Parallel
+    switches"): two switches are planes of one when they link the same nodes, at least one of them a rank, with
+    the same α both ways on every link, and do no in-network work (NVSwitch chips that every GPU of a box
+    links to; two NICs of one GPU into the same network switch). Their links to each node add bandwidth, as
+    parallel link entries do: a transfer stripes over the planes (NVLink does so across NVSwitch chips, NCCL's
+    channels across a GPU's NICs), where one fixed route per rank pair would use one plane of them.
+    Repeated until no two switches are planes of one (a joined switch can make its neighbours' planes equal).
+    Returns the switches left, in order, and the links renumbered to them."""
+    while True:
+        neighbours: dict[int, dict[int, list]] = {}
+        for link in links:
+            for here, there, way in ((link.src, link.dst, 0), (link.dst, link.src, 1)):
+                if here >= num_ranks:
+                    neighbours.setdefault(here, {}).setdefault(there, [None, None])[way] = link.alpha
+        planes: dict[tuple, list[int]] = {}
+        for switch, near in neighbours.items():
+            work = features.get(switches[switch - num_ranks])
+            if any(node < num_ranks for node in near) and (work is None or work.plain):
+                planes.setdefault(tuple(sorted((node, *alphas) for node, alphas in near.items())), []).append(switch)
+        into = {other: group[0] for group in planes.values() if len(group) > 1 for other in group[1:]}
+        if not into:
+            return switches, links
+        kept = [w for w in range(num_ranks, num_ranks + len(switches)) if w not in into]
+        new_id = {w: num_ranks + k for k, w in enumerate(kept)}
+        renamed = list(range(num_ranks)) + [new_id[into.get(w, w)] for w in range(num_ranks, num_ranks + len(switches))]
+        joined: dict[tuple[int, int], list[float]] = {}
+        for link in links:
+            pair = (renamed[link.src], renamed[link.dst])
+            joined.setdefault(pair, [0.0, link.alpha])[0] += link.bw
+        switches = tuple(switches[w - num_ranks] for w in kept)
+        links = tuple(Link(a, b, bw, alpha) for (a, b), (bw, alpha) in sorted(joined.items()))
+
+
 # --------------------------------------------------------------------------------------------
 # graph checks
 

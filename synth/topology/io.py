@@ -31,6 +31,7 @@ from synth.topology.checks import (
     canonical_features,
     check_topology,
     hop_diameter,
+    join_parallel_switches,
     merge_links,
 )
 from synth.topology.model import SwitchFeatures, Topology
@@ -302,6 +303,7 @@ def parse_topology(doc: Any, source: str = "<topology>") -> Topology:
         entries.append((src, dst, float(bw), float(alpha), bool(raw.get("directed", defaults.get("directed", False)))))
 
     links = merge_links(entries, lambda i, problem: _fail(source, f"links[{i}]", problem))
+    switches, links = join_parallel_switches(num_ranks, tuple(switches), links, dict(features))
 
     machines: list[tuple[int, ...]] = []
     owner: dict[int, int] = {}
