@@ -444,7 +444,8 @@ def _synthesize(topology: Topology | str, collective_name: str, size_bytes: floa
     t0 = time.perf_counter()
     best: _Timed | None = None
     unrunnable: _Timed | None = None   # auto: the fastest program an MSCCL runtime would not run at SIZE
-    roomy: _Timed | None = None        # auto: the fastest runnable program over the scratch budget
+    # auto: the fastest program over the scratch budget, by whether the runtime runs it at SIZE (True: it does not)
+    roomy: dict[bool, _Timed] = {}
     tried: list[dict] = []
     clock_out = None    # auto: why --time-limit cut the plan short
 
@@ -508,9 +509,9 @@ def _synthesize(topology: Topology | str, collective_name: str, size_bytes: floa
         tried.append({"method": m, **row, "time_us": kept.sim.time_us, "synthesis_s": run.seconds})
         if fastest_off is not None and (unrunnable is None or fastest_off.rank < unrunnable.rank):
             unrunnable = fastest_off
-        if not kept.rank.unrunnable and kept.rank.over_scratch and (
-                roomy is None or kept.sim.time_us < roomy.sim.time_us):
-            roomy = kept
+        over = roomy.get(kept.rank.unrunnable)
+        if kept.rank.over_scratch and (over is None or kept.sim.time_us < over.sim.time_us):
+            roomy[kept.rank.unrunnable] = kept
         if best is None or kept.rank < best.rank:
             best = kept
     elapsed = time.perf_counter() - t0
@@ -545,7 +546,8 @@ def _synthesize(topology: Topology | str, collective_name: str, size_bytes: floa
         tried=tried,
         notes=(_size_notes(program, size_bytes) + _over_limits_note(schedule) + _passed_over_note(passed_over, best)
                + _fitted_chunks_note(schedule)
-               + _scratch_notes(best, roomy if is_auto else None, size_bytes, budget_b, is_auto)),
+               + _scratch_notes(best, roomy.get(best.rank.unrunnable) if is_auto else None, size_bytes, budget_b,
+                                is_auto)),
     )
 
 

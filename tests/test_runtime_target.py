@@ -285,6 +285,12 @@ def test_auto_prefers_a_program_within_the_scratch_budget(monkeypatch):
     none_fits = synthesize("ring-8", "alltoall", MiB, "auto", SynthOptions(max_scratch=0.0))
     assert none_fits.method == "greedy"
     assert any(n.startswith("no program the runtime runs at SIZE fits") for n in none_fits.notes)
+    # at a SIZE no program's chunks per loop divide, none runs in the runtime: the faster one passed over for the
+    # budget is still named (a 5x5 torus alltoall kept direct at 0.06 of the bound and said nothing of lp's 0.45)
+    odd = MiB + 4
+    tight = synthesize("ring-8", "alltoall", odd, "auto", SynthOptions(max_scratch=1.2 * odd))
+    assert tight.method == "direct" and any("not a multiple" in n for n in tight.notes), tight.notes
+    assert any("greedy took" in n and "over --max-scratch" in n for n in tight.notes), tight.notes
 
 
 def test_rooted_export_warns_that_runtimes_ignore_the_root(tmp_path):
