@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import dijkstra
 
 from synth.errors import SynthError
 from synth.topology.model import Topology
@@ -431,7 +433,35 @@ def split_switches(fabric: Fabric, caps: np.ndarray, weights: dict[int, int], k:
     (:func:`_split_amount`), and such joins are made first at each switch, before the others take what they need.
     Raises SplitError when what cannot be split is needed (a non-Eulerian switch, or routes the
     fabric's fixed paths exclude); complete splitting exists otherwise (Bang-Jensen et al.).
+
+    The switches are split in id order, and where that fails, farthest from the ranks first: each split takes
+    what the cuts allow, so on a tree of switches the leaves, split first, paired their ranks with each other
+    until the ranks' ports were full, and the traffic from the other side of the root found no port left
+    (a 4:1 three-level switch tree lost every rate; the root first splits the long routes first).
     """
+    failure: SplitError | None = None
+    for order in _split_orders(fabric):
+        try:
+            return _split_in_order(fabric, caps, weights, k, allowed, step, order)
+        except SplitError as exc:
+            failure = failure or exc
+    assert failure is not None
+    raise failure
+
+
+def _split_orders(fabric: Fabric) -> list[list[int]]:
+    """The switch orders :func:`split_switches` tries: by id, then by hops from the nearest rank, farthest first."""
+    n, nr = fabric.num_nodes, fabric.num_ranks
+    by_id = list(range(nr, n))
+    arcs = csr_matrix((np.ones(len(fabric.tails)), (fabric.tails, fabric.heads)), shape=(n, n))
+    hops = dijkstra(arcs, unweighted=True, indices=list(range(nr)), min_only=True)
+    farthest = sorted(by_id, key=lambda w: (-hops[w], w))
+    return [by_id] if farthest == by_id else [by_id, farthest]
+
+
+def _split_in_order(fabric: Fabric, caps: np.ndarray, weights: dict[int, int], k: int,
+                    allowed: set[tuple[int, ...]] | None, step: int, order: list[int]) -> SplitGraph:
+    """:func:`split_switches` with the switches split in ``order``."""
     n, nr = fabric.num_nodes, fabric.num_ranks
     graph = SplitGraph(n, nr, *_direct_units(zip(fabric.tails.tolist(), fabric.heads.tolist(), caps.tolist())))
     link_units = dict(zip(fabric.arcs, fabric.units.tolist()))
@@ -442,7 +472,7 @@ def split_switches(fabric: Fabric, caps: np.ndarray, weights: dict[int, int], k:
     st, sh, sc = _source_arcs(n, weights, k)
     demand_arcs = (st, sh, sc)
     need = k * sum(weights.values())
-    for w in range(nr, n):
+    for w in order:
         # Charged joins first: a join of pieces of unequal bottlenecks takes more of the wider piece than it gives,
         # so joins made before it could leave it too little (a PCIe tree whose sockets meet over a slower link:
         # the rank pairs under one PCIe switch would take every rank's port first).
