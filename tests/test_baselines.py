@@ -7,6 +7,7 @@ import pytest
 
 from synth.collectives import Collective
 from synth.errors import SynthError
+from synth.lower_bounds import compute_bounds
 from synth.program.lower import lower
 from synth.simulation import simulate
 from synth.synthesis import baselines as bl
@@ -14,7 +15,7 @@ from synth.synthesis.base import Instance, SynthOptions
 from synth.synthesis.registry import METHODS
 from synth.topology import generators as gen
 from synth.topology.builtin import builtin_names
-from synth.topology.io import load_topology
+from synth.topology.io import load_topology, parse_topology
 from synth.verification import verify
 from tests.schedule_check import check_schedule
 
@@ -83,24 +84,52 @@ def test_rdh_closed_form_fully_connected_power_of_two() -> None:
         assert len({t.group for t in schedule.transfers}) == phases * 3 * n
 
 
-def test_rdh_non_power_of_two_folds_extras() -> None:
-    """N = 6: four core ranks run the butterfly, two extra ranks fold into core partners (placed next
-    to them, so a core's pieces stay contiguous) and are unfolded."""
+def test_rdh_non_power_of_two_runs_bruck_rounds() -> None:
+    """N = 6: allgather, reducescatter and the halving allreduce run Bruck's 3 rounds (distances 1, 2, 4; the last
+    carries 2 blocks), every rank receiving each other block once per phase."""
+    from collections import Counter
+
     topo = gen.fully_connected(6)
-    for name in ("allgather", "reducescatter", "allreduce"):
+    for name, phases in (("allgather", 1), ("reducescatter", 1), ("allreduce", 2)):
         schedule, _, sim = run("rdh", topo, name)
-        assert schedule.notes["core"] == 4 and schedule.notes["extras"] == 2
+        assert schedule.notes["bruck_rounds"] == 3 and schedule.notes["extras"] == 0
         place = schedule.notes["placement"]
-        assert place == [0, 2, 4, 5, 1, 3]      # core i <-> extra 4+i are ranks 2i, 2i+1
-        extras = {place[4], place[5]}
-        extra_peers = {(t.src, t.dst) for t in schedule.transfers if extras & {t.src, t.dst}}
-        assert extra_peers == {(1, 0), (0, 1), (3, 2), (2, 3)}
-        if name in ("reducescatter", "allreduce"):
-            assert all(t.reduce for t in schedule.transfers if t.src in extras)
+        hops = Counter((place.index(t.dst) - place.index(t.src)) % 6 for t in schedule.transfers)
+        assert set(hops) == ({5, 4, 2} if name == "allgather" else {1, 2, 4} if name == "reducescatter"
+                             else {1, 2, 4, 5})
+        per_rank = Counter(t.dst for t in schedule.transfers)
+        assert set(per_rank.values()) == {5 * phases}   # one chunk per block
+        if name == "reducescatter":
+            assert all(t.reduce for t in schedule.transfers)
     # odd sizes and a torus (relays) too
     run("rdh", gen.fully_connected(7), "allreduce")
     run("rdh", gen.fully_connected(5), "reducescatter", chunks=3)
     run("rdh", gen.torus([3, 3]), "allgather")
+
+
+def test_rdh_doubling_allreduce_folds_extras() -> None:
+    """N = 6, plain doubling (short messages): four core ranks run the butterfly, two extra ranks fold into core
+    partners (placed next to them, so a core's pieces stay contiguous) and are unfolded."""
+    topo = gen.star(6, bw=300, alpha=0.7)
+    schedule, _, _ = run("rdh", topo, "allreduce", size=1024.0)
+    assert schedule.notes["variant"] == "doubling"
+    assert schedule.notes["core"] == 4 and schedule.notes["extras"] == 2
+    place = schedule.notes["placement"]
+    assert place == [0, 2, 4, 5, 1, 3]      # core i <-> extra 4+i are ranks 2i, 2i+1
+    extras = {place[4], place[5]}
+    extra_peers = {(t.src, t.dst) for t in schedule.transfers if extras & {t.src, t.dst}}
+    assert extra_peers == {(1, 0), (0, 1), (3, 2), (2, 3)}
+    assert all(t.reduce for t in schedule.transfers if t.src in extras)
+
+
+def test_bruck_on_one_switch_of_72_ranks_reaches_the_bound() -> None:
+    # a ring or tree packing sends 71 messages per rank (0.954 of the bound at 1 GiB); Bruck's rounds send 7
+    topo = parse_topology({"name": "nvl72", "ranks": 72, "switches": ["nvs"],
+                           "links": [{"src": r, "dst": "nvs", "bw": 900, "alpha": 0.4} for r in range(72)]})
+    for name in ("allgather", "reducescatter", "allreduce"):
+        schedule, _, sim = run("rdh", topo, name, size=2**30)
+        bound = compute_bounds(topo, schedule.collective, 2**30).time_bound_us
+        assert bound / sim.time_us >= 0.99, (name, bound / sim.time_us)
 
 
 def test_rdh_embeds_butterfly_in_torus() -> None:

@@ -53,8 +53,8 @@ direct    N <= 64 and (alltoall or latency-bound); a        -        alltoall's 
           512 ranks                                                  16 A100 boxes 0.934 of the bound, 16x8
                                                                      leaf-spine (4 spines) 0.972, 7 s; 32
                                                                      boxes 0.914 (6 s), 64 boxes 0.923 (24 s)
-rdh, dbt  N <= 64, latency-bound                            -        dbt best at 1 KB allreduce on
-nccl                                                                 dgx-a100-2node and ndv2-2node; rdh
+rdh, dbt  N <= 64, latency-bound; rdh also on one switch     -        dbt best at 1 KB allreduce on
+nccl      (_crossbar) at every size                                  dgx-a100-2node and ndv2-2node; rdh
                                                                      35 s at 256 ranks (3x greedy's time)
 hierar.   multi-box, N <= 64                                -        best at 1 KB/1 MB on dgx-a100-2node
 greedy    N <= 256; above: alltoall/gather/scatter or       -        cheap (<0.5 s at 16 ranks, 15 s in all
@@ -209,6 +209,19 @@ def _small(inst: Instance) -> bool:
     return inst.ranks <= BASELINE_MAX_RANKS
 
 
+def _crossbar(inst: Instance) -> bool:
+    """Every rank hangs off one switch and nothing else (an NVLink domain of 72 GPUs, a single InfiniBand switch):
+    every rank pair is then one contention-free hop, where recursive doubling, or Bruck's rounds where N is no
+    power of two (``rdh``), is bandwidth-optimal in ``⌈log2 N⌉`` messages per rank and phase; a ring or tree packing
+    sends ``N − 1`` (72 ranks at 900 GB/s, α 0.8 µs a route, 1 GiB allgather: 0.954 of the bound against 0.991)."""
+    topology = inst.topology
+    if len(topology.switches) != 1:
+        return False
+    switch = topology.num_ranks
+    return (len(topology.links) == 2 * topology.num_ranks
+            and all(switch in (link.src, link.dst) for link in topology.links))
+
+
 def _greedy(inst: Instance) -> bool:
     return (inst.ranks <= GREEDY_MAX_RANKS or inst.collective.name in ("alltoall", "gather", "scatter")
             or inst.latency_bound)
@@ -361,7 +374,7 @@ RULES: tuple[Rule, ...] = (
     Rule("spantree", lambda i: i.bandwidth_bound and not i.switches and i.ranks <= SPANTREE_MAX_RANKS),
     Rule("direct", lambda i: _small(i) and (i.collective.name == "alltoall" or i.latency_bound)
          or _switched_alltoall(i)),
-    Rule("rdh", lambda i: _small(i) and i.latency_bound),
+    Rule("rdh", lambda i: _small(i) and i.latency_bound or _crossbar(i)),
     Rule("dbt", lambda i: _small(i) and i.latency_bound),
     Rule("nccl", lambda i: _small(i) and i.latency_bound),
     Rule("hierarchical", lambda i: _small(i) and i.boxes >= 2),

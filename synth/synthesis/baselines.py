@@ -34,10 +34,13 @@ Algorithms:
   choice), allreduce by plain recursive doubling instead: log2 P steps, each exchanging and reducing the
   whole buffer, log2(P)·(α + S/bw) against Rabenseifner's 2·log2(P)·α + 2(P-1)/P·S/bw
   (``options.extra['rdh_allreduce']`` = ``auto`` / ``halving`` / ``doubling`` picks; the schedule's
-  ``notes['variant']`` says which ran). For N not a power of two, P = 2^⌊log2 N⌋ core ranks run the
-  algorithm and each of the N-P extra ranks folds into a core partner first (sends its data,
-  reducing) and is unfolded at the end (receives the result). On a fully connected fabric allgather takes
-  log2(N)·α + (N-1)/N·S/bw. On boxed fabrics the box index fills the low butterfly bits, so the
+  ``notes['variant']`` says which ran). For N not a power of two, allgather, reducescatter and the halving
+  allreduce run Bruck's rounds (:func:`bruck_rounds`, MPICH's allgather there: ⌈log2 N⌉ rounds, each block
+  received once; the allreduce is Bruck's reduce-scatter, then its allgather, ``variant`` ``bruck``): folding
+  the N − P extra ranks into a power-of-two core sent every extra rank's data twice. Plain doubling still runs on
+  P = 2^⌊log2 N⌋ core ranks, each of the N-P extra ranks folded into a core partner first (sends its data,
+  reducing) and unfolded at the end (receives the result). On a fully connected fabric allgather takes
+  ⌈log2 N⌉·α + (N-1)/N·S/bw. On boxed fabrics the box index fills the low butterfly bits, so the
   rounds that cross boxes are the ones that move the least data.
 - ``direct``: all-pairs for alltoall and allgather: in round d = 1..N-1 rank r sends its piece for
   (r+d) mod N straight to it (switch routes) or relayed along a shortest rank path.
@@ -539,11 +542,26 @@ def _box_interleaved(topology: Topology) -> list[int]:
     return [boxes[i % nb][i // nb] for i in range(n)]
 
 
+def bruck_rounds(n: int) -> list[tuple[int, int]]:
+    """Bruck's allgather over ``n`` ranks (Bruck et al., "Efficient algorithms for all-to-all communications in
+    multiport message-passing systems", IEEE TPDS 1997; MPICH's allgather where N is no power of two, Thakur,
+    Rabenseifner & Gropp 2005 §4.1): per round ``(distance, count)``: rank ``v`` sends the ``count`` blocks
+    ``v .. v + count − 1`` (mod n) it holds to rank ``v − distance`` (mod n). Distances 1, 2, 4, ...; every rank
+    then holds every block after ``⌈log2 n⌉`` rounds, having received each block once: ``n − 1`` blocks in all."""
+    rounds, distance = [], 1
+    while distance < n:
+        rounds.append((distance, min(distance, n - distance)))
+        distance *= 2
+    return rounds
+
+
 def _rdh(inst: Instance) -> Schedule:
     topology, collective, size_bytes, options = inst.topology, inst.collective, inst.size_bytes, inst.options
     name, n = collective.name, topology.num_ranks
     p = 1 << (n.bit_length() - 1)
     extras = n - p
+    if extras and name in ("allgather", "reducescatter"):
+        return _bruck(inst)
     bits = [1 << i for i in range(p.bit_length() - 1)]
     edges = {(i, i ^ b) for i in range(p) for b in bits} | {(i, p + i) for i in range(extras)}
     routes = rank_routes(topology)
@@ -560,6 +578,8 @@ def _rdh(inst: Instance) -> Schedule:
                              "in the fabric's links and switch routes")
     variant = _rdh_allreduce_variant(topology, routes, place, bits, size_bytes, options) if name == "allreduce" \
         else None
+    if extras and variant == "halving":
+        return _bruck(inst)    # Bruck's reduce-scatter and allgather in place of the folded halving and doubling
     if options.chunks is not None:
         chunks = options.chunks
     else:
@@ -643,6 +663,66 @@ def _rdh(inst: Instance) -> Schedule:
     notes = {"core": p, "extras": extras, "placement": place}
     if variant is not None:
         notes["variant"] = variant
+    return plan.schedule("rdh", size_bytes, notes)
+
+
+def _bruck(inst: Instance) -> Schedule:
+    """rdh where N is no power of two (:func:`bruck_rounds`): allgather by Bruck's rounds, reducescatter by the
+    same rounds mirrored in time and direction (each block's partial sums flow back along the allgather's tree of
+    it, summed on the way), allreduce by the two. Unlike folding the extra ranks into a power-of-two core, every
+    rank sends and receives each block once per phase, in ``⌈log2 N⌉`` rounds: on one switch (a 72-GPU NVLink
+    domain) the bandwidth bound plus ``⌈log2 N⌉`` messages' α. Placement as for the butterfly: the box index
+    fills the low logical positions, so the short early rounds cross boxes."""
+    topology, collective, size_bytes, options = inst.topology, inst.collective, inst.size_bytes, inst.options
+    name, n = collective.name, topology.num_ranks
+    rounds = bruck_rounds(n)
+    edges = {(v, (v + sign * d) % n) for v in range(n) for d, _ in rounds for sign in (1, -1)}
+    routes = rank_routes(topology)
+    base = _box_interleaved(topology)
+    place = embed(routes, n, edges, first=base)
+    if place is None:
+        if name == "allgather":
+            place = list(range(n))   # copies may be relayed by ranks
+        else:
+            raise SynthError(f"rdh does not apply to {topology.name!r}: Bruck's partner pairs do not embed in the "
+                             "fabric's links and switch routes")
+    chunks = options.chunks if options.chunks is not None else (n if name == "allreduce" else 1)
+    coll = Collective(name, n, chunks, root=collective.root, inplace=collective.inplace)
+    plan = Plan(topology, coll, size_bytes, "rdh", options)
+    into: dict[tuple[int, int], list[int]] = defaultdict(list)   # (logical, chunk) -> moves delivering it
+
+    def send(level: int, a: int, b: int, chunk_ids: list[int], reduce: bool) -> None:
+        deps = sorted({d for c in chunk_ids for d in into[(a, c)]})
+        moves = plan.send(level, place[a], place[b], chunk_ids, reduce, 0, deps)
+        for c in chunk_ids:
+            into[(b, c)] = into[(b, c)] + moves if reduce else list(moves)
+
+    if name == "allgather":
+        block = {v: [coll.contribution(place[v], k) for k in range(chunks)] for v in range(n)}
+    elif name == "reducescatter":
+        block = {v: [place[v] * chunks + k for k in range(chunks)] for v in range(n)}
+    else:
+        sizes = split_counts(chunks, [1] * n)
+        starts = [sum(sizes[:v]) for v in range(n)]
+        block = {v: list(range(starts[v], starts[v] + sizes[v])) for v in range(n)}
+
+    def run(v: int, count: int) -> list[int]:
+        return [c for j in range(count) for c in block[(v + j) % n]]
+
+    level = 1
+    if name in ("reducescatter", "allreduce"):
+        for distance, count in reversed(rounds):
+            for u in range(n):
+                send(level, u, (u + distance) % n, run((u + distance) % n, count), True)
+            level += 1
+    if name in ("allgather", "allreduce"):
+        for distance, count in rounds:
+            for v in range(n):
+                send(level, v, (v - distance) % n, run(v, count), False)
+            level += 1
+    notes: dict = {"core": n, "extras": 0, "placement": place, "bruck_rounds": len(rounds)}
+    if name == "allreduce":
+        notes["variant"] = "bruck"
     return plan.schedule("rdh", size_bytes, notes)
 
 
@@ -899,7 +979,7 @@ def _nccl(inst: Instance) -> Schedule:
 DBT = MethodSpec("dbt", _dbt, frozenset({"allreduce", "broadcast", "reduce"}),
                  "NCCL's double binary tree: two complementary pipelined binary trees, half the data each")
 RDH = MethodSpec("rdh", _rdh, frozenset({"allgather", "reducescatter", "allreduce"}),
-                 "recursive doubling/halving (Rabenseifner allreduce), extra ranks folded for non-powers of two")
+                 "recursive doubling/halving (Rabenseifner allreduce); Bruck's rounds for non-powers of two")
 DIRECT = MethodSpec("direct", _direct, frozenset({"alltoall", "allgather"}),
                     "all-pairs: every rank sends straight to every other (relayed along shortest paths if needed)")
 HIERARCHICAL = MethodSpec("hierarchical", _hierarchical, frozenset({"allreduce", "allgather", "reducescatter"}),
