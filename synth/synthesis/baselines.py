@@ -555,6 +555,33 @@ def bruck_rounds(n: int) -> list[tuple[int, int]]:
     return rounds
 
 
+def _placement(topology: Topology, routes, name: str, edges: set[tuple[int, int]], first: list[int],
+               pattern: str) -> list[int]:
+    """logical -> rank such that the partner pairs ``edges`` are links or switch routes (:func:`embed`); an
+    allgather that does not embed keeps the identity (copies may be relayed by ranks), anything else raises."""
+    place = embed(routes, topology.num_ranks, edges, first=first)
+    if place is not None:
+        return place
+    if name == "allgather":
+        return list(range(topology.num_ranks))
+    raise SynthError(f"rdh does not apply to {topology.name!r}: {pattern} partner pairs do not embed in the fabric's "
+                     "links and switch routes")
+
+
+def _logical_sends(plan: Plan, place: list[int]):
+    """``send(level, a, b, chunk_ids, reduce)`` between logical ranks (placed by ``place``), each after the moves
+    that delivered its chunks to ``a``; ``into`` is that record, (logical, chunk) -> moves."""
+    into: dict[tuple[int, int], list[int]] = defaultdict(list)
+
+    def send(level: int, a: int, b: int, chunk_ids: list[int], reduce: bool) -> None:
+        deps = sorted({d for c in chunk_ids for d in into[(a, c)]})
+        moves = plan.send(level, place[a], place[b], chunk_ids, reduce, 0, deps)
+        for c in chunk_ids:
+            into[(b, c)] = into[(b, c)] + moves if reduce else list(moves)
+
+    return send, into
+
+
 def _rdh(inst: Instance) -> Schedule:
     topology, collective, size_bytes, options = inst.topology, inst.collective, inst.size_bytes, inst.options
     name, n = collective.name, topology.num_ranks
@@ -569,13 +596,7 @@ def _rdh(inst: Instance) -> Schedule:
     # pieces a core holds stay contiguous in the buffers (one step per exchange)
     base = _box_interleaved(topology)
     position = [2 * v if v < extras else extras + v if v < p else 2 * (v - p) + 1 for v in range(n)]
-    place = embed(routes, n, edges, first=[base[position[v]] for v in range(n)])
-    if place is None:
-        if name == "allgather":
-            place = list(range(n))   # copies may be relayed by ranks
-        else:
-            raise SynthError(f"rdh does not apply to {topology.name!r}: the butterfly's partner pairs do not embed "
-                             "in the fabric's links and switch routes")
+    place = _placement(topology, routes, name, edges, [base[position[v]] for v in range(n)], "the butterfly's")
     variant = _rdh_allreduce_variant(topology, routes, place, bits, size_bytes, options) if name == "allreduce" \
         else None
     if extras and variant == "halving":
@@ -587,13 +608,7 @@ def _rdh(inst: Instance) -> Schedule:
     coll = Collective(name, n, chunks, root=collective.root, inplace=collective.inplace)
     plan = Plan(topology, coll, size_bytes, "rdh", options)
     C = chunks
-    into: dict[tuple[int, int], list[int]] = defaultdict(list)   # (logical, chunk) -> moves delivering it
-
-    def send(level: int, a: int, b: int, chunk_ids: list[int], reduce: bool) -> None:
-        deps = sorted({d for c in chunk_ids for d in into[(a, c)]})
-        moves = plan.send(level, place[a], place[b], chunk_ids, reduce, 0, deps)
-        for c in chunk_ids:
-            into[(b, c)] = into[(b, c)] + moves if reduce else list(moves)
+    send, into = _logical_sends(plan, place)
 
     if name == "allgather":
         piece = {v: [coll.contribution(place[v], k) for k in range(C)] for v in range(n)}
@@ -677,26 +692,11 @@ def _bruck(inst: Instance) -> Schedule:
     name, n = collective.name, topology.num_ranks
     rounds = bruck_rounds(n)
     edges = {(v, (v + sign * d) % n) for v in range(n) for d, _ in rounds for sign in (1, -1)}
-    routes = rank_routes(topology)
-    base = _box_interleaved(topology)
-    place = embed(routes, n, edges, first=base)
-    if place is None:
-        if name == "allgather":
-            place = list(range(n))   # copies may be relayed by ranks
-        else:
-            raise SynthError(f"rdh does not apply to {topology.name!r}: Bruck's partner pairs do not embed in the "
-                             "fabric's links and switch routes")
+    place = _placement(topology, rank_routes(topology), name, edges, _box_interleaved(topology), "Bruck's")
     chunks = options.chunks if options.chunks is not None else (n if name == "allreduce" else 1)
     coll = Collective(name, n, chunks, root=collective.root, inplace=collective.inplace)
     plan = Plan(topology, coll, size_bytes, "rdh", options)
-    into: dict[tuple[int, int], list[int]] = defaultdict(list)   # (logical, chunk) -> moves delivering it
-
-    def send(level: int, a: int, b: int, chunk_ids: list[int], reduce: bool) -> None:
-        deps = sorted({d for c in chunk_ids for d in into[(a, c)]})
-        moves = plan.send(level, place[a], place[b], chunk_ids, reduce, 0, deps)
-        for c in chunk_ids:
-            into[(b, c)] = into[(b, c)] + moves if reduce else list(moves)
-
+    send, _ = _logical_sends(plan, place)
     if name == "allgather":
         block = {v: [coll.contribution(place[v], k) for k in range(chunks)] for v in range(n)}
     elif name == "reducescatter":
