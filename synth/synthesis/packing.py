@@ -449,14 +449,17 @@ def split_switches(fabric: Fabric, caps: np.ndarray, weights: dict[int, int], k:
     raise failure
 
 
-def _split_orders(fabric: Fabric) -> list[list[int]]:
-    """The switch orders :func:`split_switches` tries: by id, then by hops from the nearest rank, farthest first."""
+def _split_orders(fabric: Fabric):
+    """The switch orders :func:`split_switches` tries: by id, then (found only when asked for, after id order
+    failed) by hops from the nearest rank, farthest first."""
     n, nr = fabric.num_nodes, fabric.num_ranks
     by_id = list(range(nr, n))
+    yield by_id
     arcs = csr_matrix((np.ones(len(fabric.tails)), (fabric.tails, fabric.heads)), shape=(n, n))
     hops = dijkstra(arcs, unweighted=True, indices=list(range(nr)), min_only=True)
     farthest = sorted(by_id, key=lambda w: (-hops[w], w))
-    return [by_id] if farthest == by_id else [by_id, farthest]
+    if farthest != by_id:
+        yield farthest
 
 
 def _split_in_order(fabric: Fabric, caps: np.ndarray, weights: dict[int, int], k: int,

@@ -116,15 +116,11 @@ def pick_path(src: int, dst: int, predecessors: Callable[[int], list[int]]) -> P
     with ``dst`` alone every sender would reach ``dst`` through the same NIC, and its others would idle; with the
     sum the senders of one ``dst``, and the receivers of one ``src``, spread over the planes."""
     path = [dst]
+    digits = dst
     options = predecessors(dst)
-    if len(options) > 1:
-        path.append(options[(src + dst) % len(options)])
-        digits = dst // len(options)
-        options = predecessors(path[-1])
-    else:
-        digits = dst
     while options:
-        path.append(options[digits % len(options)])
+        shift = src if len(path) == 1 else 0   # the tie at dst itself
+        path.append(options[(digits + shift) % len(options)])
         digits //= len(options)
         options = predecessors(path[-1])
     return tuple(reversed(path))
