@@ -26,8 +26,10 @@ Latency bounds: :func:`latency_bound_us`.
 
 :func:`compute_bounds` works on :meth:`Topology.circuit_capacities`: a switch link is capped at the
 widest rank-to-rank path through it, the most any transfer holding it can move (the circuits of docs/cost-model.md), so
-a 200 GB/s leaf uplink under 50 GB/s rank links counts 50. Every transfer takes as long on the capped
-fabric as on the file's, so the bounds stay valid and tighten where switch links outrun their ranks.
+a 200 GB/s leaf uplink under 50 GB/s rank links counts 50. It then caps each link at the widest *route* through it,
+over every path the simulator times a send on (:func:`synth.topology.routes.route_capacities` with ``every_pair``):
+a rank whose switch port carries only 50 GB/s circuits counts 50 there. Every transfer takes as long on the capped
+fabric as on the file's, so the bounds stay valid and tighten where switch links outrun their routes.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from synth.flows import (
 )
 from synth.limits import check_rank_count
 from synth.topology.model import Topology, widest_paths
+from synth.topology.routes import route_capacities
 from synth.topology.structure import boxes_of
 from synth.units import algbw_GBps
 
@@ -933,7 +936,7 @@ def compute_bounds(topology: Topology, collective: Collective | str, size_bytes:
     host_only = None
     if topology.features:   # the same fabric with plain switches: what host-only schedules can reach
         host_only = compute_bounds(replace(topology, features=()), collective, size_bytes).time_bound_us
-    topology = without_dead_ends(topology.circuit_capacities())
+    topology = without_dead_ends(route_capacities(topology.circuit_capacities(), every_pair=True))
     n = topology.num_ranks
     name = collective.name
     r = collective.root

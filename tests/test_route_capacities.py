@@ -50,3 +50,87 @@ def test_slow_and_fast_boxes_reach_the_bound(collective):
     # synthesize gave 0.667 (allgather, greedy) and 0.332 (allreduce)
     result = synthesize(_mixed(10.0, 40.0), collective, GiB)
     assert result.bound_us / result.time_us >= 0.98
+
+
+def _switch_ring(boxes: int, per_box: int, port: float = 300.0, between: float = 50.0):
+    """``boxes`` switches in a ring (``between`` GB/s each way), ``per_box`` ranks on each (``port`` GB/s)."""
+    from synth.topology.model import Link, Topology
+
+    n = boxes * per_box
+    links = []
+    for rank in range(n):
+        links += [Link(rank, n + rank // per_box, port, 0.7), Link(n + rank // per_box, rank, port, 0.7)]
+    for b in range(boxes):
+        a, c = n + b, n + (b + 1) % boxes
+        links += [Link(a, c, between, 3.0), Link(c, a, between, 3.0)]
+    return Topology(f"switch-ring-{boxes}x{per_box}", n, tuple(links), switches=tuple(f"s{b}" for b in range(boxes)))
+
+
+def test_bounds_count_the_circuits_a_rank_port_carries():
+    # one rank per switch: every route from a rank leaves its switch over a 50 GB/s link, so its 300 GB/s port
+    # moves 50 GB/s; the fluid cut counted both ring links into a rank's switch (3/4 SIZE at 100 GB/s)
+    from synth.lower_bounds import compute_bounds
+
+    t = _switch_ring(4, 1)
+    bound = compute_bounds(t, "allgather", GiB).bandwidth_bound_us
+    assert bound == pytest.approx(0.75 * GiB / 50e3)
+    assert compute_bounds(t.circuit_capacities(), "allgather", GiB).bandwidth_bound_us == pytest.approx(bound)
+    # tight: a ring meets it
+    assert bound / synthesize(t, "allgather", GiB, "ring").time_us >= 0.99
+
+
+@pytest.mark.parametrize("collective", ["allgather", "reducescatter", "allreduce"])
+def test_no_verified_program_beats_the_route_capped_bound(collective):
+    from synth.errors import SynthError
+    from synth.lower_bounds import compute_bounds
+
+    for t in (_switch_ring(4, 1), _switch_ring(3, 2)):
+        bound = compute_bounds(t, collective, 64 * 2**20).time_bound_us
+        timed = 0
+        for method in ("ring", "greedy", "trees", "direct", "hierarchical", "multiring", "rdh", "lp"):
+            try:
+                result = synthesize(t, collective, 64 * 2**20, method)
+            except SynthError:
+                continue
+            timed += 1
+            assert result.time_us >= bound * (1 - 1e-9), (t.name, method)
+        assert timed >= 4
+
+
+@pytest.mark.parametrize("seed", [*range(40), 328, 669, 733])   # the last three fail without every_pair
+def test_every_simulated_route_fits_the_bounds_capacities(seed):
+    # the bounds' caps must not fall below any transfer the simulator can time: on random fabrics of ranks,
+    # switches and rank-to-rank links (some pairs joined only across ranks), every path RuntimePaths gives a
+    # send moves at its bottleneck on every link of the capped fabric
+    import random
+
+    from synth.topology.model import Link, Topology
+    from synth.topology.routes import RuntimePaths
+
+    rng = random.Random(seed)
+    n, s = rng.randint(3, 7), rng.randint(1, 3)
+    pairs = {(r, n + r % s) for r in range(n)}      # every rank on a switch or chained to one below
+    pairs |= {(rng.randrange(n + s), rng.randrange(n + s)) for _ in range(rng.randint(2, 2 * n))}
+    pairs |= {(n + w, n + (w + 1) % s) for w in range(s) if s > 1}
+    if rng.random() < 0.5:                           # some ranks reach the switches only across another rank
+        pairs = {(a, b) for a, b in pairs if a != 0 or b < n} | {(0, 1)}
+    widths = (12.5, 25.0, 50.0, 100.0, 300.0)
+    links = []
+    for a, b in sorted(pairs):
+        if a != b and not (a >= n and b >= n and s == 1):
+            bw = rng.choice(widths)
+            links += [Link(a, b, bw, 0.5), Link(b, a, bw if rng.random() < 0.7 else rng.choice(widths), 0.5)]
+    merged = {(link.src, link.dst): link for link in links}
+    t = Topology(f"random-{seed}", n, tuple(merged.values()), switches=tuple(f"w{w}" for w in range(s)))
+    capped = route_capacities(t.circuit_capacities(), every_pair=True)
+    cap = {(link.src, link.dst): link.bw for link in capped.links}
+    bw = {(link.src, link.dst): link.bw for link in t.links}
+    paths = RuntimePaths(t)
+    for src in range(n):
+        for dst in range(n):
+            path = paths.path(src, dst)
+            if path is None:
+                continue
+            arcs = list(zip(path, path[1:]))
+            bottleneck = min(bw[arc] for arc in arcs)
+            assert all(cap[arc] >= bottleneck for arc in arcs), (src, dst, path)
