@@ -27,7 +27,7 @@ Latency bounds: :func:`latency_bound_us`.
 :func:`compute_bounds` works on :meth:`Topology.circuit_capacities`: a switch link is capped at the
 widest rank-to-rank path through it, the most any transfer holding it can move (the circuits of docs/cost-model.md), so
 a 200 GB/s leaf uplink under 50 GB/s rank links counts 50. It then caps each link at the widest *route* through it,
-over every path the simulator times a send on (:func:`synth.topology.routes.route_capacities` with ``every_pair``):
+over every path the simulator times a send on (:func:`synth.topology.routes.route_capacities`, as the methods do):
 a rank whose switch port carries only 50 GB/s circuits counts 50 there. Every transfer takes as long on the capped
 fabric as on the file's, so the bounds stay valid and tighten where switch links outrun their routes.
 """
@@ -936,7 +936,7 @@ def compute_bounds(topology: Topology, collective: Collective | str, size_bytes:
     host_only = None
     if topology.features:   # the same fabric with plain switches: what host-only schedules can reach
         host_only = compute_bounds(replace(topology, features=()), collective, size_bytes).time_bound_us
-    topology = without_dead_ends(route_capacities(topology.circuit_capacities(), every_pair=True))
+    topology = without_dead_ends(route_capacities(topology.circuit_capacities()))
     n = topology.num_ranks
     name = collective.name
     r = collective.root

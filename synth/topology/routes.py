@@ -242,7 +242,7 @@ def longest_switch_route(topology: Topology) -> int:
 ROUTE_CAP_MAX_RANKS = 512   # all N² routes: 1.3 s at 512 ranks; larger fabrics plan on circuit capacities only
 
 
-def route_capacities(topology: Topology, every_pair: bool = False) -> Topology:
+def route_capacities(topology: Topology) -> Topology:
     """The fabric with each link that touches a switch capped at the widest *route* through it.
 
     Refines :meth:`Topology.circuit_capacities`, which caps a link at the widest path from any rank, to the
@@ -254,13 +254,12 @@ def route_capacities(topology: Topology, every_pair: bool = False) -> Topology:
     the box's NVSwitch is its route. Every route keeps its smallest bandwidth, so no transfer's duration
     changes; what the methods plan with becomes what the simulator times.
 
-    ``every_pair`` (the bounds, :func:`synth.lower_bounds.compute_bounds`): also the paths that sends between
-    ranks sharing no switch-only path take across other ranks (:class:`RuntimePaths`; a foreign program may send
-    so, docs/cost-model.md). Then no link is capped below a transfer the simulator can time on it, and a fluid
-    bound on the capped fabric is valid for every program: link ``e`` carries one transfer at a time, each at most
-    ``cap(e)`` fast, so it moves at most ``cap(e)·T`` bytes in time ``T``. A ring of switches with one rank each
-    and 50 GB/s between them: each rank's 300 GB/s port carries only 50 GB/s circuits, so the allgather takes
-    twice the fluid cut's time. The methods, which send only on :func:`rank_routes`, leave those paths out.
+    The routes are every path the simulator times a send on (:func:`_send_paths`), those a foreign program's
+    sends take across other ranks included, so no link is capped below a transfer that can run on it: a fluid
+    bound on the capped fabric holds for every program (the bounds, :func:`synth.lower_bounds.compute_bounds`,
+    work on it), since link ``e`` carries one transfer at a time, none faster than ``cap(e)``, and so moves at
+    most ``cap(e)·T`` bytes in time ``T``. Four switches in a ring, one rank on each, 50 GB/s between them: each
+    rank's 300 GB/s port carries only 50 GB/s circuits, so the allgather takes twice the fluid cut's time.
     Not on fabrics with in-network switches (they end and start transfers), nor beyond ``ROUTE_CAP_MAX_RANKS``
     ranks.
     """
@@ -270,7 +269,7 @@ def route_capacities(topology: Topology, every_pair: bool = False) -> Topology:
         return topology   # one bandwidth: every route through a link has that bottleneck
     bandwidth = {(link.src, link.dst): link.bw for link in topology.links}
     widest: dict[tuple[int, int], float] = {}
-    for path in _send_paths(topology, every_pair):
+    for path in _send_paths(topology):
         arcs = list(zip(path, path[1:]))
         bottleneck = min(bandwidth[arc] for arc in arcs)
         for arc in arcs:
@@ -283,12 +282,13 @@ def route_capacities(topology: Topology, every_pair: bool = False) -> Topology:
     return replace(topology, links=tuple(capped))
 
 
-def _send_paths(topology: Topology, every_pair: bool) -> Iterator[Path]:
-    """The paths of :func:`rank_routes`, and with ``every_pair`` also those :class:`RuntimePaths` takes across ranks
-    for the pairs no switch-only path joins: every path the simulator times a send on."""
+def _send_paths(topology: Topology) -> Iterator[Path]:
+    """Every path the simulator times a send on: those of :func:`rank_routes`, and for the pairs no switch-only
+    path joins, the one :class:`RuntimePaths` takes across ranks (methods never send there; a foreign program may,
+    and without those paths a link that only they widen would be capped below them)."""
     routes = rank_routes(topology)
     yield from routes.values()
-    if every_pair and len(routes) < topology.num_ranks * (topology.num_ranks - 1):
+    if len(routes) < topology.num_ranks * (topology.num_ranks - 1):
         runtime = RuntimePaths(topology)
         for src in topology.ranks:
             for dst in topology.ranks:
