@@ -454,3 +454,33 @@ def test_switch_pacing_points_back_in_schedule_time():
         assert (tr.hop[sent] != tr.dst[sent]).all() and (tr.hop[received] != tr.dst[received]).all()
         assert (tr.end[received] <= tr.start[sent] + 1e-9 * np.maximum(1.0, tr.start[sent])).all()
         assert len(send) <= len(np.unique(recv)) * 2
+
+
+def _crowded_broadcast(chunks: int) -> Schedule:
+    """A broadcast from 0 on 5 ranks whose 1 -> 2 messages crowd with nops in the first half: rank 2 already has
+    those chunks (from 0) and forwarded them to 3 and 4, so each second receive waits on three threadblocks (two
+    nops, as in test_extra_dependencies_become_nops); in the second half 1 -> 2 brings them first (no nop)."""
+    coll = Collective("broadcast", 5, chunks, root=0)
+    ts = []
+    for c in range(chunks):
+        t = 4.0 * c
+        if c < chunks // 2:
+            hops = ((0, 0, 2), (0, 0, 1), (1, 2, 3), (1, 2, 4), (2, 1, 2))
+        else:
+            hops = ((0, 0, 1), (1, 1, 2), (2, 2, 3), (2, 2, 4))
+        ts += [Transfer(t + k, t + k + 1, c, src, dst) for k, src, dst in hops]
+    return Schedule(coll, "crowded", tuple(ts))
+
+
+def test_blocks_of_equal_steps_where_equal_lengths_overflow():
+    # 256 messages on 1 -> 2 over at most 32 channels: blocks of 8 messages hold 24 steps in the first half (two
+    # nops each), over 20; blocks of about equal steps (16 of 512) fit
+    sched = _crowded_broadcast(256)
+    prog = lower(sched, max_steps_per_tb=20)
+    assert verify(prog).ok
+    assert max(len(t.steps) for g in prog.gpus for t in g.threadblocks) <= 20
+    receives = [t for t in prog.gpus[2].threadblocks if t.recv == 1]
+    assert sum(s.type == "r" for t in receives for s in t.steps) == 256
+    assert sum(s.type == "nop" for t in receives for s in t.steps) >= 256
+    with pytest.raises(SynthError, match="use a smaller --chunks"):
+        lower(sched, max_steps_per_tb=15)   # 512 steps do not fit 32 x 15 either way

@@ -34,7 +34,9 @@ that no rank takes a shared switch link out of turn; dropped first on such ranks
 ``group`` (>= 0) that are consecutive on a connection and contiguous in the buffers at both ends become
 one step with ``cnt`` > 1 (one α, docs/cost-model.md).
 A connection that needs more than ``max_steps_per_tb`` steps is cut into consecutive blocks on extra
-channels (``chan + k * nchannels``); each block's first send waits for the previous block's last.
+channels (``chan + k * nchannels``); each block's first send waits for the previous block's last. Blocks are of
+equal length; where those overflow on every channel a connection may take (its nops crowd in one stretch: a
+reduction's receives that wait on many threadblocks), every split connection is cut into blocks of equal steps.
 
 Implementation: schedules reach millions of transfers (trees on 1024 ranks), so every per-transfer
 stage works on numpy arrays (one entry per transfer, op or buffer access; groups found by
@@ -847,13 +849,13 @@ class _Assignment:
     conn_of_tb: np.ndarray      # connection id of each tb (-1 for local tbs)
 
 
-def _place(ops: _Ops, m: _Merged, split: np.ndarray, base: int, deps_count: np.ndarray, max_steps: int) -> _Assignment:
+def _place(ops: _Ops, m: _Merged, split: np.ndarray, base: int, deps_count: np.ndarray, max_steps: int,
+           weight: np.ndarray | None = None) -> _Assignment:
     """Threadblocks for a given per-connection split: consecutive blocks of a connection's sends on
-    channels ``chan + j * base`` (see :func:`block_dependencies`)."""
+    channels ``chan + j * base`` (see :func:`block_dependencies`, :func:`_blocks`)."""
     nsend = len(m.sends)
-    block = _block_sizes(m, split)
-    ch = m.conn_chan + (m.conn_index // block) * base
-    pos = m.conn_index % block
+    block, pos = _blocks(m, split, weight)
+    ch = m.conn_chan + block * base
     # local copies: a rank's copies fill local threadblocks of at most max_steps steps (nops included)
     l_ops, l_rank, l_part, l_pos = [], [], [], []
     for rank, idxs in m.locals_by_rank.items():
@@ -884,22 +886,36 @@ def _place(ops: _Ops, m: _Merged, split: np.ndarray, base: int, deps_count: np.n
     return _Assignment(tb, at, keys, conn[first])
 
 
-def _block_sizes(m: _Merged, split: np.ndarray) -> np.ndarray:
-    """Per surviving send, the block length of its connection split ``split`` ways."""
-    count = np.bincount(m.conn_id, minlength=len(split))
-    return np.maximum(-(-count // split), 1)[m.conn_id]
+def _blocks(m: _Merged, split: np.ndarray, weight: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per surviving send, (its block, its position in the block) where each connection is cut into ``split``
+    consecutive blocks: of equal length, or with ``weight`` (steps per send, its nops included) of about equal
+    weight, block ``⌊W_before · split / W⌋`` (``W_before``: the connection's weight before the send)."""
+    if weight is None:
+        count = np.bincount(m.conn_id, minlength=len(split))
+        size = np.maximum(-(-count // split), 1)[m.conn_id]
+        return m.conn_index // size, m.conn_index % size
+    total = np.bincount(m.conn_id, weights=weight, minlength=len(split))
+    before = np.cumsum(weight) - weight
+    start = np.zeros(len(split))
+    first = np.flatnonzero(m.conn_index == 0)          # sends are listed in (connection, order) order
+    start[m.conn_id[first]] = before[first]
+    ways = split[m.conn_id]
+    block = np.minimum(((before - start[m.conn_id]) * ways // total[m.conn_id]).astype(np.int64), ways - 1)
+    head = np.concatenate([[True], (m.conn_id[1:] != m.conn_id[:-1]) | (block[1:] != block[:-1])])
+    opened = np.maximum.accumulate(np.where(head, np.arange(len(head)), 0))
+    return block, np.arange(len(head)) - opened
 
 
-def block_dependencies(m: _Merged, split: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def block_dependencies(m: _Merged, split: np.ndarray, weight: np.ndarray | None = None
+                       ) -> tuple[np.ndarray, np.ndarray]:
     """Edges (first send of a block, last send of the block before) of split connections.
 
     A block's sends sit in their own threadblock; without the edge the block's first send, often
     ready early, would take the link before the previous block has drained (the runtime and the
     α-β simulator serve a link's ready sends first come first served), out of the schedule's
     order. One edge per block boundary keeps a connection's sends in order."""
-    block = _block_sizes(m, split)
-    head = (m.conn_index % block == 0) & (m.conn_index > 0)
-    idx = np.flatnonzero(head)
+    block, pos = _blocks(m, split, weight)
+    idx = np.flatnonzero((pos == 0) & (m.conn_index > 0))
     return m.sends[idx], m.sends[idx - 1]   # sends are listed in (connection, order) order
 
 
@@ -952,9 +968,11 @@ def assign(ops: _Ops, m: _Merged, waiter: np.ndarray, waited: np.ndarray,
     chan_of_conn[m.conn_id] = m.conn_chan
     first_send = np.full(nconn, np.iinfo(np.int64).max)
     np.minimum.at(first_send, m.conn_id, m.sends)
+    most = (MAX_CHANNELS - 1 - chan_of_conn) // base + 1   # the ways each connection can be split
+    weight = None   # equal blocks; where they cannot fit, blocks of equal steps (nops counted)
     for _ in range(64):
-        a = _place(ops, m, split, base, deps_count, max_steps)
-        block_w, block_d = block_dependencies(m, split)
+        a = _place(ops, m, split, base, deps_count, max_steps, weight)
+        block_w, block_d = block_dependencies(m, split, weight)
         all_w, all_d = np.concatenate([waiter, block_w]), np.concatenate([waited, block_d])
         nops = np.maximum(np.bincount(_effective_waiters(a, all_w, all_d), minlength=len(ops)) - 1, 0)
         alive = a.tb >= 0
@@ -964,11 +982,23 @@ def assign(ops: _Ops, m: _Merged, waiter: np.ndarray, waited: np.ndarray,
             return (a, *effective_deps(a, all_w, all_d))
         need = np.zeros(nconn)
         np.maximum.at(need, a.conn_of_tb[over], steps[over])
+        # a send weighs the steps of its heavier end (the nops of its send or of its receive)
+        steps_of_send = 1.0 + np.maximum(nops[m.sends], nops[m.sends + 1])
+        weighed = weight is not None
+        if weighed:
+            weight = steps_of_send   # the blocks' nops moved with them
         # connections in order of their first transfer (which one an error names)
         for conn in sorted(np.flatnonzero(need).tolist(), key=lambda c: first_send[c]):
             ways = int(split[conn])
             split[conn] = max(ways + 1, math.ceil(ways * need[conn] / max_steps))
-            if chan_of_conn[conn] + (split[conn] - 1) * base >= MAX_CHANNELS:
+            if split[conn] > most[conn] and (ways < most[conn] or not weighed):
+                # every channel it may take; then, where equal blocks still overflow (nops crowd where a
+                # reduction's receives wait on many threadblocks), every split connection cut by steps instead
+                if ways == most[conn]:
+                    weight = steps_of_send
+                split[conn] = most[conn]
+                continue
+            if split[conn] > most[conn]:
                 i = int(np.flatnonzero(m.conn_id == conn)[0])
                 total = int((m.conn_id == conn).sum())
                 # a split connection takes its channel plus multiples of the schedule's channel count
