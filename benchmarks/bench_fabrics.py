@@ -12,7 +12,8 @@ collective runs ``synth synthesize -t NAME.yaml -c COLL -s SIZE -o NAME-COLL.jso
 only with ``--method``) in a child process, and ``synth verify`` on its program. A row gives the bound and
 simulated time from the JSON (``bound_us``, ``time_us``), ratio = bound_us / time_us (1 = optimal), the
 method the default picked and the child's CPU seconds (``getrusage(RUSAGE_CHILDREN)`` deltas, synthesize
-only). Failures (exit codes, timeouts, verify errors) are rows too. The last line is the least ratio per
+only). Failures (exit codes, timeouts, verify errors, a program no MSCCL runtime loads: its JSON runs, but
+issue 30 asks for programs within the runtimes' limits) are rows too. The last line is the least ratio per
 collective: ``least ratio: allgather 0.912 (fabric), ...``. The whole family takes hours; filter it.
 """
 
@@ -52,7 +53,8 @@ class Row:
     method: str
     cpu_s: float
     wall_s: float
-    status: str    # ok | error (exit N) | timeout | verify failed | verify error (exit N) | verify timeout
+    status: str    # ok | error (exit N) | timeout | verify failed | verify error (exit N) | verify timeout |
+    #                over MSCCL limits
     message: str
     tried: str = ""  # auto's candidates: "ring 11729.2; greedy 5374.7; trees 6288.1" (CSV only)
 
@@ -130,7 +132,17 @@ def run_one(fabric: str, ranks: int, topo_file: Path, collective: str, size: str
         return row("verify failed", str(errors[0]) if errors else _last_line(check.stderr), result)
     if check.rc != 0:
         return row(f"verify error (exit {check.rc})", _last_line(check.stderr), result)
+    refusal = runtime_refusal(result)
+    if refusal is not None:   # the JSON program runs, but the issue's programs must load in the MSCCL runtimes
+        return row("over MSCCL limits", refusal, result)
     return row("ok", "", result)
+
+
+def runtime_refusal(result: dict) -> str | None:
+    """The note of ``synth synthesize --json`` saying no MSCCL runtime loads the program (the bench writes JSON
+    programs, which run anyway), or None."""
+    return next((note[:300] for note in result.get("notes") or []
+                 if isinstance(note, str) and note.startswith("no MSCCL runtime loads")), None)
 
 
 def tried_text(result: dict) -> str:

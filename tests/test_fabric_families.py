@@ -180,6 +180,13 @@ def test_bench_fabrics_list_and_end_to_end(tmp_path, capsys):
     assert any(line.lstrip().startswith("torus-4x4") and " ok" in line for line in lines)
 
 
+def test_bench_counts_a_program_no_runtime_loads_as_a_failure():
+    bench = _bench()
+    note = "no MSCCL runtime loads this program (method trees: lowering: ...); write it as a .json program"
+    assert bench.runtime_refusal({"notes": ["SIZE note", note]}) == note
+    assert bench.runtime_refusal({"notes": ["SIZE note"]}) is None and bench.runtime_refusal({}) is None
+
+
 def test_bench_tried_text_and_least_line():
     bench = _bench()
     result = {"tried": [{"method": "ring", "time_us": 12.34}, {"method": "greedy", "skipped": "fallback only"},
