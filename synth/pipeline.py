@@ -105,10 +105,12 @@ class MethodRun:
 
 
 class Rank(NamedTuple):
-    """How ``auto`` orders verified programs: runnable by an MSCCL runtime at SIZE first (within its limits, and
-    see ``SynthOptions.runtime_chunks``), then within the scratch budget (``SynthOptions.max_scratch``), then the
+    """How ``auto`` orders verified programs: with ``SynthOptions.loads_only``, within an MSCCL runtime's limits
+    first (else that field is False for all); runnable by the runtime at SIZE (within its limits, and see
+    ``SynthOptions.runtime_chunks``); then within the scratch budget (``SynthOptions.max_scratch``), then the
     fastest (compared field by field, as a tuple)."""
 
+    unloadable: bool
     unrunnable: bool
     over_scratch: bool
     time_us: float
@@ -452,7 +454,8 @@ def _synthesize(topology: Topology | str, collective_name: str, size_bytes: floa
     def rank(sim: SimResult, schedule: Schedule, program: Program) -> Rank:
         runs = not options.runtime_chunks or runtime_divides(program.nchunksperloop or 1, size_bytes)
         loads = "over_limits" not in schedule.notes
-        return Rank(not (runs and loads), scratch_bytes(program, size_bytes) > budget_b, sim.time_us)
+        return Rank(options.loads_only and not loads, not (runs and loads),
+                    scratch_bytes(program, size_bytes) > budget_b, sim.time_us)
 
     for cand in plan:
         m, opts, row = key, options, {}
@@ -521,6 +524,7 @@ def _synthesize(topology: Topology | str, collective_name: str, size_bytes: floa
     # only a faster program the runtime would not run is worth naming (a slower one was no choice)
     passed_over = unrunnable if unrunnable is not None and unrunnable.sim.time_us < best.sim.time_us else None
     if (unrunnable is not None and unrunnable.rank.over_scratch <= best.rank.over_scratch
+            and unrunnable.rank.unloadable <= best.rank.unloadable
             and unrunnable.sim.time_us * (1 + RUNNABLE_LOSS) < best.sim.time_us):
         best, passed_over = unrunnable, best     # a runnable program this much slower is no answer
     sim, schedule, program = best.sim, best.schedule, best.program

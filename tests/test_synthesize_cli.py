@@ -371,6 +371,34 @@ def test_a_kept_program_over_a_limit_says_so(monkeypatch):
     assert any("no MSCCL runtime loads this program" in note for note in result.notes)
 
 
+def test_an_xml_output_keeps_the_fastest_program_a_runtime_loads(monkeypatch, tmp_path):
+    """auto keeps a faster program over an MSCCL limit (its JSON runs) where every loadable one is over 25 % slower,
+    which a .xml output cannot write (exit 2). Asked for XML, auto keeps the fastest program that loads instead and
+    names the other; asked for JSON, it keeps the faster one. Here the forest methods' programs (235 us) are
+    marked over a limit, and greedy's (344 us) is the fastest that loads."""
+    import synth.pipeline as pipeline
+
+    real = pipeline._fitted
+
+    def fitted(spec, inst):
+        schedule, programs, chosen, over = real(spec, inst)
+        if spec.name in ("railblocks", "trees", "mirror"):
+            schedule = replace(schedule, notes={**schedule.notes, "over_limits": "a test limit"}, alternatives=())
+            over = "a test limit"
+        return schedule, programs, chosen, over
+
+    monkeypatch.setattr(pipeline, "_fitted", fitted)
+    args = ("synthesize", "-t", "dgx-a100-2node", "-c", "allgather", "-s", "64MiB", "--json")
+    as_json = json.loads(invoke(*args, "-o", str(tmp_path / "a.json")).output)
+    assert as_json["method"] in ("railblocks", "trees", "mirror")
+    res = invoke(*args, "-o", str(tmp_path / "a.xml"))
+    assert res.exit_code == 0, res.output
+    as_xml = json.loads(res.output)
+    assert as_xml["method"] not in ("railblocks", "trees", "mirror") and (tmp_path / "a.xml").exists()
+    assert as_xml["time_us"] > 1.25 * as_json["time_us"]
+    assert any("exceeds an MSCCL runtime's limits" in note for note in as_xml["notes"])
+
+
 def _unspreadable_ring(inst):
     """A one-chunk-per-step ring allgather: each connection carries 7 x C steps (no step merges chunks)."""
     from synth.schedule import Schedule, Transfer

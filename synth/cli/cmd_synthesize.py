@@ -135,7 +135,8 @@ def command(topology_name: str | None, collective: str | None, size: str, method
         raise SynthError(f"{output}: program files end in .xml (MSCCL XML) or .json (JSON program)")
     options = SynthOptions(solver=solver, time_limit=time_limit, gap=gap, threads=threads, chunks=chunks,
                            max_trees=max_trees, runtime_chunks=not any_chunks, runtime=profile.name,
-                           max_scratch=parse_scratch_budget(max_scratch, size_bytes), healthy=healthy_fabric(degraded))
+                           max_scratch=parse_scratch_budget(max_scratch, size_bytes), healthy=healthy_fabric(degraded),
+                           loads_only=output is None or output.lower().endswith(".xml"))
     with _progress(enabled=not as_json) as progress:
         result = synthesize(topology, name, size_bytes, method, options, root, inplace=inplace, progress=progress)
     path = output or _default_output(topology.name, name, result.method, json_only=bool(result.program.switches))

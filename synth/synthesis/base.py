@@ -39,6 +39,9 @@ class SynthOptions:
     # scratch budget per rank in bytes (synth.runtimes.scratch_bytes); None: the SIZE buffer; inf: none.
     # auto prefers programs within it; a method's program over it gets a note
     max_scratch: float | None = None
+    # the program is written as MSCCL XML (synthesize's .xml output, tune): auto keeps a program no MSCCL runtime
+    # loads (over its limits; only its JSON form runs) only where none loads
+    loads_only: bool = False
     extra: dict = field(default_factory=dict, compare=False)
     # the healthy fabric the topology is an edited copy of (--exclude-link/--degrade, the same ranks): methods
     # that can reuse its solution warm-start from it (trees: synth.synthesis.trees.forest.plan_forest)
