@@ -229,8 +229,9 @@ def tune(topology: Topology, collectives: Sequence[str], sizes: Sequence[int], o
 
     ``options.runtime`` names the runtime the set is for (its limits hold during synthesis, its selection
     rule decides where a program can serve). Deterministic: budgets are solver work, and every later choice
-    is made on simulated times."""
-    options = options or SynthOptions()
+    is made on simulated times. The set is MSCCL XML, so only programs the runtime loads are kept where any is
+    (``SynthOptions.loads_only``)."""
+    options = replace(options or SynthOptions(), loads_only=True)
     try:
         profile = runtime_profile(options.runtime)
     except ValueError as exc:

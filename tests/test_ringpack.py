@@ -5,7 +5,7 @@ from __future__ import annotations
 import networkx as nx
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from synth.synthesis.ringpack import best_rings, integral_rings, pack_rings, ring_rate_bound
@@ -74,6 +74,7 @@ def test_random_regular_graphs_give_fitting_rings_within_the_cut(seed):
 
     rng = np.random.default_rng(seed)
     graph = nx.random_regular_graph(3, 10, seed=seed)
+    assume(nx.is_connected(graph))    # seed 1028 gives two components: no fabric
     bw = np.zeros((10, 10))
     for a, b in graph.edges:
         bw[a, b] = bw[b, a] = float(rng.choice([1, 2, 4]))          # 25, 50 or 100 GB/s

@@ -60,8 +60,7 @@ def command(topology_name: str, collectives: str, sizes: str, stepfactor: float,
 
     grid = parse_range(sizes, stepfactor)
     topology, degraded = apply_fabric_edits(load_topology_arg(topology_name), exclude_link, degrade, exclude_rank)
-    options = SynthOptions(solver=solver, time_limit=time_limit, runtime=runtime, healthy=healthy_fabric(degraded),
-                           loads_only=True)   # the set is MSCCL XML
+    options = SynthOptions(solver=solver, time_limit=time_limit, runtime=runtime, healthy=healthy_fabric(degraded))
     t0 = time.perf_counter()
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
