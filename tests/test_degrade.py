@@ -351,3 +351,40 @@ def test_dgx_a100_2node_minus_one_nic_meets_the_healthy_target(tmp_path, collect
     assert ("b0.nic3", "ib1") not in {(program.fabric.topology.node_name(a), program.fabric.topology.node_name(b))
                                       for a, b in ((lk.src, lk.dst) for lk in program.fabric.topology.links)}
     assert payload["bound_us"] / payload["time_us"] >= 0.98
+
+
+def _per_chip(tmp_path):
+    """Eight GPUs written per NVSwitch chip (100, 75, 75 and 100 GB/s of NVLinks to chips c0..c3), which the loader
+    joins into one switch of 350 GB/s ports."""
+    import yaml
+
+    links = [{"src": r, "dst": f"c{c}", "bw": (100, 75, 75, 100)[c], "alpha": 0.7} for r in range(8) for c in range(4)]
+    path = tmp_path / "per-chip.yaml"
+    path.write_text(yaml.safe_dump({"name": "per-chip", "ranks": 8, "switches": ["c0", "c1", "c2", "c3"],
+                                    "links": links}))
+    return load_topology(str(path))
+
+
+def _port_in(topology, rank):
+    return sum(link.bw for link in topology.links if link.dst == rank)
+
+
+def test_edits_name_the_planes_the_file_wrote(tmp_path):
+    # the chips were joined on load (one switch, 350 GB/s ports); one NVLink to chip c1 failing takes c1's share of
+    # rank 3's port only: c1 keeps its other ranks and stays apart, the other chips join again
+    joined = _per_chip(tmp_path)
+    assert joined.switches == ("c0",) and _port_in(joined, 3) == 350
+    out = degrade_topology(joined, FabricEdits(exclude_links=(("3", "c1"),)))
+    assert set(out.topology.switches) == {"c0", "c1"} and out.removed == ((3, "c1"),)
+    assert _port_in(out.topology, 3) == 275 and _port_in(out.topology, 4) == 350
+    assert out.original is joined and "link 3:c1 removed" in out.changes[0]
+    slowed = degrade_topology(joined, FabricEdits(degrade=(("3", "c0", 0.5),))).topology
+    assert _port_in(slowed, 3) == 300 and _port_in(slowed, 5) == 350
+
+
+def test_a_failed_chip_link_resynthesizes(tmp_path):
+    _per_chip(tmp_path)
+    res = invoke("synthesize", "-t", str(tmp_path / "per-chip.yaml"), "-c", "allgather", "-s", "1MiB",
+                 "--exclude-link", "3:c1", "-o", str(tmp_path / "ag.xml"))
+    assert res.exit_code == 0, res.output
+    assert "link 3:c1 removed" in res.output and verify(load_program(tmp_path / "ag.xml")).ok

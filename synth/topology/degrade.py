@@ -184,9 +184,13 @@ def degrade_topology(topology: Topology, edits: FabricEdits) -> Degraded:
     """Apply ``edits`` to ``topology`` (see the module docstring). The result is canonical and validated as a
     topology file would be; it raises :class:`SynthError` (one line) where an edit names no node or link,
     a factor is out of (0, 1], a rank is excluded twice or too many ranks go, or the fabric is left with a
-    rank that cannot reach another (through switches and ranks, as the file check requires)."""
+    rank that cannot reach another (through switches and ranks, as the file check requires).
+
+    Where the file's planes of one switch were joined on load (``Topology.as_written``), the edits name nodes and
+    links as the file wrote them (one NVLink to one NVSwitch chip), and the edited fabric is joined again."""
     from synth.topology.io import parse_topology, switch_entries
 
+    given, topology = topology, topology.as_written or topology
     removed: dict[tuple[int, int], None] = {}
     for src, dst in edits.exclude_links:
         a, b = _resolve_pair(topology, src, dst, "--exclude-link")
@@ -241,7 +245,7 @@ def degrade_topology(topology: Topology, edits: FabricEdits) -> Degraded:
     name = topology.name if topology.name.endswith(DEGRADED_SUFFIX) else topology.name + DEGRADED_SUFFIX
     doc = {
         "name": name,
-        "description": _description(topology, parts),
+        "description": _description(given, parts),
         "ranks": topology.num_ranks - len(excluded),
         **({"switches": switch_entries(topology, switches)} if switches else {}),
         **({"machines": [[rank_map[r] for r in m if rank_map[r] is not None] for m in topology.machines
@@ -258,7 +262,7 @@ def degrade_topology(topology: Topology, edits: FabricEdits) -> Degraded:
         raise SynthError(f"the edits leave {topology.name} {state}: {exc}") from None
     new = replace(new, source=None)   # made in memory: provenance "generated"
     slowed = tuple((topology.node_name(a), topology.node_name(b), f) for (a, b), f in factors.items())
-    return Degraded(topology=new, original=topology,
+    return Degraded(topology=new, original=given,
                     removed=tuple((topology.node_name(a), topology.node_name(b)) for a, b in removed),
                     slowed=slowed, excluded_ranks=excluded, dropped_switches=dropped, rank_map=tuple(rank_map),
                     changes=tuple(parts))

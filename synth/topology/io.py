@@ -34,7 +34,7 @@ from synth.topology.checks import (
     join_parallel_switches,
     merge_links,
 )
-from synth.topology.model import SwitchFeatures, Topology
+from synth.topology.model import Link, SwitchFeatures, Topology
 
 __all__ = [
     "load_topology",
@@ -303,6 +303,7 @@ def parse_topology(doc: Any, source: str = "<topology>") -> Topology:
         entries.append((src, dst, float(bw), float(alpha), bool(raw.get("directed", defaults.get("directed", False)))))
 
     links = merge_links(entries, lambda i, problem: _fail(source, f"links[{i}]", problem))
+    written = (tuple(switches), links)
     switches, links = join_parallel_switches(num_ranks, tuple(switches), links, dict(features))
 
     machines: list[tuple[int, ...]] = []
@@ -320,17 +321,13 @@ def parse_topology(doc: Any, source: str = "<topology>") -> Topology:
         lost = next(r for r in range(num_ranks) if r not in owner)
         raise _fail(source, "machines", f"rank {lost} is in no machine (machines must cover every rank)")
 
-    topology = Topology(
-        name=doc["name"],
-        num_ranks=num_ranks,
-        links=links,
-        switches=switches,
-        machines=tuple(machines),
-        description=doc.get("description", ""),
-        features=canonical_features(switches, features),
-        source=source,
-    )
-    return check_topology(topology, source)
+    def built(switches: tuple[str, ...], links: tuple[Link, ...], as_written: Topology | None = None) -> Topology:
+        return Topology(name=doc["name"], num_ranks=num_ranks, links=links, switches=switches,
+                        machines=tuple(machines), description=doc.get("description", ""),
+                        features=canonical_features(switches, features), source=source, as_written=as_written)
+
+    joined = switches != written[0]
+    return check_topology(built(switches, links, built(*written) if joined else None), source)
 
 
 def _number(value: float) -> int | float:

@@ -62,6 +62,9 @@ class Topology:
     features: tuple[tuple[str, SwitchFeatures], ...] = ()
     # Provenance only (not part of equality): the file it came from.
     source: str | None = field(default=None, compare=False)
+    # The fabric as the file wrote it where planes of one switch were joined on load (checks.join_parallel_switches):
+    # its switch names, links and bandwidths are what --exclude-link and --degrade name (synth.topology.degrade).
+    as_written: Topology | None = field(default=None, compare=False, repr=False)
 
     @property
     def num_nodes(self) -> int:
