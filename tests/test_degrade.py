@@ -388,3 +388,17 @@ def test_a_failed_chip_link_resynthesizes(tmp_path):
                  "--exclude-link", "3:c1", "-o", str(tmp_path / "ag.xml"))
     assert res.exit_code == 0, res.output
     assert "link 3:c1 removed" in res.output and verify(load_program(tmp_path / "ag.xml")).ok
+
+
+def test_a_healthy_program_times_on_an_edited_plane(tmp_path):
+    # the per-chip file's program on the fabric without GPU 3's c1 links: a degraded copy as written (the joined
+    # forms differ: c1 stays apart), so the baseline report times it there
+    _per_chip(tmp_path)
+    topo = str(tmp_path / "per-chip.yaml")
+    healthy = invoke("synthesize", "-t", topo, "-c", "allgather", "-s", "1MiB", "-o", str(tmp_path / "h.xml"))
+    assert healthy.exit_code == 0, healthy.output
+    res = invoke("synthesize", "-t", topo, "-c", "allgather", "-s", "1MiB", "--exclude-link", "3:c1",
+                 "--baseline", str(tmp_path / "h.xml"), "-o", str(tmp_path / "d.xml"), "--json")
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output)["baseline"]
+    assert report["usable"] and report["time_us"] >= report["healthy_time_us"]

@@ -284,7 +284,18 @@ def _named_links(topology: Topology) -> dict[tuple[NodeName, NodeName], Link]:
 def degradation_of(healthy: Topology, degraded: Topology) -> Degradation | None:
     """The links ``degraded`` lost or slowed relative to ``healthy``, or ``None`` where it is no degraded
     copy of it: other ranks, a switch ``healthy`` lacks, a link it lacks, a larger bandwidth or another α.
-    (Identical fabrics give an empty :class:`Degradation`.)"""
+    (Identical fabrics give an empty :class:`Degradation`.) Where ``healthy``'s planes were joined on load, the
+    fabrics are also compared as written (``Topology.as_written``): an edit of one plane (one NVLink to one
+    NVSwitch chip) leaves that plane apart when the edited fabric is joined again, so only the written forms
+    line up, and the links named are the written ones (no program's route names them: it loses bandwidth only)."""
+    found = _degradation(healthy, degraded)
+    if found is None and healthy.as_written is not None:
+        found = _degradation(healthy.as_written, degraded.as_written or degraded)
+    return found
+
+
+def _degradation(healthy: Topology, degraded: Topology) -> Degradation | None:
+    """:func:`degradation_of` on the fabrics as given."""
     if degraded.num_ranks != healthy.num_ranks or not set(degraded.switches) <= set(healthy.switches):
         return None
     old, new = _named_links(healthy), _named_links(degraded)
