@@ -91,3 +91,35 @@ def test_trees_beats_the_ring_on_a_switch_tree():
     ring = synthesize(topology, "allgather", 2**30, "multiring")
     trees = synthesize(topology, "allgather", 2**30, "trees")
     assert trees.time_us < 0.95 * ring.time_us    # 18902.5 against 20207.7 us
+
+
+def dragonfly(groups: int = 4):
+    """``groups`` groups of two switches (100 GB/s between them) with two ranks each (50 GB/s), one 25 GB/s global
+    link between every two groups, spread over the groups' switches."""
+    from itertools import combinations
+
+    from synth.topology.model import Link, Topology
+
+    n = groups * 4
+    switch = {(g, s): n + 2 * g + s for g in range(groups) for s in range(2)}
+    pairs = [(g * 4 + 2 * s + r, switch[(g, s)], 50.0, 0.5) for g in range(groups) for s in range(2) for r in range(2)]
+    pairs += [(switch[(g, 0)], switch[(g, 1)], 100.0, 0.3) for g in range(groups)]
+    pairs += [(switch[(a, i % 2)], switch[(b, (i + 1) % 2)], 25.0, 1.5)
+              for i, (a, b) in enumerate(combinations(range(groups), 2))]
+    links = tuple(Link(u, v, bw, alpha) for a, b, bw, alpha in pairs for u, v in ((a, b), (b, a)))
+    return Topology("dragonfly", n, links, switches=tuple(f"g{g}s{s}" for g in range(groups) for s in range(2)))
+
+
+@pytest.mark.parametrize("collective", ["allgather", "reducescatter", "allreduce"])
+def test_trees_takes_the_orientation_that_splits(collective):
+    # reversed, with its circuits charged, the dragonfly's switches do not split along the routes at any rate; the
+    # flipped orientation's failure made trees fail ("no tree packing fits this fabric's fixed routes") though the
+    # broadcast trees split: each phase now takes the orientation that splits
+    from synth.verification import verify
+
+    t = dragonfly()
+    planned = instance(t, collective, 2**30).topology   # the route capacities the methods plan on
+    with pytest.raises(Exception, match="no tree packing fits"):
+        _split_graph(planned, integer_fabric(planned.reversed()), {r: 1 for r in range(t.num_ranks)}, 16, True)
+    result = synthesize(t, collective, 2**30, "trees")
+    assert verify(result.program, result.collective).ok and result.bound_us / result.time_us > 0.35

@@ -100,7 +100,17 @@ def synthesize(inst: Instance) -> Schedule:
     def searched(planner, other_planner) -> Pipelined:
         # run_pipeline, once per set of forests: a capped k often packs the forests the default did, and the cap
         # search would search them again (dgx-a100-2node without one NIC, allreduce: 4 trees per root, 10.6 s)
-        plans = tuple(planner(*phase) for phase in phases)
+        own = _or_none(planner)
+        plans = tuple(own(*phase) for phase in phases)
+        if None in plans:
+            if other_planner is None:
+                plans = tuple(planner(*phase) for phase in phases)   # its error
+            # one orientation may not split along the fixed routes where the other does (a dragonfly's switches,
+            # reversed, with circuits charged): such a phase takes the other orientation's forest, which is then no
+            # alternative
+            plans = tuple(plan if plan is not None else other_planner(*phase) for plan, phase in zip(plans, phases))
+            other_planner = None
+        other_planner = _or_none(other_planner) if other_planner is not None else None
         key = (plans, other_planner is None)
         for earlier_others, found in searches.get(key, []):
             # run_pipeline plans the other orientation only where its schedule is small: the same forests decide
@@ -132,8 +142,8 @@ def synthesize(inst: Instance) -> Schedule:
             if trees_cap == max_trees and owners is None:   # the runner-up is simulated too (the plan can misrank)
                 capacity_runner_ups.append(full)
         if healthy is not None and owners is None:   # the healthy fabric's forests were packed for equal roots
-            warm = [planner_for(trees_cap, healthy)] + ([flipped_planner(topology, trees_cap, healthy)] if flippable
-                                                        else [])
+            warm = [_or_none(planner_for(trees_cap, healthy))] + (
+                [_or_none(flipped_planner(topology, trees_cap, healthy))] if flippable else [])
             found = _or_warm(topology, collective, size_bytes, found, warm)
         return found, finish_schedule(topology, collective, size_bytes, options, found, "trees")
 
@@ -317,6 +327,19 @@ def synthesize(inst: Instance) -> Schedule:
                              runnable_schedule())
 
 
+def _or_none(planner):
+    """``planner``, giving None where its forests do not split along the fixed routes (a SynthError; the clock's
+    stop still stops): the other orientation is only an alternative (:func:`flipped_planner`)."""
+    def planner_or_none(roots: tuple[int, ...], reverse: bool) -> Forest | None:
+        try:
+            return planner(roots, reverse)
+        except TimeLimitReached:
+            raise
+        except SynthError:
+            return None
+    return planner_or_none
+
+
 def _or_warm(topology: Topology, collective: Collective, size_bytes: float, found: Pipelined,
              planners: list) -> Pipelined:
     """``found`` (today's forests, packed afresh and searched), or the forests ``planners`` warm-start from the
@@ -328,6 +351,8 @@ def _or_warm(topology: Topology, collective: Collective, size_bytes: float, foun
     best, healthy_trees = found, None
     for planner in planners:
         warm = [planner(roots, reverse) for roots, reverse in forest_phases(collective)]
+        if None in warm:
+            continue
         healthy_trees = healthy_trees or [f.reused for f in warm]
         if [f.k for f in warm] != [f.k for f in found.plans]:
             continue

@@ -227,7 +227,8 @@ def run_pipeline(topology: Topology, collective: Collective, size_bytes: float, 
     check_deadline(deadline, "trees", "timing the flipped forests")
     if other_planner is not None and job_estimate(plans, chunks, messages, tail) <= tuning.TUNING.forward_jobs:
         others = [other_planner(roots, reverse) for roots, reverse in forest_phases(collective)]
-        if [(f.k, f.weights) for f in others] == [(f.k, f.weights) for f in plans]:
+        # (None: the other orientation does not split along the routes, trees.method._or_none)
+        if None not in others and [(f.k, f.weights) for f in others] == [(f.k, f.weights) for f in plans]:
             timed = timed_forests(topology, collective, others, chunks, messages, size_bytes, tail=tail,
                            timing=Timing(weight, coalescings=built_with, merge=merge))
             if timed[1] < best[1] * (1 - 1e-9):
