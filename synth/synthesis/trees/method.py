@@ -100,17 +100,22 @@ def synthesize(inst: Instance) -> Schedule:
     def searched(planner, other_planner) -> Pipelined:
         # run_pipeline, once per set of forests: a capped k often packs the forests the default did, and the cap
         # search would search them again (dgx-a100-2node without one NIC, allreduce: 4 trees per root, 10.6 s)
-        own = _or_none(planner)
-        plans = tuple(own(*phase) for phase in phases)
-        if None in plans:
-            if other_planner is None:
-                plans = tuple(planner(*phase) for phase in phases)   # its error
-            # one orientation may not split along the fixed routes where the other does (a dragonfly's switches,
-            # reversed, with circuits charged): such a phase takes the other orientation's forest, which is then no
-            # alternative
-            plans = tuple(plan if plan is not None else other_planner(*phase) for plan, phase in zip(plans, phases))
-            other_planner = None
-        other_planner = _or_none(other_planner) if other_planner is not None else None
+        planned, flipped = [], False
+        for phase in phases:
+            try:
+                planned.append(planner(*phase))
+            except TimeLimitReached:
+                raise
+            except SynthError:
+                if other_planner is None:
+                    raise
+                # one orientation may not split along the fixed routes where the other does (a dragonfly's
+                # switches, reversed, with circuits charged): the phase takes the other orientation's forest, which
+                # is then no alternative
+                planned.append(other_planner(*phase))
+                flipped = True
+        plans = tuple(planned)
+        other_planner = None if flipped or other_planner is None else _or_none(other_planner)
         key = (plans, other_planner is None)
         for earlier_others, found in searches.get(key, []):
             # run_pipeline plans the other orientation only where its schedule is small: the same forests decide
