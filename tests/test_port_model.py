@@ -121,6 +121,22 @@ def test_rdh_doubling_verifies_and_folds_extras(n: int) -> None:
     assert res.time_us == pytest.approx(rounds * (1.4 + KB / 300e3), rel=1e-6)
 
 
+@pytest.mark.parametrize(("leaves", "per_leaf", "spines"), [(5, 3, 1), (3, 5, 1), (6, 3, 1), (5, 3, 2)])
+def test_rdh_doubling_partners_send_at_once(leaves: int, per_leaf: int, spines: int) -> None:
+    """Cores that take an extra rank's sum are ready later than the others: a partner's sum could land before a
+    core sends its own, which then carries the partner's data back to it (verify: "double counts"). Both sends
+    of every doubling round start together (Plan.exchange), so each reads its sender's sum before the other's
+    write."""
+    res = synthesize(gen.leaf_spine(leaves, per_leaf, spines), "allreduce", 64 * 1024, "rdh")
+    assert res.program is not None and res.schedule.notes["variant"] == "doubling"
+    assert res.schedule.notes["extras"] > 0
+    starts = {(t.src, t.dst, t.chunk): t.start for t in res.schedule.transfers if t.reduce}
+    exchanged = [(key, start) for key, start in starts.items() if (key[1], key[0], key[2]) in starts]
+    assert exchanged
+    for (src, dst, chunk), start in exchanged:
+        assert starts[(dst, src, chunk)] == start
+
+
 # ---- the acceptance line on dgx-a100 (dgx-h100 and dgx2 in bench_small.py) ---------------------------
 FABRICS = ["dgx-a100", pytest.param("dgx-h100", marks=pytest.mark.slow), pytest.param("dgx2", marks=pytest.mark.slow)]
 

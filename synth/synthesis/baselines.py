@@ -284,6 +284,25 @@ class Plan:
             got = self._add(level + h, a, b, chunks, False, channel, got)
         return got
 
+    def exchange(self, level: float, a: int, b: int, chunks: Iterable[int], reduce: bool, channel: int,
+                 deps_a: Sequence[int], deps_b: Sequence[int]) -> tuple[list[int], list[int]]:
+        """``a`` sends ``chunks`` to ``b`` and ``b`` the same chunks to ``a``, both moves starting at once
+        (:meth:`KeyOrderTimer.exchange`): each reads its sender's partial sum before the other's lands there,
+        where a move that could start first would otherwise hand its receiver's own data back (recursive
+        doubling whose ranks are ready at different times). ``deps_a``, ``deps_b``: what each sender waits for.
+        Both need a direct link or switch route, on links the other does not use."""
+        chunks = tuple(chunks)
+        forward, backward = self.routes[(a, b)], self.routes[(b, a)]
+        if set(zip(forward, forward[1:])) & set(zip(backward, backward[1:])):
+            raise SynthError(f"ranks {a} and {b} cannot exchange at once: their routes share a link")
+        level = max([level] + [self.levels[d] for d in (*deps_a, *deps_b)])
+        there = self._add(level, a, b, chunks, reduce, channel, deps_a)
+        back = self._add(level, b, a, chunks, reduce, channel, deps_b)
+        if len(there) != 1 or len(back) != 1:
+            raise SynthError("internal: an exchange's chunks are not one run")
+        self.timer.exchange(there[0], back[0])
+        return there, back
+
     def schedule(self, method: str, size_bytes: float, notes: dict | None = None) -> Schedule:
         transfers = self.timer.run()
         return Schedule(self.coll, self.topology.name, tuple(transfers), method=method, size_bytes=float(size_bytes),
@@ -631,8 +650,12 @@ def _rdh(inst: Instance) -> Schedule:
         for s, b in enumerate(bits):     # every core rank exchanges its whole partial sum, both reduce
             # each send carries the partial sum as it was before this round's receive (no double count)
             before = {i: sorted({d for c in total for d in into[(i, c)]}) for i in range(p)}
-            arrived = [(i ^ b, plan.send(1 + s, place[i], place[i ^ b], total, True, 0, before[i]))
-                       for i in range(p)]
+            arrived = []
+            for i in range(p):
+                if i < i ^ b:   # both directions start at once: see Plan.exchange
+                    there, back = plan.exchange(1 + s, place[i], place[i ^ b], total, True, 0, before[i],
+                                                before[i ^ b])
+                    arrived += [(i ^ b, there), (i, back)]
             for j, moves in arrived:
                 for c in total:
                     into[(j, c)] = into[(j, c)] + moves

@@ -656,6 +656,7 @@ class _Move:
     reduce: bool
     channel: int
     deps: tuple[int, ...]
+    partner: int = -1     # a move placed with this one, both starting at once (an exchange)
     start: float = 0.0
     end: float = 0.0
 
@@ -665,7 +666,10 @@ class KeyOrderTimer:
     its rank-to-rank route is free, and holds those links for ``Σα + bytes / min bw`` (docs/cost-model.md).
 
     Unlike :func:`list_schedule`, which starts whichever job is ready first, a move never overtakes one
-    with a smaller key: the ring and the baselines state their step order by the key (step, ring, position)."""
+    with a smaller key: the ring and the baselines state their step order by the key (step, ring, position).
+
+    Two moves may be *partners* (:meth:`exchange`): both start when both could, so each reads its sender's buffer
+    before the other's write lands there (a write ends its move; the lowering orders buffer accesses by time)."""
 
     def __init__(self, topology: Topology, routes: dict[tuple[int, int], tuple[int, ...]], chunk_bytes: float):
         self.topology = topology
@@ -680,6 +684,12 @@ class KeyOrderTimer:
                                 else tuple(d for d in deps if d >= 0)))
         return len(self.moves) - 1
 
+    def exchange(self, first: int, second: int) -> None:
+        """Place moves ``first`` and ``second`` together (class docstring): at the first of them in key order, both
+        start at the latest time either could; every dependency of either must come before both in key order."""
+        self.moves[first].partner = second
+        self.moves[second].partner = first
+
     def run(self, build: bool = True) -> list[Transfer]:
         """The moves timed in key order (their ``start``/``end`` set), as per-chunk Transfers if ``build``."""
         with gc_paused():   # hundreds of thousands of Transfers, no cycles
@@ -692,15 +702,17 @@ class KeyOrderTimer:
         order = sorted(range(len(moves)), key=lambda i: moves[i].key)
         done = [False] * len(moves)
         out: list[Transfer] = []
-        for group, i in enumerate(order):
-            m = moves[i]
+
+        def route_of(m: _Move):
             pair = (m.src, m.dst)
             if pair not in hops:   # one route per pair: its links, summed α and narrowest bw, once
                 path = self.routes[pair]
                 links = [self.topology.link(a, b) for a, b in zip(path[:-1], path[1:], strict=True)]
                 hops[pair] = (tuple((lk.src, lk.dst) for lk in links), sum(lk.alpha for lk in links),
                               min(lk.bw for lk in links) * 1e3, tuple(path[1:-1]))
-            keys, alpha, rate, route = hops[pair]
+            return hops[pair]
+
+        def earliest(m: _Move, keys) -> float:
             start = 0.0
             for d in m.deps:
                 if not done[d]:
@@ -708,10 +720,27 @@ class KeyOrderTimer:
                 start = max(start, moves[d].end)
             for key in keys:
                 start = max(start, free.get(key, 0.0))
-            m.start, m.end = start, start + alpha + len(m.chunks) * self.chunk_bytes / rate
-            for key in keys:
-                free[key] = m.end
-            done[i] = True
+            return start
+
+        for group, i in enumerate(order):
+            m = moves[i]
+            pair = (m.src, m.dst)
+            keys, alpha, rate, route = hops[pair] if pair in hops else route_of(m)
+            if m.partner < 0:
+                start = earliest(m, keys)
+                m.start, m.end = start, start + alpha + len(m.chunks) * self.chunk_bytes / rate
+                for key in keys:
+                    free[key] = m.end
+                done[i] = True
+            elif not done[i]:   # the first of two partners: both start when both could
+                both = (m, moves[m.partner])
+                start = max(earliest(move, route_of(move)[0]) for move in both)
+                for move in both:
+                    move_keys, move_alpha, move_rate, _ = route_of(move)
+                    move.start, move.end = start, start + move_alpha + len(move.chunks) * self.chunk_bytes / move_rate
+                    for key in move_keys:
+                        free[key] = move.end
+                done[i] = done[m.partner] = True
             if build:
                 out += [new_tuple(Transfer, (m.start, m.end, c, m.src, m.dst, m.reduce, route, m.channel, group))
                         for c in m.chunks]
