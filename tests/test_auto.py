@@ -106,7 +106,7 @@ def test_alltoall_milp_at_any_size_and_no_chunk_variants():
 def test_large_scale_greedy_first_ring_only_as_a_fallback():
     t256 = gen.torus((16, 16))
     plan = _plan(t256, "allgather", KB)
-    assert [c.method for c in plan] == ["greedy", "ring"]
+    assert [c.method for c in plan] == ["rdh", "nccl", "greedy", "ring"]
     assert plan[-1].fallback and not plan[0].fallback
     # exact packing too slow; rings at the cut rate are tried first
     assert [c.method for c in _plan(t256, "allgather", GiB)] == ["multiring", "greedy", "ring"]
@@ -116,6 +116,18 @@ def test_large_scale_greedy_first_ring_only_as_a_fallback():
     assert [c.method for c in _plan(t1024, "alltoall", GiB)] == ["greedy", "ring"]
     assert [c.method for c in _plan(t1024, "allreduce", KB)] == ["greedy", "ring"]
     assert [c.method for c in _plan(t1024, "gather", GiB)] == ["trees", "greedy", "ring"]
+
+
+def test_latency_bound_past_64_ranks_runs_the_baselines_before_greedy():
+    # 72 ranks on a 2:1 leaf-spine, 64 KiB: greedy was the only candidate (774 µs), dbt takes 104 µs
+    fabric = gen.leaf_spine(9, 8, 2, bw=25, alpha=1.0)
+    names = _names(fabric, "allreduce", 64 * KB)
+    assert names.index("rdh") < names.index("dbt") < names.index("nccl") < names.index("greedy")
+    found = synthesize(fabric, "allreduce", 64 * KB)
+    greedy = synthesize(fabric, "allreduce", 64 * KB, "greedy")
+    assert found.method in ("rdh", "dbt", "nccl") and found.time_us < greedy.time_us / 2
+    # past greedy's scale nothing changes
+    assert "rdh" not in _names(gen.torus((32, 32)), "allreduce", KB)
 
 
 def test_scale_trees_first_where_small_pieces_still_cost_many_alphas():

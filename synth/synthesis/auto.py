@@ -53,9 +53,12 @@ direct    N <= 64 and (alltoall or latency-bound); a        -        alltoall's 
           512 ranks                                                  16 A100 boxes 0.934 of the bound, 16x8
                                                                      leaf-spine (4 spines) 0.972, 7 s; 32
                                                                      boxes 0.914 (6 s), 64 boxes 0.923 (24 s)
-rdh, dbt  N <= 64, latency-bound; rdh also on one switch     -        dbt best at 1 KB allreduce on
-nccl      (_crossbar) at every size                                  dgx-a100-2node and ndv2-2node; rdh
-                                                                     35 s at 256 ranks (3x greedy's time)
+rdh, dbt  latency-bound, N <= 256 (greedy's scale); rdh also  -        dbt best at 1 KB allreduce on
+nccl      on one switch (_crossbar) at every size                    dgx-a100-2node and ndv2-2node; 1-3 s
+                                                                     of CPU at 96-256 ranks, where greedy
+                                                                     alone took 141 s for a 256-rank
+                                                                     leaf-spine's 64 KiB allreduce, 21x
+                                                                     rdh's time (_latency_baselines)
 hierar.   multi-box, N <= 64                                -        best at 1 KB/1 MB on dgx-a100-2node
 greedy    N <= 256; above: alltoall/gather/scatter or       -        cheap (<0.5 s at 16 ranks, 15 s in all
           latency-bound; not where direct's switched                 at 256); best on mi250 1 KB/1 MB, dgx1
@@ -222,6 +225,15 @@ def _crossbar(inst: Instance) -> bool:
             and all(switch in (link.src, link.dst) for link in topology.links))
 
 
+def _latency_baselines(inst: Instance) -> bool:
+    """A latency-bound case up to ``GREEDY_MAX_RANKS``: rdh, dbt and nccl run before greedy. Past
+    ``BASELINE_MAX_RANKS`` greedy was the only candidate there, and it sends one message per piece and hop: 64 KiB
+    allreduce on a 128-rank 2:1 leaf-spine 1231 µs against rdh's 45 (AG 1 MiB: 635 against 71), on eight MI250
+    boxes 217 against 36, on a 16x16 torus 67 against dbt's 27; each baseline takes 1-3 s of CPU there (dbt
+    11 s on a 4x4x8 torus)."""
+    return inst.latency_bound and inst.ranks <= GREEDY_MAX_RANKS
+
+
 def _greedy(inst: Instance) -> bool:
     return (inst.ranks <= GREEDY_MAX_RANKS or inst.collective.name in ("alltoall", "gather", "scatter")
             or inst.latency_bound)
@@ -374,9 +386,9 @@ RULES: tuple[Rule, ...] = (
     Rule("spantree", lambda i: i.bandwidth_bound and not i.switches and i.ranks <= SPANTREE_MAX_RANKS),
     Rule("direct", lambda i: _small(i) and (i.collective.name == "alltoall" or i.latency_bound)
          or _switched_alltoall(i)),
-    Rule("rdh", lambda i: _small(i) and i.latency_bound or _crossbar(i)),
-    Rule("dbt", lambda i: _small(i) and i.latency_bound),
-    Rule("nccl", lambda i: _small(i) and i.latency_bound),
+    Rule("rdh", lambda i: _latency_baselines(i) or _crossbar(i)),
+    Rule("dbt", _latency_baselines),
+    Rule("nccl", _latency_baselines),
     Rule("hierarchical", lambda i: _small(i) and i.boxes >= 2),
     Rule("greedy", lambda i: _greedy(i) and not _switched_alltoall(i) and not _leafring_only(i, MULTIRING_LEAF_RANKS)),
     Rule("trees", lambda i: (i.ranks <= 32 or (i.bandwidth_bound and not EXACT_TREES_SLOW < i.ranks <= LARGE_TREES)
