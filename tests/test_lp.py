@@ -194,3 +194,20 @@ def test_auto_runs_the_forest_lp_only_where_it_is_small():
     mi250 = load_topology("mi250")
     assert lp_method.lp_columns(mi250, 16) <= lp_method.AUTO_VARIABLES
     assert "lp" in candidates(Instance(mi250, Collective("allgather", 16), GiB))
+
+
+def test_a_work_limit_bounds_the_forest_lp_by_simplex_iterations():
+    """Under auto's work limit the LP's simplex stops after a deterministic number of iterations
+    (SIMPLEX_ITERATIONS_PER_WORK per unit) and lp says so; a limit it fits in changes nothing."""
+    from synth.synthesis import lp as lp_method
+    from synth.topology import generators as gen
+
+    mesh = gen.mesh([4, 4])     # about 2.9k iterations
+    roots = tuple(range(16))
+    free = solve_rate(mesh, roots)
+    assert solve_rate(mesh, roots, work_limit=20).ratio == pytest.approx(free.ratio, rel=1e-9)
+    tiny = 100 / lp_method.SIMPLEX_ITERATIONS_PER_WORK
+    with pytest.raises(SynthError, match="more than 100 simplex iterations"):
+        solve_rate(mesh, roots, work_limit=tiny)
+    with pytest.raises(SynthError, match="simplex iterations"):
+        synthesize(Instance(mesh, Collective("allgather", 16), GiB, SynthOptions(work_limit=tiny)))

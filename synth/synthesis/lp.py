@@ -68,6 +68,10 @@ IPM_VARIABLES = 100_000
 # auto runs lp only up to this many LP columns (the LP takes no work limit; HiGHS' interior point on rr4-32-s1's
 # 131k columns took 175 s per solve, 762 s of CPU for an allreduce whose trees, at the same rate, won anyway)
 AUTO_VARIABLES = 60_000
+# under a work limit (auto gives lp 20 units) the forest LP's simplex stops after this many iterations per unit,
+# a deterministic budget: the LPs of bench_fabrics and the built-ins take 0.6k-18.5k (rr3-32-s1, 98k columns, 4.6 s
+# of CPU), a 4x6 torus of 100 and 25 GB/s links took 98.6k (200 s) where trees' forests were as fast
+SIMPLEX_ITERATIONS_PER_WORK = 1_250
 
 
 @dataclass(frozen=True)
@@ -128,8 +132,10 @@ def build_model(topology: Topology, roots: tuple[int, ...], units: np.ndarray):
 
 
 def solve_rate(topology: Topology, roots: tuple[int, ...], solver: str = "highs",
-               time_limit: float | None = None, threads: int | None = None) -> RateLP:
-    """Solve the LP on ``topology`` (in integer bandwidth units, see :func:`packing.integer_fabric`)."""
+               time_limit: float | None = None, threads: int | None = None,
+               work_limit: float | None = None) -> RateLP:
+    """Solve the LP on ``topology`` (in integer bandwidth units, see :func:`packing.integer_fabric`); under a
+    ``work_limit``, HiGHS' simplex within ``SIMPLEX_ITERATIONS_PER_WORK`` iterations per unit of it."""
     from synth.solvers import solve
 
     if solver not in LP_SOLVERS:
@@ -137,7 +143,13 @@ def solve_rate(topology: Topology, roots: tuple[int, ...], solver: str = "highs"
     fabric = integer_fabric(topology)
     model, t_var, x_index = build_model(topology, roots, fabric.units)
     algorithm = "ipm" if solver == "highs" and model.num_vars > IPM_VARIABLES else None
-    result = solve(model, solver=solver, time_limit=time_limit, threads=threads, lp_algorithm=algorithm)
+    iterations = (None if work_limit is None or solver != "highs"
+                  else max(1, round(work_limit * SIMPLEX_ITERATIONS_PER_WORK)))
+    result = solve(model, solver=solver, time_limit=time_limit, threads=threads, lp_algorithm=algorithm,
+                   simplex_iterations=iterations)
+    if iterations is not None and result.status == "no_solution" and "iteration" in result.message.lower():
+        raise SynthError(f"method lp: its LP needs more than {iterations} simplex iterations, the budget of its "
+                         f"work limit ({work_limit:g}); `-m lp` alone runs it to the end")
     if result.status not in ("optimal", "feasible") or result.values is None:
         raise SynthError(f"LP solver {solver} ended with status {result.status} {result.message}".strip())
     values = np.asarray(result.values)
@@ -146,10 +158,11 @@ def solve_rate(topology: Topology, roots: tuple[int, ...], solver: str = "highs"
 
 
 def forest_from_lp(topology: Topology, roots: tuple[int, ...], reverse: bool, solver: str,
-                   time_limit: float | None, threads: int | None, scale: int = TREE_SCALE) -> Forest:
+                   time_limit: float | None, threads: int | None, scale: int = TREE_SCALE,
+                   work_limit: float | None = None) -> Forest:
     """Decompose the LP's per-root loads into ``scale`` arborescences per root (module docstring)."""
     fabric_topology = topology.reversed() if reverse else topology
-    lp = solve_rate(fabric_topology, roots, solver, time_limit, threads)
+    lp = solve_rate(fabric_topology, roots, solver, time_limit, threads, work_limit)
     fabric = integer_fabric(fabric_topology)
     allowed = allowed_routes(topology, reverse)
     trees: list[PlannedTree] = []
@@ -187,7 +200,8 @@ def synthesize(inst: Instance) -> Schedule:
         return _alltoall(topology, collective, size_bytes, options, solver)
 
     def planner(roots: tuple[int, ...], reverse: bool) -> Forest:
-        return forest_from_lp(topology, roots, reverse, solver, options.time_limit, options.threads)
+        return forest_from_lp(topology, roots, reverse, solver, options.time_limit, options.threads,
+                              work_limit=options.work_limit)
 
     return schedule_from_plans(topology, collective, size_bytes, options, planner, "lp")
 
