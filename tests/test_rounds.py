@@ -139,3 +139,22 @@ def test_every_rounds_lp_has_a_deterministic_simplex_budget(monkeypatch):
     monkeypatch.setattr(rounds, "solve", lambda model, solver, **kwargs: real_solve(
         model, solver, lp_algorithm="simplex", simplex_iterations=1))
     assert rounds.plan_rounds(edges, 6) is None
+
+
+def test_rounds_lp_is_not_posed_past_its_share_budget(monkeypatch):
+    # an 18-rank 3x3x2 torus allgather: 1071 tree edges x 30 rounds; its interior point took 69 s of CPU for no
+    # gain, so the LP is not posed; a 6-rank ring's 60 edges still are
+    from synth.topology import generators as gen
+
+    topology = gen.torus((3, 3, 2), bw=50, alpha=0.6)
+    forest, edges, _ = _edges(topology, 2**30)
+    tune = trees.tuning.TUNING
+    assert len(edges.waits) * tune.rounds > tune.round_variables
+    posed = []
+    monkeypatch.setattr(rounds, "plan_rounds", lambda *a, **k: posed.append(a) or None)
+    coll = Collective("allgather", topology.num_ranks)
+    assert trees.rounds_timing.timed_rounds(topology, coll, [forest], [64], 2**30, None, 1e12) is None
+    assert not posed
+    small, _, _ = _edges(ring(6))
+    trees.rounds_timing.timed_rounds(ring(6), Collective("allgather", 6), [small], [12], 2**26, None, 1e12)
+    assert posed
