@@ -89,7 +89,8 @@ mirror    bandwidth-bound AG/RS, N <= 24, on a fabric       -        the other c
           equal to its reverse (_mirror); after trees                backwards: mixed-mi250-h100 1 GiB
                                                                      reducescatter 0.981 (trees 0.972)
 lp        bandwidth-bound, N <= 32, and no switches     20 s     best on mi250 64 MB in the sweep (23.3 %
-          and <= 60k LP columns (lp.AUTO_VARIABLES),                 vs trees 30.9 %; today's trees: 224 us
+          and <= 60k LP columns (lp.AUTO_VARIABLES;      (25k     vs trees 30.9 %; today's trees: 224 us
+          its simplex 25k iterations at 20 units),       iter.)
           or alltoall; alltoall N <= 64, behind                      vs lp 240 us); ties trees behind
           switches up to 128                                         switches, hence not tried there but
                                                                      for alltoall, where its concurrent
