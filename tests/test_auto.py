@@ -126,6 +126,10 @@ def test_latency_bound_past_64_ranks_runs_the_baselines_before_greedy():
     found = synthesize(fabric, "allreduce", 64 * KB)
     greedy = synthesize(fabric, "allreduce", 64 * KB, "greedy")
     assert found.method in ("rdh", "dbt", "nccl") and found.time_us < greedy.time_us / 2
+    # behind leaf switches greedy then runs only where they made no program; on a torus it still runs
+    assert next(c for c in _plan(fabric, "allreduce", 64 * KB) if c.method == "greedy").fallback
+    assert not next(c for c in _plan(gen.torus((16, 16)), "allgather", KB) if c.method == "greedy").fallback
+    assert "greedy" not in [t["method"] for t in found.tried if "time_us" in t]
     # past greedy's scale nothing changes
     assert "rdh" not in _names(gen.torus((32, 32)), "allreduce", KB)
 

@@ -65,8 +65,9 @@ greedy    N <= 256; above: alltoall/gather/scatter or       -        cheap (<0.5
           alltoall row above holds, nor bandwidth-bound      1 KB; won every >16-rank case the
           AG/RS/AR on a leaf fabric above 128 ranks                  milp author measured (16 A100 boxes
           (a fallback after trees' scale path where                  alltoall 1 GiB: 0.68 of the bound, 70 s;
-          that runs below 1 MB pieces)                               32 boxes: over 10 minutes); 256-rank
-                                                                     2:1 leaf-spine allgather 0.58 in 128 s
+          that runs below 1 MB pieces, and after rdh,                32 boxes: over 10 minutes); 256-rank
+          dbt, nccl where latency-bound, 65-256 ranks,               2:1 leaf-spine allgather 0.58 in 128 s
+          behind leaf switches: _leaf_baselines_first)
 trees     N <= 32 at any size; bandwidth-bound at          -        best at 64 MB/1 GB on multi-box fabrics
           N <= 128 or N > 256 (its fast scale path),
           not bandwidth-bound switchless allreduce
@@ -233,6 +234,17 @@ def _latency_baselines(inst: Instance) -> bool:
     boxes 217 against 36, on a 16x16 torus 67 against dbt's 27; each baseline takes 1-3 s of CPU there (dbt
     11 s on a 4x4x8 torus)."""
     return inst.latency_bound and inst.ranks <= GREEDY_MAX_RANKS
+
+
+def _leaf_baselines_first(inst: Instance) -> bool:
+    """A latency-bound case of ``BASELINE_MAX_RANKS`` to ``GREEDY_MAX_RANKS`` ranks behind leaf switches
+    (:func:`synth.synthesis.leafring.leaf_groups`): greedy runs only if rdh, dbt and nccl made no program. Its
+    messages per piece and hop cross the leaves' uplinks one circuit at a time: 64 KiB allreduce on leaf-spines of
+    96 / 128 / 256 ranks 1300.9 / 1231.4 / 2569.0 µs against dbt's 146.2, rdh's 45.1 and 124.4, and 141 s of CPU at
+    256 ranks (allgather 1 MiB: 722.0 / 635.1 / 1361.5 against 516.5 / 71.2 / 247.7)."""
+    from synth.synthesis.leafring import leaf_groups
+
+    return _latency_baselines(inst) and not _small(inst) and bool(leaf_groups(inst.topology))
 
 
 def _greedy(inst: Instance) -> bool:
@@ -451,6 +463,7 @@ def plan(inst: Instance, bound_us: float | None = None) -> list[Candidate]:
     if demote:
         names = [n for n in names if n != "ring"] + ["ring"]
     scale_trees = _scale_trees(inst) or _scale_blocks(inst)
+    greedy_last = scale_trees or _leaf_baselines_first(inst)   # greedy only where nothing before made a program
     if inst.bandwidth_bound or scale_trees:   # the expected winners first (module docstring)
         first = ("nvls", *TREE_METHODS)
         names = [n for n in names if n in first] + [n for n in names if n not in first]
@@ -468,7 +481,7 @@ def plan(inst: Instance, bound_us: float | None = None) -> list[Candidate]:
     for name in names:
         rule = next((r for r in rules() if r.method == name), None)
         limit = rule.limit(inst) if rule is not None else None
-        fallback = (demote and name == "ring" or scale_trees and name == "greedy" or name in superseded)
+        fallback = (demote and name == "ring" or greedy_last and name == "greedy" or name in superseded)
         out.append(Candidate(name, limit, fallback=fallback, floor_us=floors.get(name)))
     return out
 
