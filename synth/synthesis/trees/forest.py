@@ -31,6 +31,7 @@ from synth.topology.model import Topology
 from synth.topology.routes import rank_routes
 from synth.topology.structure import boxes_of
 
+SKEWED_BISECTION = 6   # bisection steps for the rate a weighted forest's split needs (split_rank_fabric): 1/64 of T*
 
 # ---------------------------------------------------------------------------------------------
 # the forest
@@ -162,12 +163,12 @@ def plan_forest(topology: Topology, roots: tuple[int, ...], *, reverse: bool = F
 
 
 def _split_graph(topology: Topology, fabric: Fabric, weights: dict[int, int], max_trees: int, reverse: bool,
-                 slack: bool = True):
+                 slack: bool = True, bisection: int = 24):
     """(optimal rate, k, rank-to-rank split of the switches, the rate it keeps, whether the slow links' slack was
     left) for forests from roots of ``weights`` with at most ``max_trees`` per unit of weight: capacities at the
     optimal rate (or the nearest ``k`` allows; ``slack``: with the slow links' slack left where that splits,
     :func:`slow_link_slack`), then disjoint rank pairings first, edge splitting along canonical routes next, else
-    the least rate at which that splits."""
+    the least rate at which that splits (:func:`_degraded_split`, ``bisection`` steps)."""
     optimal = optimal_ratio(fabric, weights)
     k, caps, ratio = choose_capacities(fabric, weights, optimal, max_trees)
     allowed = allowed_routes(topology, reverse)
@@ -189,21 +190,24 @@ def _split_graph(topology: Topology, fabric: Fabric, weights: dict[int, int], ma
                     slackened)
         except SplitError:
             pass
-    return optimal, k, *_degraded_split(fabric, weights, optimal, k, allowed, step), False
+    return optimal, k, *_degraded_split(fabric, weights, optimal, k, allowed, step, bisection), False
 
 
-def split_rank_fabric(topology: Topology, reverse: bool = False) -> Fabric:
+def split_rank_fabric(topology: Topology, reverse: bool = False, weights: tuple[int, ...] | None = None) -> Fabric:
     """The fabric as ranks only: each rank pair's share of the links, as the switch split of the optimal
     forest with one unit per root gives it (:func:`_split_graph`, canonical routes only), at that forest's
     rate. Any forest packed on it routes through the switches as the runtime's paths do; on a switchless
-    fabric it is the fabric itself."""
+    fabric it is the fabric itself. With ``weights``, the split of the forest with ``weights[r]`` units from root
+    ``r``; where that needs a rate below the optimum, it is found to ``SKEWED_BISECTION`` steps (at 32 ranks each
+    step is a complete edge splitting, about a second)."""
     planning = topology.reversed() if reverse else topology
     fabric = integer_fabric(planning)
     if not topology.switches:
         return fabric
     n = topology.num_ranks
-    _, k, graph, ratio, _ = _split_graph(topology, fabric, {r: 1 for r in range(n)},
-                                         tuning.TUNING.default_max_trees, reverse, slack=False)
+    units = {r: 1 for r in range(n)} if weights is None else {r: w for r, w in enumerate(weights) if w > 0}
+    _, k, graph, ratio, _ = _split_graph(topology, fabric, units, tuning.TUNING.default_max_trees, reverse,
+                                         slack=False, bisection=24 if weights is None else SKEWED_BISECTION)
     arcs = sorted((u, v, c) for (u, v), c in graph.cap.items() if c > 0)
     # c units of capacity carry c trees of 1/k of a root's data each, at rate ``ratio``: c / (k·ratio) fabric units
     return Fabric(n, n, np.array([a[0] for a in arcs], dtype=np.int64), np.array([a[1] for a in arcs], dtype=np.int64),
@@ -311,8 +315,9 @@ def allowed_routes(topology: Topology, reverse: bool) -> set[tuple[int, ...]] | 
     return {piece[::-1] for piece in pieces} if reverse else pieces
 
 
-def _degraded_split(fabric, weights: dict[int, int], optimal: Fraction, k: int, allowed, step: int):
-    """The least rate ``T >= T*`` (bisection, ``k`` fixed) at which switches split completely along
+def _degraded_split(fabric, weights: dict[int, int], optimal: Fraction, k: int, allowed, step: int,
+                    bisection: int = 24):
+    """The least rate ``T >= T*`` (``bisection`` steps, ``k`` fixed) at which switches split completely along
     canonical routes: fixed per-peer routes can make the cut bound unreachable (e.g. one of two
     spines never on a shortest path)."""
     def attempt(t: float):
@@ -327,7 +332,7 @@ def _degraded_split(fabric, weights: dict[int, int], optimal: Fraction, k: int, 
         lo, hi = hi, hi * 2
         if hi > float(optimal) * 1e6:
             raise SynthError("no tree packing fits this fabric's fixed routes")
-    for _ in range(24):
+    for _ in range(bisection):
         mid = (lo + hi) / 2
         if attempt(mid)[0] is None:
             lo = mid

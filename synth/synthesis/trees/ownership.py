@@ -31,6 +31,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from synth.errors import SynthError
 from synth.synthesis.packing import Fabric, integer_fabric, optimal_ratio, short_cuts
 from synth.synthesis.trees import tuning
 from synth.synthesis.trees.forest import Forest, split_rank_fabric
@@ -42,6 +43,7 @@ TOTAL_RANGE = 8              # integer weights sum to a power of two from N up t
 # power-of-two buffers divide into whole chunks, as MSCCL runtimes need)
 ROUNDING_SLACK = 0.015       # the least total whose rounding is within this of the LP optimum wins (fewer units:
 # fewer trees and chunks to time; nicless dgx-a100-2node: 64 units 1.2 % above the LP, 128 units 0.7 %)
+SPLIT_UNITS = 8              # the fabric LP's shares in this many units per rank, for the switch split they ask for
 WORTH = 0.03                 # weights are used only where they save this share of the uniform forests' time
 
 
@@ -158,11 +160,13 @@ def round_shares(shares: np.ndarray, total: int) -> tuple[int, ...]:
     return tuple(int(w) for w in weights)
 
 
-def _worth_it(fabrics: tuple[Fabric, Fabric]) -> tuple[np.ndarray, float, Fraction] | None:
+def _worth_it(fabrics: tuple[Fabric, Fabric],
+              uniform: tuple[Fabric, Fabric] | None = None) -> tuple[np.ndarray, float, Fraction] | None:
     """(shares, LP value, the most a rounding may take) of :func:`ownership_shares` on ``fabrics``, where the LP
-    saves at least ``WORTH`` of one unit per rank's time; None otherwise."""
+    saves at least ``WORTH`` of one unit per rank's time (on ``uniform``, default ``fabrics``); None otherwise."""
     n = fabrics[0].num_ranks
-    worth = _weighted_time_per_byte(fabrics, {r: 1 for r in range(n)}) * (1 - Fraction(WORTH).limit_denominator(1000))
+    worth = (_weighted_time_per_byte(uniform or fabrics, {r: 1 for r in range(n)})
+             * (1 - Fraction(WORTH).limit_denominator(1000)))
     solved = ownership_shares(fabrics)
     if solved is None or solved[1] > float(worth):
         return None
@@ -179,7 +183,11 @@ def ownership_weights(topology: Topology) -> tuple[int, ...] | None:
     CPU. The LP runs on the fabric first (cheap; most fabrics stop there). Behind switches its optimum may need
     routes the runtime never takes (out of a box's NIC and back into the same box), so it runs again on the
     rank-to-rank capacities of the switch split along canonical routes (:func:`split_rank_fabric`), where
-    every forest is routable. The shares are rounded to totals that are powers of two from ``N`` to
+    every forest is routable: the split of one unit per root, and the split of the forests at the fabric LP's
+    shares (``SPLIT_UNITS`` units per rank), the one of lower LP value kept. A split made for equal roots can
+    withhold the rate owners need: with one A100's NVSwitch port at half speed (dgx-a100-2node
+    ``--degrade 13:b1.nvswitch=0.5``) the equal roots' split pairs the GPUs in a ring, and its LP is 37 % above
+    the fabric's, the other split's 6 %. The shares are rounded to totals that are powers of two from ``N`` to
     ``TOTAL_RANGE·N``: the least total whose reduce-scatter plus allgather forests (exact rates,
     :func:`forest_time_per_byte`) come within ``ROUNDING_SLACK`` of the LP optimum, else the fastest rounding.
     Deterministic: LPs, max-flows and exact arithmetic.
@@ -187,10 +195,20 @@ def ownership_weights(topology: Topology) -> tuple[int, ...] | None:
     n = topology.num_ranks
     if n < 2 or not topology.switches:
         return None
-    if _worth_it((integer_fabric(topology), integer_fabric(topology.reversed()))) is None:
+    on_fabric = _worth_it((integer_fabric(topology), integer_fabric(topology.reversed())))
+    if on_fabric is None:
         return None
-    fabrics = (split_rank_fabric(topology), split_rank_fabric(topology, reverse=True))
-    found = _worth_it(fabrics)
+    uniform = (split_rank_fabric(topology), split_rank_fabric(topology, reverse=True))
+    skewed = round_shares(on_fabric[0], SPLIT_UNITS * n)
+    found, fabrics = _worth_it(uniform), uniform
+    try:
+        split = (split_rank_fabric(topology, weights=skewed),
+                 split_rank_fabric(topology, reverse=True, weights=skewed))
+    except SynthError:   # those forests do not split along the fixed routes: the equal roots' split stands
+        split = None
+    solved = None if split is None else _worth_it(split, uniform)
+    if solved is not None and (found is None or solved[1] < found[1] * (1 - 1e-9)):
+        found, fabrics = solved, split
     if found is None:
         return None
     shares, optimum, worth = found
