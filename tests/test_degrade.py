@@ -157,6 +157,26 @@ def test_exclude_rank_synthesizes_for_the_remaining_ranks(tmp_path):
     assert payload["degraded"]["excluded_ranks"] == [3]
 
 
+def test_root_names_a_rank_of_the_fabric_as_given(tmp_path):
+    # --root counts ranks as --exclude-rank does: rank 5 of dgx1 is rank 4 once rank 3 is out
+    payload, program = synthesize_json(tmp_path, "-t", "dgx1", "-c", "broadcast", "-s", "1MiB", "--root", "5",
+                                       "--exclude-rank", "3")
+    assert payload["root"] == 4 and program.root == 4
+    res = invoke("bounds", "-t", "dgx1", "-c", "gather", "--root", "7", "--exclude-rank", "2", "--json")
+    assert res.exit_code == 0 and json.loads(res.output)["root"] == 6
+
+
+@pytest.mark.parametrize("command", [("synthesize", "-s", "1MiB", "-o", "never.xml"), ("bounds",),
+                                     ("compare", "-s", "1MiB")])
+def test_an_excluded_root_is_one_error_line(command):
+    line = one_error_line(invoke(command[0], "-t", "dgx1", "-c", "reduce", *command[1:], "--root", "3",
+                                 "--exclude-rank", "3"))
+    assert "--root 3" in line and "--exclude-rank" in line
+    # the default root 0 too, for a rooted collective; a collective without a root does not mind
+    assert "--root 0" in one_error_line(invoke("bounds", "-t", "dgx1", "-c", "broadcast", "--exclude-rank", "0"))
+    assert invoke("bounds", "-t", "dgx1", "-c", "allgather", "--exclude-rank", "0").exit_code == 0
+
+
 # ---- a healthy program on the degraded fabric --------------------------------------------------------
 
 

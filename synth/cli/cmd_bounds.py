@@ -5,7 +5,14 @@ from __future__ import annotations
 import click
 
 from synth.cli.common import ROOT, console, emit_json, guarded, json_option, load_topology_arg
-from synth.cli.fabric_edits import apply_fabric_edits, baseline_line, baseline_report, edits_line, fabric_edit_options
+from synth.cli.fabric_edits import (
+    apply_fabric_edits,
+    baseline_line,
+    baseline_report,
+    edited_root,
+    edits_line,
+    fabric_edit_options,
+)
 from synth.collectives import COLLECTIVES
 from synth.units import DEFAULT_SIZE, format_size, parse_size
 
@@ -27,7 +34,7 @@ def command(topology_name: str, collective: str, size: str, root: int, exclude_l
 
     size_bytes = parse_size(size)
     topology, degraded = apply_fabric_edits(load_topology_arg(topology_name), exclude_link, degrade, exclude_rank)
-    coll = Collective(collective, topology.num_ranks, root=root)
+    coll = Collective(collective, topology.num_ranks, root=edited_root(degraded, collective, root))
     bounds = compute_bounds(topology, coll, size_bytes)
     edits = {} if degraded is None else {"degraded": degraded.as_dict()}
     if baseline is not None:

@@ -19,6 +19,7 @@ from synth.cli.fabric_edits import (
     apply_fabric_edits,
     baseline_line,
     baseline_report,
+    edited_root,
     edits_line,
     fabric_edit_options,
     healthy_fabric,
@@ -92,6 +93,7 @@ def command(topology_name: str, collective: str, size: str, root: int, methods: 
     if size_bytes <= 0:
         raise SynthError(f"size must be positive, got {size}")
     topology, degraded = apply_fabric_edits(load_topology_arg(topology_name), exclude_link, degrade, exclude_rank)
+    root = edited_root(degraded, name, root)
     if topology.num_ranks < 2:
         raise SynthError(f"topology {topology.name!r} has {topology.num_ranks} rank; a collective needs at least 2")
     check_root(topology, root)

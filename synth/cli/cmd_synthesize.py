@@ -27,6 +27,7 @@ from synth.cli.fabric_edits import (
     apply_fabric_edits,
     baseline_line,
     baseline_report,
+    edited_root,
     edits_line,
     fabric_edit_options,
     healthy_fabric,
@@ -121,6 +122,7 @@ def command(topology_name: str | None, collective: str | None, size: str, method
     name = canonical_name(collective)
     size_bytes = parse_size(size)
     topology, degraded = apply_fabric_edits(load_topology_arg(topology_name), exclude_link, degrade, exclude_rank)
+    root = edited_root(degraded, name, root)
     check_root(topology, root)
     profile = runtime_profile(runtime or DEFAULT_RUNTIME)
     spelling = profile.coll("reducescatter")

@@ -95,6 +95,24 @@ def apply_fabric_edits(topology: Topology, exclude_link: tuple = (), degrade: tu
     return degraded.topology, degraded
 
 
+def edited_root(degraded: Degraded | None, collective: str, root: int) -> int:
+    """``--root`` in the numbering of the edited fabric. It names a rank of the fabric as given, as
+    ``--exclude-rank`` does; once excluded ranks are gone the rest are renumbered densely (``rank_map``), so the
+    root becomes its new number. An excluded root is one ``error:`` line; a collective without a root keeps 0."""
+    from synth.collectives import ROOTED, canonical_name
+
+    if degraded is None or not degraded.excluded_ranks:
+        return root
+    if canonical_name(collective) not in ROOTED:
+        return 0
+    if not 0 <= root < len(degraded.rank_map):
+        raise SynthError(f"--root {root} is not a rank of {degraded.original.name} (0..{len(degraded.rank_map) - 1})")
+    new = degraded.rank_map[root]
+    if new is None:
+        raise SynthError(f"--root {root} is a rank --exclude-rank takes out; name a remaining rank with --root")
+    return new
+
+
 def healthy_fabric(degraded: Degraded | None) -> Topology | None:
     """The fabric a re-synthesis warm-starts from (``SynthOptions.healthy``): the original one where links were
     removed or slowed, ``None`` without edits or where ranks were excluded (no healthy tree spans the rest)."""
