@@ -5,14 +5,7 @@ from __future__ import annotations
 import click
 
 from synth.cli.common import ROOT, console, emit_json, guarded, json_option, load_topology_arg
-from synth.cli.fabric_edits import (
-    apply_fabric_edits,
-    baseline_line,
-    baseline_report,
-    edited_root,
-    edits_line,
-    fabric_edit_options,
-)
+from synth.cli.fabric_edits import apply_fabric_edits, baseline_line, baseline_report, edits_line, fabric_edit_options
 from synth.collectives import COLLECTIVES
 from synth.units import DEFAULT_SIZE, format_size, parse_size
 
@@ -29,6 +22,7 @@ from synth.units import DEFAULT_SIZE, format_size, parse_size
 def command(topology_name: str, collective: str, size: str, root: int, exclude_link: tuple, degrade: tuple,
             exclude_rank: tuple, baseline: str | None, as_json: bool) -> None:
     """Lower bounds on the completion time: bandwidth (cut / flow), latency, and their max."""
+    from synth.cli.fabric_edits import edited_root
     from synth.collectives import Collective
     from synth.lower_bounds import compute_bounds
 

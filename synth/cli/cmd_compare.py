@@ -19,7 +19,6 @@ from synth.cli.fabric_edits import (
     apply_fabric_edits,
     baseline_line,
     baseline_report,
-    edited_root,
     edits_line,
     fabric_edit_options,
     healthy_fabric,
@@ -82,6 +81,7 @@ def command(topology_name: str, collective: str, size: str, root: int, methods: 
             work_limit: float, time_limit: float | None, exclude_link: tuple, degrade: tuple, exclude_rank: tuple,
             baseline: str | None, as_json: bool) -> None:
     """Baselines vs synthesized methods vs the lower bound, in one table."""
+    from synth.cli.fabric_edits import edited_root
     from synth.collectives import Collective, canonical_name
     from synth.pipeline import check_root
     from synth.synthesis.base import SynthOptions

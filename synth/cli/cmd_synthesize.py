@@ -27,7 +27,6 @@ from synth.cli.fabric_edits import (
     apply_fabric_edits,
     baseline_line,
     baseline_report,
-    edited_root,
     edits_line,
     fabric_edit_options,
     healthy_fabric,
@@ -106,6 +105,7 @@ def command(topology_name: str | None, collective: str | None, size: str, method
             list_methods: bool, exclude_link: tuple, degrade: tuple, exclude_rank: tuple, baseline: str | None,
             as_json: bool) -> None:
     """Synthesize a schedule, verify it, and write the program (MSCCL XML or JSON)."""
+    from synth.cli.fabric_edits import edited_root
     from synth.collectives import canonical_name
     from synth.pipeline import check_root, synthesize
     from synth.program.load import save_program
