@@ -160,17 +160,20 @@ def round_shares(shares: np.ndarray, total: int) -> tuple[int, ...]:
     return tuple(int(w) for w in weights)
 
 
-def _worth_it(fabrics: tuple[Fabric, Fabric],
-              uniform: tuple[Fabric, Fabric] | None = None) -> tuple[np.ndarray, float, Fraction] | None:
-    """(shares, LP value, the most a rounding may take) of :func:`ownership_shares` on ``fabrics``, where the LP
-    saves at least ``WORTH`` of one unit per rank's time (on ``uniform``, default ``fabrics``); None otherwise."""
+def _worth(fabrics: tuple[Fabric, Fabric]) -> Fraction:
+    """The most weighted forests may take per byte to be used: one unit per rank's time on ``fabrics`` less
+    ``WORTH`` of it."""
     n = fabrics[0].num_ranks
-    worth = (_weighted_time_per_byte(uniform or fabrics, {r: 1 for r in range(n)})
-             * (1 - Fraction(WORTH).limit_denominator(1000)))
+    return _weighted_time_per_byte(fabrics, {r: 1 for r in range(n)}) * (1 - Fraction(WORTH).limit_denominator(1000))
+
+
+def _worth_it(fabrics: tuple[Fabric, Fabric], worth: Fraction) -> tuple[np.ndarray, float] | None:
+    """(shares, LP value) of :func:`ownership_shares` on ``fabrics`` where the LP value is within ``worth``
+    (:func:`_worth`); None otherwise."""
     solved = ownership_shares(fabrics)
     if solved is None or solved[1] > float(worth):
         return None
-    return solved[0], solved[1], worth
+    return solved
 
 
 def ownership_weights(topology: Topology) -> tuple[int, ...] | None:
@@ -195,23 +198,25 @@ def ownership_weights(topology: Topology) -> tuple[int, ...] | None:
     n = topology.num_ranks
     if n < 2 or not topology.switches:
         return None
-    on_fabric = _worth_it((integer_fabric(topology), integer_fabric(topology.reversed())))
-    if on_fabric is None:
+    on_fabric = (integer_fabric(topology), integer_fabric(topology.reversed()))
+    fabric_lp = _worth_it(on_fabric, _worth(on_fabric))
+    if fabric_lp is None:
         return None
     uniform = (split_rank_fabric(topology), split_rank_fabric(topology, reverse=True))
-    skewed = round_shares(on_fabric[0], SPLIT_UNITS * n)
-    found, fabrics = _worth_it(uniform), uniform
+    worth = _worth(uniform)   # against the forests of one unit per root, which trees plans on this split
+    skewed = round_shares(fabric_lp[0], SPLIT_UNITS * n)
+    found, fabrics = _worth_it(uniform, worth), uniform
     try:
         split = (split_rank_fabric(topology, weights=skewed),
                  split_rank_fabric(topology, reverse=True, weights=skewed))
     except SynthError:   # those forests do not split along the fixed routes: the equal roots' split stands
         split = None
-    solved = None if split is None else _worth_it(split, uniform)
+    solved = None if split is None else _worth_it(split, worth)
     if solved is not None and (found is None or solved[1] < found[1] * (1 - 1e-9)):
         found, fabrics = solved, split
     if found is None:
         return None
-    shares, optimum, worth = found
+    shares, optimum = found
     best: tuple[Fraction, tuple[int, ...]] | None = None
     total = 1 << (n - 1).bit_length()
     while total <= TOTAL_RANGE * n:
