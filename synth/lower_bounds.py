@@ -13,7 +13,8 @@ M = SIZE/N (one rank's piece, with SIZE the nccl-tests buffer size of docs/units
 ``bytes / (GB/s * 1e3)``.
 
 Bandwidth bounds (one function per family, each documented where it is computed):
-- allgather: the ForestColl cut bound, computed exactly (:func:`allgather_cut_ratio`);
+- allgather: the ForestColl cut bound, computed exactly (:func:`allgather_cut_ratio`), and the receptions of a
+  group of ranks charged at the routes into it (:func:`synth.circuit_bounds.reception_ratio`);
 - reducescatter: the same on the reversed graph;
 - broadcast / reduce: SIZE / min_v λ(root, v) (λ = max-flow value), reversed for reduce;
 - scatter / gather: the rooted cut bound with per-destination demands (:func:`scatter_cut_ratio`);
@@ -42,6 +43,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from synth.circuit_bounds import charged_gossip, reception_ratio
 from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.flows import (
@@ -562,7 +564,9 @@ def allreduce_bandwidth_us(topology: Topology, size_bytes: float) -> tuple[float
        per-rank 2(N-1)/N·SIZE/B. The literal per-rank form with min_v B(v) is NOT valid on
        heterogeneous fabrics (a fat hub rank lets thin ranks send only SIZE), so it is not used;
     5. bound 4 on groups of ranks (:func:`group_traffic`);
-    6. bound 4 on one group's ranks beside contracted groups (:func:`contracted_traffic`).
+    6. bound 4 on one group's ranks beside contracted groups (:func:`contracted_traffic`);
+    7. bound 4 with the calls between groups charged at the routes into their receivers' groups
+       (:func:`synth.circuit_bounds.charged_gossip`: a leaf's ports under narrower uplinks).
 
     **In-network reduction** (switches with ``reduce`` or ``multicast``, docs/topology.md; NVIDIA NVLS on
     NVSwitch 3, InfiniBand SHARP: Graham et al., "Scalable Hierarchical Aggregation Protocol (SHArP)",
@@ -607,6 +611,9 @@ def allreduce_bandwidth_us(topology: Topology, size_bytes: float) -> tuple[float
         calls, capacity = contracted_traffic(topology)
         if calls:
             parts["contracted_traffic_us"] = _us(calls * size_bytes, capacity)
+        charged = charged_gossip(topology)
+        if charged > 0:
+            parts["charged_traffic_us"] = _us(charged * size_bytes, 1.0)
     best = max(parts, key=parts.get)
     return parts[best], {"components_us": parts, "binding_component": best,
                          "allgather_cut": describe_cut_set(topology, ag.cut)}
@@ -950,14 +957,20 @@ def compute_bounds(topology: Topology, collective: Collective | str, size_bytes:
         res = allgather_cut(topo)
         bw_us = _us(m * res.ratio, 1.0)
         circuit_ratio, circuit_cut = circuit_box_cut(topo)
+        reception, receivers = reception_ratio(topo)
         b_in = np.bincount(topo.arrays[1], weights=topo.arrays[2], minlength=topo.num_nodes)[:n]
-        if circuit_ratio > res.ratio:
-            bw_us = _us(m * circuit_ratio, 1.0)
-            details.update(circuit_cut=circuit_cut, forestcoll_cut_us=_us(m * res.ratio, 1.0))
+        method = "allgather cut (ForestColl)"
+        if max(circuit_ratio, reception) > res.ratio:
+            bw_us = _us(m * max(circuit_ratio, reception), 1.0)
+            details.update(forestcoll_cut_us=_us(m * res.ratio, 1.0))
+            if circuit_ratio >= reception:
+                method = "allgather cut with circuit capacities from inside the cut"
+                details.update(circuit_cut=circuit_cut)
+            else:
+                method = "receptions of a group, charged at the routes into it"
+                details.update(reception_group=describe_cut_set(topo, frozenset(receivers)))
         details.update(
-            bandwidth_method=("allgather cut (ForestColl)" if circuit_ratio <= res.ratio else
-                              "allgather cut with circuit capacities from inside the cut")
-            + (" on reversed graph" if name == "reducescatter" else ""),
+            bandwidth_method=method + (" on reversed graph" if name == "reducescatter" else ""),
             cut=describe_cut_set(topo, res.cut), cut_ranks=res.ranks_counted, cut_bw_GBps=res.cut_bw,
             per_rank_bound_us=_us((n - 1) * m, float(b_in.min())), per_rank_rank=int(np.argmin(b_in)),
             maxflows=res.flows, ranks_tested=res.orbits,
@@ -978,7 +991,7 @@ def compute_bounds(topology: Topology, collective: Collective | str, size_bytes:
     elif name == "allreduce":
         bw_us, extra = allreduce_bandwidth_us(topology, size_bytes)
         method = ("max(RS cut, AG cut, pair cut, group traffic), in-network reduction" if topology.features
-                  else "max(RS cut, AG cut, pair cut, traffic, group traffic)")
+                  else "max(RS cut, AG cut, pair cut, traffic, group traffic, charged traffic)")
         details.update(bandwidth_method=method, **extra)
     elif name == "alltoall":
         cols = n * len(topology.links)

@@ -48,7 +48,13 @@ def command(topology_name: str, collective: str, size: str, root: int, exclude_l
     table.add_column("from")
     table.add_row("bandwidth", f"{bounds.bandwidth_bound_us:.3f}", str(d.get("bandwidth_method", "")))
     if "cut" in d:
-        table.add_row("  binding cut", "", f"S = {d['cut']}: {d['cut_ranks']} ranks, B+(S) = {d['cut_bw_GBps']:g} GB/s")
+        cut = f"S = {d['cut']}: {d['cut_ranks']} ranks, B+(S) = {d['cut_bw_GBps']:g} GB/s"
+        if "forestcoll_cut_us" in d:   # a circuit bound binds: the fluid cut is a detail
+            table.add_row("  ForestColl cut", f"{d['forestcoll_cut_us']:.3f}", cut)
+        else:
+            table.add_row("  binding cut", "", cut)
+    if "reception_group" in d:
+        table.add_row("  receiving group", "", d["reception_group"])
     if "per_rank_bound_us" in d:
         table.add_row("  per-rank (detail)", f"{d['per_rank_bound_us']:.3f}",
                       f"(N-1)/N·SIZE/B_in(rank {d['per_rank_rank']}); not the bound")
