@@ -25,7 +25,7 @@ from synth.limits import check_rank_count, check_route_switches, check_transfer_
 from synth.program.ir import Program
 from synth.runtime_limits import MAX_STEPS_PER_TB, runtime_profile
 from synth.runtimes import scratch_bytes
-from synth.schedule import Schedule
+from synth.schedule import Schedule, spread_chunks
 from synth.solvers import SOLVERS
 from synth.synthesis.base import Instance, MethodSpec, SynthOptions
 from synth.synthesis.railblocks import has_rail_boxes
@@ -161,7 +161,8 @@ def _run_one(inst: Instance, method: str) -> MethodRun:
     lowered = [(schedule, program) for program in programs]
     seconds = time.perf_counter() - t0
     for alternative in schedule.alternatives:
-        alternative = replace(alternative, method=alternative.method or spec.name, fabric=inst.fabric)
+        alternative = runnable_allreduce(inst, replace(alternative, method=alternative.method or spec.name,
+                                                       fabric=inst.fabric))
         try:
             lowered += [(alternative, program) for program in _programs(inst, spec.name, alternative)]
         except _DoesNotLower:
@@ -185,24 +186,50 @@ def _fitted(spec: MethodSpec, inst: Instance) -> tuple[Schedule, list[Program], 
     first: tuple[Instance, Schedule, _DoesNotLower] | None = None   # the first schedule the lowering refused
     while True:
         try:
-            schedule = _run_method(spec, inst)
+            planned = _run_method(spec, inst)
         except TimeLimitReached:
             raise
         except SynthError:
             if over is None and first is None:
                 raise
             return _over_limits(spec.name, over, first)
+        schedule = runnable_allreduce(inst, planned)
         try:
             return schedule, _programs(inst, spec.name, schedule), chosen, None
         except _DoesNotLower as exc:
             if over is None and exc.program is not None:
                 over = (schedule, exc.program, str(exc))
             first = first or (inst, schedule, exc)
-            factor = schedule.collective.chunk_factor
+            factor = planned.collective.chunk_factor
             if (inst.options.chunks is not None and chosen is None) or factor <= 1:
                 return _over_limits(spec.name, over, first)
             chosen = chosen or factor
             inst = inst.with_options(replace(inst.options, chunks=factor // 2))
+
+
+RUNNABLE_SPREAD = 64          # an allreduce whose loop no MSCCL runtime runs at SIZE is spread over at least this many
+# chunks per chunk (its transfers' bytes grow by at most 1/64; 15 chunks: 1024, 1.07 %)
+SPREAD_TRANSFERS = 1 << 19    # ... where it then has at most this many transfers (a record each, lowered and verified)
+
+
+def runnable_allreduce(inst: Instance, schedule: Schedule) -> Schedule:
+    """An allreduce schedule whose chunks per loop do not divide the SIZE buffer's elements (no MSCCL runtime would
+    run it: 15 ranks' equal pieces of a power-of-two buffer), spread over the fewest chunks from ``RUNNABLE_SPREAD``
+    per chunk on that do (:func:`synth.schedule.spread_chunks`); ``schedule`` itself where it divides, where
+    ``--chunks`` or ``--any-chunks`` says otherwise, where no such count is within 4× of that, or where the spread
+    schedule would pass ``SPREAD_TRANSFERS`` transfers."""
+    coll, options, size = schedule.collective, inst.options, float(inst.size_bytes)
+    if (coll.name != "allreduce" or options.chunks is not None or not options.runtime_chunks
+            or schedule.program is not None or runtime_divides(coll.size_chunks, size)):
+        return schedule
+    elements = size / RUNTIME_ELEMENT_BYTES
+    target = RUNNABLE_SPREAD * coll.chunk_factor
+    if elements != int(elements) or len(schedule.transfers) * RUNNABLE_SPREAD > SPREAD_TRANSFERS:
+        return schedule
+    loop = next((d for d in range(target, 4 * target + 1) if int(elements) % d == 0), None)
+    if loop is None or len(schedule.transfers) * loop // coll.chunk_factor > SPREAD_TRANSFERS:
+        return schedule
+    return spread_chunks(schedule, loop)
 
 
 def _over_limits(method: str, over: tuple[Schedule, Program, str] | None,

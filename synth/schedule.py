@@ -17,7 +17,7 @@ costs about 300 B, a table row 42 B).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -162,3 +162,35 @@ class Schedule:
 
     def by_start(self) -> list[Transfer]:
         return sorted(self.transfers)
+
+
+def spread_chunks(schedule: Schedule, loop: int) -> Schedule:
+    """An allreduce ``schedule`` of ``L`` chunks per loop run on ``loop`` (> L) chunks: chunk ``c`` becomes the run
+    ``[⌊c·loop/L⌋, ⌊(c+1)·loop/L⌋)``, and each transfer of ``c`` one transfer per chunk of its run, at the same
+    times, in one message (its group, or a group of its own). An allreduce's chunks are independent (every
+    rank ends with every chunk's sum, whoever holds it in between), so the program computes the same collective;
+    a run is ``loop / L`` chunks to within one, so each transfer's bytes grow by at most ``L / loop`` of a run.
+    Why: MSCCL runtimes run a program only where its loop divides the buffer's elements, which no count of 15 or
+    24 equal pieces does for a power-of-two buffer."""
+    chunks = schedule.collective.chunk_factor
+    if schedule.collective.name != "allreduce" or loop <= chunks:
+        raise ValueError("spread_chunks spreads an allreduce over more chunks")
+    edges = np.arange(chunks + 1, dtype=np.int64) * loop // chunks
+    transfers = schedule.transfers
+    table = transfers if isinstance(transfers, TransferTable) else None
+    chunk = table.chunk if table is not None else np.fromiter((t.chunk for t in transfers), np.int64, len(transfers))
+    group = table.group if table is not None else np.fromiter((t.group for t in transfers), np.int64, len(transfers))
+    first, count = edges[chunk], edges[chunk + 1] - edges[chunk]
+    # a transfer without a message group gets its own, after every group the schedule uses
+    own = np.where(group >= 0, group, int(group.max(initial=-1)) + 1 + np.arange(len(group)))
+    row = np.repeat(np.arange(len(chunk)), count)
+    new_chunk = first[row] + np.arange(len(row)) - np.repeat(np.cumsum(count) - count, count)
+    if table is not None:
+        spread = table.taken(row)
+        spread = TransferTable(spread.start, spread.end, new_chunk, spread.src, spread.dst, spread.reduce,
+                               spread.channel, own[row])
+    else:
+        spread = tuple(transfers[i]._replace(chunk=int(c), group=int(g))
+                       for i, c, g in zip(row.tolist(), new_chunk.tolist(), own[row].tolist()))
+    return replace(schedule, collective=replace(schedule.collective, chunk_factor=loop), transfers=spread,
+                   notes={**schedule.notes, "spread_chunks": [chunks, loop]})

@@ -344,6 +344,7 @@ def test_auto_says_what_keeping_a_runnable_program_costs(monkeypatch):
     plain = auto.candidates
     monkeypatch.setattr(auto, "candidates", lambda *a: [m for m in plain(*a) if m not in ("multiring", "spantree")])
     monkeypatch.setattr(trees_method, "runnable_forests", lambda *a: iter(()))
+    monkeypatch.setattr(pipeline, "SPREAD_TRANSFERS", 0)   # nor their chunks spread (tests/test_spread_chunks.py)
     monkeypatch.setattr(pipeline, "RUNNABLE_LOSS", 1.0)
     topology = gen.torus([3, 2])
     kept = synthesize(topology, "allreduce", 64 * MiB)
@@ -365,6 +366,7 @@ def test_a_far_slower_runnable_program_is_no_answer(monkeypatch):
     plain = auto.candidates
     monkeypatch.setattr(auto, "candidates", lambda *a: [m for m in plain(*a) if m not in ("multiring", "spantree")])
     monkeypatch.setattr(trees_method, "runnable_forests", lambda *a: iter(()))
+    monkeypatch.setattr(pipeline, "SPREAD_TRANSFERS", 0)
     kept = synthesize(gen.torus([3, 2]), "allreduce", 64 * MiB)
     ring = next(row for row in kept.tried if row["method"] == "ring")
     assert ring["time_us"] > kept.time_us * (1 + pipeline.RUNNABLE_LOSS)
