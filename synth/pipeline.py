@@ -13,6 +13,7 @@ until it fits (a note says so); a count the user pinned with ``--chunks`` is nev
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -207,27 +208,39 @@ def _fitted(spec: MethodSpec, inst: Instance) -> tuple[Schedule, list[Program], 
             inst = inst.with_options(replace(inst.options, chunks=factor // 2))
 
 
-RUNNABLE_SPREAD = 64          # an allreduce whose loop no MSCCL runtime runs at SIZE is spread over at least this many
-# chunks per chunk (its transfers' bytes grow by at most 1/64; 15 chunks: 1024, 1.07 %)
-SPREAD_TRANSFERS = 1 << 19    # ... where it then has at most this many transfers (a record each, lowered and verified)
+SPREAD_COST = 0.04          # an allreduce whose loop no MSCCL runtime runs at SIZE is spread over a loop that does
+# where no transfer then grows by more than this share (the least growth within SPREAD_TRANSFERS; 15 chunks: 1024,
+# 1.07 %; 768 chunks: 8192, 3.1 %)
+SPREAD_RANGE = 128          # ... loops of up to this many chunks per chunk tried
+SPREAD_TRANSFERS = 1 << 19  # ... with at most this many transfers (a record each, lowered and verified)
+
+
+def spread_growth(chunks: int, loop: int) -> float:
+    """How much the largest run of :func:`synth.schedule.spread_chunks` outgrows ``loop / chunks``: a transfer's
+    bytes grow by at most this factor."""
+    return math.ceil(loop / chunks) * chunks / loop
 
 
 def runnable_allreduce(inst: Instance, schedule: Schedule) -> Schedule:
     """An allreduce schedule whose chunks per loop do not divide the SIZE buffer's elements (no MSCCL runtime would
-    run it: 15 ranks' equal pieces of a power-of-two buffer), spread over the fewest chunks from ``RUNNABLE_SPREAD``
-    per chunk on that do (:func:`synth.schedule.spread_chunks`); ``schedule`` itself where it divides, where
-    ``--chunks`` or ``--any-chunks`` says otherwise, where no such count is within 4× of that, or where the spread
-    schedule would pass ``SPREAD_TRANSFERS`` transfers."""
+    run it: 15 ranks' equal pieces of a power-of-two buffer), spread over a loop that does
+    (:func:`synth.schedule.spread_chunks`): of the loops up to ``SPREAD_RANGE`` chunks per chunk that keep within
+    ``SPREAD_TRANSFERS`` transfers, the one of least :func:`spread_growth`, the shortest of those, where that growth
+    is at most ``1 + SPREAD_COST``. ``schedule`` itself where it divides, where ``--chunks`` or ``--any-chunks`` says
+    otherwise, or where no loop qualifies."""
     coll, options, size = schedule.collective, inst.options, float(inst.size_bytes)
     if (coll.name != "allreduce" or options.chunks is not None or not options.runtime_chunks
             or schedule.program is not None or runtime_divides(coll.size_chunks, size)):
         return schedule
-    elements = size / RUNTIME_ELEMENT_BYTES
-    target = RUNNABLE_SPREAD * coll.chunk_factor
-    if elements != int(elements) or len(schedule.transfers) * RUNNABLE_SPREAD > SPREAD_TRANSFERS:
+    elements, chunks = size / RUNTIME_ELEMENT_BYTES, coll.chunk_factor
+    if elements != int(elements):
         return schedule
-    loop = next((d for d in range(target, 4 * target + 1) if int(elements) % d == 0), None)
-    if loop is None or len(schedule.transfers) * loop // coll.chunk_factor > SPREAD_TRANSFERS:
+    most = min(SPREAD_RANGE * chunks, SPREAD_TRANSFERS * chunks // max(1, len(schedule.transfers)))
+    loops = [d for d in range(chunks + 1, most + 1) if int(elements) % d == 0]
+    if not loops:
+        return schedule
+    loop = min(loops, key=lambda d: (round(spread_growth(chunks, d), 12), d))
+    if spread_growth(chunks, loop) > 1 + SPREAD_COST:
         return schedule
     return spread_chunks(schedule, loop)
 

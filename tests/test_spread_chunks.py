@@ -1,13 +1,13 @@
 """An allreduce whose chunks per loop no MSCCL runtime runs at SIZE is spread over more chunks
 (synth.schedule.spread_chunks, synth.pipeline.runnable_allreduce): the same moves, a loop that divides the buffer,
-at most 1/64 more bytes per transfer."""
+at most 4 % more bytes per transfer (SPREAD_COST)."""
 
 from __future__ import annotations
 
 import pytest
 
 from synth.collectives import Collective, runtime_divides
-from synth.pipeline import RUNNABLE_SPREAD, synthesize
+from synth.pipeline import SPREAD_COST, synthesize
 from synth.program.lower import lower
 from synth.schedule import spread_chunks
 from synth.synthesis.base import SynthOptions
@@ -51,7 +51,8 @@ def test_fifteen_ranks_get_a_runnable_allreduce_near_the_bound():
     assert runtime_divides(result.program.nchunksperloop, 2**30)
     assert result.method in ("leafring", "hierarchical", "railblocks")
     assert result.bound_us / result.time_us > 0.99
-    assert result.schedule.notes["spread_chunks"][1] >= RUNNABLE_SPREAD * result.schedule.notes["spread_chunks"][0]
+    chunks, loop = result.schedule.notes["spread_chunks"]
+    assert loop > chunks and runtime_divides(loop, 2**30)
 
 
 def test_spreading_costs_at_most_a_sixty_fourth():
@@ -61,7 +62,7 @@ def test_spreading_costs_at_most_a_sixty_fourth():
         kept = synthesize(topology, "allreduce", 64 * MiB, method)
         assert not runtime_divides(free.program.nchunksperloop, 64 * MiB)
         assert runtime_divides(kept.program.nchunksperloop, 64 * MiB), method
-        assert kept.time_us <= free.time_us * (1 + 1 / RUNNABLE_SPREAD), method
+        assert kept.time_us <= free.time_us * (1 + SPREAD_COST), method
         # --chunks pins the count: nothing is spread
         pinned = synthesize(topology, "allreduce", 64 * MiB, method,
                             options=SynthOptions(chunks=free.schedule.collective.chunk_factor))
