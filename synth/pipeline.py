@@ -19,14 +19,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, NamedTuple
 
+import numpy as np
+
 from synth.collectives import RUNTIME_ELEMENT_BYTES, Collective, canonical_name, runtime_divides
 from synth.errors import SynthError, TimeLimitReached
 from synth.gcpause import full_collections_deferred
 from synth.limits import check_rank_count, check_route_switches, check_transfer_count
 from synth.program.ir import Program
-from synth.runtime_limits import MAX_STEPS_PER_TB, runtime_profile
+from synth.runtime_limits import MAX_STEP_CHUNKS, MAX_STEPS_PER_TB, runtime_profile
 from synth.runtimes import scratch_bytes
-from synth.schedule import Schedule, spread_chunks
+from synth.schedule import Schedule, TransferTable, spread_chunks
 from synth.solvers import SOLVERS
 from synth.synthesis.base import Instance, MethodSpec, SynthOptions
 from synth.synthesis.railblocks import has_rail_boxes
@@ -230,19 +232,41 @@ def runnable_allreduce(inst: Instance, schedule: Schedule) -> Schedule:
     otherwise, or where no loop qualifies."""
     coll, options, size = schedule.collective, inst.options, float(inst.size_bytes)
     if (coll.name != "allreduce" or options.chunks is not None or not options.runtime_chunks
-            or schedule.program is not None or runtime_divides(coll.size_chunks, size)):
+            or schedule.program is not None or "nccl_algorithm" in schedule.notes   # NCCL's rings need no divisor
+            or runtime_divides(coll.size_chunks, size)):
         return schedule
     elements, chunks = size / RUNTIME_ELEMENT_BYTES, coll.chunk_factor
     if elements != int(elements):
         return schedule
     most = min(SPREAD_RANGE * chunks, SPREAD_TRANSFERS * chunks // max(1, len(schedule.transfers)))
-    loops = [d for d in range(chunks + 1, most + 1) if int(elements) % d == 0]
+    messages = _message_chunks(schedule)
+
+    def steps(run: int) -> int:   # MSCCL steps the messages take once each chunk is ``run`` chunks
+        return int(np.ceil(messages * run / MAX_STEP_CHUNKS).sum())
+
+    # a run past MSCCL's step count splits a message into more steps, each an α: as costly as bytes at small SIZE
+    loops = [d for d in range(chunks + 1, most + 1) if int(elements) % d == 0
+             and steps(math.ceil(d / chunks)) <= steps(1) * (1 + SPREAD_COST)]
     if not loops:
         return schedule
     loop = min(loops, key=lambda d: (round(spread_growth(chunks, d), 12), d))
     if spread_growth(chunks, loop) > 1 + SPREAD_COST:
         return schedule
     return spread_chunks(schedule, loop)
+
+
+def _message_chunks(schedule: Schedule) -> np.ndarray:
+    """Chunks per message of ``schedule``: its transfers of one sender and message group, each ungrouped one
+    alone."""
+    transfers = schedule.transfers
+    if isinstance(transfers, TransferTable):
+        src, group = transfers.src, transfers.group
+    else:
+        src = np.fromiter((t.src for t in transfers), np.int64, len(transfers))
+        group = np.fromiter((t.group for t in transfers), np.int64, len(transfers))
+    grouped = group >= 0
+    _, counts = np.unique(np.stack([src[grouped], group[grouped]]), axis=1, return_counts=True)
+    return np.concatenate([counts, np.ones(int((~grouped).sum()), dtype=np.int64)])
 
 
 def _over_limits(method: str, over: tuple[Schedule, Program, str] | None,

@@ -72,17 +72,23 @@ class RoundPlan:
 
 
 def plan_rounds(edges: TreeEdges, rounds: int, solver: str = "highs", deadline: float | None = None,
-                above_us: float | None = None) -> RoundPlan | None:
+                above_us: float | None = None, trace: list[float] | None = None) -> RoundPlan | None:
     """Solve the LP of the module docstring; ``None`` if a solve fails, or if the first LP (one α per link
     and round, an optimistic start) or a reweighted one already takes ``above_us`` or more. Past the
-    ``time.monotonic()`` ``deadline`` (the user's safety stop) it raises :class:`TimeLimitReached`."""
+    ``time.monotonic()`` ``deadline`` (the user's safety stop) it raises :class:`TimeLimitReached`. ``trace``
+    receives the times compared with ``above_us``, in order (the plan depends on nothing else, so a caller may
+    replay another target against them)."""
+    trace = [] if trace is None else trace
     result = _solve(edges, rounds, "link", None, solver, deadline)
-    if result is None or (above_us is not None and float(result[1].sum()) >= above_us):
+    if result is not None:
+        trace.append(float(result[1].sum()))
+    if result is None or (above_us is not None and trace[-1] >= above_us):
         return None
     for _ in range(REWEIGHTS):
         weight = _moved(result[0]) + REWEIGHT_DELTA
         result = _solve(edges, rounds, "reweighted", weight, solver, deadline) or result
-        if above_us is not None and float(result[1].sum()) >= above_us:
+        trace.append(float(result[1].sum()))
+        if above_us is not None and trace[-1] >= above_us:
             return None     # α nearly per message already: no faster than the target
     active = _moved(result[0]) > ACTIVE_SHARE
     exact = _solve(edges, rounds, "exact", active, solver, deadline)
