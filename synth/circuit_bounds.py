@@ -19,9 +19,9 @@ bytes of other transfers and ``y_e`` those of transfers from outside G that end 
     r_e / c_e + y_e / w_e ≤ T                 for every e ∈ in(G).
 
 The group LPs below minimise T under that and what the collective forces the group to receive. Any group gives a
-valid bound; the groups tried are the boxes the methods see (:func:`synth.topology.structure.boxes_of`), the
-groups of the allreduce bound's partitions (:func:`synth.lower_bounds._allreduce_partitions`), and their
-complements. Fabrics with in-network switches are skipped (a switch there starts transfers of its own).
+valid bound; :func:`synth.lower_bounds.compute_bounds` passes the boxes the methods see and the groups of the
+allreduce bound's partitions, with their complements. Fabrics with in-network switches are skipped (a switch
+there starts transfers of its own).
 """
 
 from __future__ import annotations
@@ -112,45 +112,20 @@ def reception_ratio_of_group(topology: Topology, group: np.ndarray) -> float:
     return _charged_lp(bw[in_links].astype(float), widths, demands)
 
 
-def _candidate_groups(topology: Topology) -> list[np.ndarray]:
-    """Rank masks to try: boxes, then the groups of the allreduce partitions, each with its complement, distinct,
-    at most ``MAX_GROUPS``."""
-    from synth.lower_bounds import _allreduce_partitions
-    from synth.topology.structure import boxes_of
-
-    n = topology.num_ranks
-    found: dict[bytes, np.ndarray] = {}
-
-    def add(mask: np.ndarray) -> None:
-        count = int(mask.sum())
-        if 1 < count < n - 0 and len(found) < MAX_GROUPS:
-            for candidate in (mask, ~mask):
-                if 0 < int(candidate.sum()) < n:
-                    found.setdefault(candidate.tobytes(), candidate)
-
-    for box in boxes_of(topology):
-        mask = np.zeros(n, dtype=bool)
-        mask[list(box)] = True
-        add(mask)
-    for label, _ in _allreduce_partitions(topology):
-        ranks = label[:n]
-        for value in np.unique(ranks):
-            add(ranks == value)
-    return list(found.values())[:MAX_GROUPS]
-
-
 @functools.lru_cache(maxsize=64)
-def reception_ratio(topology: Topology) -> tuple[float, tuple[int, ...]]:
-    """(the largest :func:`reception_ratio_of_group` over the candidate groups, that group's ranks); ``(0.0, ())``
-    where none applies. Allgather needs ``T ≥ M · ratio`` on ``topology`` (route-capped, as
-    :func:`synth.lower_bounds.compute_bounds` passes it)."""
+def reception_ratio(topology: Topology, groups: tuple[tuple[int, ...], ...]) -> tuple[float, tuple[int, ...]]:
+    """(the largest :func:`reception_ratio_of_group` over ``groups``, that group's ranks); ``(0.0, ())`` where none
+    applies. Allgather needs ``T ≥ M · ratio`` on ``topology`` (route-capped, as :func:`synth.lower_bounds.
+    compute_bounds` passes it, with the boxes and the allreduce partitions' groups and their complements)."""
     if not _applies(topology):
         return 0.0, ()
     best: tuple[float, tuple[int, ...]] = (0.0, ())
-    for group in _candidate_groups(topology):
+    for ranks in groups[:MAX_GROUPS]:
+        group = np.zeros(topology.num_ranks, dtype=bool)
+        group[list(ranks)] = True
         ratio = reception_ratio_of_group(topology, group)
         if ratio > best[0] * (1 + 1e-12):
-            best = (ratio, tuple(int(r) for r in np.flatnonzero(group)))
+            best = (ratio, ranks)
     return best
 
 
@@ -200,28 +175,15 @@ def charged_gossip_of_partition(topology: Topology, rank_label: np.ndarray) -> f
 
 
 @functools.lru_cache(maxsize=64)
-def charged_gossip(topology: Topology) -> float:
-    """The largest :func:`charged_gossip_of_partition` over the allreduce bound's partitions and the boxes (the
-    ranks outside every box alone), receivers' and senders' side (0 where none applies): allreduce needs
-    ``T ≥ SIZE · value``. Not with in-network switches (a combining switch voids the call count)."""
-    from synth.lower_bounds import _allreduce_partitions
-    from synth.topology.structure import boxes_of
-
-    n = topology.num_ranks
+def charged_gossip(topology: Topology, labels: tuple[tuple[int, ...], ...]) -> float:
+    """The largest :func:`charged_gossip_of_partition` over the partitions ``labels`` (a group label per rank each),
+    receivers' and senders' side (0 where none applies): allreduce needs ``T ≥ SIZE · value``. Not with in-network
+    switches (a combining switch voids the call count)."""
     if not _applies(topology):
         return 0.0
-    labels: dict[bytes, np.ndarray] = {}
-    boxes = boxes_of(topology)
-    if boxes:
-        label = np.arange(n) + n
-        for i, box in enumerate(boxes):
-            label[list(box)] = i
-        labels[label.tobytes()] = label
-    for label, _ in _allreduce_partitions(topology):
-        ranks = np.unique(label[:n], return_inverse=True)[1]
-        labels.setdefault(ranks.astype(np.int64).tobytes(), ranks.astype(np.int64))
     reverse = topology.reversed()
     best = 0.0
-    for label in list(labels.values())[:MAX_GROUPS]:
-        best = max(best, charged_gossip_of_partition(topology, label), charged_gossip_of_partition(reverse, label))
+    for label in labels[:MAX_GROUPS]:
+        ranks = np.asarray(label, dtype=np.int64)
+        best = max(best, charged_gossip_of_partition(topology, ranks), charged_gossip_of_partition(reverse, ranks))
     return best

@@ -611,7 +611,7 @@ def allreduce_bandwidth_us(topology: Topology, size_bytes: float) -> tuple[float
         calls, capacity = contracted_traffic(topology)
         if calls:
             parts["contracted_traffic_us"] = _us(calls * size_bytes, capacity)
-        charged = charged_gossip(topology)
+        charged = charged_gossip(topology, _charged_partitions(topology))
         if charged > 0:
             parts["charged_traffic_us"] = _us(charged * size_bytes, 1.0)
     best = max(parts, key=parts.get)
@@ -791,6 +791,43 @@ def _bandwidth_components(topology: Topology):
             yield label, has_rank
 
 
+@functools.lru_cache(maxsize=64)
+def _charged_groups(topology: Topology) -> tuple[tuple[int, ...], ...]:
+    """Rank groups the reception bound tries (:func:`synth.circuit_bounds.reception_ratio`): the boxes, then the
+    groups of :func:`_allreduce_partitions`, each with its complement, distinct, in that order."""
+    n = topology.num_ranks
+    found: dict[tuple[int, ...], None] = {}
+    masks = []
+    for box in boxes_of(topology):
+        mask = np.zeros(n, dtype=bool)
+        mask[list(box)] = True
+        masks.append(mask)
+    for label, _ in _allreduce_partitions(topology):
+        masks += [label[:n] == value for value in np.unique(label[:n])]
+    for mask in masks:
+        for side in (mask, ~mask):
+            if 1 < int(mask.sum()) < n and 0 < int(side.sum()) < n:
+                found.setdefault(tuple(int(r) for r in np.flatnonzero(side)))
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=64)
+def _charged_partitions(topology: Topology) -> tuple[tuple[int, ...], ...]:
+    """Partitions of the ranks the charged gossip bound tries (:func:`synth.circuit_bounds.charged_gossip`), a group
+    label per rank: the boxes (every other rank alone), then :func:`_allreduce_partitions`."""
+    n = topology.num_ranks
+    labels: dict[tuple[int, ...], None] = {}
+    boxes = boxes_of(topology)
+    if boxes:
+        label = np.arange(n) + n
+        for i, box in enumerate(boxes):
+            label[list(box)] = i
+        labels[tuple(int(x) for x in np.unique(label, return_inverse=True)[1])] = None
+    for label, _ in _allreduce_partitions(topology):
+        labels.setdefault(tuple(int(x) for x in np.unique(label[:n], return_inverse=True)[1]))
+    return tuple(labels)
+
+
 def describe_cut_set(topology: Topology, cut: frozenset[int]) -> str:
     mask = np.zeros(topology.num_nodes, dtype=bool)
     if cut:
@@ -957,7 +994,7 @@ def compute_bounds(topology: Topology, collective: Collective | str, size_bytes:
         res = allgather_cut(topo)
         bw_us = _us(m * res.ratio, 1.0)
         circuit_ratio, circuit_cut = circuit_box_cut(topo)
-        reception, receivers = reception_ratio(topo)
+        reception, receivers = reception_ratio(topo, _charged_groups(topology))
         b_in = np.bincount(topo.arrays[1], weights=topo.arrays[2], minlength=topo.num_nodes)[:n]
         method = "allgather cut (ForestColl)"
         if max(circuit_ratio, reception) > res.ratio:

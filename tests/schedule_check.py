@@ -121,3 +121,22 @@ def check_schedule(schedule: Schedule, topology: Topology, eps: float = 1e-6) ->
         chunk = (coll.split_contribution(next(iter(want)))[1] if coll.is_reduction else next(iter(want)))
         got = state.get((r, chunk), frozenset())
         assert got == want, f"rank {r} chunk {chunk}: has {sorted(got)}, needs {sorted(want)}"
+
+
+def programs_at_or_above_bound(topology: Topology, collective: str, size_bytes: float, methods) -> list[float]:
+    """The simulated times of every method in ``methods`` that gives a verified program for the request, each
+    checked to be at least the request's time bound (a method that refuses the instance is skipped)."""
+    from synth.errors import SynthError
+    from synth.lower_bounds import compute_bounds
+    from synth.pipeline import synthesize
+
+    bound = compute_bounds(topology, collective, size_bytes).time_bound_us
+    timed = []
+    for method in methods:
+        try:
+            result = synthesize(topology, collective, size_bytes, method)
+        except SynthError:
+            continue
+        timed.append(result.time_us)
+        assert result.time_us >= bound * (1 - 1e-9), method
+    return timed

@@ -112,6 +112,7 @@ def test_allreduce_on_a_fabric_equal_to_its_reverse_solves_one_round_lp(monkeypa
     forest = plan_forest(topology, tuple(range(6)))
     plans = [replace(forest, reversed=True), forest]
     calls = []
+    trees.rounds_timing.clear_round_plans()   # solved once per process: count this test's solves
     solve = rounds.plan_rounds
     monkeypatch.setattr(rounds, "plan_rounds", lambda *a, **k: calls.append(a) or solve(*a, **k))
     timed = trees.rounds_timing.timed_rounds(topology, coll, plans, [12], 2**26, None, 1e12)
@@ -151,6 +152,7 @@ def test_rounds_lp_is_not_posed_past_its_share_budget(monkeypatch):
     tune = trees.tuning.TUNING
     assert len(edges.waits) * tune.rounds > tune.round_variables
     posed = []
+    trees.rounds_timing.clear_round_plans()
     monkeypatch.setattr(rounds, "plan_rounds", lambda *a, **k: posed.append(a) or None)
     coll = Collective("allgather", topology.num_ranks)
     assert trees.rounds_timing.timed_rounds(topology, coll, [forest], [64], 2**30, None, 1e12) is None

@@ -241,9 +241,9 @@ def test_split_runs_after_highs_fixed_its_thread_pool():
 
 def test_split_forests_with_pieces_the_runtime_runs():
     # 11 ranks with asymmetric links: the split allreduce is trees' fastest (15143.0 us), but no loop of 11 equal
-    # pieces divides a power-of-two buffer; the same split forests with pieces a unit apart run, 3.8 % slower, and
-    # are what trees keeps (its main forests with such pieces: 20898.3 us; spantree, packing min(bw) of each pair,
-    # 0.849 of the bound)
+    # pieces divides a power-of-two buffer; the same split forests with pieces a unit apart run, 3.8 % slower (its
+    # main forests with such pieces: 20898.3 us; spantree, packing min(bw) of each pair, 0.849 of the bound), and the
+    # split forests' own schedule spread over 1024 chunks (synth.pipeline.runnable_allreduce) 0.4 % slower: kept
     from pathlib import Path
 
     import synth
@@ -252,7 +252,8 @@ def test_split_forests_with_pieces_the_runtime_runs():
     topology = load_topology(Path(__file__).parent / "fixtures" / "asymmetric-11.yaml")
     kept = synth.synthesize(topology, "allreduce", "1GiB", method="trees")
     assert runtime_divides(kept.program.nchunksperloop, 2**30)
-    assert kept.schedule.notes.get("even_ownership") in (1024, 2048, 4096)
+    assert (kept.schedule.notes.get("even_ownership") in (1024, 2048, 4096)
+            or runtime_divides(kept.schedule.notes["spread_chunks"][1], 2**30))
     fastest = synth.synthesize(topology, "allreduce", "1GiB", method="trees", runtime_chunks=False)
     assert "capacity_split_time_us" in fastest.schedule.notes
     assert fastest.time_us < kept.time_us <= fastest.time_us * 1.05

@@ -99,6 +99,11 @@ def _round_plan(key: tuple, edges: rounds.TreeEdges, deadline: float | None, bea
     return plan
 
 
+def clear_round_plans() -> None:
+    """Forget the round plans solved so far (a test that counts solves starts from none)."""
+    _plans.clear()
+
+
 def timed_rounds(topology: Topology, coll: Collective, plans: list[Forest], chunk_options: list[int],
                  size_bytes: float, deadline: float | None,
                  beat_us: float) -> tuple[Collective, float, list[Transfer], int] | None:
