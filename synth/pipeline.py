@@ -227,7 +227,8 @@ def runnable_allreduce(inst: Instance, schedule: Schedule) -> Schedule:
     """An allreduce schedule whose chunks per loop do not divide the SIZE buffer's elements (no MSCCL runtime would
     run it: 15 ranks' equal pieces of a power-of-two buffer), spread over a loop that does
     (:func:`synth.schedule.spread_chunks`): of the loops up to ``SPREAD_RANGE`` chunks per chunk that keep within
-    ``SPREAD_TRANSFERS`` transfers, the one of least :func:`spread_growth`, the shortest of those, where that growth
+    ``SPREAD_TRANSFERS`` transfers and keep the messages' MSCCL steps (``MAX_STEP_CHUNKS`` chunks each) within
+    ``SPREAD_COST`` of their count, the one of least :func:`spread_growth`, the shortest of those, where that growth
     is at most ``1 + SPREAD_COST``. ``schedule`` itself where it divides, where ``--chunks`` or ``--any-chunks`` says
     otherwise, or where no loop qualifies."""
     coll, options, size = schedule.collective, inst.options, float(inst.size_bytes)
@@ -239,6 +240,8 @@ def runnable_allreduce(inst: Instance, schedule: Schedule) -> Schedule:
     if elements != int(elements):
         return schedule
     most = min(SPREAD_RANGE * chunks, SPREAD_TRANSFERS * chunks // max(1, len(schedule.transfers)))
+    if not any(int(elements) % d == 0 for d in range(chunks + 1, most + 1)):
+        return schedule
     messages = _message_chunks(schedule)
 
     def steps(run: int) -> int:   # MSCCL steps the messages take once each chunk is ``run`` chunks

@@ -169,7 +169,7 @@ def spread_chunks(schedule: Schedule, loop: int) -> Schedule:
     ``[⌊c·loop/L⌋, ⌊(c+1)·loop/L⌋)``, and each transfer of ``c`` one transfer per chunk of its run, at the same
     times, in one message (its group, or a group of its own). An allreduce's chunks are independent (every
     rank ends with every chunk's sum, whoever holds it in between), so the program computes the same collective;
-    a run is ``loop / L`` chunks to within one, so each transfer's bytes grow by at most ``L / loop`` of a run.
+    a run is ``loop / L`` chunks to within one, so a transfer's bytes grow by at most one chunk of the new loop.
     Why: MSCCL runtimes run a program only where its loop divides the buffer's elements, which no count of 15 or
     24 equal pieces does for a power-of-two buffer."""
     chunks = schedule.collective.chunk_factor
