@@ -34,6 +34,8 @@ from synth.topology.model import Topology, widest_paths
 
 MAX_GROUPS = 64       # group LPs per bound at most (boxes and partition groups first), each a small HiGHS solve
 MAX_RANKS = 1024      # ... and none past this many ranks (a widest-path search per group)
+LP_MARGIN = 1e-9      # an LP optimum is above another bound only past this share (HiGHS' tolerances: a group LP that
+# meets the per-rank cut exactly may come out 1e-16 above it, which is no tighter bound)
 
 
 def _applies(topology: Topology) -> bool:
@@ -96,20 +98,31 @@ def reception_ratio_of_group(topology: Topology, group: np.ndarray) -> float:
     uplinks: 16.06 against 14 piece times per port, three ports and 12 pieces from other leaves). A
     reduce-scatter is the same on the reversed fabric (its sends charged at the sender's links)."""
     n = topology.num_ranks
-    _, dst, _, _ = topology.arrays
+    src, dst, bw, _ = topology.arrays
     members = np.flatnonzero(group)
     in_links = np.flatnonzero((dst < n) & group[np.minimum(dst, n - 1)])
     if len(members) in (0, n) or len(in_links) == 0:
         return 0.0
-    k = len(in_links)
-    src, _, bw, _ = topology.arrays
-    widths = _widths_from_outside(topology, group)[src[in_links]]
+    widths = np.minimum(bw[in_links], _widths_from_outside(topology, group)[src[in_links]])
     if not (widths < bw[in_links]).any():
         return 0.0   # no route in is narrower than its link: the per-rank cut, which ForestColl's bound has
-    every = np.arange(k)
-    demands = [(every[dst[in_links] == v], every[dst[in_links] == v], n - 1.0) for v in members]
-    demands.append((every[:0], every, n - float(len(members))))
-    return _charged_lp(bw[in_links].astype(float), widths, demands)
+    # the LP depends only on each rank's links (c, w) and the counts: equal boxes pose one LP
+    per_rank = tuple(sorted(tuple(sorted(zip(bw[in_links][dst[in_links] == v].tolist(),
+                                             widths[dst[in_links] == v].tolist()))) for v in members))
+    return _reception_lp(n, per_rank)
+
+
+@functools.lru_cache(maxsize=256)
+def _reception_lp(n: int, per_rank: tuple[tuple[tuple[float, float], ...], ...]) -> float:
+    """The LP of :func:`reception_ratio_of_group` for a group whose ranks have the links ``(c_e, w_e)`` of
+    ``per_rank`` among ``n`` ranks."""
+    links = [link for rank in per_rank for link in rank]
+    owner = np.repeat(np.arange(len(per_rank)), [len(rank) for rank in per_rank])
+    every = np.arange(len(links))
+    demands = [(every[owner == v], every[owner == v], n - 1.0) for v in range(len(per_rank))]
+    demands.append((every[:0], every, n - float(len(per_rank))))
+    capacity, width = (np.array(column, dtype=float) for column in zip(*links))
+    return _charged_lp(capacity, width, demands)
 
 
 @functools.lru_cache(maxsize=64)

@@ -43,7 +43,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from synth.circuit_bounds import charged_gossip, reception_ratio
+from synth.circuit_bounds import LP_MARGIN, charged_gossip, reception_ratio
 from synth.collectives import Collective
 from synth.errors import SynthError
 from synth.flows import (
@@ -995,6 +995,8 @@ def compute_bounds(topology: Topology, collective: Collective | str, size_bytes:
         bw_us = _us(m * res.ratio, 1.0)
         circuit_ratio, circuit_cut = circuit_box_cut(topo)
         reception, receivers = reception_ratio(topo, _charged_groups(topology))
+        if reception <= max(res.ratio, circuit_ratio) * (1 + LP_MARGIN):
+            reception = 0.0
         b_in = np.bincount(topo.arrays[1], weights=topo.arrays[2], minlength=topo.num_nodes)[:n]
         method = "allgather cut (ForestColl)"
         if max(circuit_ratio, reception) > res.ratio:
