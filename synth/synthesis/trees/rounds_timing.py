@@ -113,22 +113,20 @@ def timed_rounds(topology: Topology, coll: Collective, plans: list[Forest], chun
     name, n = coll.name, topology.num_ranks
     per_root_bytes = root_piece_bytes(name, n, size_bytes, owner_units(plans))
     planned = []
-    solved: dict[tuple, rounds.RoundPlan] = {}
     for forest in plans:
         fabric = topology.reversed() if forest.reversed else topology
         edges = tree_edges(forest, fabric, per_root_bytes)
         if edges is None or len(edges.waits) * tuning.TUNING.rounds > tuning.TUNING.round_variables:
             return None
         # the LP is fixed by which edges share a link, their times and waits: an allreduce on a fabric
-        # equal to its reverse poses the same one twice (mi250 allreduce: 4 solves instead of 8)
+        # equal to its reverse poses the same one twice (mi250 allreduce: 4 solves instead of 8), and _round_plan
+        # solves each once
         hops = tuple(tuple((fabric.links[i].src, fabric.links[i].dst) for i in ids) for ids in edges.links)
-        key = (edges.waits, hops, edges.data_us.tobytes(), edges.alpha_us.tobytes())
-        if key not in solved:
-            plan = _round_plan(key, edges, deadline, beat_us)
-            if plan is None:
-                return None
-            solved[key] = plan
-        planned.append((forest, fabric, solved[key]))
+        plan = _round_plan((edges.waits, hops, edges.data_us.tobytes(), edges.alpha_us.tobytes()), edges, deadline,
+                           beat_us)
+        if plan is None:
+            return None
+        planned.append((forest, fabric, plan))
     best = None
     for chunks in chunk_options:
         timed = Collective(name, n, loop_chunk_factor(name, n, chunks, owner_units(plans)), coll.root, coll.inplace)
