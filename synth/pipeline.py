@@ -28,7 +28,7 @@ from synth.limits import check_rank_count, check_route_switches, check_transfer_
 from synth.program.ir import Program
 from synth.runtime_limits import MAX_STEP_CHUNKS, MAX_STEPS_PER_TB, runtime_profile
 from synth.runtimes import scratch_bytes
-from synth.schedule import Schedule, TransferTable, spread_chunks
+from synth.schedule import Schedule, spread_chunks, transfer_column
 from synth.solvers import SOLVERS
 from synth.synthesis.base import Instance, MethodSpec, SynthOptions
 from synth.synthesis.railblocks import has_rail_boxes
@@ -261,12 +261,7 @@ def runnable_allreduce(inst: Instance, schedule: Schedule) -> Schedule:
 def _message_chunks(schedule: Schedule) -> np.ndarray:
     """Chunks per message of ``schedule``: its transfers of one sender and message group, each ungrouped one
     alone."""
-    transfers = schedule.transfers
-    if isinstance(transfers, TransferTable):
-        src, group = transfers.src, transfers.group
-    else:
-        src = np.fromiter((t.src for t in transfers), np.int64, len(transfers))
-        group = np.fromiter((t.group for t in transfers), np.int64, len(transfers))
+    src, group = transfer_column(schedule.transfers, "src"), transfer_column(schedule.transfers, "group")
     grouped = group >= 0
     _, counts = np.unique(np.stack([src[grouped], group[grouped]]), axis=1, return_counts=True)
     return np.concatenate([counts, np.ones(int((~grouped).sum()), dtype=np.int64)])

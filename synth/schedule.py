@@ -164,6 +164,14 @@ class Schedule:
         return sorted(self.transfers)
 
 
+def transfer_column(transfers: Sequence[Transfer] | TransferTable, name: str) -> np.ndarray:
+    """One integer field (``TABLE_FIELDS``: chunk, src, dst, channel, group) of ``transfers`` as an array: the
+    table's own column, or read off the records."""
+    if isinstance(transfers, TransferTable):
+        return getattr(transfers, name)
+    return np.fromiter((getattr(t, name) for t in transfers), np.int64, len(transfers))
+
+
 def spread_chunks(schedule: Schedule, loop: int) -> Schedule:
     """An allreduce ``schedule`` of ``L`` chunks per loop run on ``loop`` (> L) chunks: chunk ``c`` becomes the run
     ``[⌊c·loop/L⌋, ⌊(c+1)·loop/L⌋)``, and each transfer of ``c`` one transfer per chunk of its run, at the same
@@ -178,8 +186,7 @@ def spread_chunks(schedule: Schedule, loop: int) -> Schedule:
     edges = np.arange(chunks + 1, dtype=np.int64) * loop // chunks
     transfers = schedule.transfers
     table = transfers if isinstance(transfers, TransferTable) else None
-    chunk = table.chunk if table is not None else np.fromiter((t.chunk for t in transfers), np.int64, len(transfers))
-    group = table.group if table is not None else np.fromiter((t.group for t in transfers), np.int64, len(transfers))
+    chunk, group = transfer_column(transfers, "chunk"), transfer_column(transfers, "group")
     first, count = edges[chunk], edges[chunk + 1] - edges[chunk]
     # a transfer without a message group gets its own, after every group the schedule uses
     own = np.where(group >= 0, group, int(group.max(initial=-1)) + 1 + np.arange(len(group)))
