@@ -93,9 +93,10 @@ def test_no_verified_program_beats_the_charged_bounds(seed, collective):
 
 
 def test_the_random_fabrics_are_where_the_charged_bounds_bind():
-    # the brute force above means something: on these fabrics the new bounds are the binding ones
+    # the brute force above means something: on these fabrics the new bounds are the binding ones (seed 3's was
+    # too until spines no send takes were left out: its plain cut then rose above it, 1476.4 -> 1610.6 us)
     allgather = sum("reception" in compute_bounds(random_switch_fabric(seed), "allgather", 64 * MiB)
                     .details["bandwidth_method"] for seed in range(SEEDS))
     allreduce = sum(compute_bounds(random_switch_fabric(seed), "allreduce", 64 * MiB)
                     .details["binding_component"] == "charged_traffic_us" for seed in range(SEEDS))
-    assert allgather >= 2 and allreduce >= 5
+    assert allgather >= 1 and allreduce >= 4

@@ -137,3 +137,90 @@ def test_every_simulated_route_fits_the_bounds_capacities(seed):
             arcs = list(zip(path, path[1:]))
             bottleneck = min(bw[arc] for arc in arcs)
             assert all(cap[arc] >= bottleneck for arc in arcs), (src, dst, path)
+
+
+
+def _switch_with_pair_nics(n: int, port: float, nic: float):
+    """``n`` GPUs on one switch at ``port`` GB/s (an NVLink domain), each pair ``2p, 2p+1`` also on two NICs it
+    shares (``nic`` GB/s to either GPU and to one IB switch): the shape of a GB200 tray."""
+    from synth.topology.model import Link, Topology
+
+    switches = ("nvl", *(f"p{p}.nic{x}" for p in range(n // 2) for x in "ab"), "ib")
+    node = {name: n + i for i, name in enumerate(switches)}
+    links = []
+    for a, b, bw, alpha in [(r, node["nvl"], port, 0.5) for r in range(n)] + [
+            (gpu, node[f"p{gpu // 2}.nic{x}"], nic, 0.0) for gpu in range(n) for x in "ab"] + [
+            (node[f"p{p}.nic{x}"], node["ib"], nic, 1.0) for p in range(n // 2) for x in "ab"]:
+        links += [Link(a, b, bw, alpha), Link(b, a, bw, alpha)]
+    return Topology(f"nvl{n}-pairnic-{port:g}-{nic:g}", n, tuple(links), switches=switches)
+
+
+@pytest.mark.parametrize("n, port, nic", [(4, 900.0, 50.0), (8, 450.0, 100.0), (12, 900.0, 200.0)])
+def test_links_on_no_route_are_left_out(n, port, nic):
+    # every GPU sends to every other over the switch (two hops, like the NIC a pair shares, but wider), so no
+    # send crosses a NIC: those links carry nothing and the allgather's per-rank cut is the switch port alone
+    from synth.lower_bounds import compute_bounds
+
+    t = _switch_with_pair_nics(n, port, nic)
+    capped = route_capacities(t.circuit_capacities())
+    assert {(link.src, link.dst) for link in capped.links} == {
+        (link.src, link.dst) for link in t.links if t.node_name(link.src) == "nvl" or t.node_name(link.dst) == "nvl"}
+    assert rank_routes(capped) == rank_routes(t)
+    bound = compute_bounds(t, "allgather", GiB).bandwidth_bound_us
+    assert bound == pytest.approx((n - 1) / n * GiB / (port * 1e3))   # the fluid cut counted port + 2·nic
+
+
+def test_no_program_beats_the_bound_without_the_unrouted_nics():
+    from tests.schedule_check import programs_at_or_above_bound
+
+    t = _switch_with_pair_nics(8, 450.0, 100.0)
+    for collective in ("allgather", "allreduce"):
+        timed = programs_at_or_above_bound(t, collective, 64 * 2**20, ("ring", "direct", "trees", "greedy", "rdh"))
+        assert len(timed) >= 4
+
+
+def test_the_tighter_bound_is_met():
+    result = synthesize(_switch_with_pair_nics(8, 450.0, 100.0), "allgather", GiB)
+    assert result.bound_us / result.time_us >= 0.98
+
+
+def _spare_spine_fat_tree(seed: int):
+    """Two or three leaves of one or two ranks under two to four spines of 25 or 50 GB/s: more spines than the
+    destinations' digits pick, so some carry no send."""
+    import random
+
+    from synth.topology.model import Link, Topology
+
+    rng = random.Random(seed)
+    leaves, spines = rng.randint(2, 3), rng.randint(2, 4)
+    sizes = [rng.randint(1, 2) for _ in range(leaves)]
+    n = sum(sizes)
+    links = []
+    rank = 0
+    for i, size in enumerate(sizes):
+        for _ in range(size):
+            links += [Link(rank, n + i, 100.0, 0.5), Link(n + i, rank, 100.0, 0.5)]
+            rank += 1
+        for s in range(spines):
+            bw = rng.choice((25.0, 50.0))
+            links += [Link(n + i, n + leaves + s, bw, 1.0), Link(n + leaves + s, n + i, bw, 1.0)]
+    return Topology(f"fat-{seed}", n, tuple(links),
+                    switches=tuple(f"leaf{i}" for i in range(leaves)) + tuple(f"spine{i}" for i in range(spines)))
+
+
+def test_leaving_out_unrouted_links_keeps_every_path():
+    # a spine no send takes is left out only where the destination-mod-k pick of every other path stays the same:
+    # of these 30 fat trees some lose links, and some keep them because leaving them out would move a path
+    from synth.topology.routes import _send_paths
+
+    outcomes = []
+    for seed in range(30):
+        t = _spare_spine_fat_tree(seed)
+        capped = route_capacities(t)
+        paths = {(p[0], p[-1]): p for p in _send_paths(t)}
+        assert {(p[0], p[-1]): p for p in _send_paths(capped)} == paths, seed
+        used = {arc for p in paths.values() for arc in zip(p, p[1:])}
+        kept = {(link.src, link.dst) for link in capped.links}
+        assert used <= kept, seed
+        outcomes.append("left out" if len(kept) < len(t.links) else "kept" if len(used) < len(t.links) else "all used")
+    assert {"left out", "kept"} <= set(outcomes)

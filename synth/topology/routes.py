@@ -243,7 +243,8 @@ ROUTE_CAP_MAX_RANKS = 512   # all N² routes: 1.3 s at 512 ranks; larger fabrics
 
 
 def route_capacities(topology: Topology) -> Topology:
-    """The fabric with each link that touches a switch capped at the widest *route* through it.
+    """The fabric with each link that touches a switch capped at the widest *route* through it, and the links no
+    route crosses left out.
 
     Refines :meth:`Topology.circuit_capacities`, which caps a link at the widest path from any rank, to the
     paths rank-to-rank sends take (the module's rule). Under docs/cost-model.md a transfer moves at its
@@ -260,16 +261,21 @@ def route_capacities(topology: Topology) -> Topology:
     work on it), since link ``e`` carries one transfer at a time, none faster than ``cap(e)``, and so moves at
     most ``cap(e)·T`` bytes in time ``T``. Four switches in a ring, one rank on each, 50 GB/s between them: each
     rank's 300 GB/s port carries only 50 GB/s circuits, so the allgather takes twice the fluid cut's time.
-    Not on fabrics with in-network switches (they end and start transfers), nor beyond ``ROUTE_CAP_MAX_RANKS``
-    ranks.
+
+    A link on no route (the maximum over an empty set) moves nothing, whatever its bandwidth: sixteen GPUs on
+    one NVLink switch, each also linked to two NICs it shares with a neighbour, send to each other over the
+    switch (fewer hops, then wider), so the NIC links carry no transfer and the allgather's per-rank cut is the
+    900 GB/s switch port alone, not 1000 GB/s. Such links are left out only where that leaves every send's path
+    as it was (a link removed from a tie of equal-cost paths no send took could move the destination-mod-k
+    pick of the others); elsewhere they keep their bandwidth. Not on fabrics with in-network switches (they
+    end and start transfers), nor beyond ``ROUTE_CAP_MAX_RANKS`` ranks.
     """
     if not topology.switches or topology.in_network_switches or topology.num_ranks > ROUTE_CAP_MAX_RANKS:
         return topology
-    if len({link.bw for link in topology.links if topology.is_switch(link.src) or topology.is_switch(link.dst)}) < 2:
-        return topology   # one bandwidth: every route through a link has that bottleneck
     bandwidth = {(link.src, link.dst): link.bw for link in topology.links}
+    paths = {(path[0], path[-1]): path for path in _send_paths(topology)}
     widest: dict[tuple[int, int], float] = {}
-    for path in _send_paths(topology):
+    for path in paths.values():
         arcs = list(zip(path, path[1:]))
         bottleneck = min(bandwidth[arc] for arc in arcs)
         for arc in arcs:
@@ -277,6 +283,10 @@ def route_capacities(topology: Topology) -> Topology:
                 widest[arc] = bottleneck
     capped = [replace(link, bw=widest[(link.src, link.dst)]) if widest.get((link.src, link.dst), link.bw) < link.bw
               else link for link in topology.links]
+    if len(widest) < len(capped):
+        trimmed = replace(topology, links=tuple(link for link in capped if (link.src, link.dst) in widest))
+        if {(path[0], path[-1]): path for path in _send_paths(trimmed)} == paths:
+            return trimmed
     if all(new is old for new, old in zip(capped, topology.links)):
         return topology
     return replace(topology, links=tuple(capped))
