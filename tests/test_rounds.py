@@ -160,3 +160,32 @@ def test_rounds_lp_is_not_posed_past_its_share_budget(monkeypatch):
     small, _, _ = _edges(ring(6))
     trees.rounds_timing.timed_rounds(ring(6), Collective("allgather", 6), [small], [12], 2**26, None, 1e12)
     assert posed
+
+
+def test_the_share_budget_counts_every_distinct_lp_of_the_phases(monkeypatch):
+    # an allreduce's two phases on forests that differ pose two LPs: the budget is their shares together (a 16-rank
+    # hypercube of two link classes: 2 x 14.4k shares, 78 s of interior point for 0.25 %), while the same forest
+    # in both phases (one LP, solved once) counts once
+    topology = ring(8)
+    forest = plan_forest(topology, tuple(range(8)))
+    other = plan_forest(topology, tuple(range(8)), max_trees=1)
+    assert forest.trees != other.trees
+    edges = len(trees.rounds_timing.tree_edges(forest, topology, 1.0).waits) + len(
+        trees.rounds_timing.tree_edges(other, topology, 1.0).waits)
+    rounds_each = trees.tuning.TUNING.rounds
+    posed = []
+    monkeypatch.setattr(rounds, "plan_rounds", lambda *a, **k: posed.append(a) or None)
+    coll = Collective("allreduce", 8)
+    for budget, distinct in ((edges * rounds_each - 1, False), (edges * rounds_each, True)):
+        monkeypatch.setattr(trees.tuning, "TUNING", replace(trees.tuning.TUNING, round_variables=budget))
+        trees.rounds_timing.clear_round_plans()
+        posed.clear()
+        trees.rounds_timing.timed_rounds(topology, coll, [replace(other, reversed=True), forest], [16], 2**26, None,
+                                         1e12)
+        assert bool(posed) == distinct
+    # one forest in both phases: half the shares, within the smaller budget
+    monkeypatch.setattr(trees.tuning, "TUNING", replace(trees.tuning.TUNING, round_variables=edges * rounds_each - 1))
+    trees.rounds_timing.clear_round_plans()
+    posed.clear()
+    trees.rounds_timing.timed_rounds(topology, coll, [replace(forest, reversed=True), forest], [16], 2**26, None, 1e12)
+    assert posed

@@ -55,7 +55,8 @@ forests are also timed by rounds (:mod:`synth.synthesis.rounds`): an LP over ``T
 chooses which prefix of each tree's data crosses each tree edge in which round, with one α per
 message, and every connection then sends in round order as soon as data and links allow. The faster
 schedule is kept (mi250 1 GiB allgather: 0.968 of the bound as a list schedule, 0.985 by rounds).
-The LP grows with tree edges × rounds; beyond ``TUNING.round_variables`` shares it is not tried, nor on
+The LP grows with tree edges × rounds; beyond ``TUNING.round_variables`` shares (over the distinct LPs of
+all phases) it is not tried, nor on
 switch fabrics (see :func:`schedule_from_plans`).
 
 Switches: ranks are first paired through the switches so that no two rank pairs share a switch

@@ -112,18 +112,25 @@ def timed_rounds(topology: Topology, coll: Collective, plans: list[Forest], chun
     (also where a phase's optimistic first LP cannot beat ``beat_us``)."""
     name, n = coll.name, topology.num_ranks
     per_root_bytes = root_piece_bytes(name, n, size_bytes, owner_units(plans))
-    planned = []
+    posed = []
     for forest in plans:
         fabric = topology.reversed() if forest.reversed else topology
         edges = tree_edges(forest, fabric, per_root_bytes)
-        if edges is None or len(edges.waits) * tuning.TUNING.rounds > tuning.TUNING.round_variables:
+        if edges is None:
             return None
         # the LP is fixed by which edges share a link, their times and waits: an allreduce on a fabric
         # equal to its reverse poses the same one twice (mi250 allreduce: 4 solves instead of 8), and _round_plan
         # solves each once
         hops = tuple(tuple((fabric.links[i].src, fabric.links[i].dst) for i in ids) for ids in edges.links)
-        plan = _round_plan((edges.waits, hops, edges.data_us.tobytes(), edges.alpha_us.tobytes()), edges, deadline,
-                           beat_us)
+        posed.append((forest, fabric, edges, (edges.waits, hops, edges.data_us.tobytes(), edges.alpha_us.tobytes())))
+    # the budget is the shares of every distinct LP the phases pose (an allreduce's two on forests that differ:
+    # 2 x 14.4k on a 16-rank hypercube of two link classes, 78 s of interior point for 0.25 %)
+    distinct = {key: len(edges.waits) for _, _, edges, key in posed}
+    if sum(distinct.values()) * tuning.TUNING.rounds > tuning.TUNING.round_variables:
+        return None
+    planned = []
+    for forest, fabric, edges, key in posed:
+        plan = _round_plan(key, edges, deadline, beat_us)
         if plan is None:
             return None
         planned.append((forest, fabric, plan))
