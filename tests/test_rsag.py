@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from synth.errors import SynthError
@@ -43,8 +45,13 @@ def test_the_allreduce_reaches_its_phases_ratio(name):
 def test_fabrics_whose_allreduce_bound_beats_its_phases_are_refused():
     t = FAMILY["mesh-4x4"].build()   # the traffic bound is below the phases' sum: spantree's case
     assert not bounds_add_up(t, float(GiB))
-    with pytest.raises(SynthError, match="rsag does not apply"):
+    with pytest.raises(SynthError, match="rsag does not apply.*allreduce bound is below the sum"):
         synthesize(t, "allreduce", GiB, "rsag")
+    one_way = _uplinked_boxes(2, 2, 200.0, 50.0)   # the refusal says which condition fails: uplinks slower up
+    one_way = replace(one_way, links=tuple(replace(link, alpha=5.0) if link.dst == one_way.num_ranks + 2 else link
+                                           for link in one_way.links))
+    with pytest.raises(SynthError, match="not equal to its reverse"):
+        synthesize(one_way, "allreduce", GiB, "rsag")
     with pytest.raises(SynthError, match="supports allreduce"):
         synthesize(FAMILY["torus-4x4"].build(), "allgather", GiB, "rsag")
 
@@ -61,3 +68,39 @@ def test_auto_runs_the_phases_instead_of_the_allreduce_trees_above_64_ranks():
     # where the bound is below the phases' sum nothing changes
     mixed = plan(instance(FAMILY["mixed-mi250-a100"].build(), "allreduce", GiB))
     assert "rsag" not in [c.method for c in mixed]
+
+
+def _uplinked_boxes(boxes: int, per_box: int, port: float, uplink: float):
+    """``boxes`` switches of ``per_box`` ranks (``port`` GB/s), each switch on one ``uplink`` GB/s link to a core
+    switch: every box shares one way out."""
+    from synth.topology.model import Link, Topology
+
+    n = boxes * per_box
+    links = []
+    for r in range(n):
+        links += [Link(r, n + r // per_box, port, 0.7), Link(n + r // per_box, r, port, 0.7)]
+    core = n + boxes
+    for b in range(boxes):
+        links += [Link(n + b, core, uplink, 2.0), Link(core, n + b, uplink, 2.0)]
+    return Topology(f"uplinked-{boxes}x{per_box}", n, tuple(links),
+                    switches=tuple(f"box{b}" for b in range(boxes)) + ("core",))
+
+
+def test_auto_runs_the_phases_after_the_allreduce_trees_on_few_ranks():
+    t = _uplinked_boxes(3, 4, 200.0, 50.0)
+    found = plan(instance(t, "allreduce", GiB))
+    names = [c.method for c in found]
+    assert names.index("trees") < names.index("rsag")
+    assert not any(c.fallback for c in found if c.method in ("trees", "greedy"))
+    # past RSAG_BESIDE and up to RSAG_ABOVE ranks the allreduce's own search runs alone (its CPU, auto._rsag)
+    assert "rsag" not in [c.method for c in plan(instance(_uplinked_boxes(4, 8, 200.0, 50.0), "allreduce", GiB))]
+
+
+@pytest.mark.parametrize("boxes, per_box, port, uplink", [(3, 4, 200.0, 50.0), (4, 3, 300.0, 25.0)])
+def test_the_phases_win_where_the_allreduce_trees_fall_short(boxes, per_box, port, uplink):
+    # each box sends and receives the others' sums over one uplink: the allreduce's own forests (0.85) and
+    # leafring (0.87) fall short of the phases (about the allgather's ratio)
+    t = _uplinked_boxes(boxes, per_box, port, uplink)
+    result = synthesize(t, "allreduce", GiB)
+    assert verify(result.program).ok
+    assert result.bound_us / result.time_us >= 0.95, [(r.method, r.time_us) for r in result.tried]

@@ -85,7 +85,8 @@ trees     N <= 32 at any size; bandwidth-bound at          -        best at 64 M
 rsag      bandwidth-bound allreduce, 64 < N <= 128, on      -        trees' best allgather's time mirror, then
           a fabric equal to its reverse whose allreduce              that allgather: mi250x8-ib12.5 1 GiB
           bound is the RS + AG bounds (_rsag); trees,                0.906 (trees 0.853), torus-4x4x8 0.987
-          spantree and greedy then only as fallbacks                 (spantree 0.967)
+          spantree and greedy then only as fallbacks;                (spantree 0.967); 12 ranks in three
+          N <= 24: the same, after trees                             uplinked boxes 0.963 (leafring 0.866)
 mirror    bandwidth-bound AG/RS, N <= 24, on a fabric       -        the other collective's trees program run
           equal to its reverse (_mirror); after trees                backwards: mixed-mi250-h100 1 GiB
                                                                      reducescatter 0.981 (trees 0.972)
@@ -188,6 +189,7 @@ LARGE_TREES = 256            # ... up to where its fast scale path starts (trees
 SCALE_PIECE_ALPHAS = 8.0     # ... which also runs below BANDWIDTH_PIECE where a piece costs this many α (_scale_trees)
 MULTIRING_LEAF_RANKS = 128   # multiring after leafring on a leaf fabric up to here (_multiring_on_leaves)
 RSAG_ABOVE = 64              # an allreduce's phases (rsag) in place of its own trees and spantree above this (_rsag)
+RSAG_BESIDE = 24             # ... and after them up to this many ranks, where a trees search is cheap (_rsag)
 MIRROR_MAX_RANKS = 24        # an allgather or reducescatter also as the other's mirror up to this (_mirror)
 CLOSE_ENOUGH = 0.01          # stop once the best program is within 1 % of the lower bound
 SWITCHED_ALLTOALL_RANKS = 512  # bandwidth-bound alltoall behind switches: direct, no greedy, up to here ...
@@ -324,10 +326,13 @@ def _rsag(inst: Instance) -> bool:
     against 0.822, -ib50 0.863 against 0.802, -ib25 equal; torus-4x4x8 0.987 against spantree's 0.967), and
     running both takes mi250x8-ib16 past 200 s of CPU. At 48-64 ranks neither won everywhere (mi250x4-ib12.5 0.967
     against 0.937, mi250x4-ib25 0.908 against 0.930) and both together took up to 117 s, so the allreduce's own
-    search stays there alone."""
+    search stays there alone. Up to ``RSAG_BESIDE`` ranks, where a trees search takes seconds, the phases run
+    after the allreduce's own tree methods instead, as ``mirror`` does for the phases themselves: three switch
+    boxes of four GPUs, each box on one 50 GB/s uplink (fuzz64), 1 GiB: leafring 0.866, trees 0.854, the phases
+    0.963 in 1.7 s of CPU."""
     from synth.synthesis.rsag import applies
 
-    return inst.ranks > RSAG_ABOVE and applies(inst)
+    return (inst.ranks > RSAG_ABOVE or inst.ranks <= RSAG_BESIDE) and applies(inst)
 
 
 def _mirror(inst: Instance) -> bool:
@@ -476,8 +481,14 @@ def plan(inst: Instance, bound_us: float | None = None) -> list[Candidate]:
         trees_at = [i for i, n in enumerate(kept) if n in TREE_METHODS]
         if late and trees_at:
             names = kept[:trees_at[-1] + 1] + late + kept[trees_at[-1] + 1:]
-    # a planned method that stands in for others leaves them as fallbacks (rsag: the allreduce's own tree methods)
-    superseded = {other for name in names if name in METHODS for other in METHODS[name].supersedes}
+    # a planned method that stands in for others leaves them as fallbacks (rsag: the allreduce's own tree methods),
+    # except where it runs beside them, after trees (rsag on few ranks, _rsag)
+    beside = "rsag" in names and inst.ranks <= RSAG_BESIDE
+    if beside and "trees" in names:
+        names.remove("rsag")
+        names.insert(names.index("trees") + 1, "rsag")
+    superseded = {other for name in names if name in METHODS and not (beside and name == "rsag")
+                  for other in METHODS[name].supersedes}
     for name in names:
         rule = next((r for r in rules() if r.method == name), None)
         limit = rule.limit(inst) if rule is not None else None

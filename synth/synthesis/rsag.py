@@ -63,8 +63,20 @@ def bounds_add_up(topology: Topology, size_bytes: float) -> bool:
 def applies(inst: Instance) -> bool:
     """An allreduce of 2 to ``MAX_RANKS`` ranks on a fabric equal to its reverse, routes included
     (:func:`synth.synthesis.mirror.reversible`), whose bound is the sum of its phases' (:func:`bounds_add_up`)."""
-    return (inst.collective.name == "allreduce" and 2 <= inst.ranks <= MAX_RANKS and reversible(inst.topology)
-            and bounds_add_up(inst.topology, float(inst.size_bytes)))
+    return inst.collective.name == "allreduce" and refusal(inst) is None
+
+
+def refusal(inst: Instance) -> str | None:
+    """Which condition of :func:`applies` (other than the collective) the instance misses, in words; None where
+    it misses none."""
+    if not 2 <= inst.ranks <= MAX_RANKS:
+        return f"it has {inst.ranks} ranks, rsag 2 to {MAX_RANKS}"
+    if not reversible(inst.topology):
+        return "the fabric is not equal to its reverse (links and routes), so the allgather has no time mirror"
+    if not bounds_add_up(inst.topology, float(inst.size_bytes)):
+        return ("its allreduce bound is below the sum of its reduce-scatter's and allgather's, so the phases one "
+                "after the other cannot reach it")
+    return None
 
 
 def concatenated(reduce_scatter: Schedule, allgather: Schedule, collective: Collective) -> Schedule:
@@ -93,10 +105,9 @@ def synthesize(inst: Instance) -> Schedule:
 
     if inst.collective.name not in SUPPORTED:
         raise SynthError(f"method rsag does not support {inst.collective.name}; it supports allreduce")
-    if not applies(inst):
-        raise SynthError(f"rsag does not apply to {inst.topology.name!r}: it needs at most {MAX_RANKS} ranks, a "
-                         "fabric equal to its reverse (links and routes) and an allreduce bound that is the sum of "
-                         "its reduce-scatter's and allgather's")
+    reason = refusal(inst)
+    if reason is not None:
+        raise SynthError(f"rsag does not apply to {inst.topology.name!r}: {reason}")
     n = inst.ranks
     options = inst.options
     if options.chunks is not None:   # an allreduce's --chunks cut the whole buffer; the allgather's, each piece
