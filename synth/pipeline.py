@@ -672,9 +672,10 @@ def _passed_over_note(passed_over: _Timed | None, kept: _Timed) -> list[str]:
     if other_us >= kept_us * (1 - UNRUNNABLE_NOTE_SHARE):
         return []
     if "over_limits" in passed_over.schedule.notes:
-        return [f"{passed_over.method} took {other_us:.1f} us ({(kept_us / other_us - 1) * 100:.0f} % faster), but "
-                f"its program exceeds an MSCCL runtime's limits ({passed_over.schedule.notes['over_limits']})"]
+        return [f"a program of {passed_over.method} took {other_us:.1f} us ({(kept_us / other_us - 1) * 100:.0f} % "
+                f"faster), but it exceeds an MSCCL runtime's limits ({passed_over.schedule.notes['over_limits']})"]
     loop = passed_over.program.nchunksperloop or 1
-    return [f"{passed_over.method} took {other_us:.1f} us ({(kept_us / other_us - 1) * 100:.0f} % faster), but its "
-            f"{loop} chunks per loop do not divide SIZE, so MSCCL runtimes would not run it; --any-chunks keeps the "
-            "fastest program"]
+    # "a program of": the method's row in ``tried`` may list another of its programs, one the runtimes run
+    return [f"a program of {passed_over.method} took {other_us:.1f} us ({(kept_us / other_us - 1) * 100:.0f} % "
+            f"faster), but its {loop} chunks per loop do not divide SIZE, so MSCCL runtimes would not run it; "
+            "--any-chunks keeps the fastest program"]

@@ -352,7 +352,7 @@ def test_auto_says_what_keeping_a_runnable_program_costs(monkeypatch):
     faster = min((row for row in kept.tried if "time_us" in row), key=lambda row: row["time_us"])
     assert faster["time_us"] < kept.time_us < faster["time_us"] * 2
     note = next(n for n in kept.notes if "--any-chunks" in n)
-    assert note.startswith(f"{faster['method']} took {faster['time_us']:.1f} us")
+    assert note.startswith(f"a program of {faster['method']} took {faster['time_us']:.1f} us")
     fastest = synthesize(topology, "allreduce", 64 * MiB, options=SynthOptions(runtime_chunks=False))
     assert fastest.method == faster["method"] and fastest.time_us == pytest.approx(faster["time_us"], rel=1e-6)
     assert not any("--any-chunks" in n for n in fastest.notes)
