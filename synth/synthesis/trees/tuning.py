@@ -106,7 +106,7 @@ class TreesTuning:
     # LP the phases pose: its four interior-point solves took 35 s of CPU at 17.1k (mi250 allgather, 0.983 against
     # 0.965 pipelined), 69 s for the first alone at 32.1k (an 18-rank 3x3x2 torus, no gain) and 205 s at 24 ranks of
     # a 4x6 torus of 100 / 25 GB/s (0.983 by rounds, 0.974 pipelined); an allreduce whose phases' forests differ
-    # poses two (a 16-rank hypercube of two link classes: 2 x 14.4k, 78 s for 0.25 %; mi250's allreduce 112 -> 52 s
+    # poses two (a 16-rank hypercube of two link classes: 2 x 14.4k, 78 s for 0.25 %; mi250's allreduce 116 -> 57 s
     # and rr4-16-s2's 57 -> 17 s, the same programs)
     round_chunks: tuple[int, ...] = (256, 512)   # ... chunks per root tried (nearest runtime-usable counts)
     round_alpha_share: float = 0.05  # ... only where α on a two-hop route in every round stays below this share
