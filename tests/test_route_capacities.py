@@ -141,18 +141,12 @@ def test_every_simulated_route_fits_the_bounds_capacities(seed):
 
 
 def _switch_with_pair_nics(n: int, port: float, nic: float):
-    """``n`` GPUs on one switch at ``port`` GB/s (an NVLink domain), each pair ``2p, 2p+1`` also on two NICs it
-    shares (``nic`` GB/s to either GPU and to one IB switch): the shape of a GB200 tray."""
-    from synth.topology.model import Link, Topology
+    """``n`` GPUs on one switch at ``port`` GB/s (an NVLink domain), each pair ``2p, 2p+1`` also on a NIC it shares
+    (``nic`` GB/s to either GPU and to one IB switch): the shape of a GB200 tray."""
+    from synth.topology import generators as gen
 
-    switches = ("nvl", *(f"p{p}.nic{x}" for p in range(n // 2) for x in "ab"), "ib")
-    node = {name: n + i for i, name in enumerate(switches)}
-    links = []
-    for a, b, bw, alpha in [(r, node["nvl"], port, 0.5) for r in range(n)] + [
-            (gpu, node[f"p{gpu // 2}.nic{x}"], nic, 0.0) for gpu in range(n) for x in "ab"] + [
-            (node[f"p{p}.nic{x}"], node["ib"], nic, 1.0) for p in range(n // 2) for x in "ab"]:
-        links += [Link(a, b, bw, alpha), Link(b, a, bw, alpha)]
-    return Topology(f"nvl{n}-pairnic-{port:g}-{nic:g}", n, tuple(links), switches=switches)
+    return gen.boxes_on_ib([gen.Box(n, "nvswitch", port, 0.5, nics=n // 2, nic_bw=nic, ib_alpha=1.0)], 1,
+                           name=f"nvl{n}-pairnic-{port:g}-{nic:g}")
 
 
 @pytest.mark.parametrize("n, port, nic", [(4, 900.0, 50.0), (8, 450.0, 100.0), (12, 900.0, 200.0)])
@@ -164,10 +158,10 @@ def test_links_on_no_route_are_left_out(n, port, nic):
     t = _switch_with_pair_nics(n, port, nic)
     capped = route_capacities(t.circuit_capacities())
     assert {(link.src, link.dst) for link in capped.links} == {
-        (link.src, link.dst) for link in t.links if t.node_name(link.src) == "nvl" or t.node_name(link.dst) == "nvl"}
+        (link.src, link.dst) for link in t.links if "b0.nvswitch" in (t.node_name(link.src), t.node_name(link.dst))}
     assert rank_routes(capped) == rank_routes(t)
     bound = compute_bounds(t, "allgather", GiB).bandwidth_bound_us
-    assert bound == pytest.approx((n - 1) / n * GiB / (port * 1e3))   # the fluid cut counted port + 2·nic
+    assert bound == pytest.approx((n - 1) / n * GiB / (port * 1e3))   # the fluid cut counted port + nic
 
 
 def test_no_program_beats_the_bound_without_the_unrouted_nics():

@@ -48,8 +48,8 @@ def test_fabrics_whose_allreduce_bound_beats_its_phases_are_refused():
     with pytest.raises(SynthError, match="rsag does not apply.*allreduce bound is below the sum"):
         synthesize(t, "allreduce", GiB, "rsag")
     one_way = _uplinked_boxes(2, 2, 200.0, 50.0)   # the refusal says which condition fails: uplinks slower up
-    one_way = replace(one_way, links=tuple(replace(link, alpha=5.0) if link.dst == one_way.num_ranks + 2 else link
-                                           for link in one_way.links))
+    one_way = replace(one_way, links=tuple(replace(link, alpha=5.0) if one_way.node_name(link.dst) == "spine0"
+                                           else link for link in one_way.links))
     with pytest.raises(SynthError, match="not equal to its reverse"):
         synthesize(one_way, "allreduce", GiB, "rsag")
     with pytest.raises(SynthError, match="supports allreduce"):
@@ -72,18 +72,10 @@ def test_auto_runs_the_phases_instead_of_the_allreduce_trees_above_64_ranks():
 
 def _uplinked_boxes(boxes: int, per_box: int, port: float, uplink: float):
     """``boxes`` switches of ``per_box`` ranks (``port`` GB/s), each switch on one ``uplink`` GB/s link to a core
-    switch: every box shares one way out."""
-    from synth.topology.model import Link, Topology
+    switch: every box shares one way out (a leaf-spine of one spine)."""
+    from synth.topology import generators as gen
 
-    n = boxes * per_box
-    links = []
-    for r in range(n):
-        links += [Link(r, n + r // per_box, port, 0.7), Link(n + r // per_box, r, port, 0.7)]
-    core = n + boxes
-    for b in range(boxes):
-        links += [Link(n + b, core, uplink, 2.0), Link(core, n + b, uplink, 2.0)]
-    return Topology(f"uplinked-{boxes}x{per_box}", n, tuple(links),
-                    switches=tuple(f"box{b}" for b in range(boxes)) + ("core",))
+    return gen.leaf_spine(boxes, per_box, 1, port, 0.7, uplink_bw=uplink, uplink_alpha=2.0)
 
 
 def test_auto_runs_the_phases_after_the_allreduce_trees_on_few_ranks():
