@@ -23,6 +23,8 @@ Bandwidth bounds (one function per family, each documented where it is computed)
   (:func:`allreduce_bandwidth_us`, :func:`group_traffic`, :func:`contracted_traffic`);
 - alltoall: maximum concurrent multicommodity flow LP (exact for fractional routing), with a
   labelled weaker fallback above :data:`ALLTOALL_LP_MAX_VARS`.
+Each cut bound of the first four families is also charged the α its links pay at least once
+(:func:`cut_alpha_us`): a link that carries bytes out of the cut holds a transfer for its route's α as well.
 Latency bounds: :func:`latency_bound_us`.
 
 :func:`compute_bounds` works on :meth:`Topology.circuit_capacities`: a switch link is capped at the
@@ -210,6 +212,70 @@ def allgather_cut(topology: Topology, *, use_symmetry: bool | None = None) -> Cu
                      flows, len(reps))
 
 
+@functools.lru_cache(maxsize=64)
+def route_alpha_floor(topology: Topology) -> np.ndarray:
+    """Per directed link ``e = (x, y)``: the least α a transfer holding ``e`` pays, ``a_in(x) + α_e + a_out(y)``,
+    with ``a_in(x)`` the α-shortest path from any rank to ``x`` and ``a_out(y)`` from ``y`` to any rank (0 at a
+    rank). A transfer from rank u to rank v routed through ``e`` pays the α of every hop of its route
+    (docs/cost-model.md), and its route's hops before and after ``e`` are paths from u to x and from y to v, so
+    it pays at least this. Paths through any node count (a foreign program's route may pass ranks), which can
+    only lower the floor."""
+    import heapq
+
+    src, dst, _, alpha = topology.arrays
+    nodes, n = topology.num_nodes, topology.num_ranks
+
+    def from_ranks(tails: np.ndarray, heads: np.ndarray) -> np.ndarray:
+        out: list[list[tuple[int, float]]] = [[] for _ in range(nodes)]
+        for u, v, a in zip(tails.tolist(), heads.tolist(), alpha.tolist()):
+            out[u].append((v, a))
+        dist = np.full(nodes, math.inf)
+        dist[:n] = 0.0
+        heap = [(0.0, r) for r in range(n)]
+        while heap:
+            d, u = heapq.heappop(heap)
+            if d > dist[u]:
+                continue
+            for v, a in out[u]:
+                if d + a < dist[v]:
+                    dist[v] = d + a
+                    heapq.heappush(heap, (d + a, v))
+        return dist
+
+    into, out_of = from_ranks(src, dst), from_ranks(dst, src)
+    return into[src] + alpha + out_of[dst]
+
+
+def cut_alpha_us(topology: Topology, mask: np.ndarray, demand_bytes: float) -> float:
+    """Time bound of ``demand_bytes`` that must leave the node set ``mask``, counting the α its links pay.
+
+    Bound: let L be the links leaving the set, ``b_e`` their bandwidths and ``a_e`` their
+    :func:`route_alpha_floor`. A link that carries ``d_e > 0`` of those bytes holds a transfer for at least
+    ``a_e + d_e / b_e`` (its route's α, once at least, and its bytes at no more than ``b_e``, docs/cost-model.md;
+    transfers on a link run one at a time), so in a program of makespan T, ``d_e ≤ b_e · (T − a_e)⁺`` on every
+    link of L (also where ``d_e = 0``). The bytes cross on L, ``Σ d_e ≥ D``, hence ``D ≤ g(T) = Σ_e b_e (T −
+    a_e)⁺`` and ``T ≥ t*``, the root of ``g(t) = D`` (water filling: the least over prefixes of L sorted by
+    ``a_e`` of ``(D + Σ b_e a_e) / Σ b_e``; each prefix's line lies below g, and the prefix active at t* meets
+    it there). With equal α on every link of the cut it is the cut bound ``D / B⁺`` plus that α, the one α any
+    link of the cut pays once. 0 where no link leaves the set."""
+    src, dst, bw, _ = topology.arrays
+    leaving = mask[src] & ~mask[dst] & (bw > 0)
+    if not leaving.any():
+        return 0.0
+    floor = route_alpha_floor(topology)[leaving]
+    order = np.argsort(floor, kind="stable")
+    rates = bw[leaving][order] * 1e3   # bytes per µs
+    paid = np.cumsum(rates * floor[order])
+    return float(((demand_bytes + paid) / np.cumsum(rates)).min())
+
+
+def _mask_of(topology: Topology, nodes: frozenset[int]) -> np.ndarray:
+    mask = np.zeros(topology.num_nodes, dtype=bool)
+    if nodes:
+        mask[list(nodes)] = True
+    return mask
+
+
 def circuit_box_cut(topology: Topology) -> tuple[float, str]:
     """``max over S of |S ∩ R| / Σ_{e leaving S} c_S(e)`` over the box cuts below, with each cut link's
     capacity what a transfer *from inside S* can move on it: ``c_S(e) = min(b_e, W_S(tail e), W(head e))``,
@@ -336,6 +402,15 @@ def rooted_min_cut(topology: Topology, root: int, *, use_symmetry: bool | None =
         if best is None or value < best:
             best, arg = value, v
     return best / ib.scale, arg
+
+
+def rooted_cut_side(topology: Topology, root: int, v: int) -> np.ndarray:
+    """The source side (node mask) of a minimum ``root``–``v`` cut: every byte ``v`` needs from ``root``
+    leaves it."""
+    ib = integer_bandwidths(topology.arrays[2])
+    src, dst, _, _ = topology.arrays
+    _, side = FlowNetwork(topology.num_nodes, src, dst, ib.ints).flow(root, v)
+    return np.asarray(side[:topology.num_nodes], dtype=bool)
 
 
 def min_pair_cut(topology: Topology) -> float:
@@ -963,6 +1038,20 @@ def without_dead_ends(topology: Topology) -> Topology:
     return topology if len(links) == len(topology.links) else replace(topology, links=tuple(links))
 
 
+def _with_cut_alpha(topology: Topology, mask: np.ndarray, demand_bytes: float, bw_us: float, method: str,
+                    details: dict) -> tuple[float, str]:
+    """(bound, method) after the cut ``mask`` is charged the α its links pay (:func:`cut_alpha_us`), where that is
+    higher than ``bw_us``; ``details`` gets ``cut_alpha_us`` and the bound without it, ``cut_bound_us``. Not with
+    in-network switches (a switch there starts transfers of its own: multicast copies and sums)."""
+    if topology.in_network_switches:
+        return bw_us, method
+    charged = cut_alpha_us(topology, mask, demand_bytes)
+    details.update(cut_bound_us=bw_us, cut_alpha_us=charged)
+    if charged > bw_us:
+        return charged, method + ", with the α its links pay"
+    return bw_us, method
+
+
 def compute_bounds(topology: Topology, collective: Collective | str, size_bytes: float, *,
                    root: int | None = None) -> Bounds:
     """Lower bounds for ``collective`` of ``size_bytes`` (SIZE, docs/units.md) on ``topology``.
@@ -1008,8 +1097,11 @@ def compute_bounds(topology: Topology, collective: Collective | str, size_bytes:
             else:
                 method = "receptions of a group, charged at the routes into it"
                 details.update(reception_group=describe_cut_set(topo, frozenset(receivers)))
+        method += " on reversed graph" if name == "reducescatter" else ""
+        bw_us, method = _with_cut_alpha(topo, _mask_of(topo, res.cut), m * res.ranks_counted, bw_us, method,
+                                        details)
         details.update(
-            bandwidth_method=method + (" on reversed graph" if name == "reducescatter" else ""),
+            bandwidth_method=method,
             cut=describe_cut_set(topo, res.cut), cut_ranks=res.ranks_counted, cut_bw_GBps=res.cut_bw,
             per_rank_bound_us=_us((n - 1) * m, float(b_in.min())), per_rank_rank=int(np.argmin(b_in)),
             maxflows=res.flows, ranks_tested=res.orbits,
@@ -1017,14 +1109,17 @@ def compute_bounds(topology: Topology, collective: Collective | str, size_bytes:
     elif name in ("broadcast", "reduce"):
         topo = topology if name == "broadcast" else topology.reversed()
         lam, v = rooted_min_cut(topo, r)
-        bw_us = _us(size_bytes, lam)
-        details.update(bandwidth_method="rooted min cut" + (" (reversed)" if name == "reduce" else ""),
+        bw_us, method = _with_cut_alpha(topo, rooted_cut_side(topo, r, v), size_bytes, _us(size_bytes, lam),
+                                        "rooted min cut" + (" (reversed)" if name == "reduce" else ""), details)
+        details.update(bandwidth_method=method,
                        min_cut_GBps=lam, min_cut_rank=v)
     elif name in ("scatter", "gather"):
         topo = topology if name == "scatter" else topology.reversed()
         res = scatter_cut(topo, r)
-        bw_us = _us(m * res.ratio, 1.0)
-        details.update(bandwidth_method="rooted demand cut" + (" (reversed)" if name == "gather" else ""),
+        bw_us, method = _with_cut_alpha(topo, _mask_of(topo, res.cut), m * res.ranks_counted,
+                                        _us(m * res.ratio, 1.0),
+                                        "rooted demand cut" + (" (reversed)" if name == "gather" else ""), details)
+        details.update(bandwidth_method=method,
                        cut=describe_cut_set(topo, res.cut), cut_ranks=res.ranks_counted,
                        cut_bw_GBps=res.cut_bw, maxflows=res.flows)
     elif name == "allreduce":

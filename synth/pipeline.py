@@ -611,7 +611,8 @@ def _synthesize(topology: Topology | str, collective_name: str, size_bytes: floa
         predicted_time_us=schedule.predicted_time_us,
         tried=tried,
         notes=(_size_notes(program, size_bytes) + _over_limits_note(schedule) + _passed_over_note(passed_over, best)
-               + _fitted_chunks_note(schedule)
+               + _fitted_chunks_note(schedule) + _host_only_note(topology, schedule.collective, size_bytes, program,
+                                                                 sim.time_us, bound)
                + _scratch_notes(best, roomy.get(best.rank.unrunnable) if is_auto else None, size_bytes, budget_b,
                                 is_auto)),
     )
@@ -643,6 +644,22 @@ def _over_limits_note(schedule: Schedule) -> list[str]:
         return []
     return [f"no MSCCL runtime loads this program ({why}); write it as a .json program, which synth's simulator "
             "and executor run"]
+
+
+def _host_only_note(topology: Topology, collective: Collective, size_bytes: float, program: Program,
+                    time_us: float, bound: float | None) -> list[str]:
+    """On a fabric whose switches multicast or reduce, a program that uses none of them is held to a bound that
+    counts them (``bound_us``): name the host-only bound it can reach (docs/cost-model.md, "In-network
+    reduction"), where that is higher."""
+    if bound is None or not topology.in_network_switches or program.switches:
+        return []
+    from synth.lower_bounds import compute_bounds
+
+    host_only = compute_bounds(topology, collective, size_bytes).host_only_bound_us
+    if host_only is None or host_only <= bound * (1 + 1e-9):
+        return []
+    return [f"the bound ({bound:.1f} us) counts the in-network switches, which this program does not use; against "
+            f"the host-only bound ({host_only:.1f} us) it reaches {host_only / time_us:.3f}"]
 
 
 def _fitted_chunks_note(schedule: Schedule) -> list[str]:

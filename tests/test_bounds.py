@@ -134,7 +134,10 @@ def test_switch_fabric_thin_uplink_cut_includes_switches():
     assert ratio == pytest.approx(1.0)
     assert cut & {4, 5, 6}
     b = compute_bounds(t, "allgather", GiB)
-    assert b.bandwidth_bound_us == pytest.approx(us(GiB / 4, 1))
+    assert b.details["cut_bound_us"] == pytest.approx(us(GiB / 4, 1))
+    # the cut's links (leaf <-> spine) hold each transfer for at least its route's α: rank -> L0 -> spine -> L1
+    # -> rank, four hops of 0.5 µs (tests/test_cut_alpha.py)
+    assert b.bandwidth_bound_us == pytest.approx(us(GiB / 4, 1) + 4 * 0.5)
     assert "switch" in b.details["cut"]
 
 
@@ -143,8 +146,9 @@ def test_star_with_thin_rank_per_rank_is_right():
     # (here the per-rank bound is exact), so both agree.
     t = topo(4, [(0, 4, 10), (1, 4, 10), (2, 4, 10), (3, 4, 1)], ["sw"])
     b = compute_bounds(t, "allgather", GiB)
-    assert b.bandwidth_bound_us == pytest.approx(us(GiB / 4 * 3, 1))
-    assert b.bandwidth_bound_us == pytest.approx(b.details["per_rank_bound_us"])
+    assert b.details["cut_bound_us"] == pytest.approx(us(GiB / 4 * 3, 1))
+    assert b.details["cut_bound_us"] == pytest.approx(b.details["per_rank_bound_us"])
+    assert b.bandwidth_bound_us == pytest.approx(us(GiB / 4 * 3, 1) + 2 * 0.5)   # rank -> sw -> 3
 
 
 def test_reducescatter_uses_reversed_graph():
@@ -155,11 +159,13 @@ def test_reducescatter_uses_reversed_graph():
     t = topo(3, [(0, 1, 10), (0, 2, 10), (1, 0, 1), (2, 0, 1), (1, 2, 10), (2, 1, 10)], directed=True)
     ag = compute_bounds(t, "allgather", GiB)
     rs = compute_bounds(t, "reducescatter", GiB)
-    assert ag.bandwidth_bound_us == pytest.approx(us(GiB / 3 * brute_allgather_ratio(t), 1))
-    assert rs.bandwidth_bound_us == pytest.approx(us(GiB / 3 * brute_allgather_ratio(t.reversed()), 1))
-    assert ag.bandwidth_bound_us == pytest.approx(us(GiB / 3 * 1.0, 1))
-    assert rs.bandwidth_bound_us == pytest.approx(us(GiB / 3 * 0.5, 1))
+    assert ag.details["cut_bound_us"] == pytest.approx(us(GiB / 3 * brute_allgather_ratio(t), 1))
+    assert rs.details["cut_bound_us"] == pytest.approx(us(GiB / 3 * brute_allgather_ratio(t.reversed()), 1))
+    assert ag.details["cut_bound_us"] == pytest.approx(us(GiB / 3 * 1.0, 1))
+    assert rs.details["cut_bound_us"] == pytest.approx(us(GiB / 3 * 0.5, 1))
     assert rs.bandwidth_bound_us == pytest.approx(compute_bounds(t.reversed(), "allgather", GiB).bandwidth_bound_us)
+    # one direct link's α (0.5 µs) on top: each link into rank 0 carries half its bytes in one transfer at least
+    assert ag.bandwidth_bound_us == pytest.approx(us(GiB / 3, 1) + 0.5)
 
 
 # ---- rooted ---------------------------------------------------------------------------------------
@@ -167,21 +173,22 @@ def test_rooted_bounds_on_a_line():
     # Line 0 -10- 1 -4- 2. Broadcast from 0: λ(0,2) = 4 -> SIZE/4. Scatter from 0: S={0}: 2M/10;
     # S={0,1}: 1·M/4 -> max = M/4 (M = SIZE/3). Gather/reduce: the reversed (same) graph.
     t = topo(3, [(0, 1, 10), (1, 2, 4)])
-    assert compute_bounds(t, "broadcast", GiB).bandwidth_bound_us == pytest.approx(us(GiB, 4))
-    assert compute_bounds(t, "reduce", GiB).bandwidth_bound_us == pytest.approx(us(GiB, 4))
-    assert compute_bounds(t, "scatter", GiB).bandwidth_bound_us == pytest.approx(us(GiB / 3, 4))
-    assert compute_bounds(t, "gather", GiB).bandwidth_bound_us == pytest.approx(us(GiB / 3, 4))
+    # each cut is the link 1 -> 2 (1 <- 2 reversed), which pays its α of 0.5 µs once at least
+    assert compute_bounds(t, "broadcast", GiB).bandwidth_bound_us == pytest.approx(us(GiB, 4) + 0.5)
+    assert compute_bounds(t, "reduce", GiB).bandwidth_bound_us == pytest.approx(us(GiB, 4) + 0.5)
+    assert compute_bounds(t, "scatter", GiB).bandwidth_bound_us == pytest.approx(us(GiB / 3, 4) + 0.5)
+    assert compute_bounds(t, "gather", GiB).bandwidth_bound_us == pytest.approx(us(GiB / 3, 4) + 0.5)
     # rooted at the middle: broadcast needs min(10, 4) = 4, scatter S={1}: 2M/14 vs S={0,1}: M/4.
     b = compute_bounds(t, Collective("broadcast", 3, root=1), GiB)
-    assert b.bandwidth_bound_us == pytest.approx(us(GiB, 4)) and b.root == 1
+    assert b.details["cut_bound_us"] == pytest.approx(us(GiB, 4)) and b.root == 1
     assert rooted_min_cut(t, 1) == (pytest.approx(4.0), 2)
 
 
 def test_rooted_directed_reduce_differs_from_broadcast():
     # 0->1 at 10, 1->0 at 2: broadcast from 0 is limited by 10, reduce to 0 by 2.
     t = topo(2, [(0, 1, 10), (1, 0, 2)], directed=True)
-    assert compute_bounds(t, "broadcast", GiB).bandwidth_bound_us == pytest.approx(us(GiB, 10))
-    assert compute_bounds(t, "reduce", GiB).bandwidth_bound_us == pytest.approx(us(GiB, 2))
+    assert compute_bounds(t, "broadcast", GiB).details["cut_bound_us"] == pytest.approx(us(GiB, 10))
+    assert compute_bounds(t, "reduce", GiB).details["cut_bound_us"] == pytest.approx(us(GiB, 2))
 
 
 # ---- allreduce ------------------------------------------------------------------------------------
@@ -228,7 +235,7 @@ def test_allreduce_traffic_bound_on_groups_of_ranks():
     assert b.bandwidth_bound_us == pytest.approx(us(6 * GiB, 80))
     others = {k: v for k, v in b.details["components_us"].items() if k != "group_traffic_us"}
     assert max(others.values()) < 0.99 * b.bandwidth_bound_us
-    rs_ag = sum(compute_bounds(t, c, GiB).bandwidth_bound_us for c in ("reducescatter", "allgather"))
+    rs_ag = sum(compute_bounds(t, c, GiB).details["cut_bound_us"] for c in ("reducescatter", "allgather"))
     assert rs_ag == pytest.approx(b.bandwidth_bound_us)
 
 
@@ -379,7 +386,7 @@ def test_large_torus_is_fast():
     b = compute_bounds(t, "allgather", GiB)
     assert time.perf_counter() - start < 10
     # torus: the per-rank cut V∖{v} is optimal: (N-1)·M / (4·50)
-    assert b.bandwidth_bound_us == pytest.approx(us(GiB / 1024 * 1023, 200))
+    assert b.details["cut_bound_us"] == pytest.approx(us(GiB / 1024 * 1023, 200))
 
 
 @pytest.mark.parametrize("name", COLLECTIVES)

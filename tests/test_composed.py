@@ -74,7 +74,7 @@ def test_rate_is_the_busiest_links_load_and_optimal_where_the_rails_bind():
     assert forest.ratio == Fraction(float((load / (fabric.units * forest.k)).max())).limit_denominator(10**6)
     # the rails' cut binds (2 pieces per 10 GB/s NIC) and a ring box carries 3 pieces per position in time
     assert forest.ratio == forest.optimal
-    bound = compute_bounds(t, "allgather", GiB).bandwidth_bound_us
+    bound = compute_bounds(t, "allgather", GiB).details["cut_bound_us"]   # bytes only, as the forest's rate
     assert forest.bandwidth_time_us(GiB / t.num_ranks) == pytest.approx(bound, rel=1e-6)
 
 

@@ -84,9 +84,11 @@ def test_in_network_bounds_never_exceed_host_only(name):
         for size in (1024, GiB):
             b = compute_bounds(t, c, size)
             assert b.host_only_bound_us is not None and b.time_bound_us <= b.host_only_bound_us + 1e-9, (c, size)
-            if c not in ("allreduce",):   # bandwidth: information cuts, valid as they were
+            if c not in ("allreduce",):   # bandwidth: information cuts, valid as they were (without the α of
+                # the cut's links, which host-only bounds add: tests/test_cut_alpha.py)
+                plain = compute_bounds(replace(t, features=()), c, size)
                 assert b.bandwidth_bound_us == pytest.approx(
-                    compute_bounds(replace(t, features=()), c, size).bandwidth_bound_us, rel=1e-12)
+                    plain.details.get("cut_bound_us", plain.bandwidth_bound_us), rel=1e-12)
 
 
 def test_small_allreduce_latency_drops_the_round_bound():
@@ -179,5 +181,18 @@ def test_circuit_capacities_treat_an_in_network_switch_as_an_end():
     # capped fabric's (N-1)·M / 50 is not a bound there
     b = compute_bounds(copying, "allgather", GiB)
     assert b.bandwidth_bound_us == pytest.approx(GiB / 4 / (50 * 1e3))
-    assert compute_bounds(star([50] * 4, [200] * 4, None), "allgather", GiB).bandwidth_bound_us == pytest.approx(
+    assert compute_bounds(star([50] * 4, [200] * 4, None), "allgather", GiB).details["cut_bound_us"] == pytest.approx(
         3 * GiB / 4 / (50 * 1e3))
+
+
+def test_a_host_only_program_is_told_its_host_only_bound():
+    # the bound of a fabric whose switch reduces counts that switch; a program that does not use it is named the
+    # host-only bound it can reach (fuzz65: a multicast star's allreduce at 0.651 of the first, 0.733 of the second)
+    from synth.pipeline import synthesize
+
+    t = load_topology("dgx-h100-nvls")
+    host = synthesize(t, "allreduce", 64 * 2**20, "trees")
+    only = compute_bounds(t, "allreduce", 64 * 2**20).host_only_bound_us
+    assert only > host.bound_us
+    assert any(f"host-only bound ({only:.1f} us)" in note for note in host.notes)
+    assert not any("host-only" in note for note in synthesize(t, "allreduce", 64 * 2**20, "nvls").notes)

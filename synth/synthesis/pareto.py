@@ -226,7 +226,8 @@ def cut_rounds_per_chunk(topology: Topology, name: str, root: int, unit_GBps: fl
 
     coll = Collective(name, topology.num_ranks, 1, root=root)
     size = float(1 << 30)
-    bound = compute_bounds(topology, coll, size).bandwidth_bound_us
+    bounds = compute_bounds(topology, coll, size)
+    bound = bounds.details.get("cut_bound_us", bounds.bandwidth_bound_us)   # bytes only: rounds carry no α
     value = bound * unit_GBps * 1e3 / coll.chunk_bytes(size)
     frac = Fraction(value).limit_denominator(1000)
     if float(frac) > value * (1 + 1e-9):

@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from synth.collectives import Collective
 from synth.errors import SynthError
@@ -42,6 +43,9 @@ from synth.synthesis.base import MAX_XML_NODES, Instance, MethodSpec
 from synth.synthesis.mirror import mirrored, reversible, trees_programs
 from synth.synthesis.timing import message_steps
 from synth.topology.model import Topology
+
+if TYPE_CHECKING:
+    from synth.lower_bounds import Bounds
 
 SUPPORTED = frozenset({"allreduce"})
 MAX_RANKS = 128      # trees' allgather search at this scale takes up to about 100 s of CPU (mi250x8-ib16)
@@ -56,8 +60,15 @@ def bounds_add_up(topology: Topology, size_bytes: float) -> bool:
     from synth.lower_bounds import compute_bounds
 
     whole = compute_bounds(topology, "allreduce", size_bytes).time_bound_us
-    phases = sum(compute_bounds(topology, name, size_bytes).time_bound_us for name in ("reducescatter", "allgather"))
+    phases = sum(_without_cut_alpha(compute_bounds(topology, name, size_bytes))
+                 for name in ("reducescatter", "allgather"))
     return whole >= phases * (1 - SUM_TOLERANCE)
+
+
+def _without_cut_alpha(bounds: Bounds) -> float:
+    """A phase's time bound without the α its cut's links pay (``cut_bound_us``): the allreduce bound's traffic
+    terms count bytes only, so the phases' α would keep them from ever adding up."""
+    return max(bounds.details.get("cut_bound_us", bounds.bandwidth_bound_us), bounds.latency_bound_us)
 
 
 def applies(inst: Instance) -> bool:
