@@ -1,5 +1,5 @@
-"""mirror: an allgather or reducescatter as the time mirror of trees' program for the other collective
-(synth/synthesis/mirror.py)."""
+"""mirror: an allgather or reducescatter (a broadcast or reduce) as the time mirror of trees' program for the other
+collective (synth/synthesis/mirror.py)."""
 
 from __future__ import annotations
 
@@ -86,3 +86,25 @@ def test_auto_tries_the_mirror_after_trees_up_to_24_ranks():
     assert names.index("trees") < names.index("mirror")
     for fabric, collective in (("mi250x2-ib25", "allgather"), ("mixed-mi250-h100", "allreduce")):
         assert "mirror" not in [c.method for c in plan(instance(FAMILY[fabric].build(), collective, GiB))]
+
+
+@pytest.mark.parametrize("name, other", [("reduce", "broadcast"), ("broadcast", "reduce")])
+@pytest.mark.parametrize("root", [0, 5])
+def test_a_reduce_is_the_mirror_of_a_broadcast_to_the_same_root(name, other, root):
+    # the root's contribution k (chunk root·C + k) and the slot k every rank sums into are the same chunk mirrored
+    t = FAMILY["mixed-a100-h100"].build()
+    found = TREES.run(instance(t, other, GiB, root=root))
+    mirror = mirrored(found)
+    assert (mirror.collective.name, mirror.collective.root) == (name, root)
+    assert mirror.makespan == pytest.approx(found.makespan)
+    program = lower(mirror, name="mirror")
+    assert verify(program).ok and program.collective == name
+    assert simulate(program, t, GiB).time_us == pytest.approx(found.makespan, rel=0.02)
+    result = synthesize(t, name, GiB, "mirror", root=root)
+    assert result.time_us == pytest.approx(synthesize(t, other, GiB, "trees", root=root).time_us, rel=0.01)
+
+
+def test_auto_tries_the_rooted_mirror_up_to_64_ranks():
+    names = [c.method for c in plan(instance(FAMILY["mi250x4-ib16"].build(), "reduce", GiB))]
+    assert names.index("trees") < names.index("mirror")
+    assert "mirror" not in [c.method for c in plan(instance(FAMILY["mi250x8-ib16"].build(), "reduce", GiB))]

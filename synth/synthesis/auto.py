@@ -87,9 +87,9 @@ rsag      bandwidth-bound allreduce, 64 < N <= 128, on      -        trees' best
           bound is the RS + AG bounds (_rsag); trees,                0.906 (trees 0.853), torus-4x4x8 0.987
           spantree and greedy then only as fallbacks;                (spantree 0.967); 12 ranks in three
           N <= 24: the same, after trees                             uplinked boxes 0.963 (leafring 0.866)
-mirror    bandwidth-bound AG/RS, N <= 24, on a fabric       -        the other collective's trees program run
-          equal to its reverse (_mirror); after trees                backwards: mixed-mi250-h100 1 GiB
-                                                                     reducescatter 0.981 (trees 0.972)
+mirror    bandwidth-bound AG/RS, N <= 24, broadcast /  -        the other collective's trees program run
+          reduce, N <= 64, on a fabric equal to its                  backwards: mixed-mi250-h100 1 GiB
+          reverse (_mirror); after trees                             reducescatter 0.981 (trees 0.972)
 lp        bandwidth-bound, N <= 32, and no switches     20 s     best on mi250 64 MB in the sweep (23.3 %
           and <= 60k LP columns (lp.AUTO_VARIABLES;      (25k     vs trees 30.9 %; today's trees: 224 us
           its simplex 25k iterations at 20 units),       iter.)
@@ -190,7 +190,8 @@ SCALE_PIECE_ALPHAS = 8.0     # ... which also runs below BANDWIDTH_PIECE where a
 MULTIRING_LEAF_RANKS = 128   # multiring after leafring on a leaf fabric up to here (_multiring_on_leaves)
 RSAG_ABOVE = 64              # an allreduce's phases (rsag) in place of its own trees and spantree above this (_rsag)
 RSAG_BESIDE = 24             # ... and after them up to this many ranks, where a trees search is cheap (_rsag)
-MIRROR_MAX_RANKS = 24        # an allgather or reducescatter also as the other's mirror up to this (_mirror)
+MIRROR_MAX_RANKS = 24        # an allgather or reducescatter also as the other's mirror up to this (_mirror) ...
+MIRROR_ROOTED_MAX_RANKS = 64  # ... a broadcast or reduce up to this (one root's trees: 18 s of CPU at 64 ranks)
 CLOSE_ENOUGH = 0.01          # stop once the best program is within 1 % of the lower bound
 SWITCHED_ALLTOALL_RANKS = 512  # bandwidth-bound alltoall behind switches: direct, no greedy, up to here ...
 SWITCHED_ALLTOALL_LP_RANKS = 128  # ... and lp up to here (32 boxes: 0.734 of the bound in 74 s, direct 0.914)
@@ -336,15 +337,18 @@ def _rsag(inst: Instance) -> bool:
 
 
 def _mirror(inst: Instance) -> bool:
-    """An allgather or reducescatter of at most ``MIRROR_MAX_RANKS`` ranks on a fabric equal to its reverse
-    (:func:`synth.synthesis.mirror.applies`): after ``trees``, the time mirror of trees' program for the other
-    collective, which its different search makes faster on some fabrics (1 GiB reducescatter: mixed-mi250-h100
-    0.9718 -> 0.9814, mixed-mi250-a100 0.9623 -> 0.9693, a100x3 0.9787 -> 0.9798). It runs a second trees search,
-    so only where the two stay well within two minutes of CPU: at 24 ranks they took up to 45 s (mixed-mi250-h100);
-    at 32 ranks two MI250 boxes took 146 s (mi250x2-ib25's allgather, for 0.9343 -> 0.9367)."""
+    """An allgather or reducescatter of at most ``MIRROR_MAX_RANKS`` ranks, or a broadcast or reduce of at most
+    ``MIRROR_ROOTED_MAX_RANKS``, on a fabric equal to its reverse (:func:`synth.synthesis.mirror.applies`): after
+    ``trees``, the time mirror of trees' program for the other collective, which its different search makes faster
+    on some fabrics (1 GiB reducescatter: mixed-mi250-h100 0.9718 -> 0.9814, mixed-mi250-a100 0.9623 -> 0.9693,
+    a100x3 0.9787 -> 0.9798; reduce to rank 0: two data centres 500 µs apart 31708 -> 29866 µs, four MI250 boxes at
+    16 GB/s per GCD 4876 -> 4820 µs). It runs a second trees search, so only where the two stay well within two
+    minutes of CPU: at 24 ranks they took up to 45 s (mixed-mi250-h100); at 32 ranks two MI250 boxes took 146 s
+    (mi250x2-ib25's allgather, for 0.9343 -> 0.9367); one root's forest is cheaper (a 64-rank broadcast 18 s)."""
     from synth.synthesis.mirror import applies
 
-    return inst.ranks <= MIRROR_MAX_RANKS and applies(inst)
+    limit = MIRROR_ROOTED_MAX_RANKS if inst.collective.is_rooted else MIRROR_MAX_RANKS
+    return inst.ranks <= limit and applies(inst)
 
 
 def _milp(inst: Instance) -> bool:

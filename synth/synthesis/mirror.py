@@ -1,5 +1,6 @@
 """``mirror``: a reducescatter as trees' best allgather run backwards in time and direction, and an allgather as
-trees' best reducescatter run so, on a fabric equal to its reverse (links and routes).
+trees' best reducescatter run so, on a fabric equal to its reverse (links and routes); likewise a reduce as trees'
+best broadcast from the same root, and a broadcast as its best reduce.
 
 On such a fabric the two collectives are each other's time mirror (:func:`synth.schedule.time_mirrored`): each
 transfer of chunk ``c`` from ``u`` to ``v`` over ``[s, e]`` becomes one of ``c`` from ``v`` to ``u`` over
@@ -11,14 +12,19 @@ before sending (``s ≥ e_w``), the mirrored copy reaches ``v`` before ``v`` pas
 contribution chunk ``r·k + j`` is chunk ``j`` of the piece rank ``r`` owns in the reducescatter, so the ids, the
 chunk count and the makespan carry over, and so does the lowered program's size (one step per message either way).
 
+A broadcast and a reduce to the same root mirror each other the same way: the root's contribution ``k`` (chunk
+``root·C + k``) becomes the slot ``k`` every rank contributes to, the copies partial sums that end at the root.
+
 The two lower bounds are equal there (a cut's reverse has the same capacity), so the mirror reaches the other
 collective's ratio. ``trees`` searches the two with different timings (an allgather's forests are also searched
 with merged network messages, a reducescatter's reductions are also timed forward), and on some fabrics one
 finds the faster program: mixed-mi250-h100, 1 GiB, allgather 0.9814 of the bound against the reducescatter's
 0.9718, mixed-mi250-a100 0.9693 against 0.9623, h100x4 the reducescatter's 0.9546 against the allgather's 0.9540
-(docs/results.md, "Each collective as the other's mirror"). ``auto`` tries this method after ``trees`` up to
-:data:`synth.synthesis.auto.MIRROR_MAX_RANKS` ranks, where the two searches together stay well within two minutes
-of CPU; the pipeline lowers, verifies and simulates each mirrored schedule like any other and keeps the faster.
+(docs/results.md, "Each collective as the other's mirror"); two data centres 500 µs apart (fuzz65), 1 GiB reduce
+to rank 0: trees' broadcast mirrored 29866 µs against its own reduce's 31708. ``auto`` tries this method after
+``trees`` up to :data:`synth.synthesis.auto.MIRROR_MAX_RANKS` ranks (broadcast and reduce: ``MIRROR_ROOTED_MAX_RANKS``),
+where the two searches together stay well within two minutes of CPU; the pipeline lowers, verifies and simulates
+each mirrored schedule like any other and keeps the faster.
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ from synth.schedule import Schedule, time_mirrored
 from synth.synthesis.base import Instance, MethodSpec, SynthOptions
 from synth.topology.model import Topology
 
-OTHER = {"allgather": "reducescatter", "reducescatter": "allgather"}
+OTHER = {"allgather": "reducescatter", "reducescatter": "allgather", "broadcast": "reduce", "reduce": "broadcast"}
+REDUCING = frozenset({"reducescatter", "reduce"})
 SUPPORTED = frozenset(OTHER)
 MAX_RANKS = 128      # trees' own search at this scale takes up to about 100 s of CPU (mi250x8-ib16)
 
@@ -45,22 +52,29 @@ def reversible(topology: Topology) -> bool:
 
 
 def applies(inst: Instance) -> bool:
-    """An allgather or reducescatter of 2 to ``MAX_RANKS`` ranks on a :func:`reversible` fabric."""
+    """An allgather, reducescatter, broadcast or reduce of 2 to ``MAX_RANKS`` ranks on a :func:`reversible`
+    fabric."""
     return inst.collective.name in SUPPORTED and 2 <= inst.ranks <= MAX_RANKS and reversible(inst.topology)
 
 
 def mirrored(schedule: Schedule, collective: Collective | None = None) -> Schedule:
-    """The time mirror of an allgather's or reducescatter's ``schedule`` (module docstring): the other collective,
+    """The time mirror of a ``schedule`` of a collective of :data:`OTHER` (module docstring): the other collective,
     with the same chunks, makespan and notes, planned on a fabric equal to its reverse. ``collective``: the one
-    the mirror implements (root and in-place flag; default: the other collective with the schedule's chunks)."""
+    the mirror implements (root and in-place flag; default: the other collective with the schedule's chunks and
+    root)."""
     coll = schedule.collective
     name = OTHER[coll.name]
     if collective is None:
-        collective = Collective(name, coll.num_ranks, coll.chunk_factor)
+        collective = Collective(name, coll.num_ranks, coll.chunk_factor, root=coll.root)
     elif collective.name != name or collective.chunk_factor != coll.chunk_factor:
         raise SynthError(f"the mirror of a {coll.name} of {coll.chunk_factor} chunks per piece is a {name} of as "
                          f"many, not a {collective.name} of {collective.chunk_factor}")
-    transfers = time_mirrored(schedule.transfers, schedule.makespan, reduce=name == "reducescatter")
+    transfers = time_mirrored(schedule.transfers, schedule.makespan, reduce=name in REDUCING)
+    # a broadcast's chunks are the root's contributions (root·C + k), a reduce's the slots k they sum into
+    shift = (-coll.root * coll.input_chunks if coll.name == "broadcast"
+             else collective.root * collective.input_chunks if coll.name == "reduce" else 0)
+    if shift:
+        transfers = [t._replace(chunk=t.chunk + shift) for t in transfers]
     return Schedule(collective, schedule.topology, tuple(sorted(transfers)), schedule.method, schedule.size_bytes,
                     schedule.makespan, notes=dict(schedule.notes))
 
@@ -83,7 +97,7 @@ def synthesize(inst: Instance) -> Schedule:
 
     name = inst.collective.name
     if name not in SUPPORTED:
-        raise SynthError(f"method mirror does not support {name}; it supports allgather and reducescatter")
+        raise SynthError(f"method mirror does not support {name}; it supports {', '.join(sorted(SUPPORTED))}")
     if not applies(inst):
         raise SynthError(f"mirror does not apply to {inst.topology.name!r}: it needs 2 to {MAX_RANKS} ranks and a "
                          "fabric equal to its reverse (links and routes)")
@@ -99,5 +113,6 @@ METHOD = MethodSpec(
     name="mirror",
     run=synthesize,
     collectives=SUPPORTED,
-    description="allgather / reducescatter as the time mirror of trees' best program for the other one",
+    description="allgather / reducescatter, broadcast / reduce as the time mirror of trees' best program for the "
+                "other one",
 )
