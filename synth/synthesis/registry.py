@@ -36,6 +36,7 @@ _ENTRIES: dict[str, str] = {
     "railblocks": "synth.synthesis.railblocks:METHOD",
     "rsag": "synth.synthesis.rsag:METHOD",
     "mirror": "synth.synthesis.mirror:METHOD",
+    "levels": "synth.synthesis.levels:METHOD",
 }
 
 

@@ -1,0 +1,197 @@
+"""``levels``: a short allreduce by levels of route α: reduce inside each cluster of cheap routes to a leader,
+recursive doubling among the leaders of the top clusters, and the result broadcast back down.
+
+A short allreduce costs routes' α, not bytes, and behind a switch a link holds one transfer at a time for the whole
+α of its route (docs/cost-model.md). Flat patterns (recursive doubling, double binary trees, rings) cross the
+costliest routes in many rounds, and many transfers at once queue on their links: two data centres joined by one
+link of 500 µs took 1533 µs (a ring, three crossings) for 64 KiB, where one crossing each way is enough. So the
+ranks are clustered by the α of the routes between them (single linkage: the connected components of the routes of
+at most each α a minimum spanning tree uses, Gower & Ross 1969), which gives nested levels: a box behind its
+switch, the boxes under one leaf, a site. Inside a cluster the leaders of its sub-clusters reduce to the first of
+them by a binomial tree (⌈log2 m⌉ rounds, each leader sending its partial sum once); the leaders of the top
+clusters exchange and reduce by recursive doubling (Thakur, Rabenseifner & Gropp, IJHPCA 2005: log2 P rounds of
+the whole buffer; where P is no power of two they reduce to one leader and broadcast instead); then every cluster
+broadcasts down the binomial trees it reduced up. Each level's costly routes are crossed ⌈log2 m⌉ times in each
+direction, by one transfer per pair of leaders, and no cluster's cheaper routes are left waiting on a costlier
+one's. The whole buffer travels as one chunk, or as ``--chunks`` chunks pipelined through the same moves; the
+plan is the α-β list schedule of :class:`synth.synthesis.baselines.Plan`.
+
+Every leader pair must share a link or a switch-only route (a partial sum is never relayed by another rank), else
+the method does not apply. Allreduce only.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from synth.collectives import Collective
+from synth.errors import SynthError
+from synth.schedule import Schedule
+from synth.synthesis.base import Instance, MethodSpec
+from synth.synthesis.baselines import Plan
+from synth.topology.model import Topology
+from synth.topology.routes import rank_routes
+
+SUPPORTED = frozenset({"allreduce"})
+Cluster = tuple  # a rank (int) or a tuple of sub-clusters
+
+
+def route_alphas(topology: Topology, routes) -> np.ndarray:  # noqa: ANN001 (a rank_routes mapping)
+    """``a[u, v]``: the α a transfer from rank ``u`` to rank ``v`` pays on its route (every hop's α,
+    docs/cost-model.md), ``inf`` where the two share no link or switch route."""
+    n = topology.num_ranks
+    alpha = {(link.src, link.dst): link.alpha for link in topology.links}
+    out = np.full((n, n), np.inf)
+    np.fill_diagonal(out, 0.0)
+    for (u, v), path in routes.items():
+        if u < n and v < n and u != v:
+            out[u, v] = sum(alpha[(a, b)] for a, b in zip(path, path[1:]))
+    return out
+
+
+def alpha_levels(topology: Topology, routes) -> Cluster:  # noqa: ANN001 (a rank_routes mapping)
+    """The ranks as nested clusters (module docstring): at each α a minimum spanning tree of the symmetric route
+    α uses, from the least up, the clusters joined by routes of at most that α merge into one. Leaves are ranks,
+    in rank order; a cluster's first member holds its lowest rank. SynthError where the routes do not join every
+    rank."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import minimum_spanning_tree
+
+    n = topology.num_ranks
+    both = np.maximum(route_alphas(topology, routes), route_alphas(topology, routes).T)
+    finite = np.isfinite(both)
+    # spanning-tree weights: α + 1 so a route of α 0 stays an edge of the sparse matrix
+    tree = minimum_spanning_tree(csr_matrix(np.where(finite, both + 1.0, 0.0))).tocoo()
+    if n > 1 and len(tree.data) != n - 1:
+        raise SynthError(f"levels does not apply to {topology.name!r}: its ranks are not all joined by direct links "
+                         "or switch routes")
+    clusters: dict[int, Cluster] = {r: r for r in range(n)}   # component root -> its cluster
+    root = list(range(n))                                      # rank -> its component's root
+
+    def find(x: int) -> int:
+        while root[x] != x:
+            root[x] = root[root[x]]
+            x = root[x]
+        return x
+
+    edges = sorted(zip((tree.data - 1.0).tolist(), tree.row.tolist(), tree.col.tolist()))
+    i = 0
+    while i < len(edges):
+        level, j = edges[i][0], i
+        joined: dict[int, set[int]] = {}   # new root -> the components (old roots) it joins at this level
+        while j < len(edges) and edges[j][0] <= level + 1e-9:
+            a, b = find(edges[j][1]), find(edges[j][2])
+            keep, drop = min(a, b), max(a, b)
+            root[drop] = keep
+            joined[keep] = joined.pop(keep, {keep}) | joined.pop(drop, {drop})
+            j += 1
+        for top, members in joined.items():
+            clusters[top] = tuple(clusters.pop(m) for m in sorted(members))
+        i = j
+    return clusters[find(0)]
+
+
+def _first(cluster) -> int:  # noqa: ANN001 (a Cluster)
+    while isinstance(cluster, tuple):
+        cluster = cluster[0]
+    return cluster
+
+
+def synthesize(inst: Instance) -> Schedule:
+    """The allreduce of the module docstring on ``inst``'s fabric."""
+    topology, collective, size_bytes, options = inst.topology, inst.collective, inst.size_bytes, inst.options
+    if collective.name not in SUPPORTED:
+        raise SynthError(f"method levels does not support {collective.name}; it supports allreduce")
+    n = topology.num_ranks
+    chunks = options.chunks or 1
+    coll = Collective("allreduce", n, chunks, inplace=collective.inplace)
+    routes = rank_routes(topology)
+    whole = alpha_levels(topology, routes) if n > 1 else 0
+    plan = Plan(topology, coll, size_bytes, "levels", options, routes=routes)
+    held: dict[int, list[int]] = defaultdict(list)   # rank -> the moves its partial sum (or result) waits on
+    counter = iter(range(1 << 30))
+    downs: list[tuple[list[int], list[tuple[int, int]]]] = []   # per cluster reduced: (leaders, its reduce pairs)
+
+    def moved(level: int, src: int, dst: int, reduce: bool) -> None:
+        _check_route(routes, topology, src, dst)
+        for c in range(chunks):   # one move per chunk: later chunks pipeline behind earlier ones
+            moves = plan.send(level + c, src, dst, [c], reduce, 0, held[src])
+            held[dst] = held[dst] + moves if reduce else moves
+
+    def reduce_up(cluster) -> int:  # noqa: ANN001 (a Cluster)
+        if not isinstance(cluster, tuple):
+            return cluster
+        leaders = [reduce_up(sub) for sub in cluster]
+        pairs = binomial_pairs(len(leaders))
+        for rnd in pairs:
+            level = next(counter) * chunks
+            for a, b in rnd:
+                moved(level, leaders[a], leaders[b], True)
+        downs.append((leaders, pairs))
+        return leaders[0]
+
+    if n > 1:
+        top = whole if isinstance(whole, tuple) else (whole,)
+        leaders = [reduce_up(sub) for sub in top]
+        m = len(leaders)
+        if m & (m - 1) == 0 and m > 1:
+            bit = 1
+            while bit < m:
+                level = next(counter) * chunks
+                before = {i: list(held[leaders[i]]) for i in range(m)}
+                for i in range(m):
+                    j = i ^ bit
+                    if i < j:
+                        _check_route(routes, topology, leaders[i], leaders[j])
+                        _check_route(routes, topology, leaders[j], leaders[i])
+                        for c in range(chunks):
+                            there, back = plan.exchange(level + c, leaders[i], leaders[j], [c], True, 0, before[i],
+                                                        before[j])
+                            held[leaders[j]] = held[leaders[j]] + there
+                            held[leaders[i]] = held[leaders[i]] + back
+                bit *= 2
+        elif m > 1:
+            pairs = binomial_pairs(m)
+            for rnd in pairs:
+                level = next(counter) * chunks
+                for a, b in rnd:
+                    moved(level, leaders[a], leaders[b], True)
+            downs.append((leaders, pairs))
+        for leaders_of, pairs in reversed(downs):   # every reduce tree run backwards as a broadcast, top down
+            for rnd in reversed(pairs):
+                level = next(counter) * chunks
+                for a, b in rnd:
+                    moved(level, leaders_of[b], leaders_of[a], False)
+    return plan.schedule("levels", size_bytes, {"levels": _depth(whole), "top_clusters": len(whole)
+                                                if isinstance(whole, tuple) else 1})
+
+
+def binomial_pairs(m: int) -> list[list[tuple[int, int]]]:
+    """Rounds of a binomial reduce of ``m`` members to member 0: in the round of distance ``d`` (1, 2, 4, ...)
+    member ``i`` with ``i mod 2d = d`` sends to ``i − d``; ``⌈log2 m⌉`` rounds, each member sending once."""
+    rounds, d = [], 1
+    while d < m:
+        rounds.append([(i, i - d) for i in range(d, m, 2 * d)])
+        d *= 2
+    return rounds
+
+
+def _check_route(routes, topology: Topology, a: int, b: int) -> None:  # noqa: ANN001 (a rank_routes mapping)
+    if (a, b) not in routes:
+        raise SynthError(f"levels does not apply to {topology.name!r}: ranks {a} and {b} share no link or switch "
+                         "route")
+
+
+def _depth(cluster) -> int:  # noqa: ANN001 (a Cluster)
+    return 1 + max(_depth(sub) for sub in cluster) if isinstance(cluster, tuple) else 0
+
+
+METHOD = MethodSpec(
+    name="levels",
+    run=synthesize,
+    collectives=SUPPORTED,
+    description="short allreduce by levels of route α: reduce inside clusters of cheap routes, recursive doubling "
+                "among the top leaders, broadcast back",
+)
