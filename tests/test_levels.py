@@ -65,3 +65,16 @@ def test_refusals():
     # a switchless ring of six: the binomial tree's leaders 2 -> 0 share no link
     with pytest.raises(SynthError, match="levels does not apply"):
         synthesize(gen.ring(6), "allreduce", 64 * KiB, "levels")
+
+
+def test_leaders_are_ranks_the_other_clusters_can_reach():
+    # rank 0 has lost its NIC: box 0's leader must be a GPU whose rail reaches box 1's leader (the lowest rank, the
+    # first choice, shares no route with box 1)
+    from synth.topology.degrade import FabricEdits, degrade_topology
+    from synth.topology.io import load_topology
+
+    t = degrade_topology(load_topology("dgx-a100-2node"), FabricEdits(exclude_links=(("b0.nic0", "ib0"),))).topology
+    result = synthesize(t, "allreduce", 64 * KiB, "levels")
+    assert verify(result.program).ok
+    crossing = {(x.src, x.dst) for x in result.schedule.transfers if (x.src < 8) != (x.dst < 8)}
+    assert crossing and all(0 not in pair for pair in crossing)

@@ -7,13 +7,15 @@ costliest routes in many rounds, and many transfers at once queue on their links
 link of 500 µs took 1533 µs (a ring, three crossings) for 64 KiB, where one crossing each way is enough. So the
 ranks are clustered by the α of the routes between them (single linkage: the connected components of the routes of
 at most each α a minimum spanning tree uses, Gower & Ross 1969), which gives nested levels: a box behind its
-switch, the boxes under one leaf, a site. Inside a cluster the leaders of its sub-clusters reduce to the first of
-them by a binomial tree (⌈log2 m⌉ rounds, each leader sending its partial sum once); the leaders of the top
-clusters exchange and reduce by recursive doubling (Thakur, Rabenseifner & Gropp, IJHPCA 2005: log2 P rounds of
-the whole buffer; where P is no power of two they reduce to one leader and broadcast instead); then every cluster
-broadcasts down the binomial trees it reduced up. Each level's costly routes are crossed ⌈log2 m⌉ times in each
-direction, by one transfer per pair of leaders, and no cluster's cheaper routes are left waiting on a costlier
-one's. The whole buffer travels as one chunk, or as ``--chunks`` chunks pipelined through the same moves; the
+switch, the boxes under one leaf, a site. Inside a cluster the leaders of its sub-clusters reduce to one of them by a
+binomial tree (the first sub-cluster's leader is its member of least route α to the rest of the enclosing cluster,
+each next one's its member nearest the leaders chosen before it, with a route to as many of them as any: a GPU with
+a NIC on the same rail rather than one without; ⌈log2 m⌉ rounds, each leader sending its partial sum once); the
+leaders of the top clusters exchange and reduce by recursive doubling (Thakur, Rabenseifner & Gropp, IJHPCA 2005:
+log2 P rounds of the whole buffer; where P is no power of two they reduce to one leader and broadcast instead); then
+every cluster broadcasts down the binomial trees it reduced up. Each level's costly routes are crossed ⌈log2 m⌉
+times in each direction, by one transfer per pair of leaders, and no cluster's cheaper routes are left waiting on a
+costlier one's. The whole buffer travels as one chunk, or as ``--chunks`` chunks pipelined through the same moves; the
 plan is the α-β list schedule of :class:`synth.synthesis.baselines.Plan`.
 
 Every leader pair must share a link or a switch-only route (a partial sum is never relayed by another rank), else
@@ -93,10 +95,9 @@ def alpha_levels(topology: Topology, routes) -> Cluster:  # noqa: ANN001 (a rank
     return clusters[find(0)]
 
 
-def _first(cluster) -> int:  # noqa: ANN001 (a Cluster)
-    while isinstance(cluster, tuple):
-        cluster = cluster[0]
-    return cluster
+def _members(cluster) -> list[int]:  # noqa: ANN001 (a Cluster)
+    """The ranks of a cluster, in order."""
+    return [r for sub in cluster for r in _members(sub)] if isinstance(cluster, tuple) else [cluster]
 
 
 def synthesize(inst: Instance) -> Schedule:
@@ -109,6 +110,20 @@ def synthesize(inst: Instance) -> Schedule:
     coll = Collective("allreduce", n, chunks, inplace=collective.inplace)
     routes = rank_routes(topology)
     whole = alpha_levels(topology, routes) if n > 1 else 0
+    alpha = route_alphas(topology, routes)
+    alpha = np.maximum(alpha, alpha.T)
+
+    def _nearest(cluster, around: list[int]) -> int:  # noqa: ANN001 (a Cluster)
+        """The member of ``cluster`` with routes to the most ranks of ``around`` outside it, then of least route α
+        to them (the lowest rank on a tie): a leader whose partial sum travels on."""
+        members = _members(cluster)
+        others = [r for r in around if r not in set(members)]
+        if not others:
+            return members[0]
+        costs = alpha[np.ix_(members, others)]
+        reach = np.isfinite(costs)
+        key = [(-int(reach[k].sum()), float(costs[k][reach[k]].sum()), k) for k in range(len(members))]
+        return members[min(key)[2]]
     plan = Plan(topology, coll, size_bytes, "levels", options, routes=routes)
     held: dict[int, list[int]] = defaultdict(list)   # rank -> the moves its partial sum (or result) waits on
     counter = iter(range(1 << 30))
@@ -120,10 +135,15 @@ def synthesize(inst: Instance) -> Schedule:
             moves = plan.send(level + c, src, dst, [c], reduce, 0, held[src])
             held[dst] = held[dst] + moves if reduce else moves
 
-    def reduce_up(cluster) -> int:  # noqa: ANN001 (a Cluster)
+    def reduce_up(cluster, prefer: int) -> int:  # noqa: ANN001 (a Cluster)
         if not isinstance(cluster, tuple):
             return cluster
-        leaders = [reduce_up(sub) for sub in cluster]
+        # the sub-cluster holding the preferred leader reduces into it; each other one into its member nearest
+        # (in route α) the rest of this cluster, which its partial sum has to reach
+        subs = sorted(cluster, key=lambda sub: prefer not in _members(sub))
+        leaders = [reduce_up(subs[0], prefer)]
+        for sub in subs[1:]:
+            leaders.append(reduce_up(sub, _nearest(sub, leaders)))
         pairs = binomial_pairs(len(leaders))
         for rnd in pairs:
             level = next(counter) * chunks
@@ -134,7 +154,9 @@ def synthesize(inst: Instance) -> Schedule:
 
     if n > 1:
         top = whole if isinstance(whole, tuple) else (whole,)
-        leaders = [reduce_up(sub) for sub in top]
+        leaders = [reduce_up(top[0], _nearest(top[0], _members(whole)))]
+        for sub in top[1:]:
+            leaders.append(reduce_up(sub, _nearest(sub, leaders)))
         m = len(leaders)
         if m & (m - 1) == 0 and m > 1:
             bit = 1
