@@ -3,6 +3,8 @@
 Usage::
 
     python benchmarks/bench_latency.py [--topologies dgx1 dgx-a100] [--size 1KB] [--time-limit 30]
+    python benchmarks/bench_latency.py --topologies FILE.yaml ... --collective allreduce --size 64KiB \
+        --methods rdh,dbt,levels,ring
 
 For every topology it simulates, side by side and under the same α-β cost model
 (:func:`synth.simulation.simulate`):
@@ -10,7 +12,8 @@ For every topology it simulates, side by side and under the same α-β cost mode
 - ``auto`` and ``milp``: synth's best, through the pipeline (lowered, verified, simulated);
 - ``sccl-steps2``: SCCL's least-steps DGX-1 allgather (2 steps; ``tests/fixtures/
   sccl_dgx1_allgather_steps2.xml``, SCCL PPoPP'21 / msccl-tools), on ``dgx1`` only;
-- ``rdh`` (recursive doubling) and ``ring``, the baselines,
+- ``rdh`` (recursive doubling) and ``ring``, the baselines, or the methods ``--methods`` names (``levels``,
+  ``dbt``, ...),
 
 and prints ``time_us``, the ratio to ``time_bound`` of :func:`synth.lower_bounds.compute_bounds`, the ratio
 to the best of the reference programs (SCCL, rdh; < 1 means synth is faster) and the seconds spent.
@@ -65,6 +68,7 @@ def main() -> None:
     parser.add_argument("--collective", default="allgather")
     parser.add_argument("--size", default="1KB")
     parser.add_argument("--time-limit", type=float, default=30.0, help="milp's time limit (auto: its own budget)")
+    parser.add_argument("--methods", default="rdh,ring", help="comma-separated methods timed after auto and milp")
     args = parser.parse_args()
 
     from synth.collectives import Collective
@@ -80,7 +84,7 @@ def main() -> None:
                 pipeline_row(topology, args.collective, size, "milp", SynthOptions(time_limit=args.time_limit))]
         if topology.name == "dgx1" and args.collective == "allgather":
             rows.append(sccl_row(topology, size))
-        rows += [pipeline_row(topology, args.collective, size, m, SynthOptions()) for m in ("rdh", "ring")]
+        rows += [pipeline_row(topology, args.collective, size, m, SynthOptions()) for m in args.methods.split(",")]
         refs = [r["time_us"] for r in rows if r["program"] in REFERENCES and "time_us" in r]
         best_ref = min(refs) if refs else None
         print(f"\n{topology.name}: {topology.num_ranks} ranks; time_bound {bounds.time_bound_us:.3f} us "
