@@ -52,7 +52,7 @@ def test_latency_bound_switchless_8_ranks_tries_baselines_pareto_and_milp():
     names = _names(load_topology("dgx1"), "allgather", KB)
     assert names == ["ring", "direct", "rdh", "nccl", "greedy", "trees", "pareto", "milp"]
     plan = _plan(load_topology("dgx1"), "allreduce", KB)
-    assert [c.method for c in plan] == ["ring", "rdh", "levels", "dbt", "nccl", "greedy", "trees", "pareto", "milp"]
+    assert [c.method for c in plan] == ["ring", "rdh", "dbt", "nccl", "greedy", "trees", "pareto", "milp"]
     limits = {c.method: c.limit_s for c in plan}
     assert limits["milp"] == 30.0 and limits["pareto"] == 10.0 and limits["ring"] is None
 

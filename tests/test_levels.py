@@ -1,4 +1,4 @@
-"""levels: a short allreduce by levels of route α (synth/synthesis/levels.py)."""
+"""levels: a short allreduce or allgather by levels of route α (synth/synthesis/levels.py)."""
 
 from __future__ import annotations
 
@@ -54,14 +54,15 @@ def test_the_costly_route_is_crossed_once_each_way():
     assert result.time_us < 0.5 * synthesize(t, "allreduce", 64 * KiB, "ring").time_us
 
 
-def test_auto_takes_it_where_it_is_fastest():
-    result = synthesize(_two_sites(), "allreduce", 64 * KiB)
-    assert result.method == "levels"
+@pytest.mark.parametrize("collective", ["allreduce", "allgather"])
+def test_auto_takes_it_where_it_is_fastest(collective):
+    result = synthesize(_two_sites(), collective, 64 * KiB)
+    assert result.method == "levels" and result.time_us < 520.0
 
 
 def test_refusals():
-    with pytest.raises(SynthError, match="supports allreduce"):
-        synthesize(_two_sites(), "allgather", 64 * KiB, "levels")
+    with pytest.raises(SynthError, match="'levels' does not support broadcast"):
+        synthesize(_two_sites(), "broadcast", 64 * KiB, "levels")
     # a switchless ring of six: the binomial tree's leaders 2 -> 0 share no link
     with pytest.raises(SynthError, match="levels does not apply"):
         synthesize(gen.ring(6), "allreduce", 64 * KiB, "levels")
