@@ -1,4 +1,4 @@
-"""levels: a short allreduce or allgather by levels of route α (synth/synthesis/levels.py)."""
+"""levels: a short allreduce, allgather or reducescatter by levels of route α (synth/synthesis/levels.py)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def test_the_costly_route_is_crossed_once_each_way():
     assert result.time_us < 0.5 * synthesize(t, "allreduce", 64 * KiB, "ring").time_us
 
 
-@pytest.mark.parametrize("collective", ["allreduce", "allgather"])
+@pytest.mark.parametrize("collective", ["allreduce", "allgather", "reducescatter"])
 def test_auto_takes_it_where_it_is_fastest(collective):
     result = synthesize(_two_sites(), collective, 64 * KiB)
     assert result.method == "levels" and result.time_us < 520.0
@@ -79,3 +79,14 @@ def test_leaders_are_ranks_the_other_clusters_can_reach():
     assert verify(result.program).ok
     crossing = {(x.src, x.dst) for x in result.schedule.transfers if (x.src < 8) != (x.dst < 8)}
     assert crossing and all(0 not in pair for pair in crossing)
+
+
+def test_a_reducescatter_is_the_allgathers_mirror_and_needs_a_reversible_fabric():
+    t = _two_sites()
+    gathered = synthesize(t, "allgather", 64 * KiB, "levels")
+    scattered = synthesize(t, "reducescatter", 64 * KiB, "levels")
+    assert verify(scattered.program).ok and scattered.time_us == pytest.approx(gathered.time_us, rel=0.02)
+    one_way = Topology("one-way", 3, (Link(0, 3, 10.0, 1.0), Link(3, 1, 10.0, 1.0), Link(1, 3, 10.0, 1.0),
+                                      Link(3, 2, 10.0, 1.0), Link(2, 3, 10.0, 1.0), Link(3, 0, 5.0, 1.0)), ("s",))
+    with pytest.raises(SynthError, match="equal to its reverse"):
+        synthesize(one_way, "reducescatter", 64 * KiB, "levels")

@@ -59,7 +59,7 @@ nccl      on one switch (_crossbar) at every size                    dgx-a100-2n
                                                                      alone took 141 s for a 256-rank
                                                                      leaf-spine's 64 KiB allreduce, 21x
                                                                      rdh's time (_latency_baselines)
-levels    latency-bound allreduce or allgather behind   -        reduce in clusters of cheap routes,
+levels    latency-bound AR, AG or RS behind             -        reduce in clusters of cheap routes,
           switches, N <= 256 (it reads every rank pair's             doubling among the top leaders: two
           route; switchless, its binomial leaders are
           seldom neighbours)
@@ -416,7 +416,7 @@ RULES: tuple[Rule, ...] = (
     Rule("direct", lambda i: _small(i) and (i.collective.name == "alltoall" or i.latency_bound)
          or _switched_alltoall(i)),
     Rule("rdh", lambda i: _latency_baselines(i) or _crossbar(i)),
-    Rule("levels", lambda i: i.collective.name in ("allreduce", "allgather") and i.switches
+    Rule("levels", lambda i: i.collective.name in ("allreduce", "allgather", "reducescatter") and i.switches
          and _latency_baselines(i)),
     Rule("dbt", _latency_baselines),
     Rule("nccl", _latency_baselines),

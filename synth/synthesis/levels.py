@@ -1,5 +1,6 @@
-"""``levels``: a short allreduce or allgather by levels of route α: reduce (gather) inside each cluster of cheap
-routes to a leader, recursive doubling among the leaders of the top clusters, and the result broadcast back down.
+"""``levels``: a short allreduce, allgather or reducescatter by levels of route α: reduce (gather) inside each
+cluster of cheap routes to a leader, recursive doubling among the leaders of the top clusters, and the result
+broadcast back down.
 
 A short allreduce costs routes' α, not bytes, and behind a switch a link holds one transfer at a time for the whole
 α of its route (docs/cost-model.md). Flat patterns (recursive doubling, double binary trees, rings) cross the
@@ -21,7 +22,8 @@ plan is the α-β list schedule of :class:`synth.synthesis.baselines.Plan`.
 An allgather runs the same moves with copies: a leader gathers its cluster's pieces up the binomial tree (each
 message the pieces its sender holds and its receiver lacks: a box of consecutive ranks is one run of the buffer),
 the top leaders exchange what they hold by recursive doubling, and every leader sends each member below it the
-pieces it lacks. Two sites 500 µs apart, 64 KiB: 511.3 µs where trees crossed three times (1511.1).
+pieces it lacks. Two sites 500 µs apart, 64 KiB: 511.3 µs where trees crossed three times (1511.1). A reducescatter
+is that allgather's time mirror (:func:`synth.synthesis.mirror.mirrored`), on a fabric equal to its reverse.
 
 Every leader pair must share a link or a switch-only route (a partial sum is never relayed by another rank), else
 the method does not apply.
@@ -30,6 +32,7 @@ the method does not apply.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 import numpy as np
 
@@ -41,7 +44,7 @@ from synth.synthesis.baselines import Plan
 from synth.topology.model import Topology
 from synth.topology.routes import rank_routes
 
-SUPPORTED = frozenset({"allreduce", "allgather"})
+SUPPORTED = frozenset({"allreduce", "allgather", "reducescatter"})
 Cluster = tuple  # a rank (int) or a tuple of sub-clusters
 
 
@@ -106,10 +109,24 @@ def _members(cluster) -> list[int]:  # noqa: ANN001 (a Cluster)
 
 
 def synthesize(inst: Instance) -> Schedule:
-    """The allreduce (or allgather) of the module docstring on ``inst``'s fabric."""
+    """The allreduce, allgather or reducescatter of the module docstring on ``inst``'s fabric."""
+    if inst.collective.name not in SUPPORTED:
+        raise SynthError(f"method levels does not support {inst.collective.name}; it supports "
+                         f"{', '.join(sorted(SUPPORTED))}")
+    if inst.collective.name == "reducescatter":
+        from synth.synthesis.mirror import mirrored, reversible
+
+        if not reversible(inst.topology):
+            raise SynthError(f"levels does not apply to {inst.topology.name!r}: a reducescatter is its allgather's "
+                             "time mirror, which needs a fabric equal to its reverse (links and routes)")
+        gathered = _levels(replace(inst, collective=Collective("allgather", inst.ranks, 1)))
+        scattered = mirrored(gathered, replace(inst.collective, chunk_factor=gathered.collective.chunk_factor))
+        return replace(scattered, method="levels")
+    return _levels(inst)
+
+
+def _levels(inst: Instance) -> Schedule:
     topology, collective, size_bytes, options = inst.topology, inst.collective, inst.size_bytes, inst.options
-    if collective.name not in SUPPORTED:
-        raise SynthError(f"method levels does not support {collective.name}; it supports allgather and allreduce")
     n = topology.num_ranks
     chunks = options.chunks or 1
     coll = Collective(collective.name, n, chunks, inplace=collective.inplace)
@@ -238,6 +255,6 @@ METHOD = MethodSpec(
     name="levels",
     run=synthesize,
     collectives=SUPPORTED,
-    description="short allreduce / allgather by levels of route α: reduce (gather) inside clusters of cheap routes, "
-                "recursive doubling among the top leaders, broadcast back",
+    description="short allreduce / allgather / reducescatter by levels of route α: reduce (gather) inside clusters "
+                "of cheap routes, recursive doubling among the top leaders, broadcast back",
 )
