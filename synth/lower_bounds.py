@@ -220,29 +220,12 @@ def route_alpha_floor(topology: Topology) -> np.ndarray:
     (docs/cost-model.md), and its route's hops before and after ``e`` are paths from u to x and from y to v, so
     it pays at least this. Paths through any node count (a foreign program's route may pass ranks), which can
     only lower the floor."""
-    import heapq
+    from scipy.sparse.csgraph import dijkstra
 
     src, dst, _, alpha = topology.arrays
-    nodes, n = topology.num_nodes, topology.num_ranks
-
-    def from_ranks(tails: np.ndarray, heads: np.ndarray) -> np.ndarray:
-        out: list[list[tuple[int, float]]] = [[] for _ in range(nodes)]
-        for u, v, a in zip(tails.tolist(), heads.tolist(), alpha.tolist()):
-            out[u].append((v, a))
-        dist = np.full(nodes, math.inf)
-        dist[:n] = 0.0
-        heap = [(0.0, r) for r in range(n)]
-        while heap:
-            d, u = heapq.heappop(heap)
-            if d > dist[u]:
-                continue
-            for v, a in out[u]:
-                if d + a < dist[v]:
-                    dist[v] = d + a
-                    heapq.heappush(heap, (d + a, v))
-        return dist
-
-    into, out_of = from_ranks(src, dst), from_ranks(dst, src)
+    graph, ranks = _alpha_graph(topology), np.arange(topology.num_ranks)
+    into = dijkstra(graph, indices=ranks, min_only=True)              # from the nearest rank
+    out_of = dijkstra(graph.T.tocsr(), indices=ranks, min_only=True)  # to the nearest rank
     return into[src] + alpha + out_of[dst]
 
 
@@ -911,15 +894,21 @@ def describe_cut_set(topology: Topology, cut: frozenset[int]) -> str:
 
 
 # ---- latency --------------------------------------------------------------------------------------
-def _alpha_distances(topology: Topology) -> np.ndarray:
-    """All-pairs α-weighted shortest path lengths between ranks (N×N, µs)."""
+def _alpha_graph(topology: Topology):  # noqa: ANN202 (a scipy csr_matrix)
+    """The links as a sparse matrix of their α (an α of 0 stays an explicit entry, which csgraph takes as an
+    edge)."""
     from scipy.sparse import csr_matrix
-    from scipy.sparse.csgraph import dijkstra
 
     src, dst, _, alpha = topology.arrays
-    nodes, n = topology.num_nodes, topology.num_ranks
-    graph = csr_matrix((alpha, (src, dst)), shape=(nodes, nodes))
-    return dijkstra(graph, indices=np.arange(n))[:, :n]
+    return csr_matrix((alpha, (src, dst)), shape=(topology.num_nodes, topology.num_nodes))
+
+
+def _alpha_distances(topology: Topology) -> np.ndarray:
+    """All-pairs α-weighted shortest path lengths between ranks (N×N, µs)."""
+    from scipy.sparse.csgraph import dijkstra
+
+    n = topology.num_ranks
+    return dijkstra(_alpha_graph(topology), indices=np.arange(n))[:, :n]
 
 
 def _rounds(n: int, degree: int) -> int:
