@@ -61,16 +61,22 @@ def route_alphas(topology: Topology, routes) -> np.ndarray:  # noqa: ANN001 (a r
     return out
 
 
-def alpha_levels(topology: Topology, routes) -> Cluster:  # noqa: ANN001 (a rank_routes mapping)
+def symmetric_route_alphas(topology: Topology, routes) -> np.ndarray:  # noqa: ANN001 (a rank_routes mapping)
+    """:func:`route_alphas` of the costlier direction of each rank pair."""
+    one_way = route_alphas(topology, routes)
+    return np.maximum(one_way, one_way.T)
+
+
+def alpha_levels(topology: Topology, routes, both: np.ndarray | None = None) -> Cluster:  # noqa: ANN001
     """The ranks as nested clusters (module docstring): at each α a minimum spanning tree of the symmetric route
     α uses, from the least up, the clusters joined by routes of at most that α merge into one. Leaves are ranks,
     in rank order; a cluster's first member holds its lowest rank. SynthError where the routes do not join every
-    rank."""
+    rank. ``both``: :func:`symmetric_route_alphas` of ``routes`` where the caller has it."""
     from scipy.sparse import csr_matrix
     from scipy.sparse.csgraph import minimum_spanning_tree
 
     n = topology.num_ranks
-    both = np.maximum(route_alphas(topology, routes), route_alphas(topology, routes).T)
+    both = symmetric_route_alphas(topology, routes) if both is None else both
     finite = np.isfinite(both)
     # spanning-tree weights: α + 1 so a route of α 0 stays an edge of the sparse matrix
     tree = minimum_spanning_tree(csr_matrix(np.where(finite, both + 1.0, 0.0))).tocoo()
@@ -131,15 +137,15 @@ def _levels(inst: Instance) -> Schedule:
     chunks = options.chunks or 1
     coll = Collective(collective.name, n, chunks, inplace=collective.inplace)
     routes = rank_routes(topology)
-    whole = alpha_levels(topology, routes) if n > 1 else 0
-    alpha = route_alphas(topology, routes)
-    alpha = np.maximum(alpha, alpha.T)
+    alpha = symmetric_route_alphas(topology, routes)
+    whole = alpha_levels(topology, routes, alpha) if n > 1 else 0
 
     def _nearest(cluster, around: list[int]) -> int:  # noqa: ANN001 (a Cluster)
         """The member of ``cluster`` with routes to the most ranks of ``around`` outside it, then of least route α
         to them (the lowest rank on a tie): a leader whose partial sum travels on."""
         members = _members(cluster)
-        others = [r for r in around if r not in set(members)]
+        inside = set(members)
+        others = [r for r in around if r not in inside]
         if not others:
             return members[0]
         costs = alpha[np.ix_(members, others)]
